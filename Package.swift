@@ -1,0 +1,67 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let package = Package(
+    name: "DeltaSnap",
+    platforms: [.macOS(.v14), .iOS(.v17)],
+    products: [
+        .library(name: "DeltaSnapCore", targets: ["DeltaSnapCore"]),
+        .library(name: "DeltaSnapStore", targets: ["DeltaSnapStore"]),
+        .library(name: "DeltaSnapServer", targets: ["DeltaSnapServer"]),
+        .library(name: "DeltaSnapClient", targets: ["DeltaSnapClient"]),
+        .executable(name: "deltasnap", targets: ["deltasnap"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser.git", exact: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", exact: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-crypto.git", exact: "4.5.2"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", exact: "2.28.1"),
+    ],
+    targets: [
+        // System libraries. Both are Debian -dev packages; `make` installs them when missing.
+        .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+
+        // The protocol: canonical JSON, records, tokens, checksums, the body format, gzip.
+        // Foundation + zlib only, so every other target (and a third-party app) can use it.
+        .target(name: "DeltaSnapCore", dependencies: ["CZlib"]),
+        // A thin, fast sqlite3 layer shared by the store and the client replica.
+        .target(name: "DeltaSnapSQLite", dependencies: ["CSQLite"]),
+        // The server-side source of truth: versions, import, export, bake.
+        .target(
+            name: "DeltaSnapStore",
+            dependencies: [
+                "DeltaSnapCore", "DeltaSnapSQLite",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // The HTTP server (Hummingbird). Mountable in a user's own Hummingbird app.
+        .target(
+            name: "DeltaSnapServer",
+            dependencies: [
+                "DeltaSnapCore", "DeltaSnapStore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // What an app links: Foundation + SQLite only (no NIO, no Hummingbird), so it builds for iOS.
+        .target(name: "DeltaSnapClient", dependencies: ["DeltaSnapCore", "DeltaSnapSQLite"]),
+        .executableTarget(
+            name: "deltasnap",
+            dependencies: [
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapServer", "DeltaSnapClient",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "DeltaSnapTestSupport",
+            dependencies: ["DeltaSnapCore", "DeltaSnapStore"],
+            path: "Tests/DeltaSnapTestSupport"
+        ),
+        .testTarget(name: "DeltaSnapCoreTests", dependencies: ["DeltaSnapCore"]),
+        .testTarget(name: "DeltaSnapStoreTests", dependencies: ["DeltaSnapStore", "DeltaSnapTestSupport"]),
+        .testTarget(name: "DeltaSnapServerTests", dependencies: ["DeltaSnapServer", "DeltaSnapClient", "DeltaSnapTestSupport"]),
+        .testTarget(name: "DeltaSnapClientTests", dependencies: ["DeltaSnapClient", "DeltaSnapServer", "DeltaSnapTestSupport"]),
+    ]
+)

@@ -1,0 +1,46 @@
+/// A parsed JSON value, kept in the shape DeltaSnap needs for canonical bytes.
+///
+/// Numbers keep their literal text (`1.0` stays `1.0`, `12345678901234567890` loses no
+/// digit), and object members are sorted by the UTF-8 bytes of their keys as they are parsed,
+/// so writing a value back with ``CanonicalJSON`` is deterministic.
+///
+/// ```swift
+/// let value = try JSONReader(bytes: Array(#"{"b":1,"a":[true,null]}"#.utf8)).readValue()
+/// CanonicalJSON.string(value) // {"a":[true,null],"b":1}
+/// ```
+public enum JSONValue: Hashable, Sendable {
+    case null
+    case bool(Bool)
+    /// The number's literal text, validated against the JSON grammar.
+    case number(String)
+    case string(String)
+    case array([JSONValue])
+    /// Members sorted by the UTF-8 bytes of their keys; keys are unique.
+    case object([JSONMember])
+
+    /// The value of `key` when this is an object holding it.
+    public subscript(key: String) -> JSONValue? {
+        guard case .object(let members) = self else { return nil }
+        return members.first(where: { $0.key == key })?.value
+    }
+}
+
+/// One `"key": value` pair of a JSON object.
+public struct JSONMember: Hashable, Sendable {
+    public var key: String
+    public var value: JSONValue
+
+    public init(_ key: String, _ value: JSONValue) {
+        self.key = key
+        self.value = value
+    }
+}
+
+extension String {
+    /// Byte-wise ordering of the UTF-8 encodings: the order canonical JSON sorts keys in
+    /// (Swift's `<` on `String` follows Unicode canonical equivalence, not bytes).
+    @inlinable
+    public func utf8Precedes(_ other: String) -> Bool {
+        utf8.lexicographicallyPrecedes(other.utf8)
+    }
+}

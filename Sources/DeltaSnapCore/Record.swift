@@ -1,0 +1,88 @@
+/// One record of a collection in canonical form: its `id`, whether it is hidden, and its bytes.
+///
+/// A visible record's bytes are the canonical JSON of the whole object (the reserved
+/// `hidden` key removed). A hidden record (a tombstone) is always `{"hidden":true,"id":"…"}`.
+///
+/// ```swift
+/// let value = try JSONReader(bytes: Array(#"{ "name": "Andorra", "id": "AD" }"#.utf8)).readValue()
+/// let record = try Record(parsing: value)
+/// record.id     // "AD"
+/// record.text   // {"id":"AD","name":"Andorra"}
+/// ```
+public struct Record: Hashable, Sendable {
+    /// The attribute that names a record; a non-empty string.
+    public static let idKey = "id"
+    /// The attribute that hides a record; `true` or `false` only.
+    public static let hiddenKey = "hidden"
+
+    public let id: String
+    public let isHidden: Bool
+    /// Canonical bytes: what is stored, sent, hashed and compared.
+    public let bytes: [UInt8]
+
+    /// Validates a parsed JSON value as a record and computes its canonical bytes.
+    public init(parsing value: JSONValue) throws(RecordError) {
+        guard case .object(var members) = value else { throw .notAnObject }
+        guard let idIndex = members.firstIndex(where: { $0.key == Self.idKey }) else { throw .missingID }
+        guard case .string(let id) = members[idIndex].value else { throw .idNotAString }
+        guard !id.isEmpty else { throw .emptyID }
+        var hidden = false
+        if let hiddenIndex = members.firstIndex(where: { $0.key == Self.hiddenKey }) {
+            guard case .bool(let flag) = members[hiddenIndex].value else { throw .hiddenNotABoolean(id: id) }
+            hidden = flag
+            members.remove(at: hiddenIndex)
+        }
+        if hidden {
+            self = Record.tombstone(id: id)
+        } else {
+            self.init(id: id, isHidden: false, bytes: CanonicalJSON.bytes(.object(members)))
+        }
+    }
+
+    /// Parses and validates one record from JSON bytes.
+    public init(json bytes: [UInt8]) throws {
+        let reader = JSONReader(bytes: bytes)
+        let value = try reader.readValue()
+        guard try reader.isAtEnd() else { throw reader.error("unexpected data after the record") }
+        try self.init(parsing: value)
+    }
+
+    private init(id: String, isHidden: Bool, bytes: [UInt8]) {
+        self.id = id
+        self.isHidden = isHidden
+        self.bytes = bytes
+    }
+
+    /// The tombstone of `id`: `{"hidden":true,"id":"…"}`.
+    public static func tombstone(id: String) -> Record {
+        var bytes = Array(#"{"hidden":true,"id":"#.utf8)
+        CanonicalJSON.writeString(id, into: &bytes)
+        bytes.append(UInt8(ascii: "}"))
+        return Record(id: id, isHidden: true, bytes: bytes)
+    }
+
+    /// The canonical bytes as text.
+    public var text: String { String(decoding: bytes, as: UTF8.self) }
+
+    /// The 64-bit hash that the state checksum adds up.
+    public var hash: UInt64 { XXH64.hash(bytes) }
+}
+
+/// Why a JSON value is not a valid record.
+public enum RecordError: Error, Equatable, Sendable, CustomStringConvertible {
+    case notAnObject
+    case missingID
+    case idNotAString
+    case emptyID
+    case hiddenNotABoolean(id: String)
+
+    public var description: String {
+        switch self {
+        case .notAnObject: "a record must be a JSON object"
+        case .missingID: "the record has no \"id\""
+        case .idNotAString: "\"id\" must be a string"
+        case .emptyID: "\"id\" must not be empty"
+        case .hiddenNotABoolean(let id): "record \"\(id)\": the reserved attribute \"hidden\" must be true or false"
+        }
+    }
+}

@@ -1,0 +1,40 @@
+/// The server's token format: `<epoch>.<version>`, e.g. `5f3c9a0e12ab34cd.42`.
+///
+/// Only the server reads it. Clients treat the token (the `ETag` without its quotes) as an
+/// opaque string, so the server may change this format at any time.
+public struct ServerToken: Hashable, Sendable, CustomStringConvertible {
+    /// 16 lowercase hex digits, random for each new collection store.
+    public var epoch: String
+    /// The collection version: 1 for the first commit, +1 for each commit after it.
+    public var version: UInt64
+
+    public init(epoch: String, version: UInt64) {
+        self.epoch = epoch
+        self.version = version
+    }
+
+    /// Parses a token; `nil` for anything not of this format (a client may send garbage).
+    public init?(_ text: some StringProtocol) {
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 2, Self.isEpoch(parts[0]),
+              parts[1].utf8.count <= 20, parts[1].utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
+              let version = UInt64(parts[1])
+        else { return nil }
+        self.epoch = String(parts[0])
+        self.version = version
+    }
+
+    public var description: String { "\(epoch).\(version)" }
+
+    /// Whether `text` is 16 lowercase hex digits.
+    public static func isEpoch(_ text: some StringProtocol) -> Bool {
+        text.utf8.count == 16 && text.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
+    }
+
+    /// A new random epoch.
+    public static func randomEpoch() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let hex = String(generator.next() as UInt64, radix: 16)
+        return String(repeating: "0", count: 16 - hex.utf8.count) + hex
+    }
+}

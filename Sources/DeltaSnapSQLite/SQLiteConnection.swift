@@ -1,0 +1,97 @@
+import CSQLite
+
+/// One connection to an SQLite database file.
+///
+/// A thin layer over the C API rather than GRDB: the hot loops (import, apply) run
+/// ~1.8× faster on raw prepared statements, and the client stays dependency-free for
+/// iOS apps (see `docs/ARCHITECTURE.md` for the measurement). Not thread-safe: use one
+/// connection per task or thread.
+///
+/// ```swift
+/// let db = try SQLiteConnection(path: "store.sqlite")
+/// try db.execute("CREATE TABLE IF NOT EXISTS t(x)")
+/// try db.transaction(.immediate) {
+///     let insert = try db.prepare("INSERT INTO t(x) VALUES (?)")
+///     try insert.bind(1, 42); try insert.run()
+/// }
+/// ```
+public final class SQLiteConnection {
+    let handle: OpaquePointer
+    public let path: String
+
+    public enum TransactionKind: String {
+        case deferred = "DEFERRED"
+        /// Takes the write lock at BEGIN: concurrent writers queue up instead of failing later.
+        case immediate = "IMMEDIATE"
+    }
+
+    /// Opens (and by default creates) the database at `path`, with a busy timeout so
+    /// concurrent writers wait for each other.
+    public init(path: String, readOnly: Bool = false, create: Bool = true, busyTimeoutMilliseconds: Int32 = 30_000) throws {
+        var db: OpaquePointer?
+        var flags = readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE
+        if create && !readOnly { flags |= SQLITE_OPEN_CREATE }
+        flags |= SQLITE_OPEN_NOMUTEX
+        let status = sqlite3_open_v2(path, &db, flags, nil)
+        guard status == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close(db)
+            throw SQLiteError(code: status, message: "\(path): \(message)")
+        }
+        handle = db
+        self.path = path
+        sqlite3_busy_timeout(db, busyTimeoutMilliseconds)
+        sqlite3_extended_result_codes(db, 0)
+    }
+
+    deinit {
+        sqlite3_close_v2(handle)
+    }
+
+    /// Runs one or more statements that return no rows.
+    public func execute(_ sql: String) throws {
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        let status = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
+        if status != SQLITE_OK {
+            let message = errorMessage.map { String(cString: $0) } ?? lastErrorMessage
+            sqlite3_free(errorMessage)
+            throw SQLiteError(code: status, message: message, sql: sql)
+        }
+    }
+
+    /// Compiles `sql` into a reusable statement.
+    public func prepare(_ sql: String) throws -> SQLiteStatement {
+        var statement: OpaquePointer?
+        let status = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+        guard status == SQLITE_OK, let statement else { throw SQLiteError(code: status, message: lastErrorMessage, sql: sql) }
+        return SQLiteStatement(handle: statement, connection: self, sql: sql)
+    }
+
+    /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    public func transaction<T>(_ kind: TransactionKind = .deferred, _ body: () throws -> T) throws -> T {
+        try execute("BEGIN \(kind.rawValue)")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// The first column of the first row of `sql`, as an integer.
+    public func scalarInt(_ sql: String) throws -> Int64? {
+        let statement = try prepare(sql)
+        guard try statement.step() else { return nil }
+        return statement.isNull(0) ? nil : statement.int64(0)
+    }
+
+    /// Rows changed by the last INSERT, UPDATE or DELETE.
+    public var changes: Int { Int(sqlite3_changes(handle)) }
+
+    var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
+
+    /// The SQLite library version, e.g. "3.40.1".
+    public static var libraryVersion: String { String(cString: sqlite3_libversion()) }
+}

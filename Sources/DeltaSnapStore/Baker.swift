@@ -1,0 +1,132 @@
+import Crypto
+import DeltaSnapCore
+import Foundation
+
+/// One collection's entry in `manifest.json`.
+public struct ManifestEntry: Sendable, Equatable {
+    public var collection: String
+    public var token: String
+    public var lastModified: String
+    public var count: Int
+    public var checksum: String
+    /// Size of the `.snapshot` file in bytes.
+    public var bytes: Int
+    /// SHA-256 of the `.snapshot` file, lowercase hex.
+    public var sha256: String
+
+    var json: JSONValue {
+        .object([
+            JSONMember("bytes", .number(String(bytes))),
+            JSONMember("checksum", .string(checksum)),
+            JSONMember("count", .number(String(count))),
+            JSONMember("file", .string(Snapshot.fileName(for: collection))),
+            JSONMember("lastModified", .string(lastModified)),
+            JSONMember("sha256", .string(sha256)),
+            JSONMember("token", .string(token)),
+        ])
+    }
+}
+
+/// Bakes a collection into a deterministic, gzip-compressed snapshot file plus a manifest.
+///
+/// The same store state always gives byte-identical files: records in id order, a fixed
+/// body layout, and a gzip header with no time or name. Records are streamed from SQLite
+/// through zlib to disk, so a million records use bounded memory.
+///
+/// ```swift
+/// let entry = try Baker.bake(store: store, collection: "countries", into: "Snapshots")
+/// print(entry.sha256, entry.bytes)
+/// ```
+public enum Baker {
+    public static let manifestName = "manifest.json"
+
+    /// Writes `DIRECTORY/COLLECTION.snapshot` (atomically, via a temporary file and a
+    /// rename) and updates `DIRECTORY/manifest.json`.
+    @discardableResult
+    public static func bake(store: Store, collection: String, into directory: String, level: Int32 = 6) throws -> ManifestEntry {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let finalPath = (directory as NSString).appendingPathComponent(Snapshot.fileName(for: collection))
+        let temporaryPath = finalPath + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
+        guard FileManager.default.createFile(atPath: temporaryPath, contents: nil),
+              let file = FileHandle(forWritingAtPath: temporaryPath)
+        else { throw FileError(path: temporaryPath, reason: "cannot be created") }
+        var succeeded = false
+        defer {
+            try? file.close()
+            if !succeeded { try? FileManager.default.removeItem(atPath: temporaryPath) }
+        }
+
+        var sha = SHA256()
+        var size = 0
+        func emit(_ bytes: inout [UInt8]) throws {
+            guard !bytes.isEmpty else { return }
+            sha.update(data: bytes)
+            size += bytes.count
+            try file.write(contentsOf: bytes)
+            bytes.removeAll(keepingCapacity: true)
+        }
+
+        let header: BodyHeader = try store.read { reader in
+            guard let head = try reader.head(of: collection) else { throw StoreError.unknownCollection(collection) }
+            let header = BodyHeader(
+                collection: collection, kind: .full, token: head.token.description,
+                lastModified: head.lastModified, checksum: head.checksum, count: head.count)
+            var encoder = BodyEncoder(header: header)
+            let compressor = try GzipCompressor(level: level)
+            var plain = encoder.start()
+            var compressed: [UInt8] = []
+            compressed.reserveCapacity(128 * 1024)
+            try reader.forEachVisibleRecord(in: collection) { bytes in
+                encoder.appendCanonical(bytes, into: &plain)
+                if plain.count >= 64 * 1024 {
+                    compressor.compress(plain, into: &compressed)
+                    plain.removeAll(keepingCapacity: true)
+                    if compressed.count >= 64 * 1024 { try emit(&compressed) }
+                }
+            }
+            encoder.finish(into: &plain)
+            compressor.compress(plain, into: &compressed)
+            compressor.finish(into: &compressed)
+            try emit(&compressed)
+            return header
+        }
+        try file.synchronize()
+        try file.close()
+        if FileManager.default.fileExists(atPath: finalPath) { try FileManager.default.removeItem(atPath: finalPath) }
+        try FileManager.default.moveItem(atPath: temporaryPath, toPath: finalPath)
+        succeeded = true
+
+        let entry = ManifestEntry(
+            collection: collection, token: header.token, lastModified: header.lastModified, count: header.count,
+            checksum: header.checksum.description, bytes: size,
+            sha256: sha.finalize().map { String(format: "%02x", $0) }.joined())
+        try updateManifest(in: directory, with: entry)
+        return entry
+    }
+
+    /// Replaces `entry`'s collection in the manifest, keeping the others, sorted by name.
+    static func updateManifest(in directory: String, with entry: ManifestEntry) throws {
+        let path = (directory as NSString).appendingPathComponent(manifestName)
+        var collections: [String: JSONValue] = [:]
+        if let existing = FileManager.default.contents(atPath: path) {
+            let value = try JSONReader(bytes: [UInt8](existing)).readValue()
+            if case .object(let members)? = value["collections"] {
+                for member in members { collections[member.key] = member.value }
+            }
+        }
+        collections[entry.collection] = entry.json
+        // One collection per line: deterministic, and a diff shows which collection changed.
+        var out = Array("{\"format\":1,\"collections\":{\n".utf8)
+        for (index, name) in collections.keys.sorted(by: { $0.utf8Precedes($1) }).enumerated() {
+            if index > 0 { out.append(contentsOf: Array(",\n".utf8)) }
+            CanonicalJSON.writeString(name, into: &out)
+            out.append(UInt8(ascii: ":"))
+            CanonicalJSON.write(collections[name]!, into: &out)
+        }
+        out.append(contentsOf: Array("\n}}\n".utf8))
+        let temporary = path + ".tmp"
+        try Data(out).write(to: URL(fileURLWithPath: temporary))
+        if FileManager.default.fileExists(atPath: path) { try FileManager.default.removeItem(atPath: path) }
+        try FileManager.default.moveItem(atPath: temporary, toPath: path)
+    }
+}

@@ -1,0 +1,36 @@
+import DeltaSnapCore
+
+/// The state of a collection at its newest committed version.
+///
+/// ```swift
+/// if let head = try store.head(of: "countries") {
+///     print(head.token, head.count, head.checksum)   // 5f3c9a0e12ab34cd.3 249 9f3c…
+/// }
+/// ```
+public struct CollectionHead: Sendable, Equatable {
+    public var name: String
+    /// Random per collection store; tokens of another epoch get a full body.
+    public var epoch: String
+    /// The newest committed version (1 for the first commit).
+    public var version: UInt64
+    public var checksum: StateChecksum
+    /// Visible records.
+    public var count: Int
+    /// Seconds since 1970 of the newest commit.
+    public var committedAt: Int64
+    /// Versions below this were compacted: their tokens get a full body.
+    public var floor: UInt64
+
+    public var token: ServerToken { ServerToken(epoch: epoch, version: version) }
+    public var lastModified: String { HTTPDate.format(committedAt) }
+
+    public init(name: String, epoch: String, version: UInt64, checksum: StateChecksum, count: Int, committedAt: Int64, floor: UInt64) {
+        self.name = name
+        self.epoch = epoch
+        self.version = version
+        self.checksum = checksum
+        self.count = count
+        self.committedAt = committedAt
+        self.floor = floor
+    }
+}

@@ -1,0 +1,185 @@
+import DeltaSnapCore
+import DeltaSnapSQLite
+
+/// What one write did.
+public struct WriteResult: Sendable, Equatable {
+    public var collection: String
+    /// Whether a new version was committed (false when nothing changed).
+    public var committed: Bool
+    /// The collection's head after the write.
+    public var head: CollectionHead?
+    /// Records added or changed.
+    public var upserted: Int
+    /// Records hidden.
+    public var hidden: Int
+    /// Records given that were already in that state.
+    public var unchanged: Int
+
+    public var token: ServerToken? { head?.token }
+}
+
+/// Puts records into one collection inside a write transaction; see ``Store/write(to:_:)``.
+///
+/// Only records whose canonical bytes change are written, with the new version; unchanged
+/// ones keep theirs, so writing the same data again creates no version.
+public final class CollectionWriter {
+    public let collection: String
+    /// The version this write commits as.
+    public let version: UInt64
+
+    private let db: SQLiteConnection
+    private let cid: Int64
+    private let configuration: StoreConfiguration
+    private var previous: CollectionHead?
+    private var checksum: StateChecksum
+    private var visibleCount: Int
+    private var seen = Set<String>()
+    private var upserted = 0
+    private var hidden = 0
+    private var unchanged = 0
+
+    private let lookup: SQLiteStatement
+    private let upsert: SQLiteStatement
+
+    init(db: SQLiteConnection, collection: String, configuration: StoreConfiguration) throws {
+        self.db = db
+        self.collection = collection
+        self.configuration = configuration
+        let reader = StoreReader(db: db)
+        if let head = try reader.head(of: collection) {
+            previous = head
+            let select = try db.prepare("SELECT cid FROM collections WHERE name = ?")
+            try select.bind(1, collection)
+            _ = try select.step()
+            cid = select.int64(0)
+            select.reset()
+            checksum = head.checksum
+            visibleCount = head.count
+            version = head.version + 1
+        } else {
+            // Created inside this transaction: rolled back with it if nothing is committed.
+            let insert = try db.prepare("INSERT INTO collections(name, epoch, head, checksum, visible) VALUES (?, ?, 0, 0, 0)")
+            try insert.bind(1, collection)
+            try insert.bind(2, configuration.epochForNewCollections ?? ServerToken.randomEpoch())
+            try insert.run()
+            cid = try db.scalarInt("SELECT last_insert_rowid()") ?? 0
+            checksum = .empty
+            visibleCount = 0
+            version = 1
+        }
+        lookup = try db.prepare("SELECT hidden, hash, body FROM records WHERE cid = ? AND id = ?")
+        upsert = try db.prepare("""
+            INSERT INTO records(cid, id, version, hidden, hash, body) VALUES (?, ?, ?, ?, ?, ?)
+            ON CONFLICT(cid, id) DO UPDATE SET
+                version = excluded.version, hidden = excluded.hidden, hash = excluded.hash, body = excluded.body
+            """)
+    }
+
+    /// Adds, changes, hides or un-hides one record. Throws ``StoreError/duplicateID(_:)``
+    /// when the same id was already put in this write.
+    public func put(_ record: Record) throws {
+        guard seen.insert(record.id).inserted else { throw StoreError.duplicateID(record.id) }
+        try lookup.bind(1, cid)
+        try lookup.bind(2, record.id)
+        var existing: (hidden: Bool, hash: UInt64, same: Bool)?
+        if try lookup.step() {
+            let same = lookup.withBlob(2) { stored in
+                stored.elementsEqual(record.bytes)
+            }
+            existing = (lookup.bool(0), lookup.uint64(1), same)
+            lookup.reset()
+        }
+        if let existing, existing.same {
+            unchanged += 1
+            return
+        }
+        if record.isHidden {
+            // Hiding what is not there is a no-op, not a tombstone to send.
+            guard let existing, !existing.hidden else {
+                unchanged += 1
+                return
+            }
+            checksum.remove(hash: existing.hash)
+            visibleCount -= 1
+            hidden += 1
+            try write(record, hash: 0)
+        } else {
+            let hash = record.hash
+            if let existing, !existing.hidden {
+                checksum.remove(hash: existing.hash)
+            } else {
+                visibleCount += 1
+            }
+            checksum.add(hash: hash)
+            upserted += 1
+            try write(record, hash: hash)
+        }
+    }
+
+    private func write(_ record: Record, hash: UInt64) throws {
+        try upsert.bind(1, cid)
+        try upsert.bind(2, record.id)
+        try upsert.bind(3, version)
+        try upsert.bind(4, record.isHidden)
+        try upsert.bind(5, hash)
+        try upsert.bind(6, blob: record.bytes)
+        try upsert.run()
+    }
+
+    /// Hides every visible record not put in this write (a full replace). Pages through the
+    /// visible ids so memory stays bounded however many records are hidden.
+    public func hideRecordsNotPut() throws {
+        let page = try db.prepare("SELECT id FROM records WHERE cid = ? AND hidden = 0 AND id > ? ORDER BY id LIMIT 10000")
+        var after = ""
+        while true {
+            try page.bind(1, cid)
+            try page.bind(2, after)
+            var absent: [String] = []
+            var last: String?
+            while try page.step() {
+                let id = page.string(0)
+                last = id
+                if !seen.contains(id) { absent.append(id) }
+            }
+            guard let last else { return }
+            after = last
+            for id in absent {
+                seen.remove(id)  // put() refuses ids already seen
+                try put(Record.tombstone(id: id))
+            }
+        }
+    }
+
+    /// Records the version when anything changed; called by ``Store/write(to:_:)``.
+    func commit() throws -> WriteResult {
+        guard upserted + hidden > 0 else {
+            // Nothing changed: no version. Throwing would roll back, but a no-op write is
+            // not an error, so undo the possible collection creation explicitly.
+            if previous == nil {
+                let delete = try db.prepare("DELETE FROM collections WHERE cid = ?")
+                try delete.bind(1, cid)
+                try delete.run()
+            }
+            return WriteResult(collection: collection, committed: false, head: previous, upserted: 0, hidden: 0, unchanged: unchanged)
+        }
+        // Commit times never go backwards, so the version <-> time map stays monotone
+        // for If-Modified-Since even if the clock steps back.
+        let committedAt = max(configuration.commitTime(), previous?.committedAt ?? Int64.min)
+        let recordVersion = try db.prepare("INSERT INTO versions(cid, version, committed_at) VALUES (?, ?, ?)")
+        try recordVersion.bind(1, cid)
+        try recordVersion.bind(2, version)
+        try recordVersion.bind(3, committedAt)
+        try recordVersion.run()
+        let updateHead = try db.prepare("UPDATE collections SET head = ?, checksum = ?, visible = ? WHERE cid = ?")
+        try updateHead.bind(1, version)
+        try updateHead.bind(2, checksum.value)
+        try updateHead.bind(3, visibleCount)
+        try updateHead.bind(4, cid)
+        try updateHead.run()
+        let epoch = try previous?.epoch ?? StoreReader(db: db).head(of: collection)?.epoch ?? ""
+        let head = CollectionHead(
+            name: collection, epoch: epoch,
+            version: version, checksum: checksum, count: visibleCount, committedAt: committedAt, floor: previous?.floor ?? 0)
+        return WriteResult(collection: collection, committed: true, head: head, upserted: upserted, hidden: hidden, unchanged: unchanged)
+    }
+}

@@ -1,0 +1,97 @@
+import DeltaSnapCore
+
+/// A bad input line: where it is and why, as `FILE:LINE: reason`.
+public struct ImportError: Error, Equatable, Sendable, CustomStringConvertible {
+    public var source: String
+    public var line: Int
+    public var reason: String
+
+    public init(source: String, line: Int, reason: String) {
+        self.source = source
+        self.line = line
+        self.reason = reason
+    }
+
+    public var description: String { "\(source):\(line): \(reason)" }
+}
+
+/// Imports NDJSON or a JSON array of records into a collection as one version.
+///
+/// The input is streamed and diffed against the stored state; only records whose canonical
+/// bytes change are written. Any bad record aborts the whole import: nothing is committed.
+///
+/// ```swift
+/// let result = try Importer(store: store, collection: "countries", replace: true)
+///     .run(source: try ChunkSources.file(at: "countries.ndjson"), name: "countries.ndjson")
+/// print(result.upserted, result.hidden, result.token ?? "no change")
+/// ```
+public struct Importer {
+    public var store: Store
+    public var collection: String
+    /// Hide every stored record the input does not mention.
+    public var replace: Bool
+    /// Called every `progressInterval` records with the number read so far.
+    public var progress: ((Int) -> Void)?
+    public var progressInterval = 100_000
+
+    public init(store: Store, collection: String, replace: Bool = false, progress: ((Int) -> Void)? = nil) {
+        self.store = store
+        self.collection = collection
+        self.replace = replace
+        self.progress = progress
+    }
+
+    /// Reads every record from `source` (named `name` in errors) and commits them.
+    public func run(source: @escaping ChunkSource, name: String) throws -> WriteResult {
+        let reader = JSONReader(nextChunk: source)
+        return try store.write(to: collection) { writer in
+            var line = 1
+            var read = 0
+            func fail(_ reason: String, at errorLine: Int? = nil) -> ImportError {
+                ImportError(source: name, line: errorLine ?? line, reason: reason)
+            }
+            func putNext() throws {
+                try reader.skipWhitespace()
+                line = reader.line
+                let value: JSONValue
+                do { value = try reader.readValue() } catch let error as JSONParseError { throw fail(error.reason, at: error.line) }
+                do {
+                    try writer.put(try Record(parsing: value))
+                } catch let error as RecordError {
+                    throw fail(error.description)
+                } catch let error as StoreError {
+                    throw fail(error.description)
+                }
+                read += 1
+                if read % progressInterval == 0 { progress?(read) }
+            }
+            do {
+                if try reader.peekSignificantByte() == UInt8(ascii: "[") {
+                    // A JSON array of records.
+                    try reader.expect(UInt8(ascii: "["))
+                    if try reader.peekSignificantByte() == UInt8(ascii: "]") {
+                        try reader.expect(UInt8(ascii: "]"))
+                    } else {
+                        while true {
+                            try putNext()
+                            if try reader.peekSignificantByte() == UInt8(ascii: "]") {
+                                try reader.expect(UInt8(ascii: "]"))
+                                break
+                            }
+                            try reader.expect(UInt8(ascii: ","))
+                        }
+                    }
+                    guard try reader.isAtEnd() else { throw fail("unexpected data after the JSON array", at: reader.line) }
+                } else {
+                    // NDJSON: one record per line (any whitespace between records is accepted).
+                    while try !reader.isAtEnd() {
+                        try putNext()
+                    }
+                }
+            } catch let error as JSONParseError {
+                throw fail(error.reason, at: error.line)
+            }
+            if replace { try writer.hideRecordsNotPut() }
+        }
+    }
+}

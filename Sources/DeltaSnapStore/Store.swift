@@ -1,0 +1,128 @@
+import DeltaSnapCore
+import DeltaSnapSQLite
+
+/// The server-side source of truth: versioned collections of JSON records in one SQLite
+/// file (WAL mode).
+///
+/// Every committed write creates exactly one new version of one collection, assigned inside
+/// the write transaction (`BEGIN IMMEDIATE`), so commit order is version order and no reader
+/// sees version v+1 without v. A `Store` is one connection: open one per task or process.
+///
+/// ```swift
+/// let store = try Store(path: "deltasnap.sqlite")
+/// let result = try store.write(to: "countries") { writer in
+///     try writer.put(try Record(json: Array(#"{"id":"AD","name":"Andorra"}"#.utf8)))
+/// }
+/// print(result.token)   // 5f3c9a0e12ab34cd.1
+/// ```
+public final class Store {
+    public let path: String
+    public let configuration: StoreConfiguration
+    let db: SQLiteConnection
+
+    static let schemaVersion: Int64 = 1
+
+    public init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false) throws {
+        if let epoch = configuration.epochForNewCollections, !ServerToken.isEpoch(epoch) {
+            throw StoreError.invalidEpoch(epoch)
+        }
+        self.path = path
+        self.configuration = configuration
+        db = try SQLiteConnection(path: path, readOnly: readOnly)
+        try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA temp_store=FILE")
+        if !readOnly { try migrate() }
+    }
+
+    private func migrate() throws {
+        let version = try db.scalarInt("PRAGMA user_version") ?? 0
+        if version == Self.schemaVersion { return }
+        guard version == 0 else {
+            throw StoreError.notADeltaSnapStore(path: path, reason: "schema version \(version) is not \(Self.schemaVersion)")
+        }
+        try db.transaction(.immediate) {
+            try db.execute("""
+                CREATE TABLE IF NOT EXISTS collections(
+                    cid INTEGER PRIMARY KEY,
+                    name TEXT NOT NULL UNIQUE,
+                    epoch TEXT NOT NULL,
+                    head INTEGER NOT NULL,
+                    checksum INTEGER NOT NULL,
+                    visible INTEGER NOT NULL,
+                    floor INTEGER NOT NULL DEFAULT 0
+                );
+                CREATE TABLE IF NOT EXISTS records(
+                    cid INTEGER NOT NULL,
+                    id TEXT NOT NULL,
+                    version INTEGER NOT NULL,
+                    hidden INTEGER NOT NULL,
+                    hash INTEGER NOT NULL,
+                    body BLOB NOT NULL,
+                    PRIMARY KEY(cid, id)
+                ) WITHOUT ROWID;
+                CREATE INDEX IF NOT EXISTS records_by_version ON records(cid, version);
+                CREATE TABLE IF NOT EXISTS versions(
+                    cid INTEGER NOT NULL,
+                    version INTEGER NOT NULL,
+                    committed_at INTEGER NOT NULL,
+                    PRIMARY KEY(cid, version)
+                ) WITHOUT ROWID;
+                CREATE INDEX IF NOT EXISTS versions_by_time ON versions(cid, committed_at);
+                PRAGMA user_version = \(Self.schemaVersion);
+                """)
+        }
+    }
+
+    // MARK: - Heads
+
+    /// Every collection's head, sorted by name.
+    public func collections() throws -> [CollectionHead] {
+        try read { try $0.collections() }
+    }
+
+    /// The head of `name`, or `nil` when it does not exist.
+    public func head(of name: String) throws -> CollectionHead? {
+        try read { try $0.head(of: name) }
+    }
+
+    // MARK: - Transactions
+
+    /// Runs `body` in one read transaction: everything it reads comes from one consistent
+    /// state of the store, whatever writers commit meanwhile (WAL snapshot isolation).
+    public func read<T>(_ body: (StoreReader) throws -> T) throws -> T {
+        try db.transaction(.deferred) {
+            try body(StoreReader(db: db))
+        }
+    }
+
+    /// Commits one new version of `collection` holding what `body` put, or nothing at all
+    /// when nothing changed (no version is created) or when `body` throws (rolled back).
+    /// The collection is created by its first commit.
+    public func write(to collection: String, _ body: (CollectionWriter) throws -> Void) throws -> WriteResult {
+        try CollectionName.validate(collection)
+        return try db.transaction(.immediate) {
+            let writer = try CollectionWriter(db: db, collection: collection, configuration: configuration)
+            try body(writer)
+            return try writer.commit()
+        }
+    }
+
+    /// Deletes tombstones of versions up to `version` and raises the collection's floor:
+    /// clients holding an older token get a full body from then on.
+    @discardableResult
+    public func compact(_ collection: String, throughVersion version: UInt64) throws -> Int {
+        try db.transaction(.immediate) {
+            guard let head = try StoreReader(db: db).head(of: collection) else { throw StoreError.unknownCollection(collection) }
+            let target = min(version, head.version)
+            let delete = try db.prepare("DELETE FROM records WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND hidden = 1 AND version <= ?")
+            try delete.bind(1, collection)
+            try delete.bind(2, target)
+            try delete.run()
+            let removed = db.changes
+            let update = try db.prepare("UPDATE collections SET floor = max(floor, ?) WHERE name = ?")
+            try update.bind(1, target + 1)
+            try update.bind(2, collection)
+            try update.run()
+            return removed
+        }
+    }
+}

@@ -1,0 +1,36 @@
+import Foundation
+
+/// Settings that make a store's history reproducible.
+///
+/// A store built afresh in CI would otherwise get a random epoch and the current time for
+/// each commit, so a bake of the same data would differ from yesterday's.
+///
+/// ```swift
+/// // What `deltasnap` does with SOURCE_DATE_EPOCH and DELTASNAP_EPOCH set:
+/// let store = try Store(path: "build.sqlite",
+///                       configuration: .init(epochForNewCollections: "00000000000000a1",
+///                                            fixedCommitTime: 1_700_000_000))
+/// ```
+public struct StoreConfiguration: Sendable, Equatable {
+    /// The epoch a new collection gets instead of a random one (16 lowercase hex digits).
+    public var epochForNewCollections: String?
+    /// Seconds since 1970 recorded for every commit instead of the clock's time
+    /// (the reproducible-builds.org `SOURCE_DATE_EPOCH` convention).
+    public var fixedCommitTime: Int64?
+
+    public init(epochForNewCollections: String? = nil, fixedCommitTime: Int64? = nil) {
+        self.epochForNewCollections = epochForNewCollections
+        self.fixedCommitTime = fixedCommitTime
+    }
+
+    /// Reads `SOURCE_DATE_EPOCH` and `DELTASNAP_EPOCH` from the environment.
+    public static func fromEnvironment(_ environment: [String: String] = ProcessInfo.processInfo.environment) -> StoreConfiguration {
+        StoreConfiguration(
+            epochForNewCollections: environment["DELTASNAP_EPOCH"].flatMap { $0.isEmpty ? nil : $0 },
+            fixedCommitTime: environment["SOURCE_DATE_EPOCH"].flatMap { Int64($0) })
+    }
+
+    func commitTime() -> Int64 {
+        fixedCommitTime ?? Int64(Date().timeIntervalSince1970)
+    }
+}

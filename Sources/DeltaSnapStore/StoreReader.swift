@@ -1,0 +1,109 @@
+import DeltaSnapCore
+import DeltaSnapSQLite
+
+/// Reads from a store inside one read transaction (see ``Store/read(_:)``).
+///
+/// Records are handed out as canonical bytes that are valid only inside the callback, so
+/// a million records stream through without being copied or held.
+public struct StoreReader {
+    let db: SQLiteConnection
+
+    /// Every collection's head, sorted by name.
+    public func collections() throws -> [CollectionHead] {
+        let statement = try db.prepare(Self.headSQL + " ORDER BY c.name")
+        var heads: [CollectionHead] = []
+        while try statement.step() { heads.append(Self.head(from: statement)) }
+        return heads
+    }
+
+    /// The head of `name`, or `nil` when it does not exist.
+    public func head(of name: String) throws -> CollectionHead? {
+        let statement = try db.prepare(Self.headSQL + " WHERE c.name = ?")
+        try statement.bind(1, name)
+        guard try statement.step() else { return nil }
+        let head = Self.head(from: statement)
+        statement.reset()
+        return head
+    }
+
+    private static let headSQL = """
+        SELECT c.name, c.epoch, c.head, c.checksum, c.visible, c.floor,
+               (SELECT v.committed_at FROM versions v WHERE v.cid = c.cid AND v.version = c.head)
+        FROM collections c
+        """
+
+    private static func head(from statement: SQLiteStatement) -> CollectionHead {
+        CollectionHead(
+            name: statement.string(0), epoch: statement.string(1), version: statement.uint64(2),
+            checksum: StateChecksum(value: statement.uint64(3)), count: Int(statement.int64(4)),
+            committedAt: statement.int64(6), floor: statement.uint64(5))
+    }
+
+    /// Calls `body` with each visible record's canonical bytes, sorted by id.
+    public func forEachVisibleRecord(in collection: String, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+        let statement = try db.prepare("""
+            SELECT r.body FROM records r
+            WHERE r.cid = (SELECT cid FROM collections WHERE name = ?) AND r.hidden = 0
+            ORDER BY r.id
+            """)
+        try statement.bind(1, collection)
+        while try statement.step() {
+            try statement.withBlob(0, body)
+        }
+    }
+
+    /// How many records changed or were hidden after `version` (an index range scan).
+    public func changeCount(in collection: String, after version: UInt64) throws -> Int {
+        let statement = try db.prepare("""
+            SELECT count(*) FROM records
+            WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND version > ?
+            """)
+        try statement.bind(1, collection)
+        try statement.bind(2, version)
+        _ = try statement.step()
+        defer { statement.reset() }
+        return Int(statement.int64(0))
+    }
+
+    /// Calls `body` with the canonical bytes of each record changed or hidden after
+    /// `version` (tombstones for hidden ones), in version order. The cost depends on the
+    /// number of changes, not on the collection's size.
+    public func forEachChange(in collection: String, after version: UInt64, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+        let statement = try db.prepare("""
+            SELECT body FROM records
+            WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND version > ?
+            ORDER BY version
+            """)
+        try statement.bind(1, collection)
+        try statement.bind(2, version)
+        while try statement.step() {
+            try statement.withBlob(0, body)
+        }
+    }
+
+    /// The first version of `collection` committed at or after `seconds` (for
+    /// `If-Modified-Since`), or `nil` when none was.
+    public func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) throws -> UInt64? {
+        let statement = try db.prepare("""
+            SELECT min(version) FROM versions
+            WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND committed_at >= ?
+            """)
+        try statement.bind(1, collection)
+        try statement.bind(2, seconds)
+        _ = try statement.step()
+        defer { statement.reset() }
+        return statement.isNull(0) ? nil : statement.uint64(0)
+    }
+
+    /// Recomputes the checksum and count of the visible state from every record (O(n));
+    /// tests compare it with the incrementally maintained head.
+    public func recomputedChecksum(of collection: String) throws -> (checksum: StateChecksum, count: Int) {
+        var checksum = StateChecksum.empty
+        var count = 0
+        try forEachVisibleRecord(in: collection) { bytes in
+            checksum.add(hash: XXH64.hash(bytes))
+            count += 1
+        }
+        return (checksum, count)
+    }
+}

@@ -1,0 +1,61 @@
+import ArgumentParser
+import DeltaSnapCore
+import DeltaSnapStore
+import Foundation
+
+struct ImportCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "import",
+        abstract: "Import NDJSON or a JSON array of records into a collection, as one new version.",
+        discussion: """
+            Each record is a JSON object with a string "id". Records are canonicalised and
+            diffed against the store: only records whose bytes changed are written, so
+            importing the same file twice creates no version. {"id":"X","hidden":true}
+            hides X. Any bad record aborts the whole import (FILE:LINE: reason on stderr,
+            exit 1) and nothing is committed.
+            """
+    )
+
+    @Option(name: .long, help: "Path of the SQLite store (created if missing).")
+    var db: String
+
+    @Option(name: .long, help: "Collection name: [a-z0-9][a-z0-9_-]{0,63}.")
+    var collection: String
+
+    @Flag(name: .long, help: "Hide every stored record that the input does not contain.")
+    var replace = false
+
+    @Flag(name: .long, help: "No progress lines on stderr.")
+    var quiet = false
+
+    @Argument(help: "NDJSON or JSON array file, or - for standard input.")
+    var file: String
+
+    func run() async throws {
+        try await reportingErrors {
+            try CollectionName.validate(collection)
+            let store = try Store(path: db, configuration: .fromEnvironment())
+            let started = ContinuousClock.now
+            let quiet = self.quiet
+            var importer = Importer(store: store, collection: collection, replace: replace)
+            importer.progress = { count in
+                if !quiet { printError("import: \(count) records read (\(rate(count, since: started)))") }
+            }
+            let source = file == "-" ? ChunkSources.standardInput() : try ChunkSources.file(at: file)
+            let result = try importer.run(source: source, name: file == "-" ? "<stdin>" : file)
+            let total = result.upserted + result.hidden + result.unchanged
+            if result.committed, let head = result.head {
+                print("\(collection): version \(head.version) (token \(head.token)): \(result.upserted) upserted, \(result.hidden) hidden, \(result.unchanged) unchanged; \(head.count) visible [\(rate(total, since: started))]")
+            } else {
+                print("\(collection): no change (\(result.unchanged) records already up to date)")
+            }
+        }
+    }
+}
+
+func rate(_ count: Int, since start: ContinuousClock.Instant) -> String {
+    let elapsed = ContinuousClock.now - start
+    let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    guard seconds > 0 else { return "\(count) records" }
+    return String(format: "%.2f s, %.0f records/s", seconds, Double(count) / seconds)
+}

@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "DeltaSnapStore", targets: ["DeltaSnapStore"]),
         .library(name: "DeltaSnapServer", targets: ["DeltaSnapServer"]),
         .library(name: "DeltaSnapClient", targets: ["DeltaSnapClient"]),
+        .library(name: "DeltaSnapSynthetic", targets: ["DeltaSnapSynthetic"]),
         .executable(name: "deltasnap", targets: ["deltasnap"]),
     ],
     dependencies: [
@@ -46,17 +47,19 @@ let package = Package(
         ),
         // What an app links: Foundation + SQLite only (no NIO, no Hummingbird), so it builds for iOS.
         .target(name: "DeltaSnapClient", dependencies: ["DeltaSnapCore", "DeltaSnapSQLite"]),
+        // Seeded synthetic records for tests, benchmarks and `deltasnap generate`.
+        .target(name: "DeltaSnapSynthetic", dependencies: ["DeltaSnapCore"]),
         .executableTarget(
             name: "deltasnap",
             dependencies: [
-                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapServer", "DeltaSnapClient",
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapSynthetic",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .target(
             name: "DeltaSnapTestSupport",
-            dependencies: ["DeltaSnapCore", "DeltaSnapStore"],
+            dependencies: ["DeltaSnapCore", "DeltaSnapStore", "DeltaSnapSynthetic", "DeltaSnapServer"],
             path: "Tests/DeltaSnapTestSupport"
         ),
         .testTarget(name: "DeltaSnapCoreTests", dependencies: ["DeltaSnapCore"]),

@@ -79,7 +79,8 @@ public final class JSONReader {
         return byte
     }
 
-    func error(_ reason: String) -> JSONParseError {
+    /// An error at the current position.
+    public func error(_ reason: String) -> JSONParseError {
         JSONParseError(line: line, offset: offset, reason: reason)
     }
 

@@ -18,6 +18,8 @@ public struct ServerToken: Hashable, Sendable, CustomStringConvertible {
         let parts = text.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 2, Self.isEpoch(parts[0]),
               parts[1].utf8.count <= 20, parts[1].utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
+              // No leading zeros: a parsed token must print back to the same bytes.
+              parts[1] == "0" || !parts[1].hasPrefix("0"),
               let version = UInt64(parts[1])
         else { return nil }
         self.epoch = String(parts[0])

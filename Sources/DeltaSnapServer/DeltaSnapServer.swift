@@ -1,1 +1,40 @@
-import DeltaSnapCore
+import Hummingbird
+import Logging
+
+/// Runs a DeltaSnap server: the routes of ``DeltaSnapService`` on Hummingbird, plus the
+/// watcher that notices other processes' commits.
+///
+/// ```swift
+/// let server = try DeltaSnapServer(configuration: .init(databasePath: "deltasnap.sqlite", writeToken: "s3cret"))
+/// try await server.run(host: "127.0.0.1", port: 8080)   // until SIGINT or SIGTERM
+/// ```
+public struct DeltaSnapServer: Sendable {
+    public let service: DeltaSnapService
+    public var logger: Logger
+
+    public init(configuration: DeltaSnapServerConfiguration, logger: Logger = Logger(label: "deltasnap")) throws {
+        service = try DeltaSnapService(configuration: configuration)
+        self.logger = logger
+    }
+
+    /// Serves until SIGINT/SIGTERM (graceful: in-flight responses finish) or until the
+    /// task is cancelled. `onRunning` receives the bound port (useful with port 0).
+    public func run(host: String, port: Int, handleSignals: Bool = true, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
+        let router = Router()
+        service.addRoutes(to: router)
+        let app = Application(
+            router: router,
+            configuration: .init(address: .hostname(host, port: port), serverName: nil),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) },
+            logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await service.watchForChanges() }
+            group.addTask {
+                if handleSignals { try await app.runService() } else { try await app.run() }
+            }
+            // Whichever ends first (the server, normally) ends the other.
+            try await group.next()
+            group.cancelAll()
+        }
+    }
+}

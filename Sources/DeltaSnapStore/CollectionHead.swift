@@ -18,7 +18,7 @@ public struct CollectionHead: Sendable, Equatable {
     public var count: Int
     /// Seconds since 1970 of the newest commit.
     public var committedAt: Int64
-    /// Versions below this were compacted: their tokens get a full body.
+    /// Tokens of a version below this may have missed a compacted tombstone: they get a full body.
     public var floor: UInt64
 
     public var token: ServerToken { ServerToken(epoch: epoch, version: version) }

@@ -47,6 +47,7 @@ public struct Importer {
         return try store.write(to: collection) { writer in
             var line = 1
             var read = 0
+            var isArray = false
             func fail(_ reason: String, at errorLine: Int? = nil) -> ImportError {
                 ImportError(source: name, line: errorLine ?? line, reason: reason)
             }
@@ -54,7 +55,13 @@ public struct Importer {
                 try reader.skipWhitespace()
                 line = reader.line
                 let value: JSONValue
-                do { value = try reader.readValue() } catch let error as JSONParseError { throw fail(error.reason, at: error.line) }
+                do {
+                    value = try reader.readValue()
+                } catch let error as JSONParseError {
+                    // An NDJSON record is one line: name that line even when the parser
+                    // only noticed the problem further on (an unclosed object).
+                    throw fail(error.reason, at: isArray ? error.line : line)
+                }
                 do {
                     try writer.put(try Record(parsing: value))
                 } catch let error as RecordError {
@@ -68,6 +75,7 @@ public struct Importer {
             do {
                 if try reader.peekSignificantByte() == UInt8(ascii: "[") {
                     // A JSON array of records.
+                    isArray = true
                     try reader.expect(UInt8(ascii: "["))
                     if try reader.peekSignificantByte() == UInt8(ascii: "]") {
                         try reader.expect(UInt8(ascii: "]"))

@@ -84,6 +84,12 @@ public final class Store {
         try read { try $0.head(of: name) }
     }
 
+    /// A number that changes whenever another connection commits to the file (SQLite's
+    /// `PRAGMA data_version`): a cheap way to notice outside writes.
+    public func dataVersion() throws -> Int64 {
+        try db.scalarInt("PRAGMA data_version") ?? 0
+    }
+
     // MARK: - Transactions
 
     /// Runs `body` in one read transaction: everything it reads comes from one consistent
@@ -106,8 +112,21 @@ public final class Store {
         }
     }
 
-    /// Deletes tombstones of versions up to `version` and raises the collection's floor:
-    /// clients holding an older token get a full body from then on.
+    /// Opens a read transaction that stays open until ``endRead()``: for a body streamed
+    /// across suspension points. Prefer ``read(_:)`` when the work is synchronous.
+    public func beginRead() throws -> StoreReader {
+        try db.execute("BEGIN DEFERRED")
+        return StoreReader(db: db)
+    }
+
+    /// Ends the transaction opened by ``beginRead()``.
+    public func endRead() {
+        try? db.execute("COMMIT")
+    }
+
+    /// Deletes tombstones of versions up to `version` and raises the collection's floor to
+    /// it: a client holding a token below the floor may have missed a deleted tombstone, so
+    /// it gets a full body from then on.
     @discardableResult
     public func compact(_ collection: String, throughVersion version: UInt64) throws -> Int {
         try db.transaction(.immediate) {
@@ -119,7 +138,7 @@ public final class Store {
             try delete.run()
             let removed = db.changes
             let update = try db.prepare("UPDATE collections SET floor = max(floor, ?) WHERE name = ?")
-            try update.bind(1, target + 1)
+            try update.bind(1, target)
             try update.bind(2, collection)
             try update.run()
             return removed

@@ -41,15 +41,19 @@ public struct StoreReader {
 
     /// Calls `body` with each visible record's canonical bytes, sorted by id.
     public func forEachVisibleRecord(in collection: String, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+        let cursor = try visibleRecords(in: collection)
+        while try cursor.next(body) {}
+    }
+
+    /// A cursor over the visible records' canonical bytes, sorted by id.
+    public func visibleRecords(in collection: String) throws -> RecordCursor {
         let statement = try db.prepare("""
-            SELECT r.body FROM records r
-            WHERE r.cid = (SELECT cid FROM collections WHERE name = ?) AND r.hidden = 0
-            ORDER BY r.id
+            SELECT body FROM records
+            WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND hidden = 0
+            ORDER BY id
             """)
         try statement.bind(1, collection)
-        while try statement.step() {
-            try statement.withBlob(0, body)
-        }
+        return RecordCursor(statement: statement)
     }
 
     /// How many records changed or were hidden after `version` (an index range scan).
@@ -69,6 +73,12 @@ public struct StoreReader {
     /// `version` (tombstones for hidden ones), in version order. The cost depends on the
     /// number of changes, not on the collection's size.
     public func forEachChange(in collection: String, after version: UInt64, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+        let cursor = try changes(in: collection, after: version)
+        while try cursor.next(body) {}
+    }
+
+    /// A cursor over the records changed or hidden after `version`, in version order.
+    public func changes(in collection: String, after version: UInt64) throws -> RecordCursor {
         let statement = try db.prepare("""
             SELECT body FROM records
             WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND version > ?
@@ -76,9 +86,7 @@ public struct StoreReader {
             """)
         try statement.bind(1, collection)
         try statement.bind(2, version)
-        while try statement.step() {
-            try statement.withBlob(0, body)
-        }
+        return RecordCursor(statement: statement)
     }
 
     /// The first version of `collection` committed at or after `seconds` (for
@@ -105,5 +113,25 @@ public struct StoreReader {
             count += 1
         }
         return (checksum, count)
+    }
+}
+
+/// Steps through records' canonical bytes one at a time (see ``StoreReader``).
+public final class RecordCursor {
+    private let statement: SQLiteStatement
+    private var finished = false
+
+    init(statement: SQLiteStatement) {
+        self.statement = statement
+    }
+
+    /// Calls `body` with the next record's bytes (valid only inside `body`); false at the end.
+    public func next(_ body: (UnsafeRawBufferPointer) throws -> Void) throws -> Bool {
+        guard !finished, try statement.step() else {
+            finished = true
+            return false
+        }
+        try statement.withBlob(0, body)
+        return true
     }
 }

@@ -3,7 +3,7 @@
 
 Source: https://salsa.debian.org/iso-codes-team/iso-codes (Debian package `iso-codes`),
 licence LGPL-2.1-or-later. One record per country; `id` is the alpha-2 code.
-Usage: python3 scripts/make-sample-countries.py > data/countries.ndjson
+Usage: python3 Snapshots/sample/make-countries.py > Snapshots/sample/countries.ndjson
 """
 import json
 

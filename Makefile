@@ -1,0 +1,55 @@
+# DeltaSnap — the verbs a newcomer needs. Every target installs missing system packages.
+SWIFT ?= swift
+DEBUG_BIN := .build/debug/deltasnap
+RELEASE_BIN := .build/release/deltasnap
+# Where `make run` keeps its embedded store.
+DB ?= var/deltasnap.sqlite
+HOST ?= 127.0.0.1
+PORT ?= 8080
+# Pinned so a fresh store baked from the same sample gives byte-identical snapshots.
+SAMPLE_EPOCH := 00000000005a3b1e
+SAMPLE_DATE := 1767225600
+
+.PHONY: deps build build-release run serve test snapshots check-snapshots clean help
+
+help:
+	@echo "make run        import the sample into $(DB) if absent, bake it, and serve it on $(HOST):$(PORT)"
+	@echo "make test       the whole test suite, and a check that the committed snapshots rebake identically"
+	@echo "make snapshots  rebake Snapshots/ from Snapshots/sample/ (reproducible)"
+
+deps:
+	@.ci/install-deps.sh
+
+build: deps
+	$(SWIFT) build --product deltasnap
+
+build-release: deps
+	$(SWIFT) build -c release --product deltasnap
+
+run: build-release
+	@mkdir -p $(dir $(DB))
+	@if [ ! -f $(DB) ]; then $(RELEASE_BIN) import --db $(DB) --collection countries Snapshots/sample/countries.ndjson; fi
+	$(RELEASE_BIN) bake --db $(DB) --collection countries --out var/snapshots
+	$(RELEASE_BIN) inspect var/snapshots/countries.snapshot
+
+test: deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test
+	$(MAKE) --no-print-directory check-snapshots
+
+# Bakes into a fresh temporary store, so the result depends only on the sample file.
+snapshots: build
+	@rm -rf var/snapshot-build && mkdir -p var/snapshot-build
+	SOURCE_DATE_EPOCH=$(SAMPLE_DATE) DELTASNAP_EPOCH=$(SAMPLE_EPOCH) \
+	  $(DEBUG_BIN) import --db var/snapshot-build/store.sqlite --collection countries Snapshots/sample/countries.ndjson
+	$(DEBUG_BIN) bake --db var/snapshot-build/store.sqlite --collection countries --out Snapshots
+	@rm -rf var/snapshot-build
+
+check-snapshots: snapshots
+	@if [ -n "$$(git status --porcelain -- Snapshots/)" ]; then \
+	  git status --short -- Snapshots/ >&2; \
+	  echo "Snapshots/ differs from a fresh rebake: run 'make snapshots' and commit the result." >&2; exit 1; fi
+	@echo "Snapshots/ is reproducible."
+
+clean:
+	rm -rf .build var

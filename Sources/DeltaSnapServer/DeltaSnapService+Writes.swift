@@ -1,0 +1,131 @@
+import DeltaSnapCore
+import DeltaSnapStore
+import Foundation
+import Hummingbird
+
+extension DeltaSnapService {
+    /// `PUT /v1/collections/{c}/records/{id}`: upsert one record.
+    func putRecord(_ request: Request, context: some RequestContext) async throws -> Response {
+        let (name, id) = try writeTarget(request, context: context, withID: true)
+        var request = request
+        let body = try await collect(&request)
+        let value: JSONValue
+        do {
+            let reader = JSONReader(bytes: body)
+            value = try reader.readValue()
+            guard try reader.isAtEnd() else { throw reader.error("unexpected data after the record") }
+        } catch let error as JSONParseError {
+            throw APIError(.badRequest, "invalid_json", "\(error)")
+        }
+        guard case .object(var members) = value else { throw APIError(.badRequest, "invalid_record", RecordError.notAnObject.description) }
+        if let existing = members.first(where: { $0.key == Record.idKey }) {
+            guard existing.value == .string(id!) else {
+                throw APIError(.badRequest, "id_mismatch", "the body's \"id\" must equal the id in the URL, \"\(id!)\"")
+            }
+        } else {
+            members.append(JSONMember(Record.idKey, .string(id!)))
+            members.sort { $0.key.utf8Precedes($1.key) }
+        }
+        let record: Record
+        do {
+            record = try Record(parsing: .object(members))
+        } catch {
+            throw APIError(.badRequest, "invalid_record", error.description)
+        }
+        return try commit(name) { try $0.put(record) }
+    }
+
+    /// `DELETE /v1/collections/{c}/records/{id}`: hide one record.
+    func deleteRecord(_ request: Request, context: some RequestContext) async throws -> Response {
+        let (name, id) = try writeTarget(request, context: context, withID: true)
+        return try commit(name) { try $0.put(Record.tombstone(id: id!)) }
+    }
+
+    /// `POST /v1/collections/{c}/records[?replace=true]`: a batch as one version.
+    func postRecords(_ request: Request, context: some RequestContext) async throws -> Response {
+        let (name, _) = try writeTarget(request, context: context, withID: false)
+        var request = request
+        let body = try await collect(&request)
+        let replace = request.uri.queryParameters.get("replace").map { $0 == "true" || $0 == "1" } ?? false
+        do {
+            let result = try writer.withStore { store in
+                try Importer(store: store, collection: name, replace: replace).run(source: ChunkSources.bytes(body), name: "body")
+            }
+            return written(result)
+        } catch let error as ImportError {
+            throw APIError(.badRequest, "invalid_record", "line \(error.line): \(error.reason)")
+        }
+    }
+
+    // MARK: - Helpers
+
+    /// Checks the bearer token and the names in the path.
+    private func writeTarget(_ request: Request, context: some RequestContext, withID: Bool) throws -> (String, String?) {
+        guard let expected = configuration.writeToken else {
+            throw APIError(.forbidden, "writes_disabled", "this server was started without a write token, so it accepts no writes")
+        }
+        let presented = request.headers[.authorization].flatMap { value -> String? in
+            let prefix = "Bearer "
+            return value.hasPrefix(prefix) ? String(value.dropFirst(prefix.count)) : nil
+        }
+        guard let presented, Self.constantTimeEqual(presented, expected) else {
+            throw APIError(.unauthorized, "unauthorized", "writes need the header 'Authorization: Bearer <write token>'",
+                           headers: [.wwwAuthenticate: "Bearer"])
+        }
+        let name = try context.parameters.require("name")
+        guard CollectionName.isValid(name) else { throw APIError.badCollectionName(name) }
+        guard withID else { return (name, nil) }
+        let rawID = try context.parameters.require("id")
+        let id = rawID.removingPercentEncoding ?? rawID
+        guard !id.isEmpty else { throw APIError(.badRequest, "invalid_record", RecordError.emptyID.description) }
+        return (name, id)
+    }
+
+    private func collect(_ request: inout Request) async throws -> [UInt8] {
+        do {
+            let buffer = try await request.collectBody(upTo: configuration.maximumWriteBodyBytes)
+            return Array(buffer.readableBytesView)
+        } catch let error as HTTPError where error.status == .contentTooLarge {
+            throw APIError(.contentTooLarge, "body_too_large", "the body is larger than this server's limit of \(configuration.maximumWriteBodyBytes) bytes; split the batch")
+        }
+    }
+
+    private func commit(_ name: String, _ body: (CollectionWriter) throws -> Void) throws -> Response {
+        do {
+            return written(try writer.withStore { try $0.write(to: name, body) })
+        } catch let error as StoreError {
+            throw APIError(.badRequest, "invalid_record", error.description)
+        }
+    }
+
+    private func written(_ result: WriteResult) -> Response {
+        if let head = result.head { heads.update(head) }
+        var members = [
+            JSONMember("collection", .string(result.collection)),
+            JSONMember("committed", .bool(result.committed)),
+            JSONMember("hidden", .number(String(result.hidden))),
+            JSONMember("unchanged", .number(String(result.unchanged))),
+            JSONMember("upserted", .number(String(result.upserted))),
+        ]
+        var headers: HTTPFields = [.contentType: "application/json"]
+        if let head = result.head {
+            members.append(JSONMember("token", .string(head.token.description)))
+            members.append(JSONMember("version", .number(String(head.version))))
+            headers[.eTag] = "\"\(head.token)\""
+        }
+        members.sort { $0.key.utf8Precedes($1.key) }
+        var out = CanonicalJSON.bytes(.object(members))
+        out.append(UInt8(ascii: "\n"))
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: out)))
+    }
+
+    static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8)
+        let y = Array(b.utf8)
+        var difference = x.count ^ y.count
+        for index in 0..<max(x.count, y.count) {
+            difference |= Int((index < x.count ? x[index] : 0) ^ (index < y.count ? y[index] : 0))
+        }
+        return difference == 0
+    }
+}

@@ -1,0 +1,125 @@
+import DeltaSnapCore
+import DeltaSnapStore
+import Foundation
+import Hummingbird
+import Logging
+
+/// Settings of a DeltaSnap server.
+public struct DeltaSnapServerConfiguration: Sendable {
+    /// The SQLite store (created if missing).
+    public var databasePath: String
+    /// The bearer token the write API requires; `nil` disables writes (403).
+    public var writeToken: String?
+    /// The largest write body accepted (413 above).
+    public var maximumWriteBodyBytes: Int
+    /// Collections up to this many records keep their full gzip body in memory, built once
+    /// per version; larger ones are streamed from SQLite so memory stays bounded.
+    public var fullBodyCacheMaximumRecords: Int
+    /// How often to look for commits made by other processes (e.g. `deltasnap import`).
+    public var changePollInterval: Duration
+
+    public init(
+        databasePath: String, writeToken: String? = nil, maximumWriteBodyBytes: Int = 32 * 1024 * 1024,
+        fullBodyCacheMaximumRecords: Int = 100_000, changePollInterval: Duration = .milliseconds(100)
+    ) {
+        self.databasePath = databasePath
+        self.writeToken = writeToken
+        self.maximumWriteBodyBytes = maximumWriteBodyBytes
+        self.fullBodyCacheMaximumRecords = fullBodyCacheMaximumRecords
+        self.changePollInterval = changePollInterval
+    }
+}
+
+/// The DeltaSnap endpoints and their state (heads in memory, cached full bodies, read
+/// connections, the writer). Mount them in your own Hummingbird app with ``addRoutes(to:)``.
+///
+/// ```swift
+/// let service = try DeltaSnapService(configuration: .init(databasePath: "deltasnap.sqlite"))
+/// let router = Router()
+/// service.addRoutes(to: router)
+/// let app = Application(router: router, services: [service.changeWatcher])
+/// try await app.runService()
+/// ```
+public final class DeltaSnapService: Sendable {
+    public let configuration: DeltaSnapServerConfiguration
+    public let metrics = ServerMetrics()
+    let heads: HeadCache
+    let pool: StorePool
+    let fullBodies = FullBodyCache()
+    let writer: LockedStore
+
+    public init(configuration: DeltaSnapServerConfiguration) throws {
+        self.configuration = configuration
+        // The writer creates the schema, so read-only connections can open the file.
+        writer = LockedStore(try Store(path: configuration.databasePath, configuration: .fromEnvironment()))
+        heads = try HeadCache(path: configuration.databasePath)
+        pool = StorePool(path: configuration.databasePath)
+    }
+
+    /// Picks up commits made by other processes; runs until cancelled.
+    public func watchForChanges() async {
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: configuration.changePollInterval)
+            } catch {
+                return
+            }
+            try? heads.refreshIfChanged()
+        }
+    }
+
+    /// Adds every DeltaSnap route (collections, writes, `/healthz`, `/metrics`) to `router`,
+    /// with a middleware that answers errors as JSON.
+    public func addRoutes<Context: RequestContext>(to router: Router<Context>) {
+        router.middlewares.add(ErrorAndMetricsMiddleware<Context>(metrics: metrics))
+        router.get("/healthz") { _, _ in
+            Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "{\"status\":\"ok\"}\n")))
+        }
+        router.get("/metrics") { [metrics] _, _ in
+            Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: metrics.render())))
+        }
+        router.get("/v1/collections") { [self] _, _ in listCollections() }
+        router.get("/v1/collections/:name") { [self] request, context in
+            try getCollection(request, name: try context.parameters.require("name"))
+        }
+        // HEAD: the same status and headers (curl -I), never a body, so nothing is streamed.
+        router.head("/v1/collections/:name") { [self] request, context in
+            let response = try getCollection(request, name: try context.parameters.require("name"))
+            return Response(status: response.status, headers: response.headers)
+        }
+        router.put("/v1/collections/:name/records/:id") { [self] request, context in
+            try await putRecord(request, context: context)
+        }
+        router.delete("/v1/collections/:name/records/:id") { [self] request, context in
+            try await deleteRecord(request, context: context)
+        }
+        router.post("/v1/collections/:name/records") { [self] request, context in
+            try await postRecords(request, context: context)
+        }
+        // Known paths with other methods get 405, not 404.
+        for method in [HTTPRequest.Method.post, .put, .delete, .patch] {
+            router.on("/v1/collections/:name", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET") }
+            router.on("/v1/collections", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET") }
+        }
+        for method in [HTTPRequest.Method.get, .patch] {
+            router.on("/v1/collections/:name/records/:id", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("PUT, DELETE") }
+        }
+        for method in [HTTPRequest.Method.get, .put, .delete, .patch] {
+            router.on("/v1/collections/:name/records", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("POST") }
+        }
+    }
+}
+
+/// The one writing connection, used by one request at a time.
+final class LockedStore: @unchecked Sendable {
+    private let lock = NSLock()
+    private let store: Store
+
+    init(_ store: Store) {
+        self.store = store
+    }
+
+    func withStore<T>(_ body: (Store) throws -> T) rethrows -> T {
+        try lock.withLock { try body(store) }
+    }
+}

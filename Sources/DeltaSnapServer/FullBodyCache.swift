@@ -1,0 +1,34 @@
+import DeltaSnapStore
+import Foundation
+import Hummingbird
+
+/// Full gzip bodies built once per collection version and then sent as they are.
+///
+/// Built at zlib level 6, the level `bake` uses, so the cached body is byte-identical to a
+/// snapshot baked from the same state.
+final class FullBodyCache: @unchecked Sendable {
+    struct Entry: Sendable {
+        var head: CollectionHead
+        var gzip: ByteBuffer
+    }
+
+    private let lock = NSLock()
+    private var entries: [String: Entry] = [:]
+
+    /// The body of `collection` at `head`'s version, building it (outside the lock) when
+    /// missing or stale. Two first requests may both build; either result is correct.
+    func body(for head: CollectionHead, pool: StorePool) throws -> Entry {
+        if let entry = lock.withLock({ entries[head.name] }), entry.head.version >= head.version, entry.head.epoch == head.epoch {
+            return entry
+        }
+        let streamer = try BodyStreamer(pool: pool, collection: head.name, sinceVersion: nil, base: nil, gzipLevel: 6)
+        var bytes: [UInt8] = []
+        while let chunk = try streamer.nextChunk() { bytes.append(contentsOf: chunk) }
+        let entry = Entry(head: streamer.head, gzip: ByteBuffer(bytes: bytes))
+        lock.withLock {
+            if let current = entries[head.name], current.head.version > entry.head.version { return }
+            entries[head.name] = entry
+        }
+        return entry
+    }
+}

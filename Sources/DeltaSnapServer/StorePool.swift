@@ -1,0 +1,36 @@
+import DeltaSnapStore
+import Foundation
+
+/// Read connections to the store, reused across requests.
+///
+/// SQLite in WAL mode lets any number of readers run beside one writer; each request takes
+/// a connection of its own for the length of its read transaction.
+final class StorePool: @unchecked Sendable {
+    let path: String
+    private let lock = NSLock()
+    private var idle: [Store] = []
+    private let maximumIdle: Int
+
+    init(path: String, maximumIdle: Int = 16) {
+        self.path = path
+        self.maximumIdle = maximumIdle
+    }
+
+    func checkout() throws -> Store {
+        if let store = lock.withLock({ idle.popLast() }) { return store }
+        return try Store(path: path, readOnly: true)
+    }
+
+    func checkin(_ store: Store) {
+        lock.withLock {
+            if idle.count < maximumIdle { idle.append(store) }
+        }
+    }
+
+    /// Runs `body` with a pooled connection.
+    func withStore<T>(_ body: (Store) throws -> T) throws -> T {
+        let store = try checkout()
+        defer { checkin(store) }
+        return try body(store)
+    }
+}

@@ -1,0 +1,82 @@
+import DeltaSnapCore
+import DeltaSnapStore
+import DeltaSnapTestSupport
+import Foundation
+import Testing
+
+@Suite struct BakeTests {
+    let reproducible = ["SOURCE_DATE_EPOCH": "1700000000", "DELTASNAP_EPOCH": "00000000000000a1"]
+
+    func buildAndBake(in dir: TemporaryDirectory, name: String) throws -> [UInt8] {
+        let input = try dir.write("input.ndjson", Fixtures.ndjson(0..<2000))
+        let db = dir.file("\(name).sqlite")
+        #expect(try CLI.run(["import", "--db", db, "--collection", "items", input], environment: reproducible).status == 0)
+        let out = dir.file("out-\(name)")
+        let bake = try CLI.run(["bake", "--db", db, "--collection", "items", "--out", out])
+        #expect(bake.status == 0, "\(bake.stderr)")
+        return [UInt8](try Data(contentsOf: URL(fileURLWithPath: out + "/items.snapshot")))
+    }
+
+    @Test func freshStoresFromTheSameInputBakeIdenticalBytes() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let first = try buildAndBake(in: dir, name: "one")
+        let second = try buildAndBake(in: dir, name: "two")
+        #expect(first == second)
+        #expect(try FileManager.default.contents(atPath: dir.file("out-one/manifest.json"))
+            == FileManager.default.contents(atPath: dir.file("out-two/manifest.json")))
+    }
+
+    @Test func bakeRoundTripsThroughInspectAndMatchesTheStore() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try Store(path: dir.file("s.sqlite"))
+        try Fixtures.importText(Fixtures.ndjson(0..<500), into: store, collection: "items")
+        try Fixtures.importText(#"{"id":"r0000003","hidden":true}"#, into: store, collection: "items")
+        let entry = try Baker.bake(store: store, collection: "items", into: dir.file("snap"))
+        let head = try #require(try store.head(of: "items"))
+        #expect(entry.count == 499 && entry.token == head.token.description && entry.checksum == head.checksum.description)
+
+        var records: [UInt8] = []
+        let header = try Snapshot.read(path: dir.file("snap/items.snapshot")) { record in
+            records.append(contentsOf: record.bytes)
+            records.append(UInt8(ascii: "\n"))
+        }
+        #expect(header.count == 499)
+        #expect(String(decoding: records, as: UTF8.self) == (try Fixtures.export(store, "items")))
+
+        let inspect = try CLI.run(["inspect", dir.file("snap/items.snapshot")])
+        #expect(inspect.status == 0)
+        #expect(inspect.stdout.contains("count: 499") && inspect.stdout.contains("token: \(head.token)"))
+        #expect(inspect.stdout.contains("checksum: \(head.checksum) (verified)"))
+
+        let manifest = try JSONReader(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir.file("snap/manifest.json"))))).readValue()
+        let item = try #require(manifest["collections"]?["items"])
+        #expect(item["sha256"] == .string(entry.sha256) && item["bytes"] == .number(String(entry.bytes)))
+    }
+
+    @Test func truncatedAndBitFlippedSnapshotsAreRejected() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try Store(path: dir.file("s.sqlite"))
+        try Fixtures.importText(Fixtures.ndjson(0..<300), into: store, collection: "items")
+        try Baker.bake(store: store, collection: "items", into: dir.path)
+        let good = [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir.file("items.snapshot"))))
+
+        var cases: [(String, [UInt8])] = [("truncated", Array(good.prefix(good.count / 2))), ("cut trailer", Array(good.dropLast(4)))]
+        for position in [12, good.count / 3, good.count - 6] {
+            var flipped = good
+            flipped[position] ^= 0x04
+            cases.append(("flip at \(position)", flipped))
+        }
+        for (label, bytes) in cases {
+            let file = try dir.write("bad.snapshot", bytes: bytes)
+            let result = try CLI.run(["inspect", file])
+            #expect(result.status == 1, "\(label)")
+            #expect(result.stderr.hasPrefix("deltasnap: \(file): not a valid snapshot: "), "\(label): \(result.stderr)")
+            #expect(result.stderr.split(separator: "\n").count == 1, "\(label)")
+        }
+        let missing = try CLI.run(["inspect", dir.file("none.snapshot")])
+        #expect(missing.status == 1 && missing.stderr.contains("does not exist"))
+    }
+}

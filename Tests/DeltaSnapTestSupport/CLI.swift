@@ -1,0 +1,60 @@
+import Foundation
+
+/// Runs the built `deltasnap` executable as a child process, as a user would.
+public enum CLI {
+    /// The `deltasnap` binary next to the test bundle (`DELTASNAP_BIN` overrides).
+    public static var binary: String {
+        if let override = ProcessInfo.processInfo.environment["DELTASNAP_BIN"] { return override }
+        var directory = Bundle.main.bundleURL
+        for _ in 0..<4 {
+            let candidate = directory.appendingPathComponent("deltasnap").path
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+            directory = directory.deletingLastPathComponent()
+        }
+        return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent(".build/debug/deltasnap").path
+    }
+
+    public struct Result: Sendable {
+        public var status: Int32
+        public var stdout: String
+        public var stderr: String
+        public var stdoutBytes: [UInt8]
+
+        public init(status: Int32, stdout: String, stderr: String, stdoutBytes: [UInt8]) {
+            self.status = status
+            self.stdout = stdout
+            self.stderr = stderr
+            self.stdoutBytes = stdoutBytes
+        }
+    }
+
+    /// Runs `deltasnap ARGUMENTS` to completion, with `environment` added to the test's.
+    @discardableResult
+    public static func run(_ arguments: [String], environment: [String: String] = [:], stdin: String? = nil) throws -> Result {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        // Files rather than pipes: a chatty child can never block on a full pipe.
+        let scratch = try TemporaryDirectory("cli")
+        defer { scratch.remove() }
+        FileManager.default.createFile(atPath: scratch.file("out"), contents: nil)
+        FileManager.default.createFile(atPath: scratch.file("err"), contents: nil)
+        process.standardOutput = FileHandle(forWritingAtPath: scratch.file("out"))
+        process.standardError = FileHandle(forWritingAtPath: scratch.file("err"))
+        let input = Pipe()
+        process.standardInput = input
+        try process.run()
+        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
+        try input.fileHandleForWriting.close()
+        process.waitUntilExit()
+        let outData = FileManager.default.contents(atPath: scratch.file("out")) ?? Data()
+        let errData = FileManager.default.contents(atPath: scratch.file("err")) ?? Data()
+        return Result(
+            status: process.terminationStatus,
+            stdout: String(decoding: outData, as: UTF8.self),
+            stderr: String(decoding: errData, as: UTF8.self),
+            stdoutBytes: [UInt8](outData))
+    }
+}

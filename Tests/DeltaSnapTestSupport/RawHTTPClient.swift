@@ -1,0 +1,139 @@
+import DeltaSnapCore
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A minimal blocking HTTP/1.1 client over one TCP connection to 127.0.0.1, for tests that
+/// must see the exact bytes on the wire (gzip vs identity, headers, keep-alive across
+/// requests) — things URLSession hides.
+public final class RawHTTPClient {
+    public struct Response: Sendable {
+        public var status: Int
+        public var headers: [(String, String)]
+        /// The body as sent (still gzip-encoded when Content-Encoding says so).
+        public var body: [UInt8]
+
+        public func header(_ name: String) -> String? {
+            headers.first { $0.0.lowercased() == name.lowercased() }?.1
+        }
+
+        /// The body decoded from gzip when it was sent gzip-encoded.
+        public func decodedBody() throws -> [UInt8] {
+            header("Content-Encoding") == "gzip" ? try GzipDecompressor.decompress(body) : body
+        }
+
+        public var text: String { String(decoding: (try? decodedBody()) ?? body, as: UTF8.self) }
+    }
+
+    public struct Failure: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    private let socket: Int32
+    private var buffer: [UInt8] = []
+    public let port: Int
+
+    public init(port: Int, timeoutSeconds: Int = 30) throws {
+        self.port = port
+        #if canImport(Glibc)
+        socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+        socket = Darwin.socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard socket >= 0 else { throw Failure(description: "socket() failed") }
+        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+        setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else {
+            close(socket)
+            throw Failure(description: "connect to 127.0.0.1:\(port) failed (errno \(errno))")
+        }
+    }
+
+    deinit {
+        close(socket)
+    }
+
+    /// Sends one request and reads the whole response.
+    public func request(_ method: String = "GET", _ path: String, headers: [String: String] = [:], body: [UInt8] = []) throws -> Response {
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n"
+        for (name, value) in headers { head += "\(name): \(value)\r\n" }
+        if !body.isEmpty || method == "POST" || method == "PUT" { head += "Content-Length: \(body.count)\r\n" }
+        head += "\r\n"
+        try send(Array(head.utf8) + body)
+        return try readResponse(method: method)
+    }
+
+    private func send(_ bytes: [UInt8]) throws {
+        var sent = 0
+        while sent < bytes.count {
+            let result = bytes[sent...].withUnsafeBytes { write(socket, $0.baseAddress, $0.count) }
+            guard result > 0 else { throw Failure(description: "write failed (errno \(errno))") }
+            sent += result
+        }
+    }
+
+    private func fill() throws {
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        let count = chunk.withUnsafeMutableBytes { read(socket, $0.baseAddress, $0.count) }
+        guard count > 0 else { throw Failure(description: count == 0 ? "connection closed by the server" : "read failed (errno \(errno))") }
+        buffer.append(contentsOf: chunk[0..<count])
+    }
+
+    private func readLine() throws -> String {
+        while true {
+            if let index = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = buffer[..<index]
+                buffer.removeFirst(index + 1)
+                return String(decoding: line.last == UInt8(ascii: "\r") ? line.dropLast() : line, as: UTF8.self)
+            }
+            try fill()
+        }
+    }
+
+    private func readBytes(_ count: Int) throws -> [UInt8] {
+        while buffer.count < count { try fill() }
+        let bytes = Array(buffer[..<count])
+        buffer.removeFirst(count)
+        return bytes
+    }
+
+    private func readResponse(method: String) throws -> Response {
+        let statusLine = try readLine()
+        let parts = statusLine.split(separator: " ")
+        guard parts.count >= 2, let status = Int(parts[1]) else { throw Failure(description: "bad status line: \(statusLine)") }
+        var headers: [(String, String)] = []
+        while true {
+            let line = try readLine()
+            if line.isEmpty { break }
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers.append((String(line[..<colon]), String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces)))
+        }
+        var response = Response(status: status, headers: headers, body: [])
+        if method == "HEAD" || status == 304 || status == 204 { return response }
+        if response.header("Transfer-Encoding")?.lowercased() == "chunked" {
+            while true {
+                let sizeLine = try readLine()
+                guard let size = Int(sizeLine.split(separator: ";")[0], radix: 16) else { throw Failure(description: "bad chunk size \(sizeLine)") }
+                if size == 0 {
+                    while try !readLine().isEmpty {}
+                    break
+                }
+                response.body.append(contentsOf: try readBytes(size))
+                _ = try readLine()
+            }
+        } else if let length = response.header("Content-Length").flatMap(Int.init) {
+            response.body = try readBytes(length)
+        }
+        return response
+    }
+}

@@ -1,0 +1,57 @@
+import DeltaSnapServer
+import Foundation
+import Logging
+
+/// A real DeltaSnap server on 127.0.0.1 and an ephemeral port, in this process.
+public final class TestServer: Sendable {
+    public let port: Int
+    public let service: DeltaSnapService
+    private let task: Task<Void, any Error>
+
+    public static let writeToken = "test-write-token"
+
+    public var baseURL: String { "http://127.0.0.1:\(port)" }
+
+    public static func start(
+        databasePath: String, writeToken: String? = TestServer.writeToken,
+        maximumWriteBodyBytes: Int = 1024 * 1024, fullBodyCacheMaximumRecords: Int = 100_000
+    ) async throws -> TestServer {
+        var logger = Logger(label: "test-server")
+        logger.logLevel = .warning
+        let server = try DeltaSnapServer(
+            configuration: .init(
+                databasePath: databasePath, writeToken: writeToken, maximumWriteBodyBytes: maximumWriteBodyBytes,
+                fullBodyCacheMaximumRecords: fullBodyCacheMaximumRecords, changePollInterval: .milliseconds(20)),
+            logger: logger)
+        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
+        let task = Task {
+            try await server.run(host: "127.0.0.1", port: 0, handleSignals: false) { port in
+                continuation.yield(port)
+                continuation.finish()
+            }
+        }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next() else {
+            task.cancel()
+            throw RawHTTPClient.Failure(description: "the test server did not start")
+        }
+        return TestServer(port: port, service: server.service, task: task)
+    }
+
+    private init(port: Int, service: DeltaSnapService, task: Task<Void, any Error>) {
+        self.port = port
+        self.service = service
+        self.task = task
+    }
+
+    /// Stops the server and waits for it to finish.
+    public func stop() async {
+        task.cancel()
+        _ = await task.result
+    }
+
+    /// A new raw connection to the server.
+    public func connect() throws -> RawHTTPClient {
+        try RawHTTPClient(port: port)
+    }
+}

@@ -17,6 +17,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", exact: "1.16.2"),
         .package(url: "https://github.com/apple/swift-crypto.git", exact: "4.5.2"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", exact: "2.28.1"),
+        // Already in the graph through Hummingbird; named for NIOTooManyBytesError.
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
     ],
     targets: [
         // System libraries. Both are Debian -dev packages; `make` installs them when missing.
@@ -43,6 +45,7 @@ let package = Package(
                 "DeltaSnapCore", "DeltaSnapStore",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
         // What an app links: Foundation + SQLite only (no NIO, no Hummingbird), so it builds for iOS.

@@ -2,6 +2,7 @@ import DeltaSnapCore
 import DeltaSnapStore
 import Foundation
 import Hummingbird
+import NIOCore
 
 extension DeltaSnapService {
     /// `PUT /v1/collections/{c}/records/{id}`: upsert one record.
@@ -85,7 +86,7 @@ extension DeltaSnapService {
         do {
             let buffer = try await request.collectBody(upTo: configuration.maximumWriteBodyBytes)
             return Array(buffer.readableBytesView)
-        } catch let error as HTTPError where error.status == .contentTooLarge {
+        } catch is NIOTooManyBytesError {
             throw APIError(.contentTooLarge, "body_too_large", "the body is larger than this server's limit of \(configuration.maximumWriteBodyBytes) bytes; split the batch")
         }
     }

@@ -19,6 +19,7 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", exact: "2.28.1"),
         // Already in the graph through Hummingbird; named for NIOTooManyBytesError.
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
     ],
     targets: [
         // System libraries. Both are Debian -dev packages; `make` installs them when missing.
@@ -62,7 +63,11 @@ let package = Package(
         ),
         .target(
             name: "DeltaSnapTestSupport",
-            dependencies: ["DeltaSnapCore", "DeltaSnapStore", "DeltaSnapSynthetic", "DeltaSnapServer"],
+            dependencies: [
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapSynthetic", "DeltaSnapServer",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+            ],
             path: "Tests/DeltaSnapTestSupport"
         ),
         .testTarget(name: "DeltaSnapCoreTests", dependencies: ["DeltaSnapCore"]),

@@ -49,6 +49,7 @@ extension DeltaSnapService {
         case .full where gzip && served.head.count <= configuration.fullBodyCacheMaximumRecords:
             metrics.countOutcome(.full)
             let entry = try fullBodies.body(for: served.head, pool: pool)
+            heads.update(entry.head)
             metrics.countBytes(entry.gzip.readableBytes, for: .full)
             var headers = ServedHead(head: entry.head).validatorHeaders
             headers[.contentType] = "application/json"
@@ -64,6 +65,9 @@ extension DeltaSnapService {
     private func streamed(name: String, sinceVersion: UInt64?, base: String?, gzip: Bool, outcome: ServerMetrics.Outcome) throws -> Response {
         // Level 1 for bodies compressed per request: a third of level 6's CPU cost.
         let streamer = try BodyStreamer(pool: pool, collection: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzip ? 1 : nil)
+        // A body can reveal a commit the poll has not seen yet; from now on the server must
+        // not answer 304 to the older token it just moved a client past.
+        heads.update(streamer.head)
         metrics.countOutcome(outcome)
         var headers = ServedHead(head: streamer.head).validatorHeaders
         headers[.contentType] = "application/json"

@@ -15,7 +15,7 @@ struct DeltaSnapCommand: AsyncParsableCommand {
             same input bakes byte-identical snapshots.
             """,
         subcommands: [
-            ImportCommand.self, ExportCommand.self, BakeCommand.self, InspectCommand.self, ServeCommand.self, GenerateCommand.self,
+            ImportCommand.self, ExportCommand.self, BakeCommand.self, InspectCommand.self, ServeCommand.self, PullCommand.self, DumpCommand.self, GenerateCommand.self,
         ]
     )
 }

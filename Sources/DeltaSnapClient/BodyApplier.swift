@@ -1,0 +1,131 @@
+import DeltaSnapCore
+import DeltaSnapSQLite
+import Foundation
+
+/// Why a body could not be applied; every case leads to a rollback.
+public enum ApplyError: Error, Equatable, Sendable, CustomStringConvertible {
+    case wrongCollection(expected: String, found: String)
+    case wrongBase(held: String?, base: String)
+    case body(BodyError)
+    case decode(String)
+
+    public var description: String {
+        switch self {
+        case .wrongCollection(let expected, let found): "the body is for collection \"\(found)\", not \"\(expected)\""
+        case .wrongBase(let held, let base): "the delta applies on \(base) but the replica holds \(held ?? "nothing")"
+        case .body(let error): "\(error)"
+        case .decode(let reason): reason
+        }
+    }
+}
+
+/// What an apply changed.
+public struct ApplyResult: Sendable, Equatable {
+    public var kind: BodyKind
+    public var token: String
+    /// Records written or removed.
+    public var changed: Int
+    /// Visible records after the apply.
+    public var count: Int
+    /// Ids that changed (for a delta; capped at ``changedIDLimit``); empty for a full body,
+    /// after which everything may have changed.
+    public var changedIDs: [String]
+
+    public static let changedIDLimit = 10_000
+}
+
+/// Applies one full or delta body to the replica inside one transaction, maintaining and
+/// then verifying the checksum; anything wrong rolls everything back.
+struct BodyApplier {
+    let storage: ReplicaStorage
+    let collection: String
+
+    /// Applies the body read by `reader`. `validators` are the response's `ETag` and
+    /// `Last-Modified`, stored with the records in the same transaction.
+    func apply(_ reader: BodyReader, state: ReplicaState, etag: String?, lastModified: String?) throws -> (ApplyResult, ReplicaState) {
+        let db = storage.db
+        return try db.transaction(.immediate) {
+            let header: BodyHeader
+            do { header = try reader.readHeader() } catch let error as BodyError { throw ApplyError.body(error) }
+            guard header.collection == collection else { throw ApplyError.wrongCollection(expected: collection, found: header.collection) }
+            var checksum = state.checksum
+            var count = state.count
+            var changed = 0
+            var changedIDs: [String] = []
+            let lookup = try db.prepare("SELECT hash FROM records WHERE id = ?")
+            let upsert = try db.prepare("INSERT INTO records(id, hash, body) VALUES (?, ?, ?) ON CONFLICT(id) DO UPDATE SET hash = excluded.hash, body = excluded.body")
+            let delete = try db.prepare("DELETE FROM records WHERE id = ?")
+
+            switch header.kind {
+            case .full:
+                // A full body replaces: records absent from it are gone.
+                try db.execute("DELETE FROM records")
+                checksum = .empty
+                count = 0
+                var previousID: String?
+                try readRecords(reader) { record in
+                    guard !record.isHidden else { throw ApplyError.body(.tombstoneInFullBody(id: record.id)) }
+                    if let previousID, !previousID.utf8Precedes(record.id) { throw ApplyError.body(.duplicateRecord(id: record.id)) }
+                    previousID = record.id
+                    let hash = record.hash
+                    try upsert.bind(1, record.id)
+                    try upsert.bind(2, hash)
+                    try upsert.bind(3, blob: record.bytes)
+                    try upsert.run()
+                    checksum.add(hash: hash)
+                    count += 1
+                    changed += 1
+                }
+            case .delta:
+                guard header.base == state.token else { throw ApplyError.wrongBase(held: state.token, base: header.base ?? "") }
+                try readRecords(reader) { record in
+                    try lookup.bind(1, record.id)
+                    var existing: UInt64?
+                    if try lookup.step() {
+                        existing = lookup.uint64(0)
+                        lookup.reset()
+                    }
+                    if let existing {
+                        checksum.remove(hash: existing)
+                        count -= 1
+                    }
+                    if record.isHidden {
+                        if existing != nil {
+                            try delete.bind(1, record.id)
+                            try delete.run()
+                        }
+                    } else {
+                        let hash = record.hash
+                        try upsert.bind(1, record.id)
+                        try upsert.bind(2, hash)
+                        try upsert.bind(3, blob: record.bytes)
+                        try upsert.run()
+                        checksum.add(hash: hash)
+                        count += 1
+                    }
+                    changed += 1
+                    if changedIDs.count < ApplyResult.changedIDLimit { changedIDs.append(record.id) }
+                }
+            }
+            guard reader.recordsRead == header.count else { throw ApplyError.body(.countMismatch(announced: header.count, found: reader.recordsRead)) }
+            guard checksum == header.checksum else { throw ApplyError.body(.checksumMismatch(expected: header.checksum, computed: checksum)) }
+            var newState = state
+            newState.token = header.token
+            newState.checksum = checksum
+            newState.count = count
+            newState.etag = etag ?? "\"\(header.token)\""
+            newState.lastModified = lastModified ?? header.lastModified
+            try storage.save(newState)
+            return (ApplyResult(kind: header.kind, token: header.token, changed: changed, count: count, changedIDs: changedIDs), newState)
+        }
+    }
+
+    private func readRecords(_ reader: BodyReader, _ body: (Record) throws -> Void) throws {
+        while true {
+            let record: Record?
+            do { record = try reader.nextRecord() } catch let error as BodyError { throw ApplyError.body(error) }
+            guard let record else { return }
+            try body(record)
+        }
+    }
+}

@@ -1,0 +1,227 @@
+import DeltaSnapCore
+import Foundation
+
+/// A local, always-usable replica of one DeltaSnap collection in an SQLite file.
+///
+/// On first start it loads the bundled snapshot, so data is there before any network call.
+/// ``sync()`` then keeps it fresh with conditional GETs: a `304` changes nothing, a delta is
+/// applied on top, a full body replaces the collection — each in one verified transaction.
+/// A body that cannot be applied is followed by one full fetch; if that fails too the
+/// previous good state stays. The replica is never emptied or half-written by a failed sync.
+///
+/// ```swift
+/// let replica = try DeltaSnapReplica(
+///     path: appSupport.appendingPathComponent("countries.sqlite").path,
+///     collection: "countries",
+///     url: URL(string: "https://data.example.com/v1/collections/countries")!,
+///     bundledSnapshot: Bundle.main.path(forResource: "countries", ofType: "snapshot"))
+/// let andorra = try await replica.record(id: "AD")      // usable offline at once
+/// let outcome = await replica.sync()                     // .applied, .notModified, …
+/// ```
+public actor DeltaSnapReplica {
+    public let collection: String
+    public let url: URL
+    public let transport: any SyncTransport
+    public let retryPolicy: RetryPolicy
+    public let timeout: Duration
+
+    private let storage: ReplicaStorage
+    private var state: ReplicaState
+    private var continuations: [UUID: AsyncStream<SyncOutcome>.Continuation] = [:]
+
+    /// Opens (or creates) the replica at `path`. When it holds no data yet and
+    /// `bundledSnapshot` is given, the snapshot is loaded and verified first; a corrupt
+    /// snapshot throws and leaves the replica empty.
+    public init(
+        path: String, collection: String, url: URL, bundledSnapshot: String? = nil,
+        transport: any SyncTransport = URLSessionTransport(), retryPolicy: RetryPolicy = RetryPolicy(),
+        timeout: Duration = .seconds(30)
+    ) throws {
+        try CollectionName.validate(collection)
+        self.collection = collection
+        self.url = url
+        self.transport = transport
+        self.retryPolicy = retryPolicy
+        self.timeout = timeout
+        storage = try ReplicaStorage(path: path)
+        state = try storage.loadState()
+        if !state.hasData, let bundledSnapshot {
+            state = try Self.loadSnapshot(bundledSnapshot, into: storage, collection: collection, state: state)
+        }
+    }
+
+    private static func loadSnapshot(_ path: String, into storage: ReplicaStorage, collection: String, state: ReplicaState) throws -> ReplicaState {
+        let reader = BodyReader(nextChunk: try ChunkSources.gunzip(try ChunkSources.file(at: path)))
+        let (_, newState) = try BodyApplier(storage: storage, collection: collection)
+            .apply(reader, state: state, etag: nil, lastModified: nil)
+        return newState
+    }
+
+    // MARK: - Reads
+
+    /// The canonical JSON bytes of record `id`, or nil.
+    public func recordBytes(id: String) throws -> [UInt8]? { try storage.record(id: id) }
+
+    /// Record `id` parsed, or nil.
+    public func record(id: String) throws -> JSONValue? {
+        try storage.record(id: id).map { try JSONReader(bytes: $0).readValue() }
+    }
+
+    /// Calls `body` with every visible record's canonical bytes, sorted by id.
+    public func forEachRecord(_ body: (UnsafeRawBufferPointer) throws -> Void) throws { try storage.forEachRecord(body) }
+
+    /// Visible records held.
+    public var count: Int { state.count }
+    /// The body token of the state held (opaque).
+    public var token: String? { state.token }
+    /// Validators and sync bookkeeping, as stored.
+    public var currentState: ReplicaState { state }
+    public var lastSuccessfulSync: Date? { state.lastSuccessfulSync }
+    public var lastError: String? { state.lastError }
+    public var status: SyncStatus { SyncStatus.of(state, now: Date()) }
+
+    /// Recomputes count and checksum from every record and compares them with the stored
+    /// ones: true when the replica is exactly the state its token names.
+    public func verify() throws -> Bool {
+        let recomputed = try storage.recomputed()
+        return recomputed.count == state.count && recomputed.checksum == state.checksum
+    }
+
+    /// Every sync outcome, as it happens (for refreshing a UI).
+    public func outcomes() -> AsyncStream<SyncOutcome> {
+        let (stream, continuation) = AsyncStream.makeStream(of: SyncOutcome.self)
+        let id = UUID()
+        continuations[id] = continuation
+        continuation.onTermination = { [weak self] _ in
+            Task { await self?.removeContinuation(id) }
+        }
+        return stream
+    }
+
+    private func removeContinuation(_ id: UUID) { continuations[id] = nil }
+
+    // MARK: - Sync
+
+    /// Brings the replica up to date, following the fallback ladder:
+    /// delta (or 304) → one full fetch without validators → keep the previous state.
+    /// Honours backoff: called too early after a failure it returns `.deferred` at once.
+    @discardableResult
+    public func sync(now: Date = Date()) async -> SyncOutcome {
+        let outcome = await performSync(now: now)
+        for continuation in continuations.values { continuation.yield(outcome) }
+        return outcome
+    }
+
+    private func performSync(now: Date) async -> SyncOutcome {
+        if let notBefore = state.notBefore, now < notBefore { return .deferred(until: notBefore) }
+
+        var headers = ["Accept-Encoding": "gzip"]
+        if state.hasData {
+            if let etag = state.etag { headers["If-None-Match"] = etag }
+            if let lastModified = state.lastModified { headers["If-Modified-Since"] = lastModified }
+        }
+        let first: SyncResponse
+        do {
+            first = try await transport.fetch(SyncRequest(url: url, headers: headers, timeout: timeout))
+        } catch {
+            return recordFailure("request failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now)
+        }
+        defer { first.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
+        let serverAsked = RetryPolicy.serverDelay(retryAfter: first.header("Retry-After"), backoff: first.header("Backoff"), now: now)
+
+        switch first.status {
+        case 304:
+            return recordSuccess(.notModified, etag: first.header("ETag"), lastModified: first.header("Last-Modified"), serverAsked: serverAsked, now: now)
+        case 200:
+            do {
+                let result = try apply(first)
+                return recordSuccess(.applied(result), etag: nil, lastModified: nil, serverAsked: serverAsked, now: now)
+            } catch {
+                // The answer could not be applied: one full fetch, without validators.
+                return await resetWithFullFetch(reason: Self.describe(error), now: now)
+            }
+        case 500...599:
+            return recordFailure("server error \(first.status)", retryable: true, serverAsked: serverAsked, now: now)
+        default:
+            return recordFailure("unexpected status \(first.status)", retryable: first.status == 429 || first.status == 408, serverAsked: serverAsked, now: now)
+        }
+    }
+
+    private func resetWithFullFetch(reason: String, now: Date) async -> SyncOutcome {
+        let response: SyncResponse
+        do {
+            response = try await transport.fetch(SyncRequest(url: url, headers: ["Accept-Encoding": "gzip"], timeout: timeout))
+        } catch {
+            return recordFailure("\(reason); full fetch failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now)
+        }
+        defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
+        let serverAsked = RetryPolicy.serverDelay(retryAfter: response.header("Retry-After"), backoff: response.header("Backoff"), now: now)
+        guard response.status == 200 else {
+            return recordFailure("\(reason); full fetch got status \(response.status)", retryable: response.status >= 500, serverAsked: serverAsked, now: now)
+        }
+        do {
+            let result = try apply(response, expectFull: true)
+            return recordSuccess(.reset(result, reason: reason), etag: nil, lastModified: nil, serverAsked: serverAsked, now: now)
+        } catch {
+            return recordFailure("\(reason); full body unusable: \(Self.describe(error))", retryable: true, serverAsked: serverAsked, now: now)
+        }
+    }
+
+    private func apply(_ response: SyncResponse, expectFull: Bool = false) throws -> ApplyResult {
+        guard let file = response.bodyFile else { throw ApplyError.decode("the 200 response has no body") }
+        // URLSession may or may not have decoded gzip already: look at the bytes, not the header.
+        let source = try Self.isGzip(file) ? ChunkSources.gunzip(try ChunkSources.file(at: file.path)) : try ChunkSources.file(at: file.path)
+        var state = self.state
+        if expectFull { state.token = nil }  // a delta in answer to a validator-less request cannot apply
+        let (result, newState) = try BodyApplier(storage: storage, collection: collection)
+            .apply(BodyReader(nextChunk: source), state: state, etag: response.header("ETag"), lastModified: response.header("Last-Modified"))
+        self.state = newState
+        return result
+    }
+
+    private static func isGzip(_ file: URL) throws -> Bool {
+        let handle = try FileHandle(forReadingFrom: file)
+        defer { try? handle.close() }
+        let magic = try handle.read(upToCount: 2) ?? Data()
+        return magic == Data([0x1F, 0x8B])
+    }
+
+    // MARK: - Bookkeeping
+
+    private func recordSuccess(_ outcome: SyncOutcome, etag: String?, lastModified: String?, serverAsked: Double?, now: Date) -> SyncOutcome {
+        var next = state
+        // A 304 may carry fresh validators; store them exactly as received.
+        if let etag { next.etag = etag }
+        if let lastModified { next.lastModified = lastModified }
+        next.lastSuccessfulSync = now
+        next.lastError = nil
+        next.failingSince = nil
+        next.consecutiveFailures = 0
+        next.notBefore = serverAsked.map { now.addingTimeInterval($0) }
+        persist(next)
+        return outcome
+    }
+
+    private func recordFailure(_ reason: String, retryable: Bool, serverAsked: Double?, now: Date) -> SyncOutcome {
+        var next = state
+        next.lastError = reason
+        next.failingSince = next.failingSince ?? now
+        next.consecutiveFailures += 1
+        let delay = retryable
+            ? retryPolicy.delay(afterFailures: next.consecutiveFailures, serverAsked: serverAsked, random: Double.random(in: 0..<1))
+            : serverAsked
+        next.notBefore = delay.map { now.addingTimeInterval($0) }
+        persist(next)
+        return .failed(reason: reason, retryAfter: retryable ? next.notBefore : nil)
+    }
+
+    private func persist(_ next: ReplicaState) {
+        // Bookkeeping only: if it cannot be written the data is still intact, so keep going.
+        try? storage.db.transaction(.immediate) { try storage.save(next) }
+        state = next
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        String(describing: error)
+    }
+}

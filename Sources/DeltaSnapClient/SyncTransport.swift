@@ -1,0 +1,45 @@
+import Foundation
+
+/// One HTTP GET the client wants made.
+public struct SyncRequest: Sendable, Equatable {
+    public var url: URL
+    /// Header fields to send as they are (validators byte for byte).
+    public var headers: [String: String]
+    /// Fail when no response arrives within this time.
+    public var timeout: Duration
+
+    public init(url: URL, headers: [String: String], timeout: Duration) {
+        self.url = url
+        self.headers = headers
+        self.timeout = timeout
+    }
+}
+
+/// A response, with its body already on disk so any size fits in bounded memory.
+public struct SyncResponse: Sendable {
+    public var status: Int
+    /// Header fields by lowercased name.
+    public var headers: [String: String]
+    /// The body (possibly still gzip-encoded); the client deletes it when done. `nil` when empty.
+    public var bodyFile: URL?
+
+    public init(status: Int, headers: [String: String], bodyFile: URL?) {
+        self.status = status
+        self.headers = Dictionary(headers.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
+        self.bodyFile = bodyFile
+    }
+
+    public func header(_ name: String) -> String? { headers[name.lowercased()] }
+}
+
+/// How the client talks HTTP. ``URLSessionTransport`` is the default; an app can supply its
+/// own (a proxying session, a test double).
+///
+/// ```swift
+/// struct MyTransport: SyncTransport {
+///     func fetch(_ request: SyncRequest) async throws -> SyncResponse { … }
+/// }
+/// ```
+public protocol SyncTransport: Sendable {
+    func fetch(_ request: SyncRequest) async throws -> SyncResponse
+}

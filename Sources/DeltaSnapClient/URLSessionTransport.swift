@@ -1,0 +1,103 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// ``SyncTransport`` over URLSession: no URL cache (a cache could turn a 304 into a stale
+/// 200), the body streamed to a temporary file as it arrives.
+public final class URLSessionTransport: NSObject, SyncTransport, @unchecked Sendable {
+    private let directory: URL
+
+    /// `directory` receives the temporary body files (the system's temporary directory by default).
+    public init(temporaryDirectory: URL = URL(fileURLWithPath: NSTemporaryDirectory())) {
+        directory = temporaryDirectory
+    }
+
+    public func fetch(_ request: SyncRequest) async throws -> SyncResponse {
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = nil
+        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        let seconds = Double(request.timeout.components.seconds) + Double(request.timeout.components.attoseconds) / 1e18
+        configuration.timeoutIntervalForRequest = seconds
+        configuration.timeoutIntervalForResource = max(seconds, 3600)
+        let file = directory.appendingPathComponent("deltasnap-body-\(UUID().uuidString)")
+        let receiver = try BodyReceiver(file: file)
+        let session = URLSession(configuration: configuration, delegate: receiver, delegateQueue: nil)
+        defer { session.finishTasksAndInvalidate() }
+        var urlRequest = URLRequest(url: request.url)
+        urlRequest.cachePolicy = .reloadIgnoringLocalCacheData
+        for (name, value) in request.headers { urlRequest.setValue(value, forHTTPHeaderField: name) }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                receiver.start(session.dataTask(with: urlRequest), continuation: continuation)
+            }
+        } onCancel: {
+            session.invalidateAndCancel()
+        }
+    }
+}
+
+/// Writes a data task's body to a file chunk by chunk and reports the response at the end.
+private final class BodyReceiver: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+    private let file: URL
+    private let handle: FileHandle
+    private let lock = NSLock()
+    private var continuation: CheckedContinuation<SyncResponse, any Error>?
+    private var response: HTTPURLResponse?
+    private var written = 0
+    private var writeError: (any Error)?
+
+    init(file: URL) throws {
+        self.file = file
+        guard FileManager.default.createFile(atPath: file.path, contents: nil) else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: file.path])
+        }
+        handle = try FileHandle(forWritingTo: file)
+    }
+
+    func start(_ task: URLSessionDataTask, continuation: CheckedContinuation<SyncResponse, any Error>) {
+        lock.withLock { self.continuation = continuation }
+        task.resume()
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse, completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {
+        lock.withLock { self.response = response as? HTTPURLResponse }
+        completionHandler(.allow)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        lock.withLock {
+            do {
+                try handle.write(contentsOf: data)
+                written += data.count
+            } catch {
+                writeError = error
+                dataTask.cancel()
+            }
+        }
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        let (continuation, response, written, writeError) = lock.withLock {
+            defer { self.continuation = nil }
+            return (self.continuation, self.response, self.written, self.writeError)
+        }
+        try? handle.close()
+        if let failure = writeError ?? error {
+            try? FileManager.default.removeItem(at: file)
+            continuation?.resume(throwing: failure)
+            return
+        }
+        guard let response else {
+            try? FileManager.default.removeItem(at: file)
+            continuation?.resume(throwing: URLError(.badServerResponse))
+            return
+        }
+        var headers: [String: String] = [:]
+        for (name, value) in response.allHeaderFields {
+            if let name = name as? String, let value = value as? String { headers[name] = value }
+        }
+        if written == 0 { try? FileManager.default.removeItem(at: file) }
+        continuation?.resume(returning: SyncResponse(status: response.statusCode, headers: headers, bodyFile: written == 0 ? nil : file))
+    }
+}

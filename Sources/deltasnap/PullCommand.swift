@@ -1,0 +1,101 @@
+import ArgumentParser
+import DeltaSnapClient
+import DeltaSnapCore
+import Foundation
+
+struct PullCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pull",
+        abstract: "Sync a local replica from a DeltaSnap server, loading a bundled snapshot first if it is empty.",
+        discussion: """
+            Prints one line per sync: outcome, token, record count, bytes, milliseconds.
+            Exits non-zero only when the replica holds no usable data.
+            """
+    )
+
+    @Option(name: .long, help: "The collection URL, e.g. http://127.0.0.1:8080/v1/collections/countries.")
+    var url: String
+
+    @Option(name: .long, help: "Path of the local replica (an SQLite file, created if missing).")
+    var replica: String
+
+    @Option(name: .long, help: "A bundled .snapshot to load when the replica is empty.")
+    var snapshot: String?
+
+    @Flag(name: .long, help: "Keep syncing every --interval seconds until interrupted.")
+    var watch = false
+
+    @Option(name: .long, help: "Seconds between syncs with --watch.")
+    var interval: Double = 60
+
+    @Option(name: .long, help: "Request timeout in seconds.")
+    var timeout: Double = 30
+
+    func validate() throws {
+        guard URL(string: url)?.scheme?.hasPrefix("http") == true else { throw ValidationError("--url must be an http(s) URL") }
+        guard interval > 0, timeout > 0 else { throw ValidationError("--interval and --timeout must be positive") }
+    }
+
+    func run() async throws {
+        try await reportingErrors {
+            let collectionURL = URL(string: url)!
+            let name = collectionURL.lastPathComponent
+            let replica = try DeltaSnapReplica(
+                path: self.replica, collection: name, url: collectionURL, bundledSnapshot: snapshot,
+                timeout: .milliseconds(Int(timeout * 1000)))
+            repeat {
+                let started = ContinuousClock.now
+                let before = Self.fileSize(self.replica)
+                let outcome = await replica.sync()
+                let elapsed = ContinuousClock.now - started
+                let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+                let count = await replica.count
+                let token = await replica.token ?? "-"
+                var line = "\(outcome.name) token=\(token) records=\(count) bytes=\(max(0, Self.fileSize(self.replica) - before)) ms=\(milliseconds)"
+                switch outcome {
+                case .applied(let result): line += " changed=\(result.changed)"
+                case .reset(let result, let reason): line += " changed=\(result.changed) reason=\"\(reason)\""
+                case .failed(let reason, _): line += " error=\"\(reason)\""
+                case .deferred(let until): line += " until=\(Int(until.timeIntervalSinceNow))s"
+                case .notModified: break
+                }
+                print(line)
+                if watch {
+                    var wait = interval
+                    if case .deferred(let until) = outcome { wait = max(1, until.timeIntervalSinceNow) }
+                    try await Task.sleep(for: .milliseconds(Int(wait * 1000)))
+                }
+            } while watch
+            guard await replica.currentState.hasData else {
+                throw PullFailure(message: "the replica holds no data: \(await replica.lastError ?? "nothing was fetched")")
+            }
+        }
+    }
+
+    static func fileSize(_ path: String) -> Int {
+        ((try? FileManager.default.attributesOfItem(atPath: path + "-wal"))?[.size] as? Int ?? 0)
+            + ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int ?? 0)
+    }
+}
+
+struct PullFailure: Error, CustomStringConvertible {
+    var message: String
+    var description: String { message }
+}
+
+struct DumpCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dump",
+        abstract: "Print a replica's visible records as NDJSON sorted by id — the same bytes as the server's `export`."
+    )
+
+    @Option(name: .long, help: "Path of the local replica.")
+    var replica: String
+
+    func run() async throws {
+        try await reportingErrors {
+            guard FileManager.default.fileExists(atPath: replica) else { throw FileError(path: replica, reason: "does not exist") }
+            try ReplicaDump.dump(path: replica) { StandardOutput().write($0) }
+        }
+    }
+}

@@ -10,12 +10,15 @@ PORT ?= 8080
 SAMPLE_EPOCH := 00000000005a3b1e
 SAMPLE_DATE := 1767225600
 
-.PHONY: deps build build-release run serve test snapshots check-snapshots clean help
+.PHONY: deps build build-release run serve demo test bench bench-http snapshots check-snapshots clean help
 
 help:
-	@echo "make run        import the sample into $(DB) if absent, bake it, and serve it on $(HOST):$(PORT)"
-	@echo "make test       the whole test suite, and a check that the committed snapshots rebake identically"
-	@echo "make snapshots  rebake Snapshots/ from Snapshots/sample/ (reproducible)"
+	@echo "make run         import the sample into $(DB) if absent, bake it, and serve it on $(HOST):$(PORT)"
+	@echo "make test        the whole test suite, and a check that the committed snapshots rebake identically"
+	@echo "make demo        an end-to-end walk: serve, offline first start, 304, delta, reset"
+	@echo "make bench       micro-benchmarks (ordo-one/benchmark, release)"
+	@echo "make bench-http  wrk against deltasnap serve and nginx serving the same bytes"
+	@echo "make snapshots   rebake Snapshots/ from Snapshots/sample/ (reproducible)"
 
 deps:
 	@.ci/install-deps.sh
@@ -31,6 +34,20 @@ run: build-release
 	@if [ ! -f $(DB) ]; then $(RELEASE_BIN) import --db $(DB) --collection countries Snapshots/sample/countries.ndjson; fi
 	$(RELEASE_BIN) bake --db $(DB) --collection countries --out var/snapshots
 	$(RELEASE_BIN) inspect var/snapshots/countries.snapshot
+	$(RELEASE_BIN) serve --db $(DB) --host $(HOST) --port $(PORT)
+
+# Serves $(DB) as it is (writes enabled when DELTASNAP_WRITE_TOKEN is set).
+serve: build-release
+	$(RELEASE_BIN) serve --db $(DB) --host $(HOST) --port $(PORT)
+
+demo: build
+	@.ci/demo.sh
+
+bench: deps
+	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark
+
+bench-http: deps
+	Benchmarks/bench-http.sh
 
 test: deps
 	$(SWIFT) build --build-tests

@@ -55,6 +55,15 @@ struct BodyApplier {
             let lookup = try db.prepare("SELECT hash FROM records WHERE id = ?")
             let upsert = try db.prepare("INSERT INTO records(id, hash, body) VALUES (?, ?, ?) ON CONFLICT(id) DO UPDATE SET hash = excluded.hash, body = excluded.body")
             let delete = try db.prepare("DELETE FROM records WHERE id = ?")
+            func write(_ record: Record) throws {
+                let hash = record.hash
+                try upsert.bind(1, record.id)
+                try upsert.bind(2, hash)
+                try upsert.bind(3, blob: record.bytes)
+                try upsert.run()
+                checksum.add(hash: hash)
+                count += 1
+            }
 
             switch header.kind {
             case .full:
@@ -67,13 +76,7 @@ struct BodyApplier {
                     guard !record.isHidden else { throw ApplyError.body(.tombstoneInFullBody(id: record.id)) }
                     if let previousID, !previousID.utf8Precedes(record.id) { throw ApplyError.body(.duplicateRecord(id: record.id)) }
                     previousID = record.id
-                    let hash = record.hash
-                    try upsert.bind(1, record.id)
-                    try upsert.bind(2, hash)
-                    try upsert.bind(3, blob: record.bytes)
-                    try upsert.run()
-                    checksum.add(hash: hash)
-                    count += 1
+                    try write(record)
                     changed += 1
                 }
             case .delta:
@@ -95,13 +98,7 @@ struct BodyApplier {
                             try delete.run()
                         }
                     } else {
-                        let hash = record.hash
-                        try upsert.bind(1, record.id)
-                        try upsert.bind(2, hash)
-                        try upsert.bind(3, blob: record.bytes)
-                        try upsert.run()
-                        checksum.add(hash: hash)
-                        count += 1
+                        try write(record)
                     }
                     changed += 1
                     if changedIDs.count < ApplyResult.changedIDLimit { changedIDs.append(record.id) }

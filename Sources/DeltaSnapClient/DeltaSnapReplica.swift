@@ -104,16 +104,17 @@ public actor DeltaSnapReplica {
 
     /// Brings the replica up to date, following the fallback ladder:
     /// delta (or 304) → one full fetch without validators → keep the previous state.
-    /// Honours backoff: called too early after a failure it returns `.deferred` at once.
+    /// Honours backoff and the server's `Retry-After`/`Backoff`: called too early it returns
+    /// `.deferred` at once, unless `ignoringBackoff` (a person explicitly asked to sync now).
     @discardableResult
-    public func sync(now: Date = Date()) async -> SyncOutcome {
-        let outcome = await performSync(now: now)
+    public func sync(now: Date = Date(), ignoringBackoff: Bool = false) async -> SyncOutcome {
+        let outcome = await performSync(now: now, ignoringBackoff: ignoringBackoff)
         for continuation in continuations.values { continuation.yield(outcome) }
         return outcome
     }
 
-    private func performSync(now: Date) async -> SyncOutcome {
-        if let notBefore = state.notBefore, now < notBefore { return .deferred(until: notBefore) }
+    private func performSync(now: Date, ignoringBackoff: Bool) async -> SyncOutcome {
+        if !ignoringBackoff, let notBefore = state.notBefore, now < notBefore { return .deferred(until: notBefore) }
 
         var headers = ["Accept-Encoding": "gzip"]
         if state.hasData {
@@ -222,6 +223,11 @@ public actor DeltaSnapReplica {
     }
 
     private static func describe(_ error: any Error) -> String {
-        String(describing: error)
+        // URLSession's errors print as nested NSError dumps; their own sentence is enough.
+        let nsError = error as NSError
+        if nsError.domain == NSURLErrorDomain {
+            return (nsError.userInfo[NSLocalizedDescriptionKey] as? String) ?? "URL error \(nsError.code)"
+        }
+        return String(describing: error)
     }
 }

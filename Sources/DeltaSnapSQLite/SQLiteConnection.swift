@@ -87,6 +87,18 @@ public final class SQLiteConnection {
         return statement.isNull(0) ? nil : statement.int64(0)
     }
 
+    /// Prepared statements of this connection not yet finalised. A connection handed to
+    /// another thread must have none left that its previous user could still finalise.
+    public var liveStatementCount: Int {
+        var count = 0
+        var statement = sqlite3_next_stmt(handle, nil)
+        while let current = statement {
+            count += 1
+            statement = sqlite3_next_stmt(handle, current)
+        }
+        return count
+    }
+
     /// Rows changed by the last INSERT, UPDATE or DELETE.
     public var changes: Int { Int(sqlite3_changes(handle)) }
 

@@ -11,7 +11,9 @@ final class BodyStreamer: @unchecked Sendable {
     let head: CollectionHead
     private let pool: StorePool
     private var store: Store?
-    private let cursor: RecordCursor
+    /// Holds a prepared statement of `store`'s connection: released before the connection
+    /// goes back to the pool, or finalising it later would race another request using it.
+    private var cursor: RecordCursor?
     private var encoder: BodyEncoder
     private let compressor: GzipCompressor?
     private var plain: [UInt8]
@@ -41,6 +43,7 @@ final class BodyStreamer: @unchecked Sendable {
             }
             compressor = try gzipLevel.map { try GzipCompressor(level: $0) }
         } catch {
+            cursor = nil
             store.endRead()
             pool.checkin(store)
             throw error
@@ -57,11 +60,13 @@ final class BodyStreamer: @unchecked Sendable {
 
     /// The next chunk of the (possibly compressed) body; nil when the body is complete.
     func nextChunk() throws -> [UInt8]? {
-        guard !finished else { return nil }
+        guard !finished, cursor != nil else { return nil }
         while true {
             var more = true
+            // Through the property, never a local copy: close() must be able to drop the last
+            // reference to the statement before the connection is returned.
             while plain.count < Self.chunkSize {
-                more = try cursor.next { bytes in encoder.appendCanonical(bytes, into: &plain) }
+                more = try cursor?.next { bytes in encoder.appendCanonical(bytes, into: &plain) } ?? false
                 if !more { break }
             }
             if !more {
@@ -85,6 +90,7 @@ final class BodyStreamer: @unchecked Sendable {
     /// Ends the read transaction and returns the connection; safe to call twice.
     func close() {
         guard let store else { return }
+        cursor = nil
         store.endRead()
         pool.checkin(store)
         self.store = nil

@@ -36,8 +36,9 @@ public struct DeltaSnapServerConfiguration: Sendable {
 /// ```swift
 /// let service = try DeltaSnapService(configuration: .init(databasePath: "deltasnap.sqlite"))
 /// let router = Router()
-/// service.addRoutes(to: router)
-/// let app = Application(router: router, services: [service.changeWatcher])
+/// service.addRoutes(to: router)            // next to your own routes
+/// let app = Application(router: router)
+/// async let watching: Void = service.watchForChanges()   // picks up other processes' imports
 /// try await app.runService()
 /// ```
 public final class DeltaSnapService: Sendable {

@@ -21,6 +21,9 @@ final class StorePool: @unchecked Sendable {
         return try Store(path: path, readOnly: true)
     }
 
+    /// The connections waiting in the pool (for tests).
+    var idleStores: [Store] { lock.withLock { idle } }
+
     func checkin(_ store: Store) {
         lock.withLock {
             if idle.count < maximumIdle { idle.append(store) }

@@ -11,20 +11,12 @@ import DeltaSnapCore
 /// ```
 public enum Exporter {
     /// Streams the NDJSON in chunks of about 64 KiB to `write`.
-    public static func export(store: Store, collection: String, write: ([UInt8]) throws -> Void) throws {
+    public static func export(store: Store, collection: String, write: @escaping ([UInt8]) throws -> Void) throws {
         try store.read { reader in
             guard try reader.head(of: collection) != nil else { throw StoreError.unknownCollection(collection) }
-            var chunk: [UInt8] = []
-            chunk.reserveCapacity(80 * 1024)
-            try reader.forEachVisibleRecord(in: collection) { bytes in
-                chunk.append(contentsOf: bytes)
-                chunk.append(UInt8(ascii: "\n"))
-                if chunk.count >= 64 * 1024 {
-                    try write(chunk)
-                    chunk.removeAll(keepingCapacity: true)
-                }
-            }
-            if !chunk.isEmpty { try write(chunk) }
+            var writer = NDJSONWriter(write: write)
+            try reader.forEachVisibleRecord(in: collection) { try writer.append(line: $0) }
+            try writer.flush()
         }
     }
 }

@@ -90,6 +90,10 @@ public final class Store {
         try db.scalarInt("PRAGMA data_version") ?? 0
     }
 
+    /// Prepared statements of this store's connection not yet finalised (see
+    /// `SQLiteConnection.liveStatementCount`).
+    public var liveStatementCount: Int { db.liveStatementCount }
+
     // MARK: - Transactions
 
     /// Runs `body` in one read transaction: everything it reads comes from one consistent

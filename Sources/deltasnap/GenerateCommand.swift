@@ -1,4 +1,5 @@
 import ArgumentParser
+import DeltaSnapCore
 import DeltaSnapSynthetic
 
 struct GenerateCommand: AsyncParsableCommand {
@@ -26,15 +27,10 @@ struct GenerateCommand: AsyncParsableCommand {
     func run() async throws {
         let generator = SyntheticRecords(seed: seed)
         let output = StandardOutput()
-        var chunk: [UInt8] = []
+        var writer = NDJSONWriter { output.write($0) }
         for index in start..<(start + count) {
-            chunk.append(contentsOf: generator.json(index: index, revision: revision))
-            chunk.append(UInt8(ascii: "\n"))
-            if chunk.count >= 64 * 1024 {
-                output.write(chunk)
-                chunk.removeAll(keepingCapacity: true)
-            }
+            try writer.append(line: generator.json(index: index, revision: revision))
         }
-        output.write(chunk)
+        try writer.flush()
     }
 }

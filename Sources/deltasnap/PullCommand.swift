@@ -8,8 +8,10 @@ struct PullCommand: AsyncParsableCommand {
         commandName: "pull",
         abstract: "Sync a local replica from a DeltaSnap server, loading a bundled snapshot first if it is empty.",
         discussion: """
-            Prints one line per sync: outcome, token, record count, bytes, milliseconds.
-            Exits non-zero only when the replica holds no usable data.
+            Prints one line per sync: outcome, token, record count, bytes written to the
+            replica file, milliseconds. Exits non-zero only when the replica holds no usable
+            data. A one-shot pull syncs at once; with --watch, failures back off exponentially
+            and the server's Retry-After/Backoff are honoured.
             """
     )
 
@@ -46,7 +48,8 @@ struct PullCommand: AsyncParsableCommand {
             repeat {
                 let started = ContinuousClock.now
                 let before = Self.fileSize(self.replica)
-                let outcome = await replica.sync()
+                // A one-shot pull is a person asking now; --watch honours backoff like an app.
+                let outcome = await replica.sync(ignoringBackoff: !watch)
                 let elapsed = ContinuousClock.now - started
                 let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
                 let count = await replica.count

@@ -176,6 +176,36 @@ import Testing
         }
     }
 
+    /// Streamed bodies return their pooled connection when done; a statement finalised after
+    /// that raced the next request on the connection and crashed the server (SIGSEGV).
+    @Test(.timeLimit(.minutes(1)))
+    func concurrentStreamedBodiesShareConnectionsSafely() async throws {
+        try await withServer { server, db in
+            let etag = try #require(try await get(server).header("ETag"))
+            try Fixtures.importText(Fixtures.ndjson(0..<12, revision: 1), into: try Store(path: db), collection: "items")
+            try await waitForHead(server, version: 2)
+            try await withThrowingTaskGroup(of: Int.self) { group in
+                for worker in 0..<8 {
+                    group.addTask {
+                        try await offPool {
+                            let connection = try server.connect()
+                            var ok = 0
+                            for round in 0..<150 {
+                                // Deltas (gzip) and identity full bodies: both stream from SQLite.
+                                let headers = (worker + round) % 3 == 0 ? ["Accept-Encoding": "identity"] : ["If-None-Match": etag, "Accept-Encoding": "gzip"]
+                                if try connection.request("GET", "/v1/collections/items", headers: headers).status == 200 { ok += 1 }
+                            }
+                            return ok
+                        }
+                    }
+                }
+                var total = 0
+                for try await ok in group { total += ok }
+                #expect(total == 8 * 150)
+            }
+        }
+    }
+
     @Test func importsByAnotherProcessAreServedWithoutARestart() async throws {
         try await withServer { server, db in
             let dir = try TemporaryDirectory()

@@ -1,0 +1,367 @@
+// DeltaSnap benchmarks (ordo-one/benchmark). Run with `cd Benchmarks && swift package benchmark`
+// (or `make bench` from the repository root). See docs/BENCHMARKS.md for the figures and targets.
+//
+// The benchmark tool starts one process per benchmark, so each benchmark's `setup` builds the
+// fixtures it needs (once, not per iteration) under its own temporary directory and its
+// `teardown` deletes them. Large benchmarks run a single measured iteration without warm-up.
+//
+// Metrics: `.wallClock` per iteration, plus a custom `records/s` metric computed from the measured
+// time (the built-in `.throughput` counts iterations per second, which rounds to 0 for
+// multi-second iterations). ARC metrics crash with this toolchain and `.instructions` is absent,
+// so neither is used.
+
+import Benchmark
+import DeltaSnapClient
+import DeltaSnapCore
+import DeltaSnapStore
+import DeltaSnapSynthetic
+import Foundation
+
+// MARK: - Shared helpers
+
+let seed: UInt64 = 42
+let collection = "items"
+
+/// `records/s` for one measured iteration.
+let recordsPerSecond = BenchmarkMetric.custom("records/s", polarity: .prefersLarger, useScalingFactor: false)
+/// Uncompressed megabytes per second through the compressor.
+let megabytesPerSecond = BenchmarkMetric.custom("MB/s (input)", polarity: .prefersLarger, useScalingFactor: false)
+
+/// Per-process fixture state (each benchmark runs in its own process).
+final class Fixtures: @unchecked Sendable {
+    var root = ""
+    var ndjson: [UInt8] = []
+    var ndjsonPath = ""
+    var store: Store?
+    var storePath = ""
+    var snapshotPath = ""
+    /// The collection version just before the last 10 changes (delta benchmarks).
+    var versionBeforeChanges: UInt64 = 0
+    var counter = 0
+
+    func makeRoot(_ label: String) throws {
+        root = (NSTemporaryDirectory() as NSString)
+            .appendingPathComponent("deltasnap-bench-\(ProcessInfo.processInfo.processIdentifier)-\(label)")
+        try? FileManager.default.removeItem(atPath: root)
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+    }
+
+    func path(_ name: String) -> String { (root as NSString).appendingPathComponent(name) }
+
+    /// A fresh path for one iteration's output.
+    func nextPath(_ prefix: String) -> String {
+        counter += 1
+        return path("\(prefix)-\(counter)")
+    }
+
+    func removeAll() {
+        store = nil
+        ndjson = []
+        if !root.isEmpty { try? FileManager.default.removeItem(atPath: root) }
+        root = ""
+    }
+}
+
+nonisolated(unsafe) let fixtures = Fixtures()
+
+/// NDJSON of records 0..<count at `revision`, one canonical line each.
+func ndjsonBytes(count: Int, revision: Int = 0, from start: Int = 0) -> [UInt8] {
+    let generator = SyntheticRecords(seed: seed)
+    var out: [UInt8] = []
+    out.reserveCapacity(count * 340)
+    for index in start..<(start + count) {
+        out.append(contentsOf: generator.json(index: index, revision: revision))
+        out.append(0x0A)
+    }
+    return out
+}
+
+/// Writes NDJSON of records 0..<count to `path` in 10k-record chunks (bounded memory).
+func writeNDJSON(count: Int, to path: String) throws {
+    guard FileManager.default.createFile(atPath: path, contents: nil),
+          let file = FileHandle(forWritingAtPath: path)
+    else { throw FileError(path: path, reason: "cannot be created") }
+    defer { try? file.close() }
+    var start = 0
+    while start < count {
+        let n = min(10_000, count - start)
+        try file.write(contentsOf: ndjsonBytes(count: n, from: start))
+        start += n
+    }
+}
+
+/// A store at `path` holding `count` records (imported from a temporary NDJSON file), then
+/// `changes` records changed in a second version. Returns the version before the changes.
+@discardableResult
+func buildStore(at path: String, count: Int, changes: Int = 0) throws -> UInt64 {
+    let store = try Store(path: path)
+    let source = path + ".ndjson"
+    try writeNDJSON(count: count, to: source)
+    let first = try Importer(store: store, collection: collection)
+        .run(source: try ChunkSources.file(at: source), name: source)
+    try? FileManager.default.removeItem(atPath: source)
+    let before = first.head?.version ?? 0
+    if changes > 0 {
+        // Spread the changed records over the whole id range.
+        let generator = SyntheticRecords(seed: seed)
+        var bytes: [UInt8] = []
+        let stride = max(1, count / changes)
+        for k in 0..<changes {
+            bytes.append(contentsOf: generator.json(index: k * stride, revision: 1))
+            bytes.append(0x0A)
+        }
+        _ = try Importer(store: store, collection: collection).run(source: ChunkSources.bytes(bytes), name: "changes")
+    }
+    return before
+}
+
+func removeSQLite(_ path: String) {
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        try? FileManager.default.removeItem(atPath: path + suffix)
+    }
+}
+
+func seconds(_ duration: Duration) -> Double {
+    Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+}
+
+let clock = ContinuousClock()
+
+// MARK: - Benchmarks
+
+let benchmarks: @Sendable () -> Void = {
+    Benchmark.defaultConfiguration = .init(
+        metrics: [.wallClock, .peakMemoryResident, .mallocCountTotal],
+        warmupIterations: 1,
+        maxDuration: .seconds(3),
+        maxIterations: 50
+    )
+
+    // MARK: Import (records/s)
+
+    for (label, count, iterations) in [("1k", 1_000, 20), ("100k", 100_000, 3), ("1M", 1_000_000, 1)] {
+        Benchmark(
+            "Import \(label) records",
+            configuration: .init(
+                metrics: [.wallClock, recordsPerSecond, .peakMemoryResident, .mallocCountTotal],
+                warmupIterations: count >= 100_000 ? 0 : 1,
+                maxDuration: .seconds(count >= 1_000_000 ? 60 : 5),
+                maxIterations: iterations,
+                setup: {
+                    try fixtures.makeRoot("import-\(label)")
+                    fixtures.ndjson = ndjsonBytes(count: count)
+                },
+                teardown: { fixtures.removeAll() }
+            )
+        ) { benchmark in
+            let path = fixtures.nextPath("import.sqlite")
+            let store = try Store(path: path)
+            let start = clock.now
+            benchmark.startMeasurement()
+            let result = try Importer(store: store, collection: collection)
+                .run(source: ChunkSources.bytes(fixtures.ndjson), name: "synthetic")
+            benchmark.stopMeasurement()
+            let elapsed = seconds(start.duration(to: clock.now))
+            precondition(result.upserted == count, "imported \(result.upserted) of \(count)")
+            benchmark.measurement(recordsPerSecond, Int(Double(count) / elapsed))
+            removeSQLite(path)
+        }
+    }
+
+    // MARK: Bake 1M vs gzip -6 / zlib level 6 on the same NDJSON
+
+    Benchmark(
+        "Bake 1M records (gzip level 6)",
+        configuration: .init(
+            metrics: [.wallClock, recordsPerSecond, .peakMemoryResident],
+            warmupIterations: 0,
+            maxDuration: .seconds(30),
+            maxIterations: 2,
+            setup: {
+                try fixtures.makeRoot("bake")
+                fixtures.storePath = fixtures.path("store.sqlite")
+                try buildStore(at: fixtures.storePath, count: 1_000_000)
+                fixtures.store = try Store(path: fixtures.storePath)
+            },
+            teardown: { fixtures.removeAll() }
+        )
+    ) { benchmark in
+        let out = fixtures.nextPath("baked")
+        let start = clock.now
+        benchmark.startMeasurement()
+        let entry = try Baker.bake(store: fixtures.store!, collection: collection, into: out)
+        benchmark.stopMeasurement()
+        let elapsed = seconds(start.duration(to: clock.now))
+        precondition(entry.count == 1_000_000)
+        benchmark.measurement(recordsPerSecond, Int(1_000_000 / elapsed))
+        try? FileManager.default.removeItem(atPath: out)
+    }
+
+    Benchmark(
+        "gzip -6 subprocess on 1M-record NDJSON",
+        configuration: .init(
+            metrics: [.wallClock, recordsPerSecond],
+            warmupIterations: 0,
+            maxDuration: .seconds(30),
+            maxIterations: 2,
+            setup: {
+                try fixtures.makeRoot("gzip")
+                fixtures.ndjsonPath = fixtures.path("records.ndjson")
+                try writeNDJSON(count: 1_000_000, to: fixtures.ndjsonPath)
+            },
+            teardown: { fixtures.removeAll() }
+        )
+    ) { benchmark in
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/gzip")
+        process.arguments = ["-6", "-c", fixtures.ndjsonPath]
+        process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        let start = clock.now
+        benchmark.startMeasurement()
+        try process.run()
+        process.waitUntilExit()
+        benchmark.stopMeasurement()
+        let elapsed = seconds(start.duration(to: clock.now))
+        precondition(process.terminationStatus == 0, "gzip failed")
+        benchmark.measurement(recordsPerSecond, Int(1_000_000 / elapsed))
+    }
+
+    Benchmark(
+        "zlib level 6 in-process on 1M-record NDJSON",
+        configuration: .init(
+            metrics: [.wallClock, megabytesPerSecond],
+            warmupIterations: 0,
+            maxDuration: .seconds(30),
+            maxIterations: 2,
+            setup: { fixtures.ndjson = ndjsonBytes(count: 1_000_000) },
+            teardown: { fixtures.removeAll() }
+        )
+    ) { benchmark in
+        let input = fixtures.ndjson
+        let start = clock.now
+        benchmark.startMeasurement()
+        let compressor = try GzipCompressor(level: 6)
+        var out: [UInt8] = []
+        out.reserveCapacity(256 * 1024)
+        var total = 0
+        var offset = 0
+        input.withUnsafeBytes { all in
+            while offset < all.count {
+                let end = min(offset + ChunkSources.chunkSize, all.count)
+                compressor.compress(UnsafeRawBufferPointer(rebasing: all[offset..<end]), into: &out)
+                total += out.count
+                out.removeAll(keepingCapacity: true)
+                offset = end
+            }
+        }
+        compressor.finish(into: &out)
+        total += out.count
+        benchmark.stopMeasurement()
+        let elapsed = seconds(start.duration(to: clock.now))
+        Benchmark.blackHole(total)
+        benchmark.measurement(megabytesPerSecond, Int(Double(input.count) / 1e6 / elapsed))
+    }
+
+    // MARK: Delta query cost against collection size (10 changes)
+
+    for (label, count) in [("1k", 1_000), ("1M", 1_000_000)] {
+        Benchmark(
+            "Delta query, 10 changes on \(label) records",
+            configuration: .init(
+                metrics: [.wallClock, .mallocCountTotal],
+                warmupIterations: 10,
+                maxDuration: .seconds(2),
+                maxIterations: 2_000,
+                setup: {
+                    try fixtures.makeRoot("delta-\(label)")
+                    fixtures.storePath = fixtures.path("store.sqlite")
+                    fixtures.versionBeforeChanges = try buildStore(at: fixtures.storePath, count: count, changes: 10)
+                    fixtures.store = try Store(path: fixtures.storePath)
+                },
+                teardown: { fixtures.removeAll() }
+            )
+        ) { benchmark in
+            let after = fixtures.versionBeforeChanges
+            let (changed, bytes) = try fixtures.store!.read { reader in
+                let changed = try reader.changeCount(in: collection, after: after)
+                var bytes = 0
+                try reader.forEachChange(in: collection, after: after) { bytes += $0.count }
+                return (changed, bytes)
+            }
+            precondition(changed == 10, "expected 10 changes, got \(changed)")
+            Benchmark.blackHole(bytes)
+        }
+    }
+
+    // MARK: Client apply (bundled snapshot into a fresh replica: the same BodyApplier path as a full sync)
+
+    for (label, count, iterations) in [("10k", 10_000, 10), ("1M", 1_000_000, 2)] {
+        Benchmark(
+            "Client apply \(label) records (bundled snapshot)",
+            configuration: .init(
+                metrics: [.wallClock, recordsPerSecond, .peakMemoryResident, .peakMemoryResidentDelta, .mallocCountTotal],
+                warmupIterations: count >= 1_000_000 ? 0 : 1,
+                maxDuration: .seconds(count >= 1_000_000 ? 60 : 5),
+                maxIterations: iterations,
+                setup: {
+                    try fixtures.makeRoot("apply-\(label)")
+                    let storePath = fixtures.path("store.sqlite")
+                    try buildStore(at: storePath, count: count)
+                    let store = try Store(path: storePath)
+                    try Baker.bake(store: store, collection: collection, into: fixtures.path("snapshots"))
+                    fixtures.snapshotPath = fixtures.path("snapshots/\(collection).snapshot")
+                    removeSQLite(storePath)
+                },
+                teardown: { fixtures.removeAll() }
+            )
+        ) { benchmark in
+            let path = fixtures.nextPath("replica.sqlite")
+            let start = clock.now
+            benchmark.startMeasurement()
+            let replica = try DeltaSnapReplica(
+                path: path, collection: collection,
+                url: URL(string: "http://127.0.0.1:9/v1/collections/\(collection)")!,
+                bundledSnapshot: fixtures.snapshotPath)
+            benchmark.stopMeasurement()
+            let elapsed = seconds(start.duration(to: clock.now))
+            let held = await replica.count
+            precondition(held == count, "replica holds \(held) of \(count)")
+            benchmark.measurement(recordsPerSecond, Int(Double(count) / elapsed))
+            removeSQLite(path)
+        }
+    }
+
+    // MARK: Bundled first start (100k): open + load the bundled snapshot + first read
+
+    Benchmark(
+        "Bundled first start, 100k records",
+        configuration: .init(
+            metrics: [.wallClock, .peakMemoryResident],
+            warmupIterations: 1,
+            maxDuration: .seconds(10),
+            maxIterations: 5,
+            setup: {
+                try fixtures.makeRoot("first-start")
+                let storePath = fixtures.path("store.sqlite")
+                try buildStore(at: storePath, count: 100_000)
+                let store = try Store(path: storePath)
+                try Baker.bake(store: store, collection: collection, into: fixtures.path("snapshots"))
+                fixtures.snapshotPath = fixtures.path("snapshots/\(collection).snapshot")
+                removeSQLite(storePath)
+            },
+            teardown: { fixtures.removeAll() }
+        )
+    ) { benchmark in
+        let path = fixtures.nextPath("replica.sqlite")
+        benchmark.startMeasurement()
+        let replica = try DeltaSnapReplica(
+            path: path, collection: collection,
+            url: URL(string: "http://127.0.0.1:9/v1/collections/\(collection)")!,
+            bundledSnapshot: fixtures.snapshotPath)
+        let first = try await replica.recordBytes(id: SyntheticRecords.id(4_242))
+        benchmark.stopMeasurement()
+        let held = await replica.count
+        precondition(first != nil && held == 100_000)
+        removeSQLite(path)
+    }
+}

@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# HTTP load test: `deltasnap serve` vs nginx serving the same baked snapshot, on 127.0.0.1 only.
+#
+#   Benchmarks/bench-http.sh            # 10k-record collection, wrk -t2 -c32 -d10s per case
+#   RECORDS=50000 DURATION=5s Benchmarks/bench-http.sh
+#   Benchmarks/bench-http.sh --memory   # also the 1M-record server/client memory check (bench-memory.sh)
+#
+# Cases: (a) 304 with the current validator, (b) a 12-change delta (vs nginx's 304), (c) the full
+# gzip body (deltasnap's cached body vs nginx sending the baked .snapshot file, same bytes).
+# nginx runs with worker_processes 1 (one core for nginx, one for wrk; deltasnap gets the same
+# machine and uses as many threads as it likes). Everything started here is stopped by PID on exit.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RECORDS="${RECORDS:-10000}"
+DURATION="${DURATION:-10s}"
+THREADS="${THREADS:-2}"
+CONNECTIONS="${CONNECTIONS:-32}"
+DS_PORT="${DS_PORT:-18080}"
+NGINX_PORT="${NGINX_PORT:-18081}"
+RUN_MEMORY=0
+[[ "${1:-}" == "--memory" ]] && RUN_MEMORY=1
+
+BIN="$ROOT/.build/release/deltasnap"
+COLLECTION=items
+PIDS=()
+
+say() { printf '== %s\n' "$*" >&2; }
+
+need() {
+    local missing=()
+    for pkg in "$@"; do
+        command -v "$pkg" >/dev/null 2>&1 || [[ -x "/usr/sbin/$pkg" ]] || missing+=("$pkg")
+    done
+    if ((${#missing[@]})); then
+        say "installing ${missing[*]}"
+        local sudo=""; [[ $(id -u) -ne 0 ]] && sudo=sudo
+        $sudo apt-get install -y -qq "${missing[@]}" >/dev/null || { $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}" >/dev/null; }
+    fi
+}
+
+need nginx wrk curl
+NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
+
+if [[ -z "${SKIP_BUILD:-}" || ! -x "$BIN" ]]; then
+    say "building deltasnap (release)"
+    (cd "$ROOT" && swift build -c release --product deltasnap 2>&1 | tail -1) >&2
+fi
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/deltasnap-bench-http.XXXXXX")"
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]:-}"; do
+        [[ -n "$pid" ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Starts `deltasnap serve` on $DS_PORT and waits for its "serving" line; sets DS_PID.
+start_deltasnap() {
+    local db="$1"
+    "$BIN" serve --db "$db" --host 127.0.0.1 --port "$DS_PORT" --log-level warning >"$TMP/serve.out" 2>"$TMP/serve.err" &
+    DS_PID=$!
+    PIDS+=("$DS_PID")
+    for _ in $(seq 1 300); do
+        grep -q "deltasnap: serving" "$TMP/serve.out" 2>/dev/null && return 0
+        kill -0 "$DS_PID" 2>/dev/null || { cat "$TMP/serve.err" >&2; echo "deltasnap serve exited" >&2; exit 1; }
+        sleep 0.1
+    done
+    echo "deltasnap serve did not start" >&2; exit 1
+}
+
+stop_pid() {
+    local pid="$1"
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+vmhwm_mb() { awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+vmrss_mb() { awk '/VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+
+etag_of() { # URL [extra curl args...]
+    local url="$1"; shift
+    curl -s -o /dev/null -D - "$@" "$url" | tr -d '\r' | awk -F': ' 'tolower($1) == "etag" { print $2 }'
+}
+
+if ((RUN_MEMORY)); then
+    SKIP_BUILD=1 "$ROOT/Benchmarks/bench-memory.sh"
+    exit $?
+fi
+
+# ---------------------------------------------------------------- fixtures
+DB="$TMP/store.sqlite"
+say "importing $RECORDS synthetic records"
+"$BIN" generate --count "$RECORDS" --seed 42 >"$TMP/records.ndjson"
+"$BIN" import --db "$DB" --collection "$COLLECTION" --quiet "$TMP/records.ndjson" >&2
+"$BIN" bake --db "$DB" --collection "$COLLECTION" --out "$TMP/www" >&2
+SNAPSHOT="$TMP/www/$COLLECTION.snapshot"
+SNAP_BYTES=$(stat -c %s "$SNAPSHOT")
+
+# ---------------------------------------------------------------- nginx
+mkdir -p "$TMP/nginx/tmp"
+# nginx workers started by root run as "nobody": let them read the baked file.
+chmod 755 "$TMP" "$TMP/www"; chmod 644 "$SNAPSHOT"
+cat >"$TMP/nginx/nginx.conf" <<EOF
+daemon off;
+worker_processes 1;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $TMP/nginx/tmp/body;
+    proxy_temp_path $TMP/nginx/tmp/proxy;
+    fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
+    uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
+    scgi_temp_path $TMP/nginx/tmp/scgi;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 1000000;
+    server {
+        listen 127.0.0.1:$NGINX_PORT;
+        root $TMP/www;
+        location / {
+            etag on;
+            default_type application/octet-stream;
+            add_header Content-Encoding gzip;
+        }
+    }
+}
+EOF
+"$NGINX" -e "$TMP/nginx/error.log" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
+NGINX_PID=$!
+PIDS+=("$NGINX_PID")
+
+start_deltasnap "$DB"
+DS_URL="http://127.0.0.1:$DS_PORT/v1/collections/$COLLECTION"
+NG_URL="http://127.0.0.1:$NGINX_PORT/$COLLECTION.snapshot"
+for _ in $(seq 1 100); do curl -s -o /dev/null "$NG_URL" && break; sleep 0.1; done
+
+DS_ETAG_OLD="$(etag_of "$DS_URL" -H 'Accept-Encoding: gzip')"
+NG_ETAG="$(etag_of "$NG_URL")"
+[[ -n "$DS_ETAG_OLD" && -n "$NG_ETAG" ]] || { echo "no ETag (deltasnap '$DS_ETAG_OLD', nginx '$NG_ETAG')" >&2; exit 1; }
+
+# 12 changed records → a new version; the OLD ETag now gets a 12-record delta.
+"$BIN" generate --count 12 --seed 42 --revision 1 | "$BIN" import --db "$DB" --collection "$COLLECTION" --quiet - >&2
+sleep 0.5   # the server notices outside writes by polling (100 ms)
+DS_ETAG="$(etag_of "$DS_URL" -H 'Accept-Encoding: gzip')"
+[[ "$DS_ETAG" != "$DS_ETAG_OLD" ]] || { echo "ETag did not change after the 12-record import" >&2; exit 1; }
+DELTA_STATUS=$(curl -s -o "$TMP/delta.bin" -w '%{http_code}' -H "If-None-Match: $DS_ETAG_OLD" -H 'Accept-Encoding: gzip' "$DS_URL")
+DELTA_BYTES=$(stat -c %s "$TMP/delta.bin")
+S304_DS=$(curl -s -o /dev/null -w '%{http_code}' -H "If-None-Match: $DS_ETAG" "$DS_URL")
+S304_NG=$(curl -s -o /dev/null -w '%{http_code}' -H "If-None-Match: $NG_ETAG" "$NG_URL")
+say "deltasnap ETag $DS_ETAG (old $DS_ETAG_OLD), nginx ETag $NG_ETAG; 304 checks: $S304_DS/$S304_NG; delta: $DELTA_STATUS, $DELTA_BYTES bytes"
+[[ "$S304_DS" == 304 && "$S304_NG" == 304 && "$DELTA_STATUS" == 200 ]] || { echo "unexpected status codes" >&2; exit 1; }
+
+# Rebake so nginx serves exactly the bytes deltasnap's full-body cache holds now (checked with cmp).
+"$BIN" bake --db "$DB" --collection "$COLLECTION" --out "$TMP/www" >&2
+chmod 644 "$SNAPSHOT"
+sleep 0.3
+NG_ETAG="$(etag_of "$NG_URL")"
+curl -s -H 'Accept-Encoding: gzip' -o "$TMP/ds-full.bin" "$DS_URL"
+if cmp -s "$TMP/ds-full.bin" "$SNAPSHOT"; then SAME_BYTES=yes; else SAME_BYTES=NO; fi
+FULL_BYTES=$(stat -c %s "$TMP/ds-full.bin")
+SNAP_BYTES=$(stat -c %s "$SNAPSHOT")
+
+# ---------------------------------------------------------------- wrk
+RESULTS="$TMP/results.tsv"
+: >"$RESULTS"
+run_wrk() { # NAME URL [header...]
+    local name="$1" url="$2"; shift 2
+    local args=()
+    for h in "$@"; do args+=(-H "$h"); done
+    say "wrk $name"
+    wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "${args[@]}" "$url" >"$TMP/wrk-$name.txt" || true
+    if ! kill -0 "$DS_PID" 2>/dev/null; then
+        echo "deltasnap serve (pid $DS_PID) died during '$name'; its stderr:" >&2
+        head -40 "$TMP/serve.err" >&2
+        exit 1
+    fi
+    awk -v name="$name" '
+        function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
+        /Requests\/sec/ { rps = $2 }
+        $1 == "50.000%" { p50 = ms($2) }
+        $1 == "99.000%" { p99 = ms($2) }
+        $1 == "50%" { p50 = ms($2) }
+        $1 == "99%" { p99 = ms($2) }
+        /Non-2xx or 3xx/ { bad = $NF }
+        /Socket errors/ { err = $0 }
+        END { printf "%s\t%s\t%.2f\t%.2f\t%s\n", name, rps, p50, p99, (bad == "" ? 0 : bad) }
+    ' "$TMP/wrk-$name.txt" >>"$RESULTS"
+}
+
+run_wrk ds-304 "$DS_URL" "If-None-Match: $DS_ETAG"
+run_wrk ng-304 "$NG_URL" "If-None-Match: $NG_ETAG"
+run_wrk ds-delta12 "$DS_URL" "If-None-Match: $DS_ETAG_OLD" "Accept-Encoding: gzip"
+run_wrk ds-full "$DS_URL" "Accept-Encoding: gzip"
+run_wrk ng-full "$NG_URL" "Accept-Encoding: gzip"
+
+DS_HWM=$(vmhwm_mb "$DS_PID"); DS_RSS=$(vmrss_mb "$DS_PID")
+NG_WORKER_PIDS=$(pgrep -P "$NGINX_PID" || true)
+
+# ---------------------------------------------------------------- report
+get() { awk -F'\t' -v n="$1" -v c="$2" '$1 == n { print $c }' "$RESULTS"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+row() { # LABEL DSNAME NGNAME
+    local dr dp50 dp99 nr np50 np99
+    dr=$(get "$2" 2); dp50=$(get "$2" 3); dp99=$(get "$2" 4)
+    nr=$(get "$3" 2); np50=$(get "$3" 3); np99=$(get "$3" 4)
+    printf '| %-34s | %10s | %8s | %8s | %10s | %8s | %8s | %6s |\n' "$1" "$dr" "$dp50" "$dp99" "$nr" "$np50" "$np99" "$(ratio "$dr" "$nr")"
+}
+echo
+echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency; $RECORDS records; full body $FULL_BYTES bytes (same bytes as nginx's file: $SAME_BYTES); delta body $DELTA_BYTES bytes; nginx worker_processes 1"
+echo
+echo "| case                               | DS req/s   | DS p50ms | DS p99ms | nginx req/s| ng p50ms | ng p99ms | DS/ng  |"
+echo "|------------------------------------|-----------:|---------:|---------:|-----------:|---------:|---------:|-------:|"
+row "(a) 304 Not Modified"                 ds-304     ng-304
+row "(b) 12-change delta vs nginx 304"     ds-delta12 ng-304
+row "(c) full gzip body"                   ds-full    ng-full
+echo
+awk -F'\t' '$5 != 0 { printf "warning: %s had %s non-2xx/3xx responses\n", $1, $5 }' "$RESULTS"
+echo "deltasnap serve: VmHWM ${DS_HWM} MB, VmRSS ${DS_RSS} MB after the runs (pid $DS_PID)"
+for p in $NG_WORKER_PIDS; do echo "nginx worker $p: VmHWM $(vmhwm_mb "$p") MB"; done
+if [[ -n "${KEEP_WRK:-}" ]]; then cp "$TMP"/wrk-*.txt "$KEEP_WRK"/; fi

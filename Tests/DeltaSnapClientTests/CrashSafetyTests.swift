@@ -1,0 +1,82 @@
+import DeltaSnapClient
+import DeltaSnapCore
+import DeltaSnapStore
+import DeltaSnapTestSupport
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Guarantee 5: `kill -9` at any instant leaves the old state or the new one.
+@Suite struct CrashSafetyTests {
+    @Test(.timeLimit(.minutes(5)))
+    func killingAPullAtRandomMomentsLeavesTheOldOrTheNewState() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        // Two stores (two epochs): each pull from the other one is a full body that
+        // replaces every record, so every pull has a large apply to interrupt.
+        let storeA = try Store(path: dir.file("a.sqlite"))
+        try Fixtures.importText(Fixtures.ndjson(0..<8000, revision: 0), into: storeA, collection: "items")
+        let storeB = try Store(path: dir.file("b.sqlite"))
+        try Fixtures.importText(Fixtures.ndjson(4000..<12_000, revision: 1), into: storeB, collection: "items")
+        let heads = [try #require(try storeA.head(of: "items")), try #require(try storeB.head(of: "items"))]
+        let serverA = try await TestServer.start(databasePath: dir.file("a.sqlite"))
+        let serverB = try await TestServer.start(databasePath: dir.file("b.sqlite"))
+        let urls = ["\(serverA.baseURL)/v1/collections/items", "\(serverB.baseURL)/v1/collections/items"]
+        let replica = dir.file("r.sqlite")
+        let environment = ["TMPDIR": dir.path]
+
+        // An uninterrupted pull (a full replace) measures how long one takes on this build.
+        _ = try await offPool { try CLI.run(["pull", "--url", urls[1], "--replica", replica], environment: environment) }
+        let started = Date()
+        let first = try await offPool { try CLI.run(["pull", "--url", urls[0], "--replica", replica], environment: environment) }
+        #expect(first.status == 0, "\(first.stderr)")
+        let pullSeconds = Date().timeIntervalSince(started)
+
+        var kills = 0
+        var completed = 0
+        var seen = Set<String>()
+        var attempt = 0
+        while kills < 20 && attempt < 80 {
+            attempt += 1
+            let url = urls[attempt % 2]
+            // Kill anywhere from process start to just past the usual end of a pull.
+            let delay = Double.random(in: 0.01...(pullSeconds * 1.1))
+            let killed = try await offPool { try Self.runAndKill(["pull", "--url", url, "--replica", replica], after: delay, environment: environment) }
+            if killed { kills += 1 } else { completed += 1 }
+
+            // Reopen as an app would: the state must verify and be A's or B's, whole.
+            let opened = try DeltaSnapReplica(path: replica, collection: "items", url: URL(string: url)!)
+            #expect(try await opened.verify(), "attempt \(attempt)")
+            let token = try #require(await opened.token)
+            let head = try #require(heads.first { $0.token.description == token }, "unknown token \(token)")
+            #expect(await opened.count == head.count)
+            #expect(await opened.currentState.checksum == head.checksum)
+            seen.insert(token)
+        }
+        #expect(kills >= 20, "only \(kills) pulls were killed mid-way (\(completed) completed)")
+        // Both states occurred: some kills came after the commit, or some pulls completed.
+        #expect(seen.count == 2)
+        await serverA.stop()
+        await serverB.stop()
+    }
+
+    /// Starts `deltasnap ARGUMENTS`, sends SIGKILL after `delay` seconds unless it has
+    /// exited; true when it was killed.
+    static func runAndKill(_ arguments: [String], after delay: Double, environment: [String: String]) throws -> Bool {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CLI.binary)
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let deadline = Date().addingTimeInterval(delay)
+        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.002) }
+        guard process.isRunning else { return false }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        return process.terminationReason == .uncaughtSignal
+    }
+}

@@ -1,0 +1,47 @@
+@testable import DeltaSnapServer
+import DeltaSnapCore
+import DeltaSnapStore
+import DeltaSnapTestSupport
+import Testing
+
+/// A connection goes back to the pool only when nothing of its previous user can touch it
+/// again: a statement finalised later, on another thread, raced the next request using the
+/// connection (opened without SQLite's mutex) and crashed the server.
+@Suite struct BodyStreamerTests {
+    @Test(arguments: [false, true])
+    func aFinishedBodyReturnsItsConnectionWithNoLiveStatement(_ delta: Bool) throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let db = dir.file("s.sqlite")
+        let store = try Store(path: db)
+        try Fixtures.importText(Fixtures.ndjson(0..<500), into: store, collection: "items")
+        try Fixtures.importText(Fixtures.ndjson(0..<5, revision: 1), into: store, collection: "items")
+        let pool = StorePool(path: db)
+        let streamer = try BodyStreamer(
+            pool: pool, collection: "items", sinceVersion: delta ? 1 : nil, base: delta ? "x" : nil, gzipLevel: 1)
+        var bytes: [UInt8] = []
+        while let chunk = try streamer.nextChunk() { bytes.append(contentsOf: chunk) }
+        // The streamer is still alive (as it is until the response is released)…
+        #expect(streamer.header.count == (delta ? 5 : 500))
+        // …yet its connection is back in the pool, clean.
+        let idle = pool.idleStores
+        #expect(idle.count == 1)
+        #expect(idle.allSatisfy { $0.liveStatementCount == 0 })
+        #expect(try !GzipDecompressor.decompress(bytes).isEmpty)
+    }
+
+    @Test func aStreamerDroppedMidwayReturnsItsConnectionClean() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let db = dir.file("s.sqlite")
+        try Fixtures.importText(Fixtures.ndjson(0..<2000), into: try Store(path: db), collection: "items")
+        let pool = StorePool(path: db)
+        do {
+            let streamer = try BodyStreamer(pool: pool, collection: "items", sinceVersion: nil, base: nil, gzipLevel: nil)
+            _ = try streamer.nextChunk()  // a client that went away after the first chunk
+            #expect(pool.idleStores.isEmpty)
+        }
+        #expect(pool.idleStores.count == 1)
+        #expect(pool.idleStores.allSatisfy { $0.liveStatementCount == 0 })
+    }
+}

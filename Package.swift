@@ -70,7 +70,7 @@ let package = Package(
             ],
             path: "Tests/DeltaSnapTestSupport"
         ),
-        .testTarget(name: "DeltaSnapCoreTests", dependencies: ["DeltaSnapCore"]),
+        .testTarget(name: "DeltaSnapCoreTests", dependencies: ["DeltaSnapCore", "DeltaSnapSynthetic"]),
         .testTarget(name: "DeltaSnapStoreTests", dependencies: ["DeltaSnapStore", "DeltaSnapTestSupport"]),
         .testTarget(name: "DeltaSnapServerTests", dependencies: ["DeltaSnapServer", "DeltaSnapClient", "DeltaSnapTestSupport"]),
         .testTarget(name: "DeltaSnapClientTests", dependencies: ["DeltaSnapClient", "DeltaSnapServer", "DeltaSnapTestSupport"]),

@@ -112,13 +112,17 @@ public final class BodyReader {
                 }
                 try json.expect(UInt8(ascii: ","))
             }
-            let value = try json.readValue()
+            let line = json.line
+            let offset = json.offset
+            let raw = try json.readRawValue()
             do {
-                let record = try Record(parsing: value)
+                let record = try Record.parse(raw)
                 recordsRead += 1
                 return record
-            } catch {
+            } catch let error as RecordError {
                 throw BodyError.invalidRecord(index: recordsRead, error)
+            } catch let error as JSONParseError {
+                throw BodyError.invalidJSON(JSONParseError(line: line + error.line - 1, offset: offset + error.offset, reason: error.reason))
             }
         } catch let error as JSONParseError {
             throw BodyError.invalidJSON(error)

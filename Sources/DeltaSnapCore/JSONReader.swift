@@ -124,6 +124,64 @@ public final class JSONReader {
         (0x21...0x7E).contains(byte) ? "'\(Character(Unicode.Scalar(byte)))'" : "byte 0x\(String(byte, radix: 16))"
     }
 
+    // MARK: - Raw values
+
+    /// The bytes of the next value exactly as written (after skipping whitespace), without
+    /// validating them: the caller validates (see `Record.parse`). Tracks lines, so
+    /// ``line`` stays right; throws only at the end of the input.
+    public func readRawValue() throws -> [UInt8] {
+        try skipWhitespace()
+        guard try ensureByte() else { throw error("unexpected end of input, expected a value") }
+        var raw: [UInt8] = []
+        raw.reserveCapacity(512)
+        let first = buffer[position]
+        if first != UInt8(ascii: "{") && first != UInt8(ascii: "[") && first != UInt8(ascii: "\"") {
+            // A scalar: up to the next delimiter.
+            while try ensureByte() {
+                let byte = buffer[position]
+                if byte == UInt8(ascii: ",") || byte == UInt8(ascii: "]") || byte == UInt8(ascii: "}")
+                    || byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\n") || byte == UInt8(ascii: "\r") || byte == UInt8(ascii: "\t") {
+                    break
+                }
+                raw.append(byte)
+                position += 1
+            }
+            return raw
+        }
+        var depth = 0
+        var inString = false
+        var escaped = false
+        while true {
+            guard try ensureByte() else { throw error(inString ? "unterminated string" : "unexpected end of input inside a value") }
+            // Scan the buffered run, then copy it in one go.
+            let start = position
+            var done = false
+            while position < buffer.count {
+                let byte = buffer[position]
+                position += 1
+                if inString {
+                    if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") {
+                        inString = false
+                        if depth == 0 { done = true; break }
+                    }
+                    continue
+                }
+                switch byte {
+                case UInt8(ascii: "\""): inString = true
+                case UInt8(ascii: "{"), UInt8(ascii: "["): depth += 1
+                case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                    depth -= 1
+                    if depth == 0 { done = true }
+                case UInt8(ascii: "\n"): line += 1
+                default: break
+                }
+                if done { break }
+            }
+            raw.append(contentsOf: buffer[start..<position])
+            if done { return raw }
+        }
+    }
+
     // MARK: - Values
 
     /// Reads one complete JSON value.

@@ -41,10 +41,24 @@ public struct Record: Hashable, Sendable {
 
     /// Parses and validates one record from JSON bytes.
     public init(json bytes: [UInt8]) throws {
+        self = try Record.parse(bytes)
+    }
+
+    /// Parses one record from the bytes of one JSON value. Bytes that are already canonical
+    /// are validated in one pass and kept as they are; anything else goes through the full
+    /// parser, which canonicalises it or throws a `JSONParseError` (lines and offsets counted
+    /// from the start of `bytes`) or a ``RecordError``.
+    public static func parse(_ bytes: [UInt8]) throws -> Record {
+        if let record = bytes.withUnsafeBytes(CanonicalRecordScanner.scan) { return record }
         let reader = JSONReader(bytes: bytes)
         let value = try reader.readValue()
         guard try reader.isAtEnd() else { throw reader.error("unexpected data after the record") }
-        try self.init(parsing: value)
+        return try Record(parsing: value)
+    }
+
+    /// Bytes the scanner proved canonical.
+    init(canonicalBytes: [UInt8], id: String, isHidden: Bool) {
+        self.init(id: id, isHidden: isHidden, bytes: canonicalBytes)
     }
 
     private init(id: String, isHidden: Bool, bytes: [UInt8]) {

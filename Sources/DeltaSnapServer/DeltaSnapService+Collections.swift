@@ -26,6 +26,11 @@ extension DeltaSnapService {
     func getCollection(_ request: Request, name: String) throws -> Response {
         guard CollectionName.isValid(name) else { throw APIError.badCollectionName(name) }
         guard let served = heads[name] else { throw APIError.unknownCollection(name) }
+        // The common poll: the client holds the current token, sent back as received.
+        if let ifNoneMatch = request.headers[.ifNoneMatch], ifNoneMatch == served.validatorHeaders[.eTag] {
+            metrics.countOutcome(.notModified)
+            return Response(status: .notModified, headers: served.validatorHeaders)
+        }
         let conditional = ConditionalRequest(
             ifNoneMatch: request.headers[values: .ifNoneMatch].joinedOrNil,
             ifModifiedSince: request.headers[.ifModifiedSince])
@@ -51,15 +56,46 @@ extension DeltaSnapService {
             let entry = try fullBodies.body(for: served.head, pool: pool)
             heads.update(entry.head)
             metrics.countBytes(entry.gzip.readableBytes, for: .full)
-            var headers = ServedHead(head: entry.head).validatorHeaders
-            headers[.contentType] = "application/json"
-            headers[.contentEncoding] = "gzip"
-            return Response(status: .ok, headers: headers, body: .init(byteBuffer: entry.gzip))
+            return Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: true), body: .init(byteBuffer: entry.gzip))
         case .full:
             return try streamed(name: name, sinceVersion: nil, base: nil, gzip: gzip, outcome: .full)
         case .delta(let since, let base):
+            let key = DeltaCache.Key(collection: name, base: base, headVersion: served.head.version, gzip: gzip)
+            if let cached = deltas[key] {
+                metrics.countOutcome(.delta)
+                metrics.countBytes(cached.body.readableBytes, for: .delta)
+                return Response(status: .ok, headers: bodyHeaders(for: cached.head, gzip: gzip), body: .init(byteBuffer: cached.body))
+            }
+            if let entry = try smallDelta(name: name, sinceVersion: since, base: base, gzip: gzip) {
+                // Cached under the head it was read at: a later head is another key.
+                deltas.store(entry, for: DeltaCache.Key(collection: name, base: base, headVersion: entry.head.version, gzip: gzip))
+                metrics.countOutcome(.delta)
+                metrics.countBytes(entry.body.readableBytes, for: .delta)
+                return Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: gzip), body: .init(byteBuffer: entry.body))
+            }
             return try streamed(name: name, sinceVersion: since, base: base, gzip: gzip, outcome: .delta)
         }
+    }
+
+    /// A delta read and encoded in full when it is small (at most 1,000 records), so it can be
+    /// cached; nil when it is larger and should be streamed instead.
+    private func smallDelta(name: String, sinceVersion: UInt64, base: String, gzip: Bool) throws -> DeltaCache.Entry? {
+        let streamer = try BodyStreamer(pool: pool, collection: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzip ? 6 : nil)
+        heads.update(streamer.head)
+        guard streamer.header.count <= 1000 else {
+            streamer.close()
+            return nil
+        }
+        var bytes: [UInt8] = []
+        while let chunk = try streamer.nextChunk() { bytes.append(contentsOf: chunk) }
+        return DeltaCache.Entry(head: streamer.head, body: ByteBuffer(bytes: bytes))
+    }
+
+    private func bodyHeaders(for head: CollectionHead, gzip: Bool) -> HTTPFields {
+        var headers = ServedHead(head: head).validatorHeaders
+        headers[.contentType] = "application/json"
+        if gzip { headers[.contentEncoding] = "gzip" }
+        return headers
     }
 
     private func streamed(name: String, sinceVersion: UInt64?, base: String?, gzip: Bool, outcome: ServerMetrics.Outcome) throws -> Response {
@@ -69,11 +105,8 @@ extension DeltaSnapService {
         // not answer 304 to the older token it just moved a client past.
         heads.update(streamer.head)
         metrics.countOutcome(outcome)
-        var headers = ServedHead(head: streamer.head).validatorHeaders
-        headers[.contentType] = "application/json"
-        if gzip { headers[.contentEncoding] = "gzip" }
         let metrics = metrics
-        return Response(status: .ok, headers: headers, body: ResponseBody { writer in
+        return Response(status: .ok, headers: bodyHeaders(for: streamer.head, gzip: gzip), body: ResponseBody { writer in
             defer { streamer.close() }
             while let chunk = try streamer.nextChunk() {
                 metrics.countBytes(chunk.count, for: outcome)

@@ -47,6 +47,7 @@ public final class DeltaSnapService: Sendable {
     let heads: HeadCache
     let pool: StorePool
     let fullBodies = FullBodyCache()
+    let deltas = DeltaCache()
     let writer: LockedStore
 
     public init(configuration: DeltaSnapServerConfiguration) throws {

@@ -54,16 +54,25 @@ public struct Importer {
             func putNext() throws {
                 try reader.skipWhitespace()
                 line = reader.line
-                let value: JSONValue
+                // An NDJSON record is one line: errors name that line even when the parser
+                // only noticed the problem further on (an unclosed object).
+                let raw: [UInt8]
                 do {
-                    value = try reader.readValue()
+                    raw = try reader.readRawValue()
                 } catch let error as JSONParseError {
-                    // An NDJSON record is one line: name that line even when the parser
-                    // only noticed the problem further on (an unclosed object).
                     throw fail(error.reason, at: isArray ? error.line : line)
                 }
+                let record: Record
                 do {
-                    try writer.put(try Record(parsing: value))
+                    record = try Record.parse(raw)
+                } catch let error as JSONParseError {
+                    // Lines counted from the start of the record.
+                    throw fail(error.reason, at: isArray ? line + error.line - 1 : line)
+                } catch let error as RecordError {
+                    throw fail(error.description)
+                }
+                do {
+                    try writer.put(record)
                 } catch let error as RecordError {
                     throw fail(error.description)
                 } catch let error as StoreError {

@@ -11,7 +11,7 @@
 # machine and uses as many threads as it likes). Everything started here is stopped by PID on exit.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/bench-common.sh"
 RECORDS="${RECORDS:-10000}"
 DURATION="${DURATION:-10s}"
 THREADS="${THREADS:-2}"
@@ -21,42 +21,10 @@ NGINX_PORT="${NGINX_PORT:-18081}"
 RUN_MEMORY=0
 [[ "${1:-}" == "--memory" ]] && RUN_MEMORY=1
 
-BIN="$ROOT/.build/release/deltasnap"
-COLLECTION=items
-PIDS=()
-
-say() { printf '== %s\n' "$*" >&2; }
-
-need() {
-    local missing=()
-    for pkg in "$@"; do
-        command -v "$pkg" >/dev/null 2>&1 || [[ -x "/usr/sbin/$pkg" ]] || missing+=("$pkg")
-    done
-    if ((${#missing[@]})); then
-        say "installing ${missing[*]}"
-        local sudo=""; [[ $(id -u) -ne 0 ]] && sudo=sudo
-        $sudo apt-get install -y -qq "${missing[@]}" >/dev/null || { $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}" >/dev/null; }
-    fi
-}
-
 need nginx wrk curl
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
-
-if [[ -z "${SKIP_BUILD:-}" || ! -x "$BIN" ]]; then
-    say "building deltasnap (release)"
-    (cd "$ROOT" && swift build -c release --product deltasnap 2>&1 | tail -1) >&2
-fi
-
-TMP="$(mktemp -d "${TMPDIR:-/tmp}/deltasnap-bench-http.XXXXXX")"
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]:-}"; do
-        [[ -n "$pid" ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+build_release
+make_workspace bench-http
 
 # Starts `deltasnap serve` on $DS_PORT and waits for its "serving" line; sets DS_PID.
 start_deltasnap() {

@@ -7,34 +7,16 @@
 # Everything it starts is stopped by PID on exit.  RECORDS=... CHANGES=... to scale.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/bench-common.sh"
 RECORDS="${RECORDS:-1000000}"
 CHANGES="${CHANGES:-100000}"
 DS_PORT="${DS_PORT:-18082}"
-BIN="$ROOT/.build/release/deltasnap"
-COLLECTION=items
-PIDS=()
 
-say() { printf '== %s\n' "$*" >&2; }
 for tool in curl /usr/bin/time; do
     command -v "$tool" >/dev/null || { sudo=""; [[ $(id -u) -ne 0 ]] && sudo=sudo; $sudo apt-get install -y -qq curl time >/dev/null; }
 done
-
-if [[ ! -x "$BIN" || -z "${SKIP_BUILD:-}" ]]; then
-    say "building deltasnap (release)"
-    (cd "$ROOT" && swift build -c release --product deltasnap 2>&1 | tail -1) >&2
-fi
-
-TMP="$(mktemp -d "${TMPDIR:-/tmp}/deltasnap-bench-memory.XXXXXX")"
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]:-}"; do
-        [[ -n "$pid" ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+build_release
+make_workspace bench-memory
 
 vmhwm_mb() { awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 maxrss_mb() { awk -F': ' '/Maximum resident set size/ { printf "%.1f", $2 / 1024 }' "$1"; }

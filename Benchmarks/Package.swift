@@ -6,7 +6,8 @@ let package = Package(
     name: "DeltaSnapBenchmarks",
     platforms: [.macOS(.v14)],
     dependencies: [
-        .package(path: ".."),
+        // Named, so the products below resolve whatever the checkout directory is called.
+        .package(name: "DeltaSnap", path: ".."),
         .package(url: "https://github.com/ordo-one/benchmark", exact: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
@@ -14,10 +15,10 @@ let package = Package(
             name: "DeltaSnapBenchmarks",
             dependencies: [
                 .product(name: "Benchmark", package: "benchmark"),
-                .product(name: "DeltaSnapCore", package: "main"),
-                .product(name: "DeltaSnapStore", package: "main"),
-                .product(name: "DeltaSnapClient", package: "main"),
-                .product(name: "DeltaSnapSynthetic", package: "main"),
+                .product(name: "DeltaSnapCore", package: "DeltaSnap"),
+                .product(name: "DeltaSnapStore", package: "DeltaSnap"),
+                .product(name: "DeltaSnapClient", package: "DeltaSnap"),
+                .product(name: "DeltaSnapSynthetic", package: "DeltaSnap"),
             ],
             path: "Benchmarks/DeltaSnapBenchmarks",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]

@@ -26,8 +26,7 @@ public struct APIError: Error, HTTPResponseError, Sendable {
     }
 
     static func jsonResponse(status: HTTPResponse.Status, headers: HTTPFields = [:], code: String, message: String) -> Response {
-        var object: [String: String] = ["error": code, "message": message]
-        object["error"] = code
+        let object = ["error": code, "message": message]
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
         var headers = headers
         headers[.contentType] = "application/json"

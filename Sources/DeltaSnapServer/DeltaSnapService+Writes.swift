@@ -7,7 +7,8 @@ import NIOCore
 extension DeltaSnapService {
     /// `PUT /v1/collections/{c}/records/{id}`: upsert one record.
     func putRecord(_ request: Request, context: some RequestContext) async throws -> Response {
-        let (name, id) = try writeTarget(request, context: context, withID: true)
+        let name = try authorizedCollection(request, context: context)
+        let id = try recordID(context)
         var request = request
         let body = try await collect(&request)
         let value: JSONValue
@@ -20,11 +21,11 @@ extension DeltaSnapService {
         }
         guard case .object(var members) = value else { throw APIError(.badRequest, "invalid_record", RecordError.notAnObject.description) }
         if let existing = members.first(where: { $0.key == Record.idKey }) {
-            guard existing.value == .string(id!) else {
-                throw APIError(.badRequest, "id_mismatch", "the body's \"id\" must equal the id in the URL, \"\(id!)\"")
+            guard existing.value == .string(id) else {
+                throw APIError(.badRequest, "id_mismatch", "the body's \"id\" must equal the id in the URL, \"\(id)\"")
             }
         } else {
-            members.append(JSONMember(Record.idKey, .string(id!)))
+            members.append(JSONMember(Record.idKey, .string(id)))
             members.sort { $0.key.utf8Precedes($1.key) }
         }
         let record: Record
@@ -38,13 +39,14 @@ extension DeltaSnapService {
 
     /// `DELETE /v1/collections/{c}/records/{id}`: hide one record.
     func deleteRecord(_ request: Request, context: some RequestContext) async throws -> Response {
-        let (name, id) = try writeTarget(request, context: context, withID: true)
-        return try commit(name) { try $0.put(Record.tombstone(id: id!)) }
+        let name = try authorizedCollection(request, context: context)
+        let id = try recordID(context)
+        return try commit(name) { try $0.put(Record.tombstone(id: id)) }
     }
 
     /// `POST /v1/collections/{c}/records[?replace=true]`: a batch as one version.
     func postRecords(_ request: Request, context: some RequestContext) async throws -> Response {
-        let (name, _) = try writeTarget(request, context: context, withID: false)
+        let name = try authorizedCollection(request, context: context)
         var request = request
         let body = try await collect(&request)
         let replace = request.uri.queryParameters.get("replace").map { $0 == "true" || $0 == "1" } ?? false
@@ -60,8 +62,8 @@ extension DeltaSnapService {
 
     // MARK: - Helpers
 
-    /// Checks the bearer token and the names in the path.
-    private func writeTarget(_ request: Request, context: some RequestContext, withID: Bool) throws -> (String, String?) {
+    /// Checks the bearer token, then returns the collection named in the path.
+    private func authorizedCollection(_ request: Request, context: some RequestContext) throws -> String {
         guard let expected = configuration.writeToken else {
             throw APIError(.forbidden, "writes_disabled", "this server was started without a write token, so it accepts no writes")
         }
@@ -75,11 +77,15 @@ extension DeltaSnapService {
         }
         let name = try context.parameters.require("name")
         guard CollectionName.isValid(name) else { throw APIError.badCollectionName(name) }
-        guard withID else { return (name, nil) }
+        return name
+    }
+
+    /// The record id in the path, percent-decoded.
+    private func recordID(_ context: some RequestContext) throws -> String {
         let rawID = try context.parameters.require("id")
         let id = rawID.removingPercentEncoding ?? rawID
         guard !id.isEmpty else { throw APIError(.badRequest, "invalid_record", RecordError.emptyID.description) }
-        return (name, id)
+        return id
     }
 
     private func collect(_ request: inout Request) async throws -> [UInt8] {

@@ -79,6 +79,9 @@ public actor DeltaSnapReplica {
     public var lastSuccessfulSync: Date? { state.lastSuccessfulSync }
     public var lastError: String? { state.lastError }
     public var status: SyncStatus { SyncStatus.of(state, now: Date()) }
+    /// Body bytes received by the last ``sync()`` (0 for a 304). URLSession decodes gzip by
+    /// itself on Linux and Apple platforms, so this is usually the decoded size.
+    public private(set) var lastSyncBytesReceived = 0
 
     /// Recomputes count and checksum from every record and compares them with the stored
     /// ones: true when the replica is exactly the state its token names.
@@ -114,6 +117,7 @@ public actor DeltaSnapReplica {
     }
 
     private func performSync(now: Date, ignoringBackoff: Bool) async -> SyncOutcome {
+        lastSyncBytesReceived = 0
         if !ignoringBackoff, let notBefore = state.notBefore, now < notBefore { return .deferred(until: notBefore) }
 
         var headers = ["Accept-Encoding": "gzip"]
@@ -170,6 +174,7 @@ public actor DeltaSnapReplica {
 
     private func apply(_ response: SyncResponse, expectFull: Bool = false) throws -> ApplyResult {
         guard let file = response.bodyFile else { throw ApplyError.decode("the 200 response has no body") }
+        lastSyncBytesReceived += (try? FileManager.default.attributesOfItem(atPath: file.path)[.size] as? Int) ?? 0
         // URLSession may or may not have decoded gzip already: look at the bytes, not the header.
         let source = try Self.isGzip(file) ? ChunkSources.gunzip(try ChunkSources.file(at: file.path)) : try ChunkSources.file(at: file.path)
         var state = self.state

@@ -8,8 +8,8 @@ struct PullCommand: AsyncParsableCommand {
         commandName: "pull",
         abstract: "Sync a local replica from a DeltaSnap server, loading a bundled snapshot first if it is empty.",
         discussion: """
-            Prints one line per sync: outcome, token, record count, bytes written to the
-            replica file, milliseconds. Exits non-zero only when the replica holds no usable
+            Prints one line per sync: outcome, token, record count, body bytes received
+            (after HTTP decoding), milliseconds. Exits non-zero only when the replica holds no usable
             data. A one-shot pull syncs at once; with --watch, failures back off exponentially
             and the server's Retry-After/Backoff are honoured.
             """
@@ -47,14 +47,14 @@ struct PullCommand: AsyncParsableCommand {
                 timeout: .milliseconds(Int(timeout * 1000)))
             repeat {
                 let started = ContinuousClock.now
-                let before = Self.fileSize(self.replica)
                 // A one-shot pull is a person asking now; --watch honours backoff like an app.
                 let outcome = await replica.sync(ignoringBackoff: !watch)
                 let elapsed = ContinuousClock.now - started
                 let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
                 let count = await replica.count
                 let token = await replica.token ?? "-"
-                var line = "\(outcome.name) token=\(token) records=\(count) bytes=\(max(0, Self.fileSize(self.replica) - before)) ms=\(milliseconds)"
+                let bytes = await replica.lastSyncBytesReceived
+                var line = "\(outcome.name) token=\(token) records=\(count) bytes=\(bytes) ms=\(milliseconds)"
                 switch outcome {
                 case .applied(let result): line += " changed=\(result.changed)"
                 case .reset(let result, let reason): line += " changed=\(result.changed) reason=\"\(reason)\""
@@ -73,11 +73,6 @@ struct PullCommand: AsyncParsableCommand {
                 throw PullFailure(message: "the replica holds no data: \(await replica.lastError ?? "nothing was fetched")")
             }
         }
-    }
-
-    static func fileSize(_ path: String) -> Int {
-        ((try? FileManager.default.attributesOfItem(atPath: path + "-wal"))?[.size] as? Int ?? 0)
-            + ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int ?? 0)
     }
 }
 

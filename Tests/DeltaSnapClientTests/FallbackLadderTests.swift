@@ -77,6 +77,9 @@ import Testing
         let replica = try makeReplica(dir, url: server.url)
         guard case .applied(let result) = await replica.sync() else { Issue.record("not applied"); return }
         #expect(result.kind == .delta && result.changed == 3)
+        // Encoded or decoded, depending on whether the HTTP stack decoded gzip itself.
+        let received = await replica.lastSyncBytesReceived
+        #expect(try received == delta.count || received == GzipDecompressor.decompress(delta).count)
         #expect(try await replica.verify())
         #expect(await replica.count == 40)
         await server.stop()

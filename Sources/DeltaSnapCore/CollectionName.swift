@@ -2,9 +2,8 @@
 public enum CollectionName {
     /// Whether `name` is a valid collection name.
     public static func isValid(_ name: String) -> Bool {
-        let bytes = Array(name.utf8)
-        guard (1...64).contains(bytes.count) else { return false }
-        for (index, byte) in bytes.enumerated() {
+        guard (1...64).contains(name.utf8.count) else { return false }
+        for (index, byte) in name.utf8.enumerated() {
             let lowerOrDigit = (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
             if lowerOrDigit { continue }
             if index > 0 && (byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")) { continue }

@@ -87,6 +87,13 @@ final class BodyStreamer: @unchecked Sendable {
         }
     }
 
+    /// The whole remaining body in one buffer (for bodies small enough to cache).
+    func readAll() throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        while let chunk = try nextChunk() { bytes.append(contentsOf: chunk) }
+        return bytes
+    }
+
     /// Ends the read transaction and returns the connection; safe to call twice.
     func close() {
         guard let store else { return }

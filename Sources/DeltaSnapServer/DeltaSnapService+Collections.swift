@@ -80,15 +80,12 @@ extension DeltaSnapService {
     /// A delta read and encoded in full when it is small (at most 1,000 records), so it can be
     /// cached; nil when it is larger and should be streamed instead.
     private func smallDelta(name: String, sinceVersion: UInt64, base: String, gzip: Bool) throws -> DeltaCache.Entry? {
-        let streamer = try BodyStreamer(pool: pool, collection: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzip ? 6 : nil)
-        heads.update(streamer.head)
+        let streamer = try openBody(name: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzip ? 6 : nil)
         guard streamer.header.count <= 1000 else {
             streamer.close()
             return nil
         }
-        var bytes: [UInt8] = []
-        while let chunk = try streamer.nextChunk() { bytes.append(contentsOf: chunk) }
-        return DeltaCache.Entry(head: streamer.head, body: ByteBuffer(bytes: bytes))
+        return DeltaCache.Entry(head: streamer.head, body: ByteBuffer(bytes: try streamer.readAll()))
     }
 
     private func bodyHeaders(for head: CollectionHead, gzip: Bool) -> HTTPFields {
@@ -98,12 +95,18 @@ extension DeltaSnapService {
         return headers
     }
 
+    /// Opens a body on one read transaction. A body can reveal a commit the poll has not
+    /// seen yet: its head is installed at once, so the server never answers 304 to a token
+    /// older than one it has served.
+    private func openBody(name: String, sinceVersion: UInt64?, base: String?, gzipLevel: Int32?) throws -> BodyStreamer {
+        let streamer = try BodyStreamer(pool: pool, collection: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzipLevel)
+        heads.update(streamer.head)
+        return streamer
+    }
+
     private func streamed(name: String, sinceVersion: UInt64?, base: String?, gzip: Bool, outcome: ServerMetrics.Outcome) throws -> Response {
         // Level 1 for bodies compressed per request: a third of level 6's CPU cost.
-        let streamer = try BodyStreamer(pool: pool, collection: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzip ? 1 : nil)
-        // A body can reveal a commit the poll has not seen yet; from now on the server must
-        // not answer 304 to the older token it just moved a client past.
-        heads.update(streamer.head)
+        let streamer = try openBody(name: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzip ? 1 : nil)
         metrics.countOutcome(outcome)
         let metrics = metrics
         return Response(status: .ok, headers: bodyHeaders(for: streamer.head, gzip: gzip), body: ResponseBody { writer in

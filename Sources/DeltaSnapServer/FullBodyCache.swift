@@ -22,9 +22,7 @@ final class FullBodyCache: @unchecked Sendable {
             return entry
         }
         let streamer = try BodyStreamer(pool: pool, collection: head.name, sinceVersion: nil, base: nil, gzipLevel: 6)
-        var bytes: [UInt8] = []
-        while let chunk = try streamer.nextChunk() { bytes.append(contentsOf: chunk) }
-        let entry = Entry(head: streamer.head, gzip: ByteBuffer(bytes: bytes))
+        let entry = Entry(head: streamer.head, gzip: ByteBuffer(bytes: try streamer.readAll()))
         lock.withLock {
             if let current = entries[head.name], current.head.version > entry.head.version { return }
             entries[head.name] = entry

@@ -29,6 +29,7 @@ public final class CollectionWriter {
 
     private let db: SQLiteConnection
     private let cid: Int64
+    private let epoch: String
     private let configuration: StoreConfiguration
     private var previous: CollectionHead?
     private var checksum: StateChecksum
@@ -53,14 +54,16 @@ public final class CollectionWriter {
             _ = try select.step()
             cid = select.int64(0)
             select.reset()
+            epoch = head.epoch
             checksum = head.checksum
             visibleCount = head.count
             version = head.version + 1
         } else {
             // Created inside this transaction: rolled back with it if nothing is committed.
+            epoch = configuration.epochForNewCollections ?? ServerToken.randomEpoch()
             let insert = try db.prepare("INSERT INTO collections(name, epoch, head, checksum, visible) VALUES (?, ?, 0, 0, 0)")
             try insert.bind(1, collection)
-            try insert.bind(2, configuration.epochForNewCollections ?? ServerToken.randomEpoch())
+            try insert.bind(2, epoch)
             try insert.run()
             cid = try db.scalarInt("SELECT last_insert_rowid()") ?? 0
             checksum = .empty
@@ -176,7 +179,6 @@ public final class CollectionWriter {
         try updateHead.bind(3, visibleCount)
         try updateHead.bind(4, cid)
         try updateHead.run()
-        let epoch = try previous?.epoch ?? StoreReader(db: db).head(of: collection)?.epoch ?? ""
         let head = CollectionHead(
             name: collection, epoch: epoch,
             version: version, checksum: checksum, count: visibleCount, committedAt: committedAt, floor: previous?.floor ?? 0)

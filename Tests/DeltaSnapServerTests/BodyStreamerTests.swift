@@ -19,8 +19,7 @@ import Testing
         let pool = StorePool(path: db)
         let streamer = try BodyStreamer(
             pool: pool, collection: "items", sinceVersion: delta ? 1 : nil, base: delta ? "x" : nil, gzipLevel: 1)
-        var bytes: [UInt8] = []
-        while let chunk = try streamer.nextChunk() { bytes.append(contentsOf: chunk) }
+        let bytes = try streamer.readAll()
         // The streamer is still alive (as it is until the response is released)…
         #expect(streamer.header.count == (delta ? 5 : 500))
         // …yet its connection is back in the pool, clean.

@@ -20,6 +20,8 @@ let package = Package(
         // Already in the graph through Hummingbird; named for NIOTooManyBytesError.
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        // Per-user tokens for two-way sync: HS256, EdDSA and ES256 JWTs.
+        .package(url: "https://github.com/vapor/jwt-kit.git", exact: "5.8.0"),
     ],
     targets: [
         // System libraries. Both are Debian -dev packages; `make` installs them when missing.
@@ -47,6 +49,7 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "JWTKit", package: "jwt-kit"),
             ]
         ),
         // What an app links: Foundation + SQLite only (no NIO, no Hummingbird), so it builds for iOS.
@@ -71,8 +74,11 @@ let package = Package(
             path: "Tests/DeltaSnapTestSupport"
         ),
         .testTarget(name: "DeltaSnapCoreTests", dependencies: ["DeltaSnapCore", "DeltaSnapSynthetic"]),
-        .testTarget(name: "DeltaSnapStoreTests", dependencies: ["DeltaSnapStore", "DeltaSnapTestSupport"]),
-        .testTarget(name: "DeltaSnapServerTests", dependencies: ["DeltaSnapServer", "DeltaSnapClient", "DeltaSnapTestSupport"]),
+        .testTarget(name: "DeltaSnapStoreTests", dependencies: ["DeltaSnapStore", "DeltaSnapSQLite", "DeltaSnapTestSupport"]),
+        .testTarget(
+            name: "DeltaSnapServerTests",
+            dependencies: ["DeltaSnapServer", "DeltaSnapClient", "DeltaSnapTestSupport", .product(name: "JWTKit", package: "jwt-kit")]
+        ),
         .testTarget(name: "DeltaSnapClientTests", dependencies: ["DeltaSnapClient", "DeltaSnapServer", "DeltaSnapTestSupport"]),
     ]
 )

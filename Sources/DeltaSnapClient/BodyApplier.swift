@@ -41,8 +41,12 @@ struct BodyApplier {
     let collection: String
 
     /// Applies the body read by `reader`. `validators` are the response's `ETag` and
-    /// `Last-Modified`, stored with the records in the same transaction.
-    func apply(_ reader: BodyReader, state: ReplicaState, etag: String?, lastModified: String?) throws -> (ApplyResult, ReplicaState) {
+    /// `Last-Modified`, stored with the records in the same transaction, and so is the
+    /// settling of local writes: accepted writes up to `droppingAcknowledgedThrough` leave
+    /// the queue, and every pending write is replayed over the new server state.
+    func apply(
+        _ reader: BodyReader, state: ReplicaState, etag: String?, lastModified: String?, droppingAcknowledgedThrough: UInt64? = nil
+    ) throws -> (ApplyResult, ReplicaState) {
         let db = storage.db
         return try db.transaction(.immediate) {
             let header: BodyHeader
@@ -112,6 +116,7 @@ struct BodyApplier {
             newState.count = count
             newState.etag = etag ?? "\"\(header.token)\""
             newState.lastModified = lastModified ?? header.lastModified
+            try storage.settleAfterPull(droppingAcknowledgedThrough: droppingAcknowledgedThrough)
             try storage.save(newState)
             return (ApplyResult(kind: header.kind, token: header.token, changed: changed, count: count, changedIDs: changedIDs), newState)
         }

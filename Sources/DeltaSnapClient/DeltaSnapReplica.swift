@@ -16,18 +16,34 @@ import Foundation
 ///     url: URL(string: "https://data.example.com/v1/collections/countries")!,
 ///     bundledSnapshot: Bundle.main.path(forResource: "countries", ofType: "snapshot"))
 /// let andorra = try await replica.record(id: "AD")      // usable offline at once
-/// let outcome = await replica.sync()                     // .applied, .notModified, …
+/// try await replica.patch(id: "AD", json: #"{"capital":"Andorra la Vella"}"#)  // local-first write
+/// let outcome = await replica.sync()                     // pushes the queue, then pulls
 /// ```
+///
+/// Local writes (``put(id:json:)``, ``patch(id:json:)``, ``insert(id:json:)``,
+/// ``delete(id:)``) commit to the replica at once, together with their queued write; reads
+/// see them immediately. The verified server state is kept apart from them, so a pull's
+/// checksum verification is as strict as for a replica that is never written to.
 public actor DeltaSnapReplica {
     public let collection: String
     public let url: URL
     public let transport: any SyncTransport
     public let retryPolicy: RetryPolicy
     public let timeout: Duration
+    /// The most writes one push request carries (the server takes up to 1,000).
+    public let pushBatchSize: Int
+    /// The bearer token sent with every request (a per-user JWT from the app's auth service).
+    public private(set) var accessToken: String?
+    /// What the push step of the last ``sync()`` did: accepted and refused writes.
+    public private(set) var lastPushReport = PushReport()
 
-    private let storage: ReplicaStorage
-    private var state: ReplicaState
+    let storage: ReplicaStorage
+    var state: ReplicaState
     private var continuations: [UUID: AsyncStream<SyncOutcome>.Continuation] = [:]
+    private var runningSync: Task<SyncOutcome, Never>?
+    /// No push before this time after a failed one (in memory: a restarted app retries at once).
+    var pushNotBefore: Date?
+    var consecutivePushFailures = 0
 
     /// Opens (or creates) the replica at `path`. When it holds no data yet and
     /// `bundledSnapshot` is given, the snapshot is loaded and verified first; a corrupt
@@ -35,7 +51,7 @@ public actor DeltaSnapReplica {
     public init(
         path: String, collection: String, url: URL, bundledSnapshot: String? = nil,
         transport: any SyncTransport = URLSessionTransport(), retryPolicy: RetryPolicy = RetryPolicy(),
-        timeout: Duration = .seconds(30)
+        timeout: Duration = .seconds(30), accessToken: String? = nil, pushBatchSize: Int = 500
     ) throws {
         try CollectionName.validate(collection)
         self.collection = collection
@@ -43,6 +59,8 @@ public actor DeltaSnapReplica {
         self.transport = transport
         self.retryPolicy = retryPolicy
         self.timeout = timeout
+        self.accessToken = accessToken
+        self.pushBatchSize = max(1, min(pushBatchSize, PushRequest.maximumMutations))
         storage = try ReplicaStorage(path: path)
         state = try storage.loadState()
         if !state.hasData, let bundledSnapshot {
@@ -57,9 +75,13 @@ public actor DeltaSnapReplica {
         return newState
     }
 
+    /// Sets the bearer token for later requests (e.g. after the app refreshed it).
+    public func setAccessToken(_ token: String?) { accessToken = token }
+
     // MARK: - Reads
 
-    /// The canonical JSON bytes of record `id`, or nil.
+    /// The canonical JSON bytes of record `id` as the app sees it (pending writes
+    /// included), or nil.
     public func recordBytes(id: String) throws -> [UInt8]? { try storage.record(id: id) }
 
     /// Record `id` parsed, or nil.
@@ -67,11 +89,14 @@ public actor DeltaSnapReplica {
         try storage.record(id: id).map { try JSONReader(bytes: $0).readValue() }
     }
 
-    /// Calls `body` with every visible record's canonical bytes, sorted by id.
+    /// Calls `body` with every visible record's canonical bytes (pending writes included),
+    /// sorted by id.
     public func forEachRecord(_ body: (UnsafeRawBufferPointer) throws -> Void) throws { try storage.forEachRecord(body) }
 
-    /// Visible records held.
-    public var count: Int { state.count }
+    /// Visible records as the app sees them (pending writes included).
+    public var count: Int { (try? storage.localCount(serverCount: state.count)) ?? state.count }
+    /// Visible records in the last verified server state.
+    public var serverCount: Int { state.count }
     /// The body token of the state held (opaque).
     public var token: String? { state.token }
     /// Validators and sync bookkeeping, as stored.
@@ -83,8 +108,9 @@ public actor DeltaSnapReplica {
     /// itself on Linux and Apple platforms, so this is usually the decoded size.
     public private(set) var lastSyncBytesReceived = 0
 
-    /// Recomputes count and checksum from every record and compares them with the stored
-    /// ones: true when the replica is exactly the state its token names.
+    /// Recomputes count and checksum of the server state held and compares them with the
+    /// stored ones: true when it is exactly the state its token names (pending local writes
+    /// live apart and do not count).
     public func verify() throws -> Bool {
         let recomputed = try storage.recomputed()
         return recomputed.count == state.count && recomputed.checksum == state.checksum
@@ -109,18 +135,34 @@ public actor DeltaSnapReplica {
     /// delta (or 304) → one full fetch without validators → keep the previous state.
     /// Honours backoff and the server's `Retry-After`/`Backoff`: called too early it returns
     /// `.deferred` at once, unless `ignoringBackoff` (a person explicitly asked to sync now).
+    ///
+    /// Pending local writes are pushed first (in order, in batches), so the server decides
+    /// conflicts before the pull brings its state; see ``lastPushReport`` for what it
+    /// accepted and refused. A sync called while another runs waits for that one.
     @discardableResult
     public func sync(now: Date = Date(), ignoringBackoff: Bool = false) async -> SyncOutcome {
-        let outcome = await performSync(now: now, ignoringBackoff: ignoringBackoff)
+        if let runningSync { return await runningSync.value }
+        let task = Task { await self.pushThenPull(now: now, ignoringBackoff: ignoringBackoff) }
+        runningSync = task
+        let outcome = await task.value
+        runningSync = nil
         for continuation in continuations.values { continuation.yield(outcome) }
         return outcome
     }
 
-    private func performSync(now: Date, ignoringBackoff: Bool) async -> SyncOutcome {
+    private func pushThenPull(now: Date, ignoringBackoff: Bool) async -> SyncOutcome {
         lastSyncBytesReceived = 0
         if !ignoringBackoff, let notBefore = state.notBefore, now < notBefore { return .deferred(until: notBefore) }
+        lastPushReport = await pushPending(now: now, ignoringBackoff: ignoringBackoff)
+        // Writes accepted so far are in the state the pull will bring: they leave the queue
+        // in the pull's own transaction (never before, so they never flicker out of view).
+        let settled = try? storage.lastAcknowledgedSeq()
+        return await performSync(now: now, droppingAcknowledgedThrough: settled)
+    }
 
+    private func performSync(now: Date, droppingAcknowledgedThrough settled: UInt64?) async -> SyncOutcome {
         var headers = ["Accept-Encoding": "gzip"]
+        if let accessToken { headers["Authorization"] = "Bearer \(accessToken)" }
         if state.hasData {
             if let etag = state.etag { headers["If-None-Match"] = etag }
             if let lastModified = state.lastModified { headers["If-Modified-Since"] = lastModified }
@@ -136,14 +178,16 @@ public actor DeltaSnapReplica {
 
         switch first.status {
         case 304:
-            return recordSuccess(.notModified, etag: first.header("ETag"), lastModified: first.header("Last-Modified"), serverAsked: serverAsked, now: now)
+            return recordSuccess(
+                .notModified, etag: first.header("ETag"), lastModified: first.header("Last-Modified"), serverAsked: serverAsked, now: now,
+                droppingAcknowledgedThrough: settled)
         case 200:
             do {
-                let result = try apply(first)
+                let result = try apply(first, droppingAcknowledgedThrough: settled)
                 return recordSuccess(.applied(result), etag: nil, lastModified: nil, serverAsked: serverAsked, now: now)
             } catch {
                 // The answer could not be applied: one full fetch, without validators.
-                return await resetWithFullFetch(reason: Self.describe(error), now: now)
+                return await resetWithFullFetch(reason: Self.describe(error), now: now, droppingAcknowledgedThrough: settled)
             }
         case 500...599:
             return recordFailure("server error \(first.status)", retryable: true, serverAsked: serverAsked, now: now)
@@ -152,10 +196,12 @@ public actor DeltaSnapReplica {
         }
     }
 
-    private func resetWithFullFetch(reason: String, now: Date) async -> SyncOutcome {
+    private func resetWithFullFetch(reason: String, now: Date, droppingAcknowledgedThrough settled: UInt64?) async -> SyncOutcome {
         let response: SyncResponse
+        var headers = ["Accept-Encoding": "gzip"]
+        if let accessToken { headers["Authorization"] = "Bearer \(accessToken)" }
         do {
-            response = try await transport.fetch(SyncRequest(url: url, headers: ["Accept-Encoding": "gzip"], timeout: timeout))
+            response = try await transport.fetch(SyncRequest(url: url, headers: headers, timeout: timeout))
         } catch {
             return recordFailure("\(reason); full fetch failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now)
         }
@@ -165,14 +211,14 @@ public actor DeltaSnapReplica {
             return recordFailure("\(reason); full fetch got status \(response.status)", retryable: response.status >= 500, serverAsked: serverAsked, now: now)
         }
         do {
-            let result = try apply(response, expectFull: true)
+            let result = try apply(response, expectFull: true, droppingAcknowledgedThrough: settled)
             return recordSuccess(.reset(result, reason: reason), etag: nil, lastModified: nil, serverAsked: serverAsked, now: now)
         } catch {
             return recordFailure("\(reason); full body unusable: \(Self.describe(error))", retryable: true, serverAsked: serverAsked, now: now)
         }
     }
 
-    private func apply(_ response: SyncResponse, expectFull: Bool = false) throws -> ApplyResult {
+    private func apply(_ response: SyncResponse, expectFull: Bool = false, droppingAcknowledgedThrough settled: UInt64?) throws -> ApplyResult {
         guard let file = response.bodyFile else { throw ApplyError.decode("the 200 response has no body") }
         lastSyncBytesReceived += (try? FileManager.default.attributesOfItem(atPath: file.path)[.size] as? Int) ?? 0
         // URLSession may or may not have decoded gzip already: look at the bytes, not the header.
@@ -180,7 +226,9 @@ public actor DeltaSnapReplica {
         var state = self.state
         if expectFull { state.token = nil }  // a delta in answer to a validator-less request cannot apply
         let (result, newState) = try BodyApplier(storage: storage, collection: collection)
-            .apply(BodyReader(nextChunk: source), state: state, etag: response.header("ETag"), lastModified: response.header("Last-Modified"))
+            .apply(
+                BodyReader(nextChunk: source), state: state, etag: response.header("ETag"), lastModified: response.header("Last-Modified"),
+                droppingAcknowledgedThrough: settled)
         self.state = newState
         return result
     }
@@ -194,7 +242,9 @@ public actor DeltaSnapReplica {
 
     // MARK: - Bookkeeping
 
-    private func recordSuccess(_ outcome: SyncOutcome, etag: String?, lastModified: String?, serverAsked: Double?, now: Date) -> SyncOutcome {
+    private func recordSuccess(
+        _ outcome: SyncOutcome, etag: String?, lastModified: String?, serverAsked: Double?, now: Date, droppingAcknowledgedThrough settled: UInt64? = nil
+    ) -> SyncOutcome {
         var next = state
         // A 304 may carry fresh validators; store them exactly as received.
         if let etag { next.etag = etag }
@@ -204,7 +254,7 @@ public actor DeltaSnapReplica {
         next.failingSince = nil
         next.consecutiveFailures = 0
         next.notBefore = serverAsked.map { now.addingTimeInterval($0) }
-        persist(next)
+        persist(next, droppingAcknowledgedThrough: settled)
         return outcome
     }
 
@@ -221,13 +271,17 @@ public actor DeltaSnapReplica {
         return .failed(reason: reason, retryAfter: retryable ? next.notBefore : nil)
     }
 
-    private func persist(_ next: ReplicaState) {
+    private func persist(_ next: ReplicaState, droppingAcknowledgedThrough settled: UInt64? = nil) {
         // Bookkeeping only: if it cannot be written the data is still intact, so keep going.
-        try? storage.db.transaction(.immediate) { try storage.save(next) }
+        try? storage.db.transaction(.immediate) {
+            // A 304 after a push: the state held already has the accepted writes.
+            if let settled { try storage.settleAfterPull(droppingAcknowledgedThrough: settled) }
+            try storage.save(next)
+        }
         state = next
     }
 
-    private static func describe(_ error: any Error) -> String {
+    static func describe(_ error: any Error) -> String {
         // URLSession's errors print as nested NSError dumps; their own sentence is enough.
         let nsError = error as NSError
         if nsError.domain == NSURLErrorDomain {

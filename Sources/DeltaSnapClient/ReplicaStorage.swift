@@ -4,6 +4,11 @@ import Foundation
 
 /// The replica's SQLite file: the records and the ``ReplicaState``, changed together in
 /// one transaction so a crash leaves the old state or the new one.
+///
+/// `records` is the last *verified server state* and nothing else: the checksum of a pull is
+/// checked against it alone. Local writes live apart, in `pending` (the queue, in write
+/// order) and `overlay` (each written record's local value: the server's value with its
+/// pending writes replayed on top, `NULL` when they delete it). Reads take the overlay first.
 final class ReplicaStorage {
     let db: SQLiteConnection
 
@@ -14,7 +19,27 @@ final class ReplicaStorage {
             PRAGMA synchronous=NORMAL;
             CREATE TABLE IF NOT EXISTS records(id TEXT PRIMARY KEY, hash INTEGER NOT NULL, body BLOB NOT NULL) WITHOUT ROWID;
             CREATE TABLE IF NOT EXISTS state(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS pending(
+                seq INTEGER PRIMARY KEY,
+                op TEXT NOT NULL,
+                id TEXT NOT NULL,
+                value BLOB,
+                acked INTEGER NOT NULL DEFAULT 0,
+                created_at REAL NOT NULL
+            );
+            CREATE INDEX IF NOT EXISTS pending_by_id ON pending(id, seq);
+            CREATE TABLE IF NOT EXISTS overlay(id TEXT PRIMARY KEY, body BLOB) WITHOUT ROWID;
             """)
+    }
+
+    /// Statements prepared once per connection: local writes and reads are hot paths.
+    private var statements: [String: SQLiteStatement] = [:]
+
+    func statement(_ sql: String) throws -> SQLiteStatement {
+        if let cached = statements[sql] { return cached }
+        let prepared = try db.prepare(sql)
+        statements[sql] = prepared
+        return prepared
     }
 
     // MARK: - State
@@ -59,24 +84,64 @@ final class ReplicaStorage {
 
     // MARK: - Reads
 
+    /// Record `id` as the app sees it: its local value when it has pending writes, else the
+    /// server's.
     func record(id: String) throws -> [UInt8]? {
-        let statement = try db.prepare("SELECT body FROM records WHERE id = ?")
+        let local = try statement("SELECT body FROM overlay WHERE id = ?")
+        try local.bind(1, id)
+        if try local.step() {
+            defer { local.reset() }
+            return local.isNull(0) ? nil : local.blob(0)
+        }
+        return try serverRecord(id: id)
+    }
+
+    /// Record `id` in the last verified server state.
+    func serverRecord(id: String) throws -> [UInt8]? {
+        let statement = try statement("SELECT body FROM records WHERE id = ?")
         try statement.bind(1, id)
         guard try statement.step() else { return nil }
         defer { statement.reset() }
         return statement.blob(0)
     }
 
+    /// Every record as the app sees it, sorted by id.
     func forEachRecord(_ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+        guard try hasOverlay() else { return try forEachServerRecord(body) }
+        let statement = try db.prepare("""
+            SELECT r.id AS id, coalesce(o.body, r.body) AS body FROM records r LEFT JOIN overlay o ON o.id = r.id
+            WHERE o.id IS NULL OR o.body IS NOT NULL
+            UNION ALL
+            SELECT o.id AS id, o.body AS body FROM overlay o
+            WHERE o.body IS NOT NULL AND NOT EXISTS (SELECT 1 FROM records r WHERE r.id = o.id)
+            ORDER BY id
+            """)
+        while try statement.step() { try statement.withBlob(1, body) }
+    }
+
+    /// Every record of the last verified server state, sorted by id.
+    func forEachServerRecord(_ body: (UnsafeRawBufferPointer) throws -> Void) throws {
         let statement = try db.prepare("SELECT body FROM records ORDER BY id")
         while try statement.step() { try statement.withBlob(0, body) }
     }
 
-    /// Count and checksum recomputed from every record (O(n)), for verification.
+    func hasOverlay() throws -> Bool {
+        try db.scalarInt("SELECT EXISTS(SELECT 1 FROM overlay)") == 1
+    }
+
+    /// Visible records as the app sees them, from the verified count and the overlay.
+    func localCount(serverCount: Int) throws -> Int {
+        guard try hasOverlay() else { return serverCount }
+        let added = try db.scalarInt("SELECT count(*) FROM overlay o WHERE o.body IS NOT NULL AND NOT EXISTS (SELECT 1 FROM records r WHERE r.id = o.id)") ?? 0
+        let removed = try db.scalarInt("SELECT count(*) FROM overlay o WHERE o.body IS NULL AND EXISTS (SELECT 1 FROM records r WHERE r.id = o.id)") ?? 0
+        return serverCount + Int(added) - Int(removed)
+    }
+
+    /// Count and checksum of the verified server state recomputed from every record (O(n)).
     func recomputed() throws -> (count: Int, checksum: StateChecksum) {
         var checksum = StateChecksum.empty
         var count = 0
-        try forEachRecord { bytes in
+        try forEachServerRecord { bytes in
             checksum.add(hash: XXH64.hash(bytes))
             count += 1
         }

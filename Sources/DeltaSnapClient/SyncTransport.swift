@@ -1,16 +1,22 @@
 import Foundation
 
-/// One HTTP GET the client wants made.
+/// One HTTP request the client wants made: a GET of a collection, or a POST of a batch.
 public struct SyncRequest: Sendable, Equatable {
     public var url: URL
+    /// `GET` or `POST`.
+    public var method: String
     /// Header fields to send as they are (validators byte for byte).
     public var headers: [String: String]
+    /// The request body (a push batch), or nil.
+    public var body: [UInt8]?
     /// Fail when no response arrives within this time.
     public var timeout: Duration
 
-    public init(url: URL, headers: [String: String], timeout: Duration) {
+    public init(url: URL, method: String = "GET", headers: [String: String], body: [UInt8]? = nil, timeout: Duration) {
         self.url = url
+        self.method = method
         self.headers = headers
+        self.body = body
         self.timeout = timeout
     }
 }

@@ -26,6 +26,8 @@ public final class URLSessionTransport: NSObject, SyncTransport, @unchecked Send
         defer { session.finishTasksAndInvalidate() }
         var urlRequest = URLRequest(url: request.url)
         urlRequest.cachePolicy = .reloadIgnoringLocalCacheData
+        urlRequest.httpMethod = request.method
+        if let body = request.body { urlRequest.httpBody = Data(body) }
         for (name, value) in request.headers { urlRequest.setValue(value, forHTTPHeaderField: name) }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in

@@ -5,11 +5,15 @@ import Hummingbird
 
 extension DeltaSnapService {
     /// `GET /v1/collections`: every collection's head.
-    func listCollections() -> Response {
+    func listCollections(_ request: Request) async -> Response {
         var out = Array(#"{"collections":["#.utf8)
-        for (index, served) in heads.all.enumerated() {
-            if index > 0 { out.append(UInt8(ascii: ",")) }
+        var listed = 0
+        for served in heads.all {
             let head = served.head
+            // Private collections are listed only to those who may read them.
+            if configuration.access.privateCollections.contains(head.name), await !accessControl.mayRead(request, collection: head.name) { continue }
+            if listed > 0 { out.append(UInt8(ascii: ",")) }
+            listed += 1
             CanonicalJSON.write(.object([
                 JSONMember("checksum", .string(head.checksum.description)),
                 JSONMember("count", .number(String(head.count))),
@@ -23,8 +27,11 @@ extension DeltaSnapService {
     }
 
     /// `GET /v1/collections/{name}`: 304, a delta or a full body (docs/PROTOCOL.md §5.1).
-    func getCollection(_ request: Request, name: String) throws -> Response {
+    func getCollection(_ request: Request, name: String) async throws -> Response {
         guard CollectionName.isValid(name) else { throw APIError.badCollectionName(name) }
+        if !configuration.access.privateCollections.isEmpty {
+            _ = try await accessControl.authorize(request, collection: name, for: .read)
+        }
         guard let served = heads[name] else { throw APIError.unknownCollection(name) }
         // The common poll: the client holds the current token, sent back as received.
         if let ifNoneMatch = request.headers[.ifNoneMatch], ifNoneMatch == served.validatorHeaders[.eTag] {

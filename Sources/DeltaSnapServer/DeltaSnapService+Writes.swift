@@ -7,7 +7,7 @@ import NIOCore
 extension DeltaSnapService {
     /// `PUT /v1/collections/{c}/records/{id}`: upsert one record.
     func putRecord(_ request: Request, context: some RequestContext) async throws -> Response {
-        let name = try authorizedCollection(request, context: context)
+        let name = try await authorizedCollection(request, context: context).name
         let id = try recordID(context)
         var request = request
         let body = try await collect(&request)
@@ -39,14 +39,14 @@ extension DeltaSnapService {
 
     /// `DELETE /v1/collections/{c}/records/{id}`: hide one record.
     func deleteRecord(_ request: Request, context: some RequestContext) async throws -> Response {
-        let name = try authorizedCollection(request, context: context)
+        let name = try await authorizedCollection(request, context: context).name
         let id = try recordID(context)
         return try commit(name) { try $0.put(Record.tombstone(id: id)) }
     }
 
     /// `POST /v1/collections/{c}/records[?replace=true]`: a batch as one version.
     func postRecords(_ request: Request, context: some RequestContext) async throws -> Response {
-        let name = try authorizedCollection(request, context: context)
+        let name = try await authorizedCollection(request, context: context).name
         var request = request
         let body = try await collect(&request)
         let replace = request.uri.queryParameters.get("replace").map { $0 == "true" || $0 == "1" } ?? false
@@ -62,38 +62,28 @@ extension DeltaSnapService {
 
     // MARK: - Helpers
 
-    /// Checks the bearer token, then returns the collection named in the path.
-    private func authorizedCollection(_ request: Request, context: some RequestContext) throws -> String {
-        guard let expected = configuration.writeToken else {
-            throw APIError(.forbidden, "writes_disabled", "this server was started without a write token, so it accepts no writes")
-        }
-        let presented = request.headers[.authorization].flatMap { value -> String? in
-            let prefix = "Bearer "
-            return value.hasPrefix(prefix) ? String(value.dropFirst(prefix.count)) : nil
-        }
-        guard let presented, Self.constantTimeEqual(presented, expected) else {
-            throw APIError(.unauthorized, "unauthorized", "writes need the header 'Authorization: Bearer <write token>'",
-                           headers: [.wwwAuthenticate: "Bearer"])
-        }
+    /// The valid collection name in the path, once the bearer token may write it.
+    func authorizedCollection(_ request: Request, context: some RequestContext) async throws -> (name: String, principal: Principal) {
         let name = try context.parameters.require("name")
         guard CollectionName.isValid(name) else { throw APIError.badCollectionName(name) }
-        return name
+        return (name, try await accessControl.authorize(request, collection: name, for: .write))
     }
 
     /// The record id in the path, percent-decoded.
-    private func recordID(_ context: some RequestContext) throws -> String {
+    func recordID(_ context: some RequestContext) throws -> String {
         let rawID = try context.parameters.require("id")
         let id = rawID.removingPercentEncoding ?? rawID
         guard !id.isEmpty else { throw APIError(.badRequest, "invalid_record", RecordError.emptyID.description) }
         return id
     }
 
-    private func collect(_ request: inout Request) async throws -> [UInt8] {
+    func collect(_ request: inout Request, limit: Int? = nil) async throws -> [UInt8] {
+        let limit = limit ?? configuration.maximumWriteBodyBytes
         do {
-            let buffer = try await request.collectBody(upTo: configuration.maximumWriteBodyBytes)
+            let buffer = try await request.collectBody(upTo: limit)
             return Array(buffer.readableBytesView)
         } catch is NIOTooManyBytesError {
-            throw APIError(.contentTooLarge, "body_too_large", "the body is larger than this server's limit of \(configuration.maximumWriteBodyBytes) bytes; split the batch")
+            throw APIError(.contentTooLarge, "body_too_large", "the body is larger than this server's limit of \(limit) bytes; split the batch")
         }
     }
 
@@ -124,15 +114,5 @@ extension DeltaSnapService {
         var out = CanonicalJSON.bytes(.object(members))
         out.append(UInt8(ascii: "\n"))
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: out)))
-    }
-
-    static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
-        let x = Array(a.utf8)
-        let y = Array(b.utf8)
-        var difference = x.count ^ y.count
-        for index in 0..<max(x.count, y.count) {
-            difference |= Int((index < x.count ? x[index] : 0) ^ (index < y.count ? y[index] : 0))
-        }
-        return difference == 0
     }
 }

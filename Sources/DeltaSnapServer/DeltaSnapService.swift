@@ -17,16 +17,26 @@ public struct DeltaSnapServerConfiguration: Sendable {
     public var fullBodyCacheMaximumRecords: Int
     /// How often to look for commits made by other processes (e.g. `deltasnap import`).
     public var changePollInterval: Duration
+    /// Per-user JWTs and private collections; its admin token is ``writeToken``.
+    public var access: AccessPolicy
+    /// The largest push body accepted (413 above): a batch is a few hundred writes.
+    public var maximumPushBodyBytes: Int
+    /// How long push results and replaced values (history) are kept.
+    public var pushRetention: PushRetention
 
     public init(
         databasePath: String, writeToken: String? = nil, maximumWriteBodyBytes: Int = 32 * 1024 * 1024,
-        fullBodyCacheMaximumRecords: Int = 100_000, changePollInterval: Duration = .milliseconds(100)
+        fullBodyCacheMaximumRecords: Int = 100_000, changePollInterval: Duration = .milliseconds(100),
+        access: AccessPolicy = AccessPolicy(), maximumPushBodyBytes: Int = 1024 * 1024, pushRetention: PushRetention = PushRetention()
     ) {
         self.databasePath = databasePath
         self.writeToken = writeToken
         self.maximumWriteBodyBytes = maximumWriteBodyBytes
         self.fullBodyCacheMaximumRecords = fullBodyCacheMaximumRecords
         self.changePollInterval = changePollInterval
+        self.access = access
+        self.maximumPushBodyBytes = maximumPushBodyBytes
+        self.pushRetention = pushRetention
     }
 }
 
@@ -49,9 +59,13 @@ public final class DeltaSnapService: Sendable {
     let fullBodies = FullBodyCache()
     let deltas = DeltaCache()
     let writer: LockedStore
+    let accessControl: AccessControl
 
     public init(configuration: DeltaSnapServerConfiguration) throws {
         self.configuration = configuration
+        var policy = configuration.access
+        policy.adminToken = configuration.writeToken ?? policy.adminToken
+        accessControl = try AccessControl(policy: policy)
         // The writer creates the schema, so read-only connections can open the file.
         writer = LockedStore(try Store(path: configuration.databasePath, configuration: .fromEnvironment()))
         heads = try HeadCache(path: configuration.databasePath)
@@ -80,14 +94,20 @@ public final class DeltaSnapService: Sendable {
         router.get("/metrics") { [metrics] _, _ in
             Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: metrics.render())))
         }
-        router.get("/v1/collections") { [self] _, _ in listCollections() }
+        router.get("/v1/collections") { [self] request, _ in await listCollections(request) }
         router.get("/v1/collections/:name") { [self] request, context in
-            try getCollection(request, name: try context.parameters.require("name"))
+            try await getCollection(request, name: try context.parameters.require("name"))
         }
         // HEAD: the same status and headers (curl -I), never a body, so nothing is streamed.
         router.head("/v1/collections/:name") { [self] request, context in
-            let response = try getCollection(request, name: try context.parameters.require("name"))
+            let response = try await getCollection(request, name: try context.parameters.require("name"))
             return Response(status: response.status, headers: response.headers)
+        }
+        router.post("/v1/collections/:name/mutations") { [self] request, context in
+            try await pushMutations(request, context: context)
+        }
+        router.get("/v1/collections/:name/records/:id/history") { [self] request, context in
+            try await recordHistory(request, context: context)
         }
         router.put("/v1/collections/:name/records/:id") { [self] request, context in
             try await putRecord(request, context: context)
@@ -108,6 +128,10 @@ public final class DeltaSnapService: Sendable {
         }
         for method in [HTTPRequest.Method.get, .put, .delete, .patch] {
             router.on("/v1/collections/:name/records", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("POST") }
+            router.on("/v1/collections/:name/mutations", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("POST") }
+        }
+        for method in [HTTPRequest.Method.post, .put, .delete, .patch] {
+            router.on("/v1/collections/:name/records/:id/history", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET") }
         }
     }
 }

@@ -27,7 +27,7 @@ public final class CollectionWriter {
     /// The version this write commits as.
     public let version: UInt64
 
-    private let db: SQLiteConnection
+    let db: SQLiteConnection
     private let cid: Int64
     private let epoch: String
     private let configuration: StoreConfiguration
@@ -41,6 +41,7 @@ public final class CollectionWriter {
 
     private let lookup: SQLiteStatement
     private let upsert: SQLiteStatement
+    private var storedLookup: SQLiteStatement?
 
     init(db: SQLiteConnection, collection: String, configuration: StoreConfiguration) throws {
         self.db = db
@@ -117,6 +118,19 @@ public final class CollectionWriter {
             upserted += 1
             try write(record, hash: hash)
         }
+    }
+
+    /// The record `id` as committed before this write (visible or a tombstone), with the
+    /// version that wrote it; `nil` when the collection never held it.
+    public func stored(id: String) throws -> (record: Record, version: UInt64)? {
+        let statement = try storedLookup ?? db.prepare("SELECT hidden, version, body FROM records WHERE cid = ? AND id = ?")
+        storedLookup = statement
+        try statement.bind(1, cid)
+        try statement.bind(2, id)
+        guard try statement.step() else { return nil }
+        defer { statement.reset() }
+        if statement.bool(0) { return (Record.tombstone(id: id), statement.uint64(1)) }
+        return (try Record.parse(statement.blob(2)), statement.uint64(1))
     }
 
     private func write(_ record: Record, hash: UInt64) throws {

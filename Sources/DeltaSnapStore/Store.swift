@@ -20,7 +20,7 @@ public final class Store {
     public let configuration: StoreConfiguration
     let db: SQLiteConnection
 
-    static let schemaVersion: Int64 = 1
+    static let schemaVersion: Int64 = 2
 
     public init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false) throws {
         if let epoch = configuration.epochForNewCollections, !ServerToken.isEpoch(epoch) {
@@ -33,44 +33,87 @@ public final class Store {
         if !readOnly { try migrate() }
     }
 
+    /// Creates the schema on first use and upgrades an older one in place, one step per
+    /// version, each in its own transaction.
     private func migrate() throws {
         let version = try db.scalarInt("PRAGMA user_version") ?? 0
         if version == Self.schemaVersion { return }
-        guard version == 0 else {
-            throw StoreError.notADeltaSnapStore(path: path, reason: "schema version \(version) is not \(Self.schemaVersion)")
+        guard version < Self.schemaVersion else {
+            throw StoreError.notADeltaSnapStore(path: path, reason: "schema version \(version) is newer than this release's \(Self.schemaVersion)")
         }
         try db.transaction(.immediate) {
-            try db.execute("""
-                CREATE TABLE IF NOT EXISTS collections(
-                    cid INTEGER PRIMARY KEY,
-                    name TEXT NOT NULL UNIQUE,
-                    epoch TEXT NOT NULL,
-                    head INTEGER NOT NULL,
-                    checksum INTEGER NOT NULL,
-                    visible INTEGER NOT NULL,
-                    floor INTEGER NOT NULL DEFAULT 0
-                );
-                CREATE TABLE IF NOT EXISTS records(
-                    cid INTEGER NOT NULL,
-                    id TEXT NOT NULL,
-                    version INTEGER NOT NULL,
-                    hidden INTEGER NOT NULL,
-                    hash INTEGER NOT NULL,
-                    body BLOB NOT NULL,
-                    PRIMARY KEY(cid, id)
-                ) WITHOUT ROWID;
-                CREATE INDEX IF NOT EXISTS records_by_version ON records(cid, version);
-                CREATE TABLE IF NOT EXISTS versions(
-                    cid INTEGER NOT NULL,
-                    version INTEGER NOT NULL,
-                    committed_at INTEGER NOT NULL,
-                    PRIMARY KEY(cid, version)
-                ) WITHOUT ROWID;
-                CREATE INDEX IF NOT EXISTS versions_by_time ON versions(cid, committed_at);
-                PRAGMA user_version = \(Self.schemaVersion);
-                """)
+            // Re-read under the write lock: another process may have migrated meanwhile.
+            let current = try db.scalarInt("PRAGMA user_version") ?? 0
+            if current < 1 { try db.execute(Self.schemaV1) }
+            if current < 2 { try db.execute(Self.schemaV2) }
+            try db.execute("PRAGMA user_version = \(Self.schemaVersion)")
         }
     }
+
+    /// Collections, records and the version <-> commit-time map.
+    private static let schemaV1 = """
+        CREATE TABLE IF NOT EXISTS collections(
+            cid INTEGER PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            epoch TEXT NOT NULL,
+            head INTEGER NOT NULL,
+            checksum INTEGER NOT NULL,
+            visible INTEGER NOT NULL,
+            floor INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE TABLE IF NOT EXISTS records(
+            cid INTEGER NOT NULL,
+            id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            hidden INTEGER NOT NULL,
+            hash INTEGER NOT NULL,
+            body BLOB NOT NULL,
+            PRIMARY KEY(cid, id)
+        ) WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS records_by_version ON records(cid, version);
+        CREATE TABLE IF NOT EXISTS versions(
+            cid INTEGER NOT NULL,
+            version INTEGER NOT NULL,
+            committed_at INTEGER NOT NULL,
+            PRIMARY KEY(cid, version)
+        ) WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS versions_by_time ON versions(cid, committed_at);
+        """
+
+    /// Two-way sync: the last write number processed per client (idempotency at a row per
+    /// client), the results of recent pushes (so a retried batch gets the same answer), and
+    /// the values writes replaced. Keyed by collection name, not `cid`, so a first push that
+    /// creates nothing leaves no row pointing at a collection that was never committed.
+    private static let schemaV2 = """
+        CREATE TABLE IF NOT EXISTS push_clients(
+            collection TEXT NOT NULL,
+            client TEXT NOT NULL,
+            last_seq INTEGER NOT NULL,
+            PRIMARY KEY(collection, client)
+        ) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS push_results(
+            collection TEXT NOT NULL,
+            client TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            version INTEGER,
+            error TEXT,
+            message TEXT,
+            at INTEGER NOT NULL,
+            PRIMARY KEY(collection, client, seq)
+        ) WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS push_results_by_time ON push_results(collection, at);
+        CREATE TABLE IF NOT EXISTS history(
+            collection TEXT NOT NULL,
+            id TEXT NOT NULL,
+            replaced_in INTEGER NOT NULL,
+            version INTEGER NOT NULL,
+            replaced_at INTEGER NOT NULL,
+            client TEXT NOT NULL,
+            body BLOB NOT NULL,
+            PRIMARY KEY(collection, id, replaced_in)
+        ) WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS history_by_time ON history(collection, replaced_at);
+        """
 
     // MARK: - Heads
 

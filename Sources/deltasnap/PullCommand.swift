@@ -49,20 +49,7 @@ struct PullCommand: AsyncParsableCommand {
                 let started = ContinuousClock.now
                 // A one-shot pull is a person asking now; --watch honours backoff like an app.
                 let outcome = await replica.sync(ignoringBackoff: !watch)
-                let elapsed = ContinuousClock.now - started
-                let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
-                let count = await replica.count
-                let token = await replica.token ?? "-"
-                let bytes = await replica.lastSyncBytesReceived
-                var line = "\(outcome.name) token=\(token) records=\(count) bytes=\(bytes) ms=\(milliseconds)"
-                switch outcome {
-                case .applied(let result): line += " changed=\(result.changed)"
-                case .reset(let result, let reason): line += " changed=\(result.changed) reason=\"\(reason)\""
-                case .failed(let reason, _): line += " error=\"\(reason)\""
-                case .deferred(let until): line += " until=\(Int(until.timeIntervalSinceNow))s"
-                case .notModified: break
-                }
-                print(line)
+                print(await PullLine.describe(outcome, replica: replica, since: started))
                 if watch {
                     var wait = interval
                     if case .deferred(let until) = outcome { wait = max(1, until.timeIntervalSinceNow) }

@@ -1,5 +1,7 @@
 import ArgumentParser
+import DeltaSnapCore
 import DeltaSnapServer
+import DeltaSnapStore
 import Foundation
 import Logging
 
@@ -13,7 +15,14 @@ struct ServeCommand: AsyncParsableCommand {
             PUT  /v1/collections/NAME/records/ID       upsert   (Authorization: Bearer TOKEN)
             DELETE /v1/collections/NAME/records/ID     hide     (Authorization: Bearer TOKEN)
             POST /v1/collections/NAME/records          a batch of NDJSON or a JSON array (?replace=true)
+            POST /v1/collections/NAME/mutations        a client's batch of offline writes (two-way sync)
+            GET  /v1/collections/NAME/records/ID/history   values writes replaced, newest first
             GET  /healthz, /metrics
+
+            Who may write: the admin token (--write-token) may do everything; per-user JWTs
+            (--jwt-secret for HS256, --jwt-public-key for EdDSA/ES256) may write the
+            collections their "write" claim names and read the private ones their "read"
+            claim names. `deltasnap token` mints one for development.
 
             Imports by other processes into the same store are picked up within 100 ms.
             Stops gracefully on SIGINT or SIGTERM.
@@ -35,6 +44,18 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Largest write body in bytes (413 above).")
     var maxBodyBytes = 32 * 1024 * 1024
 
+    @Option(name: .long, help: "HS256 secret of per-user JWTs (or DELTASNAP_JWT_SECRET).")
+    var jwtSecret: String?
+
+    @Option(name: .long, help: "PEM file of the public key of per-user JWTs: Ed25519 (EdDSA) or P-256 (ES256).")
+    var jwtPublicKey: String?
+
+    @Option(name: .long, help: "Collections only token holders may read, comma-separated.")
+    var privateCollections: String = ""
+
+    @Option(name: .long, help: "Days push results and replaced values (history) are kept.")
+    var retentionDays: Int = 30
+
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel = "info"
 
@@ -42,6 +63,7 @@ struct ServeCommand: AsyncParsableCommand {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical") }
         guard maxBodyBytes > 0 else { throw ValidationError("--max-body-bytes must be positive") }
+        guard retentionDays > 0 else { throw ValidationError("--retention-days must be positive") }
     }
 
     func run() async throws {
@@ -49,14 +71,26 @@ struct ServeCommand: AsyncParsableCommand {
             var logger = Logger(label: "deltasnap")
             logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
             let token = writeToken ?? ProcessInfo.processInfo.environment["DELTASNAP_WRITE_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+            let environment = ProcessInfo.processInfo.environment
+            var access = AccessPolicy()
+            access.jwtSecret = jwtSecret ?? environment["DELTASNAP_JWT_SECRET"].flatMap { $0.isEmpty ? nil : $0 }
+            if let jwtPublicKey {
+                guard let pem = FileManager.default.contents(atPath: jwtPublicKey) else { throw FileError(path: jwtPublicKey, reason: "cannot be read") }
+                access.jwtPublicKeyPEM = String(decoding: pem, as: UTF8.self)
+            }
+            access.privateCollections = Set(TokenCommand.list(privateCollections))
+            let retention = Int64(retentionDays) * 86_400
             let server = try DeltaSnapServer(
-                configuration: .init(databasePath: db, writeToken: token, maximumWriteBodyBytes: maxBodyBytes),
+                configuration: .init(
+                    databasePath: db, writeToken: token, maximumWriteBodyBytes: maxBodyBytes, access: access,
+                    pushRetention: PushRetention(results: retention, history: retention)),
                 logger: logger)
+            let writes = token != nil || access.jwtSecret != nil || access.jwtPublicKeyPEM != nil
             let host = self.host
             try await server.run(host: host, port: port) { boundPort in
                 // One parseable line on stdout: scripts and tests wait for it.
                 // Written straight to the file handle: print() would sit in stdio's buffer.
-                StandardOutput().write(Array("deltasnap: serving \(db) on http://\(host):\(boundPort) (writes \(token == nil ? "disabled" : "enabled"))\n".utf8))
+                StandardOutput().write(Array("deltasnap: serving \(db) on http://\(host):\(boundPort) (writes \(writes ? "enabled" : "disabled"))\n".utf8))
             }
         }
     }

@@ -14,14 +14,16 @@ public final class TestServer: Sendable {
 
     public static func start(
         databasePath: String, writeToken: String? = TestServer.writeToken,
-        maximumWriteBodyBytes: Int = 1024 * 1024, fullBodyCacheMaximumRecords: Int = 100_000
+        maximumWriteBodyBytes: Int = 1024 * 1024, fullBodyCacheMaximumRecords: Int = 100_000,
+        access: AccessPolicy = AccessPolicy()
     ) async throws -> TestServer {
         var logger = Logger(label: "test-server")
         logger.logLevel = .warning
         let server = try DeltaSnapServer(
             configuration: .init(
                 databasePath: databasePath, writeToken: writeToken, maximumWriteBodyBytes: maximumWriteBodyBytes,
-                fullBodyCacheMaximumRecords: fullBodyCacheMaximumRecords, changePollInterval: .milliseconds(20)),
+                fullBodyCacheMaximumRecords: fullBodyCacheMaximumRecords, changePollInterval: .milliseconds(20),
+                access: access),
             logger: logger)
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let task = Task {

@@ -1,0 +1,163 @@
+import DeltaSnapCore
+import Foundation
+
+extension DeltaSnapReplica {
+    /// The push endpoint next to the collection URL.
+    var pushURL: URL { url.appendingPathComponent("mutations") }
+
+    /// Pushes every queued write, oldest first, in batches; settles each answer in one
+    /// local transaction. Status classes decide: a `200` answers per write; `408`, `429`,
+    /// `5xx`, `401` and network errors keep the writes queued (retried later, exactly once
+    /// thanks to their write numbers); any other `4xx` refuses the batch's writes — except
+    /// deletes answered `404`/`410`, which did what the user wanted.
+    func pushPending(now: Date, ignoringBackoff: Bool) async -> PushReport {
+        var report = PushReport()
+        guard let queued = try? storage.pendingCount(acknowledged: false), queued > 0 else { return report }
+        if !ignoringBackoff, let pushNotBefore, now < pushNotBefore {
+            report.failure = "push deferred by backoff until \(pushNotBefore)"
+            report.stillQueued = queued
+            return report
+        }
+        var serverAsked: Double?
+        do {
+            let client = try storage.clientID()
+            var batchLimit = pushBatchSize
+            pushing: while true {
+                var batch = try storage.pendingWrites(includeAcknowledged: false, limit: batchLimit)
+                guard !batch.isEmpty else { break }
+                var body = PushRequest(client: client, mutations: batch.map(\.mutation)).bytes
+                // Keep a request well under the server's 1 MiB: halve until it fits.
+                while body.count > Self.maximumBatchBytes && batch.count > 1 {
+                    batch.removeLast(batch.count / 2)
+                    body = PushRequest(client: client, mutations: batch.map(\.mutation)).bytes
+                }
+                var headers = ["Content-Type": "application/json"]
+                if let accessToken { headers["Authorization"] = "Bearer \(accessToken)" }
+                let response: SyncResponse
+                do {
+                    response = try await transport.fetch(SyncRequest(url: pushURL, method: "POST", headers: headers, body: body, timeout: timeout))
+                } catch {
+                    report.failure = "push failed: \(Self.describe(error))"
+                    break
+                }
+                report.batches += 1
+                let answer = Self.readBody(response)
+                serverAsked = RetryPolicy.serverDelay(retryAfter: response.header("Retry-After"), backoff: response.header("Backoff"), now: now)
+                switch response.status {
+                case 200:
+                    guard let parsed = PushResponse.parse(answer), parsed.client == client else {
+                        report.failure = "push answer unreadable; the writes stay queued"
+                        break pushing
+                    }
+                    let complete = try settle(batch, with: parsed.results, into: &report)
+                    if !complete {
+                        report.failure = "the server answered for only some writes; the rest stay queued"
+                        break pushing
+                    }
+                case 413 where batch.count > 1:
+                    batchLimit = max(1, batch.count / 2)
+                case 401, 408, 429, 500...599:
+                    report.failure = "push got status \(response.status)\(Self.errorText(answer).map { ": \($0.message)" } ?? "")"
+                    break pushing
+                case 400...499:
+                    let refusal = Self.errorText(answer) ?? MutationRefusal(code: "http_\(response.status)", message: "the server refused the batch with status \(response.status)")
+                    let gone = response.status == 404 || response.status == 410
+                    let results = batch.map { write in
+                        MutationResult(seq: write.seq, status: gone && write.operation == .delete ? .applied(version: 0) : .refused(refusal))
+                    }
+                    _ = try settle(batch, with: results, into: &report)
+                default:
+                    report.failure = "push got unexpected status \(response.status)"
+                    break pushing
+                }
+            }
+        } catch {
+            report.failure = "push failed locally: \(Self.describe(error))"
+        }
+        report.stillQueued = (try? storage.pendingCount(acknowledged: false)) ?? 0
+        recordPushOutcome(failed: report.failure != nil, serverAsked: serverAsked, now: now)
+        return report
+    }
+
+    /// About half the server's default limit, so a batch of large records still fits.
+    static let maximumBatchBytes = 512 * 1024
+
+    /// Applies a push answer to the queue; false when some write of `batch` got no result.
+    private func settle(_ batch: [PendingWrite], with results: [MutationResult], into report: inout PushReport) throws -> Bool {
+        let bySeq = Dictionary(results.map { ($0.seq, $0.status) }, uniquingKeysWith: { first, _ in first })
+        var accepted: [UInt64] = []
+        var refused: [(write: PendingWrite, refusal: MutationRefusal)] = []
+        var complete = true
+        for write in batch {
+            switch bySeq[write.seq] {
+            case .applied?, .duplicate?:
+                accepted.append(write.seq)
+            case .refused(let refusal)? where write.operation == .delete && (refusal.code == "not_found" || refusal.code == "gone"):
+                accepted.append(write.seq)
+            case .refused(let refusal)?:
+                refused.append((write, refusal))
+            case nil:
+                complete = false
+            }
+        }
+        try storage.settle(accepted: accepted, refused: refused)
+        report.accepted += accepted.count
+        report.refused += refused.map { RefusedWrite(seq: $0.write.seq, operation: $0.write.operation, id: $0.write.id, refusal: $0.refusal) }
+        return complete
+    }
+
+    private func recordPushOutcome(failed: Bool, serverAsked: Double?, now: Date) {
+        if failed {
+            consecutivePushFailures += 1
+            let delay = retryPolicy.delay(afterFailures: consecutivePushFailures, serverAsked: serverAsked, random: Double.random(in: 0..<1))
+            pushNotBefore = now.addingTimeInterval(delay)
+            if (try? storage.value(for: "pushFailingSince")) == nil {
+                try? storage.db.transaction(.immediate) { try storage.setValue(String(now.timeIntervalSince1970), for: "pushFailingSince") }
+            }
+        } else {
+            consecutivePushFailures = 0
+            pushNotBefore = nil
+            if (try? storage.value(for: "pushFailingSince")) != nil {
+                try? storage.db.transaction(.immediate) { try storage.setValue(nil, for: "pushFailingSince") }
+            }
+        }
+    }
+
+    private static func readBody(_ response: SyncResponse) -> [UInt8] {
+        guard let file = response.bodyFile else { return [] }
+        defer { try? FileManager.default.removeItem(at: file) }
+        guard let data = FileManager.default.contents(atPath: file.path) else { return [] }
+        let bytes = [UInt8](data)
+        // URLSession usually decodes gzip itself; a transport that does not leaves it to us.
+        if bytes.starts(with: [0x1F, 0x8B]), let decoded = try? GzipDecompressor.decompress(bytes) { return decoded }
+        return bytes
+    }
+
+    /// The `{"error","message"}` body of an error answer.
+    private static func errorText(_ body: [UInt8]) -> MutationRefusal? {
+        guard let value = try? JSONReader(bytes: body).readValue(), case .string(let code)? = value["error"] else { return nil }
+        let message: String = if case .string(let text)? = value["message"] { text } else { code }
+        return MutationRefusal(code: code, message: message)
+    }
+
+    // MARK: - Status
+
+    /// The status dot: red when syncing (pull or push) has failed for over an hour, amber
+    /// while writes are pending or the replica has not synced yet, green otherwise.
+    public var indicator: SyncIndicator {
+        let now = Date()
+        let pushFailingSince = (try? storage.value(for: "pushFailingSince")).flatMap { $0.flatMap(Double.init) }
+        if status == .failing { return .red }
+        if let pushFailingSince, now.timeIntervalSince1970 - pushFailingSince > SyncStatus.failingAfter { return .red }
+        let pending = (try? storage.pendingCount(acknowledged: false)) ?? 0
+        let settling = (try? storage.pendingCount(acknowledged: true)) ?? 0
+        if pending + settling > 0 || status != .synced { return .amber }
+        return .green
+    }
+
+    /// The writes not yet settled, oldest first: queued ones and, with
+    /// `includeAcknowledged`, accepted ones waiting for the pull that brings them.
+    public func pendingWrites(includeAcknowledged: Bool = true) throws -> [PendingWrite] {
+        try storage.pendingWrites(includeAcknowledged: includeAcknowledged)
+    }
+}

@@ -1,0 +1,183 @@
+import DeltaSnapCore
+import DeltaSnapSQLite
+import Foundation
+
+/// The write queue and the overlay: local writes, what a push reports, what a pull settles.
+extension ReplicaStorage {
+    // MARK: - Local writes
+
+    /// Queues one write and updates the record's local value, in one transaction; returns
+    /// its `seq`. Throws the refusal when the write can never be accepted given the local
+    /// view (an insert of an id that exists, a patch of one that does not, a bad value).
+    func enqueue(_ operation: Mutation.Operation, id: String, value: JSONValue?, now: Date) throws -> UInt64 {
+        try db.transaction(.immediate) {
+            try enqueueInTransaction(operation, id: id, value: value, now: now)
+        }
+    }
+
+    /// Queues many writes in one transaction (all or none).
+    func enqueueAll(_ writes: [(Mutation.Operation, String, JSONValue?)], now: Date) throws -> [UInt64] {
+        try db.transaction(.immediate) {
+            try writes.map { try enqueueInTransaction($0.0, id: $0.1, value: $0.2, now: now) }
+        }
+    }
+
+    private func enqueueInTransaction(_ operation: Mutation.Operation, id: String, value: JSONValue?, now: Date) throws -> UInt64 {
+        let normalized = try value.map(Self.normalize)
+        let seq = try lastSeq() + 1
+        let mutation = Mutation(seq: seq, operation: operation, id: id, value: normalized)
+        let current = try record(id: id).map { try Record.parse($0) }
+        // The strict rule against the local view: what would certainly be refused is not queued.
+        let local = try RecordMerge.apply(mutation, to: current)
+        let insert = try statement("INSERT INTO pending(seq, op, id, value, acked, created_at) VALUES (?, ?, ?, ?, 0, ?)")
+        try insert.bind(1, seq)
+        try insert.bind(2, operation.rawValue)
+        try insert.bind(3, id)
+        if let normalized { try insert.bind(4, blob: CanonicalJSON.bytes(normalized)) } else { try insert.bindNull(4) }
+        try insert.bind(5, Int64(now.timeIntervalSince1970 * 1000))
+        try insert.run()
+        try setValue(String(seq), for: "lastSeq")
+        try setOverlay(id: id, to: local)
+        return seq
+    }
+
+    /// A value in canonical shape (members sorted, duplicates refused), whoever built it.
+    private static func normalize(_ value: JSONValue) throws -> JSONValue {
+        try JSONReader(bytes: CanonicalJSON.bytes(value)).readValue()
+    }
+
+    /// The highest write number ever given out (kept when the queue drains, so numbers are
+    /// never reused: the server would take a reused one for a retry).
+    func lastSeq() throws -> UInt64 {
+        let statement = try statement("SELECT value FROM state WHERE key = 'lastSeq'")
+        guard try statement.step() else { return 0 }
+        defer { statement.reset() }
+        return UInt64(statement.string(0)) ?? 0
+    }
+
+    /// This replica's client id, created on first use.
+    func clientID() throws -> String {
+        if let existing = try value(for: "clientID") { return existing }
+        let id = UUID().uuidString.lowercased()
+        try db.transaction(.immediate) { try setValue(id, for: "clientID") }
+        return id
+    }
+
+    func value(for key: String) throws -> String? {
+        let statement = try statement("SELECT value FROM state WHERE key = ?")
+        try statement.bind(1, key)
+        guard try statement.step() else { return nil }
+        defer { statement.reset() }
+        return statement.string(0)
+    }
+
+    func setValue(_ value: String?, for key: String) throws {
+        if let value {
+            let upsert = try statement("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+            try upsert.bind(1, key)
+            try upsert.bind(2, value)
+            try upsert.run()
+        } else {
+            let delete = try statement("DELETE FROM state WHERE key = ?")
+            try delete.bind(1, key)
+            try delete.run()
+        }
+    }
+
+    // MARK: - The queue
+
+    /// Writes in the queue, oldest first: those not yet accepted, or all of them.
+    func pendingWrites(includeAcknowledged: Bool, afterSeq: UInt64 = 0, limit: Int = Int.max) throws -> [PendingWrite] {
+        let statement = try statement("""
+            SELECT seq, op, id, value, acked, created_at FROM pending
+            WHERE seq > ? AND (acked = 0 OR ?) ORDER BY seq LIMIT ?
+            """)
+        try statement.bind(1, afterSeq)
+        try statement.bind(2, includeAcknowledged)
+        try statement.bind(3, Int64(min(limit, Int(Int64.max))))
+        var writes: [PendingWrite] = []
+        while try statement.step() {
+            let value = statement.isNull(3) ? nil : try JSONReader(bytes: statement.blob(3)).readValue()
+            writes.append(PendingWrite(
+                seq: statement.uint64(0), operation: Mutation.Operation(rawValue: statement.string(1)) ?? .put,
+                id: statement.string(2), value: value, createdAt: Date(timeIntervalSince1970: Double(statement.int64(5)) / 1000),
+                isAcknowledged: statement.bool(4)))
+        }
+        return writes
+    }
+
+    /// How many writes wait for the server (`acknowledged: false`) or for the pull that
+    /// brings their value (`true`).
+    func pendingCount(acknowledged: Bool) throws -> Int {
+        Int(try db.scalarInt("SELECT count(*) FROM pending WHERE acked = \(acknowledged ? 1 : 0)") ?? 0)
+    }
+
+    /// The newest accepted write, for dropping what a following pull settles.
+    func lastAcknowledgedSeq() throws -> UInt64? {
+        try db.scalarInt("SELECT max(seq) FROM pending WHERE acked = 1").map { UInt64($0) }
+    }
+
+    /// Records a push answer in one transaction: accepted writes stay in the overlay
+    /// (acknowledged) until a pull brings their value; refused ones leave it at once.
+    func settle(accepted: [UInt64], refused: [(write: PendingWrite, refusal: MutationRefusal)]) throws {
+        try db.transaction(.immediate) {
+            let ack = try statement("UPDATE pending SET acked = 1 WHERE seq = ?")
+            for seq in accepted {
+                try ack.bind(1, seq)
+                try ack.run()
+            }
+            let drop = try statement("DELETE FROM pending WHERE seq = ?")
+            for (write, _) in refused {
+                try drop.bind(1, write.seq)
+                try drop.run()
+            }
+            for id in Set(refused.map(\.write.id)) { try rebuildOverlay(id: id) }
+        }
+    }
+
+    /// Inside a pull's transaction: drops the writes accepted up to `seq` (the pull brought
+    /// their value), then recomputes every local value over the new server state.
+    func settleAfterPull(droppingAcknowledgedThrough seq: UInt64?) throws {
+        if let seq {
+            let drop = try statement("DELETE FROM pending WHERE acked = 1 AND seq <= ?")
+            try drop.bind(1, seq)
+            try drop.run()
+        }
+        try db.execute("DELETE FROM overlay")
+        let ids = try db.prepare("SELECT DISTINCT id FROM pending")
+        var pendingIDs: [String] = []
+        while try ids.step() { pendingIDs.append(ids.string(0)) }
+        for id in pendingIDs { try rebuildOverlay(id: id) }
+    }
+
+    // MARK: - The overlay
+
+    /// Recomputes record `id`'s local value: the server's value with its pending writes
+    /// replayed in order (leniently: the server's answer settles what may not apply).
+    func rebuildOverlay(id: String) throws {
+        let writes = try statement("SELECT seq, op, value FROM pending WHERE id = ? ORDER BY seq")
+        try writes.bind(1, id)
+        var current = try serverRecord(id: id).map { try Record.parse($0) }
+        var any = false
+        while try writes.step() {
+            any = true
+            let value = writes.isNull(2) ? nil : try JSONReader(bytes: writes.blob(2)).readValue()
+            let mutation = Mutation(seq: writes.uint64(0), operation: Mutation.Operation(rawValue: writes.string(1)) ?? .put, id: id, value: value)
+            current = RecordMerge.applyPending(mutation, to: current)
+        }
+        if any {
+            try setOverlay(id: id, to: current)
+        } else {
+            let delete = try statement("DELETE FROM overlay WHERE id = ?")
+            try delete.bind(1, id)
+            try delete.run()
+        }
+    }
+
+    private func setOverlay(id: String, to record: Record?) throws {
+        let upsert = try statement("INSERT INTO overlay(id, body) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET body = excluded.body")
+        try upsert.bind(1, id)
+        if let record { try upsert.bind(2, blob: record.bytes) } else { try upsert.bindNull(2) }
+        try upsert.run()
+    }
+}

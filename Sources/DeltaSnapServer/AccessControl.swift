@@ -1,0 +1,228 @@
+import DeltaSnapCore
+import Foundation
+import Hummingbird
+import JWTKit
+
+/// Who may read and write which collection.
+///
+/// Two kinds of bearer token are accepted: the data owner's admin token (`--write-token`),
+/// which may do everything, and per-user JWTs signed by the app's own auth service —
+/// HS256 with a shared secret, or EdDSA (Ed25519) / ES256 with a public key — whose claims
+/// name the collections the holder may write and, for private collections, read.
+/// Collections are public to read unless listed in ``privateCollections``.
+///
+/// ```swift
+/// var access = AccessPolicy(adminToken: "owner-secret")
+/// access.jwtSecret = "shared-with-the-auth-service"
+/// access.privateCollections = ["notes"]
+/// ```
+public struct AccessPolicy: Sendable {
+    /// The data owner's token: every right on every collection. `nil`: no admin token.
+    public var adminToken: String?
+    /// The HS256 secret per-user JWTs are signed with.
+    public var jwtSecret: String?
+    /// A PEM public key (Ed25519 for EdDSA, P-256 for ES256) per-user JWTs are signed with.
+    public var jwtPublicKeyPEM: String?
+    /// Collections only token holders whose `read` (or `write`) claim names them may read.
+    public var privateCollections: Set<String>
+
+    public init(adminToken: String? = nil, jwtSecret: String? = nil, jwtPublicKeyPEM: String? = nil, privateCollections: Set<String> = []) {
+        self.adminToken = adminToken
+        self.jwtSecret = jwtSecret
+        self.jwtPublicKeyPEM = jwtPublicKeyPEM
+        self.privateCollections = privateCollections
+    }
+
+    /// Whether any token can write.
+    public var acceptsWrites: Bool { adminToken != nil || jwtSecret != nil || jwtPublicKeyPEM != nil }
+}
+
+/// The claims of a DeltaSnap access token: `sub`, `exp` (required), and the collections the
+/// holder may `write` and `read` (`"*"` means every collection).
+///
+/// ```json
+/// {"sub":"alice","exp":1767229200,"write":["notes","answers"],"read":["notes"]}
+/// ```
+public struct AccessClaims: JWTPayload, Equatable {
+    public var sub: SubjectClaim
+    public var exp: ExpirationClaim
+    public var write: [String]?
+    public var read: [String]?
+
+    public init(subject: String, expires: Date, write: [String], read: [String]) {
+        sub = SubjectClaim(value: subject)
+        exp = ExpirationClaim(value: expires)
+        self.write = write.isEmpty ? nil : write
+        self.read = read.isEmpty ? nil : read
+    }
+
+    public func verify(using algorithm: some JWTAlgorithm) throws {
+        try exp.verifyNotExpired()
+    }
+
+    func mayWrite(_ collection: String) -> Bool { Self.names(write, collection) }
+    func mayRead(_ collection: String) -> Bool { Self.names(read, collection) || mayWrite(collection) }
+
+    private static func names(_ list: [String]?, _ collection: String) -> Bool {
+        list?.contains { $0 == collection || $0 == "*" } ?? false
+    }
+
+    /// Signs claims as an HS256 JWT: what `deltasnap token` prints (for development and tests;
+    /// in production the app's auth service mints them).
+    ///
+    /// ```swift
+    /// let jwt = try await AccessClaims(subject: "alice", expires: .now + 3600, write: ["notes"], read: [])
+    ///     .signed(secret: "dev-secret")
+    /// ```
+    public func signed(secret: String) async throws -> String {
+        let keys = JWTKeyCollection()
+        await keys.add(hmac: AccessControl.hmacKey(secret), digestAlgorithm: .sha256)
+        return try await keys.sign(self)
+    }
+}
+
+/// Who a request acts as, once its token is checked.
+struct Principal: Sendable {
+    /// The JWT's `sub`, or "admin" for the admin token, or "anonymous".
+    var subject: String
+    var claims: AccessClaims?
+    var isAdmin: Bool
+
+    static let anonymous = Principal(subject: "anonymous", claims: nil, isAdmin: false)
+}
+
+/// Checks bearer tokens against an ``AccessPolicy``. Every refusal is an ``APIError``
+/// (401 for a missing or invalid token, 403 for a valid one without the right).
+final class AccessControl: Sendable {
+    let policy: AccessPolicy
+    /// One key collection per configured key, tried in turn: a token without a `kid` then
+    /// still finds its key whichever kind it is. Built once, on first use, because
+    /// `JWTKeyCollection` is an actor; the keys themselves are parsed (and refused) at init.
+    private let keySets: Task<[JWTKeyCollection], Never>
+
+    init(policy: AccessPolicy) throws {
+        self.policy = policy
+        var hmac: HMACKey?
+        if let secret = policy.jwtSecret {
+            guard !secret.isEmpty else { throw AccessControlError.emptySecret }
+            hmac = Self.hmacKey(secret)
+        }
+        var eddsa: EdDSA.PublicKey?
+        var ecdsa: ES256PublicKey?
+        if let pem = policy.jwtPublicKeyPEM {
+            if let key = try? EdDSA.PublicKey(pem: pem) {
+                eddsa = key
+            } else if let key = try? ES256PublicKey(pem: pem) {
+                ecdsa = key
+            } else {
+                throw AccessControlError.unsupportedPublicKey
+            }
+        }
+        keySets = Task { [hmac, eddsa, ecdsa] in
+            var sets: [JWTKeyCollection] = []
+            if let hmac { sets.append(await JWTKeyCollection().add(hmac: hmac, digestAlgorithm: .sha256)) }
+            if let eddsa { sets.append(await JWTKeyCollection().add(eddsa: eddsa)) }
+            if let ecdsa { sets.append(await JWTKeyCollection().add(ecdsa: ecdsa)) }
+            return sets
+        }
+    }
+
+    /// The HS256 key of `secret`. jwt-kit traps on keys under 32 bytes; HMAC pads every key
+    /// shorter than its 64-byte block with zeros (RFC 2104 §2), so padding to 32 bytes here
+    /// yields the very same MACs: tokens signed elsewhere with the raw secret still verify.
+    static func hmacKey(_ secret: String) -> HMACKey {
+        var bytes = Array(secret.utf8)
+        if bytes.count < 32 { bytes += [UInt8](repeating: 0, count: 32 - bytes.count) }
+        return HMACKey(from: bytes)
+    }
+
+    enum Right { case read, write }
+
+    /// The principal `request` acts as, if it may exercise `right` on `collection`.
+    func authorize(_ request: Request, collection: String, for right: Right) async throws -> Principal {
+        if right == .read && !policy.privateCollections.contains(collection) { return .anonymous }
+        if right == .write && !policy.acceptsWrites {
+            throw APIError(.forbidden, "writes_disabled", "this server was started without a write token or JWT key, so it accepts no writes")
+        }
+        guard let token = Self.bearerToken(request) else {
+            let what = right == .write ? "writes" : "collection \"\(collection)\" is private: reading it"
+            throw APIError(.unauthorized, "unauthorized", "\(what) need the header 'Authorization: Bearer <token>'", headers: [.wwwAuthenticate: "Bearer"])
+        }
+        let principal = try await verify(token)
+        if principal.isAdmin { return principal }
+        let allowed = right == .write ? principal.claims?.mayWrite(collection) : principal.claims?.mayRead(collection)
+        guard allowed == true else {
+            throw APIError(.forbidden, "forbidden", "the token of \"\(principal.subject)\" does not allow \(right == .write ? "writing" : "reading") collection \"\(collection)\"")
+        }
+        return principal
+    }
+
+    /// Whether `request` may read `collection` (for filtering lists; never throws).
+    func mayRead(_ request: Request, collection: String) async -> Bool {
+        (try? await authorize(request, collection: collection, for: .read)) != nil
+    }
+
+    private func verify(_ token: String) async throws -> Principal {
+        if let admin = policy.adminToken, Self.constantTimeEqual(token, admin) {
+            return Principal(subject: "admin", claims: nil, isAdmin: true)
+        }
+        var failure: (any Error)?
+        for keys in await keySets.value {
+            do {
+                let claims = try await keys.verify(token, as: AccessClaims.self)
+                return Principal(subject: claims.sub.value, claims: claims, isAdmin: false)
+            } catch {
+                // An expiry is the most useful thing to report; otherwise the first failure.
+                if failure == nil || Self.isExpiry(error) { failure = error }
+            }
+        }
+        let reason = failure.map(Self.describe) ?? "it is not the admin token, and this server accepts no JWTs"
+        throw APIError(.unauthorized, "invalid_token", "the bearer token was refused: \(reason)",
+                       headers: [.wwwAuthenticate: "Bearer error=\"invalid_token\""])
+    }
+
+    private static func isExpiry(_ error: any Error) -> Bool {
+        String(describing: error).contains("expired")
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        guard let jwtError = error as? JWTError else { return "it is not a valid JWT" }
+        switch jwtError.errorType {
+        case .signatureVerificationFailed: return "its signature does not verify"
+        case .claimVerificationFailure: return isExpiry(error) ? "it has expired" : "a claim did not verify"
+        case .malformedToken: return "it is not a well-formed JWT"
+        default: return "it is not a valid JWT for this server"
+        }
+    }
+
+    static func bearerToken(_ request: Request) -> String? {
+        guard let value = request.headers[.authorization] else { return nil }
+        let prefix = "bearer "
+        guard value.count > prefix.count, value.prefix(prefix.count).lowercased() == prefix else { return nil }
+        let token = value.dropFirst(prefix.count).trimmingCharacters(in: .whitespaces)
+        return token.isEmpty ? nil : token
+    }
+
+    static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8)
+        let y = Array(b.utf8)
+        var difference = x.count ^ y.count
+        for index in 0..<max(x.count, y.count) {
+            difference |= Int((index < x.count ? x[index] : 0) ^ (index < y.count ? y[index] : 0))
+        }
+        return difference == 0
+    }
+}
+
+/// A key setting the server cannot use; reported at start-up.
+public enum AccessControlError: Error, CustomStringConvertible {
+    case emptySecret
+    case unsupportedPublicKey
+
+    public var description: String {
+        switch self {
+        case .emptySecret: "the JWT secret is empty"
+        case .unsupportedPublicKey: "the JWT public key is neither an Ed25519 (EdDSA) nor a P-256 (ES256) key in PEM form"
+        }
+    }
+}

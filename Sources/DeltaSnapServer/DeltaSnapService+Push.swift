@@ -1,0 +1,69 @@
+import DeltaSnapCore
+import DeltaSnapStore
+import Hummingbird
+
+extension DeltaSnapService {
+    /// `POST /v1/collections/{c}/mutations`: one client's ordered batch of offline writes,
+    /// committed as at most one version and answered per write (docs/PROTOCOL.md §5.5).
+    ///
+    /// A problem with one write refuses that write inside the `200`; only a batch that
+    /// cannot be read as a whole (or a token without the right) is answered with a 4xx.
+    func pushMutations(_ request: Request, context: some RequestContext) async throws -> Response {
+        let (name, principal) = try await authorizedCollection(request, context: context)
+        var request = request
+        let body = try await collect(&request, limit: configuration.maximumPushBodyBytes)
+        let client: String
+        let mutations: [ParsedMutation]
+        do {
+            (client, mutations) = try PushRequest.parse(body)
+        } catch {
+            throw APIError(.badRequest, "invalid_batch", error.description)
+        }
+        // Write numbers are per client *of a user*: one user cannot advance another's.
+        let ledgerClient = principal.isAdmin ? client : "\(principal.subject)/\(client)"
+        let outcome = try writer.withStore { store in
+            try store.push(mutations, from: ledgerClient, to: name, retention: configuration.pushRetention)
+        }
+        if let head = outcome.head { heads.update(head) }
+        var response = outcome.response
+        response.client = client
+        var headers: HTTPFields = [.contentType: "application/json", .cacheControl: "no-store"]
+        if let token = response.token { headers[.eTag] = "\"\(token)\"" }
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: response.bytes)))
+    }
+
+    /// `GET /v1/collections/{c}/records/{id}/history[?limit=N]`: the values writes
+    /// replaced, newest first.
+    func recordHistory(_ request: Request, context: some RequestContext) async throws -> Response {
+        let name = try context.parameters.require("name")
+        guard CollectionName.isValid(name) else { throw APIError.badCollectionName(name) }
+        _ = try await accessControl.authorize(request, collection: name, for: .read)
+        guard heads[name] != nil else { throw APIError.unknownCollection(name) }
+        let id = try recordID(context)
+        var limit = 100
+        if let text = request.uri.queryParameters.get("limit") {
+            guard let number = Int(text), (1...1000).contains(number) else {
+                throw APIError(.badRequest, "invalid_limit", "limit must be an integer from 1 to 1000")
+            }
+            limit = number
+        }
+        let entries = try pool.withStore { try $0.history(of: id, in: name, limit: limit) }
+        var out = Array(#"{"collection":"#.utf8)
+        CanonicalJSON.writeString(name, into: &out)
+        out.append(contentsOf: Array(#","history":["#.utf8))
+        for (index, entry) in entries.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: Array(#"{"replacedAt":"#.utf8))
+            CanonicalJSON.writeString(HTTPDate.format(entry.replacedAt), into: &out)
+            out.append(contentsOf: Array(#","replacedBy":"#.utf8))
+            CanonicalJSON.writeString(entry.replacedBy, into: &out)
+            out.append(contentsOf: Array(#","replacedIn":\#(entry.replacedIn),"value":"#.utf8))
+            out.append(contentsOf: entry.value)  // canonical record bytes, as stored
+            out.append(contentsOf: Array(#","version":\#(entry.version)}"#.utf8))
+        }
+        out.append(contentsOf: Array(#"],"id":"#.utf8))
+        CanonicalJSON.writeString(id, into: &out)
+        out.append(contentsOf: Array("}\n".utf8))
+        return Response(status: .ok, headers: [.contentType: "application/json", .cacheControl: "no-cache"], body: .init(byteBuffer: ByteBuffer(bytes: out)))
+    }
+}

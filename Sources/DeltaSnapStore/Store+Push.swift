@@ -1,0 +1,251 @@
+import DeltaSnapCore
+import DeltaSnapSQLite
+
+/// How long a store keeps push results (for answering a retried batch the same way) and the
+/// values writes replaced (for `history`).
+///
+/// ```swift
+/// let outcome = try store.push(batch, from: "phone-1", to: "notes",
+///                              retention: PushRetention(results: 7 * 86_400, history: 90 * 86_400))
+/// ```
+public struct PushRetention: Sendable, Equatable {
+    /// Seconds a write's result is kept. Past it, a retry of that write is still never
+    /// applied twice (the client's last `seq` is kept for good); it is answered `duplicate`.
+    public var results: Int64
+    /// Seconds a replaced value stays in a record's history.
+    public var history: Int64
+
+    public static let thirtyDays: Int64 = 30 * 86_400
+
+    public init(results: Int64 = PushRetention.thirtyDays, history: Int64 = PushRetention.thirtyDays) {
+        self.results = results
+        self.history = history
+    }
+}
+
+/// What ``Store/push(_:from:to:retention:)`` did.
+public struct PushOutcome: Sendable, Equatable {
+    /// The answer for the client, one result per write in the batch's order.
+    public var response: PushResponse
+    /// The collection's head after the batch (nil while it has no version).
+    public var head: CollectionHead?
+}
+
+/// A value a write replaced, kept so a user can recover what lost a conflict.
+public struct HistoryEntry: Sendable, Equatable {
+    /// The replaced record's canonical bytes.
+    public var value: [UInt8]
+    /// The version that had written this value.
+    public var version: UInt64
+    /// The version whose commit replaced it.
+    public var replacedIn: UInt64
+    /// Seconds since 1970 of that commit.
+    public var replacedAt: Int64
+    /// The client id whose push replaced it.
+    public var replacedBy: String
+}
+
+extension Store {
+    /// Applies one client's batch of writes as at most one new version of `collection`.
+    ///
+    /// Writes are merged in the batch's order on top of the committed state (per field for a
+    /// patch; an insert never replaces a visible record; deleting what is gone succeeds). A
+    /// write whose `seq` the server already processed for this client is not applied again:
+    /// it gets its stored result. Records' replaced values go to their history. Everything —
+    /// records, results, the client's last `seq` — commits in one transaction.
+    public func push(_ mutations: [ParsedMutation], from client: String, to collection: String, retention: PushRetention = PushRetention()) throws -> PushOutcome {
+        try CollectionName.validate(collection)
+        return try db.transaction(.immediate) {
+            let now = configuration.commitTime()
+            let ledger = PushLedger(db: db, collection: collection, client: client)
+            let lastSeq = try ledger.lastSeq()
+            let writer = try CollectionWriter(db: db, collection: collection, configuration: configuration)
+            var batch = BatchMerge()
+            var results: [MutationResult] = []
+            results.reserveCapacity(mutations.count)
+            var appliedIndexes: [Int] = []
+            for parsed in mutations {
+                if parsed.seq <= lastSeq {
+                    results.append(MutationResult(seq: parsed.seq, status: try ledger.storedStatus(seq: parsed.seq) ?? .duplicate))
+                    continue
+                }
+                guard let mutation = parsed.mutation else {
+                    results.append(MutationResult(seq: parsed.seq, status: .refused(parsed.refusal ?? MutationRefusal(code: "invalid_mutation", message: "unreadable write"))))
+                    continue
+                }
+                do {
+                    try batch.apply(mutation) { try writer.stored(id: $0) }
+                    appliedIndexes.append(results.count)
+                    results.append(MutationResult(seq: parsed.seq, status: .applied(version: 0)))
+                } catch let refusal as MutationRefusal {
+                    results.append(MutationResult(seq: parsed.seq, status: .refused(refusal)))
+                }
+            }
+            for (id, final) in batch.finalValues() {
+                try writer.put(final ?? Record.tombstone(id: id))
+            }
+            let written = try writer.commit()
+            let version = written.head?.version ?? 0
+            for index in appliedIndexes { results[index].status = .applied(version: version) }
+            if written.committed, let head = written.head {
+                try ledger.recordHistory(batch.replacedValues(), replacedIn: head.version, at: head.committedAt)
+            }
+            let newLast = max(lastSeq, mutations.last?.seq ?? 0)
+            try ledger.save(lastSeq: newLast, results: results.filter { $0.seq > lastSeq }, at: now)
+            try ledger.prune(resultsBefore: now - retention.results, historyBefore: now - retention.history)
+            let response = PushResponse(
+                collection: collection, client: client, lastSeq: newLast, committed: written.committed,
+                token: written.head?.token.description, results: results)
+            return PushOutcome(response: response, head: written.head)
+        }
+    }
+
+    /// The values writes replaced in record `id`, newest first.
+    public func history(of id: String, in collection: String, limit: Int = 100) throws -> [HistoryEntry] {
+        try read { _ in
+            let statement = try db.prepare("""
+                SELECT body, version, replaced_in, replaced_at, client FROM history
+                WHERE collection = ? AND id = ? ORDER BY replaced_in DESC LIMIT ?
+                """)
+            try statement.bind(1, collection)
+            try statement.bind(2, id)
+            try statement.bind(3, limit)
+            var entries: [HistoryEntry] = []
+            while try statement.step() {
+                entries.append(HistoryEntry(
+                    value: statement.blob(0), version: statement.uint64(1), replacedIn: statement.uint64(2),
+                    replacedAt: statement.int64(3), replacedBy: statement.string(4)))
+            }
+            return entries
+        }
+    }
+}
+
+/// A batch's writes merged in memory before they reach the ``CollectionWriter``, which
+/// takes each record once per version: three toggles of one record become its last state.
+struct BatchMerge {
+    private struct Entry {
+        var original: (record: Record, version: UInt64)?
+        var current: Record?
+    }
+
+    private var entries: [String: Entry] = [:]
+    /// Ids in the order first touched, so the write (and history) order is deterministic.
+    private var order: [String] = []
+
+    mutating func apply(_ mutation: Mutation, loadStored: (String) throws -> (record: Record, version: UInt64)?) throws(MutationRefusal) {
+        let id = mutation.id
+        var entry: Entry
+        if let known = entries[id] {
+            entry = known
+        } else {
+            let original: (record: Record, version: UInt64)?
+            do {
+                original = try loadStored(id)
+            } catch {
+                throw MutationRefusal(code: "unreadable_record", message: "record \"\(id)\" could not be read: \(error)")
+            }
+            entry = Entry(original: original, current: original.flatMap { $0.record.isHidden ? nil : $0.record })
+            order.append(id)
+        }
+        entry.current = try RecordMerge.apply(mutation, to: entry.current)
+        entries[id] = entry
+    }
+
+    /// Each touched record's value after the batch (`nil`: absent).
+    func finalValues() -> [(id: String, value: Record?)] {
+        order.compactMap { id in entries[id].map { (id, $0.current) } }
+    }
+
+    /// Visible values the batch changed or removed, with the version that wrote them.
+    func replacedValues() -> [(record: Record, version: UInt64)] {
+        order.compactMap { id -> (record: Record, version: UInt64)? in
+            guard let entry = entries[id], let original = entry.original, !original.record.isHidden else { return nil }
+            return entry.current?.bytes == original.record.bytes ? nil : original
+        }
+    }
+}
+
+/// The push tables of one (collection, client): its last `seq`, its results, the history.
+struct PushLedger {
+    let db: SQLiteConnection
+    let collection: String
+    let client: String
+
+    func lastSeq() throws -> UInt64 {
+        let statement = try db.prepare("SELECT last_seq FROM push_clients WHERE collection = ? AND client = ?")
+        try statement.bind(1, collection)
+        try statement.bind(2, client)
+        guard try statement.step() else { return 0 }
+        defer { statement.reset() }
+        return statement.uint64(0)
+    }
+
+    func storedStatus(seq: UInt64) throws -> MutationResult.Status? {
+        let statement = try db.prepare("SELECT version, error, message FROM push_results WHERE collection = ? AND client = ? AND seq = ?")
+        try statement.bind(1, collection)
+        try statement.bind(2, client)
+        try statement.bind(3, seq)
+        guard try statement.step() else { return nil }
+        defer { statement.reset() }
+        if statement.isNull(1) { return .applied(version: statement.uint64(0)) }
+        return .refused(MutationRefusal(code: statement.string(1), message: statement.string(2)))
+    }
+
+    func save(lastSeq: UInt64, results: [MutationResult], at now: Int64) throws {
+        let client = try db.prepare("""
+            INSERT INTO push_clients(collection, client, last_seq) VALUES (?, ?, ?)
+            ON CONFLICT(collection, client) DO UPDATE SET last_seq = excluded.last_seq
+            """)
+        try client.bind(1, collection)
+        try client.bind(2, self.client)
+        try client.bind(3, lastSeq)
+        try client.run()
+        let insert = try db.prepare("INSERT OR REPLACE INTO push_results(collection, client, seq, version, error, message, at) VALUES (?, ?, ?, ?, ?, ?, ?)")
+        for result in results {
+            try insert.bind(1, collection)
+            try insert.bind(2, self.client)
+            try insert.bind(3, result.seq)
+            switch result.status {
+            case .applied(let version):
+                try insert.bind(4, version)
+                try insert.bindNull(5)
+                try insert.bindNull(6)
+            case .refused(let refusal):
+                try insert.bindNull(4)
+                try insert.bind(5, refusal.code)
+                try insert.bind(6, refusal.message)
+            case .duplicate:
+                continue
+            }
+            try insert.bind(7, now)
+            try insert.run()
+        }
+    }
+
+    func recordHistory(_ replaced: [(record: Record, version: UInt64)], replacedIn version: UInt64, at time: Int64) throws {
+        guard !replaced.isEmpty else { return }
+        let insert = try db.prepare("INSERT OR REPLACE INTO history(collection, id, replaced_in, version, replaced_at, client, body) VALUES (?, ?, ?, ?, ?, ?, ?)")
+        for (record, recordVersion) in replaced {
+            try insert.bind(1, collection)
+            try insert.bind(2, record.id)
+            try insert.bind(3, version)
+            try insert.bind(4, recordVersion)
+            try insert.bind(5, time)
+            try insert.bind(6, client)
+            try insert.bind(7, blob: record.bytes)
+            try insert.run()
+        }
+    }
+
+    func prune(resultsBefore: Int64, historyBefore: Int64) throws {
+        let results = try db.prepare("DELETE FROM push_results WHERE collection = ? AND at < ?")
+        try results.bind(1, collection)
+        try results.bind(2, resultsBefore)
+        try results.run()
+        let history = try db.prepare("DELETE FROM history WHERE collection = ? AND replaced_at < ?")
+        try history.bind(1, collection)
+        try history.bind(2, historyBefore)
+        try history.run()
+    }
+}

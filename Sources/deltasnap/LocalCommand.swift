@@ -1,0 +1,145 @@
+import ArgumentParser
+import DeltaSnapClient
+import DeltaSnapCore
+import Foundation
+
+struct LocalCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "local",
+        abstract: "Write to a replica with no network: the write is visible at once and queued for the next `sync`.",
+        discussion: """
+            deltasnap local put    --replica PATH ID JSON     replace record ID (or --file NDJSON for many)
+            deltasnap local patch  --replica PATH ID JSON     merge top-level fields; "field": null removes one
+            deltasnap local insert --replica PATH ID JSON     create-only (or --file NDJSON for many)
+            deltasnap local delete --replica PATH ID          delete (succeeds if it is already gone)
+
+            JSON may be given as - to read it from standard input. Each write commits to the
+            replica together with its queued write in one transaction. A write that can never
+            be accepted (an insert of an id that exists, a patch of one that does not, a value
+            that is not an object) is refused at once: exit 1 and nothing queued.
+            """,
+        subcommands: [Put.self, Patch.self, Insert.self, Delete.self]
+    )
+
+    struct Target: ParsableArguments {
+        @Option(name: .long, help: "Path of the local replica (an SQLite file, created if missing).")
+        var replica: String
+    }
+
+    struct Put: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "put", abstract: "Replace (or create) a record locally and queue the write.")
+        @OptionGroup var target: Target
+        @Option(name: .long, help: "An NDJSON file of records to queue, one put each (all or none).")
+        var file: String?
+        @Argument(help: "The record id.") var id: String?
+        @Argument(help: "The record as a JSON object, or - for standard input.") var json: String?
+
+        func validate() throws { try validateSingleOrFile(id: id, json: json, file: file) }
+        func run() async throws { try await queue(.put, target: target, id: id, json: json, file: file) }
+    }
+
+    struct Patch: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "patch", abstract: "Merge fields into a record locally (null removes a field) and queue them.")
+        @OptionGroup var target: Target
+        @Argument(help: "The record id.") var id: String
+        @Argument(help: "The fields as a JSON object, or - for standard input.") var json: String
+
+        func run() async throws { try await queue(.patch, target: target, id: id, json: json, file: nil) }
+    }
+
+    struct Insert: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "insert", abstract: "Create a record locally (create-only: never replaces) and queue it.")
+        @OptionGroup var target: Target
+        @Option(name: .long, help: "An NDJSON file of records to queue, one insert each (all or none).")
+        var file: String?
+        @Argument(help: "The record id.") var id: String?
+        @Argument(help: "The record as a JSON object, or - for standard input.") var json: String?
+
+        func validate() throws { try validateSingleOrFile(id: id, json: json, file: file) }
+        func run() async throws { try await queue(.insert, target: target, id: id, json: json, file: file) }
+    }
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "delete", abstract: "Delete a record locally and queue the delete.")
+        @OptionGroup var target: Target
+        @Argument(help: "The record id.") var id: String
+
+        func run() async throws { try await queue(.delete, target: target, id: id, json: nil, file: nil) }
+    }
+}
+
+private func validateSingleOrFile(id: String?, json: String?, file: String?) throws {
+    if file != nil {
+        guard id == nil, json == nil else { throw ValidationError("give either --file or ID JSON, not both") }
+    } else {
+        guard id != nil, json != nil else { throw ValidationError("give ID and JSON (or --file NDJSON)") }
+    }
+}
+
+private func queue(_ operation: Mutation.Operation, target: LocalCommand.Target, id: String?, json: String?, file: String?) async throws {
+    try await reportingErrors {
+        let local = try LocalReplica(path: target.replica)
+        if let file {
+            let records = try readNDJSONRecords(file)
+            let seqs = try local.write(records, operation: operation)
+            print("queued \(seqs.count) \(operation.rawValue)\(seqs.count == 1 ? "" : "s")\(seqs.first.map { " (seq \($0)…\(seqs.last ?? $0))" } ?? "")")
+            return
+        }
+        guard let id else { return }
+        let text = json == "-" ? String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self) : json
+        let seq: UInt64
+        switch operation {
+        case .put: seq = try local.put(id: id, json: text ?? "")
+        case .patch: seq = try local.patch(id: id, json: text ?? "")
+        case .insert: seq = try local.insert(id: id, json: text ?? "")
+        case .delete: seq = try local.delete(id: id)
+        }
+        print("queued \(operation.rawValue) \(id) (seq \(seq))")
+    }
+}
+
+/// Reads an NDJSON file of records; a bad line is reported as `FILE:LINE: reason`.
+private func readNDJSONRecords(_ path: String) throws -> [Record] {
+    guard let data = FileManager.default.contents(atPath: path) else { throw FileError(path: path, reason: "cannot be read") }
+    var records: [Record] = []
+    var lineNumber = 0
+    for line in data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+        lineNumber += 1
+        let bytes = Array(line)
+        guard bytes.contains(where: { $0 != 0x20 && $0 != 0x09 && $0 != 0x0D }) else { continue }
+        do {
+            records.append(try Record.parse(bytes))
+        } catch {
+            throw FileError(path: "\(path):\(lineNumber)", reason: "\(error)")
+        }
+    }
+    return records
+}
+
+struct PendingCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pending",
+        abstract: "List a replica's queued writes, one a line (SEQ OP ID [JSON]); prints nothing when none is queued.",
+        discussion: "--all also lists accepted writes still waiting for the pull that brings them (marked 'acknowledged')."
+    )
+
+    @Option(name: .long, help: "Path of the local replica.")
+    var replica: String
+
+    @Flag(name: .long, help: "Also list writes the server accepted that no pull has brought back yet.")
+    var all = false
+
+    func run() async throws {
+        try await reportingErrors {
+            guard FileManager.default.fileExists(atPath: replica) else { throw FileError(path: replica, reason: "does not exist") }
+            var out = ""
+            for write in try LocalReplica(path: replica).pendingWrites(includeAcknowledged: all) {
+                out += "\(write.seq) \(write.operation.rawValue) \(write.id)"
+                if let value = write.value { out += " " + CanonicalJSON.string(value) }
+                if write.isAcknowledged { out += " acknowledged" }
+                out += "\n"
+            }
+            StandardOutput().write(Array(out.utf8))
+        }
+    }
+}

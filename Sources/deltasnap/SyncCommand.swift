@@ -1,0 +1,137 @@
+import ArgumentParser
+import DeltaSnapClient
+import DeltaSnapCore
+import Foundation
+
+struct SyncCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sync",
+        abstract: "Push a replica's queued writes to the server, then pull: one line per step.",
+        discussion: """
+            pushed N                         writes the server accepted
+            refused N                        writes it refused, rolled back locally; then one
+              SEQ OP ID CODE: MESSAGE        line per refused write
+            push failed: REASON (N queued)   the writes stay queued; the next sync retries them
+            pulled: OUTCOME token=… records=… bytes=… ms=…   as `deltasnap pull` prints it
+
+            Retries are safe: every write carries this replica's client id and write number,
+            so the server never applies one twice. Exits non-zero only when the replica holds
+            no usable data.
+            """
+    )
+
+    @Option(name: .long, help: "The collection URL, e.g. http://127.0.0.1:8080/v1/collections/notes.")
+    var url: String
+
+    @Option(name: .long, help: "Path of the local replica (an SQLite file, created if missing).")
+    var replica: String
+
+    @Option(name: .long, help: "A bearer token (a per-user JWT, or the server's admin token) sent with every request.")
+    var token: String?
+
+    @Option(name: .long, help: "A bundled .snapshot to load when the replica is empty.")
+    var snapshot: String?
+
+    @Option(name: .long, help: "Request timeout in seconds.")
+    var timeout: Double = 30
+
+    func validate() throws {
+        guard URL(string: url)?.scheme?.hasPrefix("http") == true else { throw ValidationError("--url must be an http(s) URL") }
+        guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+    }
+
+    func run() async throws {
+        try await reportingErrors {
+            let collectionURL = URL(string: url)!
+            let replica = try DeltaSnapReplica(
+                path: self.replica, collection: collectionURL.lastPathComponent, url: collectionURL, bundledSnapshot: snapshot,
+                timeout: .milliseconds(Int(timeout * 1000)), accessToken: token ?? ProcessInfo.processInfo.environment["DELTASNAP_TOKEN"])
+            let started = ContinuousClock.now
+            // A person ran this command: sync now, whatever backoff an earlier run left.
+            let outcome = await replica.sync(ignoringBackoff: true)
+            let push = await replica.lastPushReport
+            var lines: [String] = []
+            if push.batches > 0 || push.failure != nil {
+                lines.append("pushed \(push.accepted)")
+                lines.append("refused \(push.refused.count)")
+                for refused in push.refused {
+                    lines.append("  \(refused.seq) \(refused.operation.rawValue) \(refused.id) \(refused.refusal.code): \(refused.refusal.message)")
+                }
+                if let failure = push.failure { lines.append("push failed: \(failure) (\(push.stillQueued) queued)") }
+            }
+            lines.append("pulled: " + (await PullLine.describe(outcome, replica: replica, since: started)))
+            print(lines.joined(separator: "\n"))
+            guard await replica.currentState.hasData else {
+                throw PullFailure(message: "the replica holds no data: \(await replica.lastError ?? "nothing was fetched")")
+            }
+        }
+    }
+}
+
+/// The one-line summary of a pull that `pull` and `sync` print.
+enum PullLine {
+    static func describe(_ outcome: SyncOutcome, replica: DeltaSnapReplica, since started: ContinuousClock.Instant) async -> String {
+        let elapsed = ContinuousClock.now - started
+        let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+        let count = await replica.count
+        let token = await replica.token ?? "-"
+        let bytes = await replica.lastSyncBytesReceived
+        var line = "\(outcome.name) token=\(token) records=\(count) bytes=\(bytes) ms=\(milliseconds)"
+        switch outcome {
+        case .applied(let result): line += " changed=\(result.changed)"
+        case .reset(let result, let reason): line += " changed=\(result.changed) reason=\"\(reason)\""
+        case .failed(let reason, _): line += " error=\"\(reason)\""
+        case .deferred(let until): line += " until=\(Int(until.timeIntervalSinceNow))s"
+        case .notModified: break
+        }
+        return line
+    }
+}
+
+struct HistoryCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "history",
+        abstract: "Print the values writes replaced in a record, newest first, one JSON object a line.",
+        discussion: """
+            Each line: {"replacedAt":HTTP-date,"replacedBy":client,"replacedIn":version,"value":{…},"version":version}
+            — `value` is the record as it was, written by `version` and replaced in `replacedIn`.
+            Prints nothing when the record has no history.
+            """
+    )
+
+    @Option(name: .long, help: "The collection URL, e.g. http://127.0.0.1:8080/v1/collections/notes.")
+    var url: String
+
+    @Option(name: .long, help: "A bearer token, for a private collection.")
+    var token: String?
+
+    @Option(name: .long, help: "At most this many entries (1 to 1000).")
+    var limit = 100
+
+    @Argument(help: "The record id.")
+    var id: String
+
+    func validate() throws {
+        guard URL(string: url)?.scheme?.hasPrefix("http") == true else { throw ValidationError("--url must be an http(s) URL") }
+        guard (1...1000).contains(limit) else { throw ValidationError("--limit must be 1...1000") }
+    }
+
+    func run() async throws {
+        try await reportingErrors {
+            let historyURL = URL(string: url)!.appendingPathComponent("records").appendingPathComponent(id).appendingPathComponent("history")
+            var components = URLComponents(url: historyURL, resolvingAgainstBaseURL: false)!
+            components.queryItems = [URLQueryItem(name: "limit", value: String(limit))]
+            var headers = ["Accept": "application/json"]
+            if let token { headers["Authorization"] = "Bearer \(token)" }
+            let response = try await URLSessionTransport().fetch(SyncRequest(url: components.url!, headers: headers, timeout: .seconds(30)))
+            let body = response.bodyFile.flatMap { FileManager.default.contents(atPath: $0.path) }.map { [UInt8]($0) } ?? []
+            response.bodyFile.map { try? FileManager.default.removeItem(at: $0) }
+            let value = try? JSONReader(bytes: body).readValue()
+            guard response.status == 200, case .array(let entries)? = value?["history"] else {
+                let message: String = if case .string(let text)? = value?["message"] { text } else { "unexpected answer" }
+                throw PullFailure(message: "history of \"\(id)\": status \(response.status): \(message)")
+            }
+            StandardOutput().write(Array(entries.map { CanonicalJSON.string($0) + "\n" }.joined().utf8))
+        }
+    }
+}

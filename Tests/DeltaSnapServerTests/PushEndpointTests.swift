@@ -1,0 +1,162 @@
+import DeltaSnapCore
+import DeltaSnapServer
+import DeltaSnapStore
+import DeltaSnapTestSupport
+import Foundation
+import JWTKit
+import Testing
+
+/// `POST /mutations`, `GET …/history` and per-user tokens, against a real server on 127.0.0.1.
+@Suite struct PushEndpointTests {
+    static let secret = "push-endpoint-test-secret"
+
+    func withServer(
+        access: AccessPolicy = AccessPolicy(jwtSecret: PushEndpointTests.secret),
+        _ body: @escaping @Sendable (TestServer, Store) async throws -> Void
+    ) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try Store(path: dir.file("s.sqlite"))
+        try Fixtures.importText(#"{"id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: store, collection: "notes")
+        try Fixtures.importText(#"{"id":"s1"}"#, into: store, collection: "secret")
+        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), access: access)
+        do { try await body(server, store) } catch {
+            await server.stop()
+            throw error
+        }
+        await server.stop()
+    }
+
+    func token(_ subject: String = "alice", write: [String] = ["notes"], read: [String] = [], expiresIn: TimeInterval = 600, secret: String = PushEndpointTests.secret) async throws -> String {
+        try await AccessClaims(subject: subject, expires: Date().addingTimeInterval(expiresIn), write: write, read: read).signed(secret: secret)
+    }
+
+    func push(_ server: TestServer, _ collection: String = "notes", token: String?, _ body: String) async throws -> RawHTTPClient.Response {
+        var headers = ["Content-Type": "application/json"]
+        if let token { headers["Authorization"] = "Bearer \(token)" }
+        let sent = headers
+        return try await offPool { try server.connect().request("POST", "/v1/collections/\(collection)/mutations", headers: sent, body: Array(body.utf8)) }
+    }
+
+    func error(_ response: RawHTTPClient.Response) -> String? {
+        if case .string(let code)? = (try? JSONReader(bytes: response.body).readValue())?["error"] { return code }
+        return nil
+    }
+
+    static let oneWrite = #"{"client":"c1","mutations":[{"seq":1,"op":"patch","id":"n1","value":{"title":"A"}}]}"#
+
+    @Test func aPushIsAnsweredPerWriteAndServedAsADelta() async throws {
+        try await withServer { server, store in
+            let before = try #require(try store.head(of: "notes"))
+            let response = try await push(server, token: try await token(), """
+                {"client":"c1","mutations":[{"seq":1,"op":"patch","id":"n1","value":{"title":"A"}},{"seq":2,"op":"insert","id":"n2","value":{}}]}
+                """)
+            #expect(response.status == 200)
+            let answer = try #require(PushResponse.parse(response.body))
+            #expect(answer.client == "c1" && answer.lastSeq == 2 && answer.committed)
+            #expect(answer.results.map(\.status) == [.applied(version: before.version + 1), .refused(.exists("n2"))])
+            #expect(response.header("ETag") == "\"\(try #require(answer.token))\"")
+            // Every poller sees it through the ordinary delta path.
+            let delta = try await offPool { try server.connect().request("GET", "/v1/collections/notes", headers: ["If-None-Match": "\"\(before.token)\""]) }
+            #expect(delta.status == 200 && delta.text.contains(#""kind":"delta""#) && delta.text.contains(#""title":"A""#))
+            // The retried batch: same answer, nothing new.
+            let retried = try await push(server, token: try await token(), """
+                {"client":"c1","mutations":[{"seq":1,"op":"patch","id":"n1","value":{"title":"A"}},{"seq":2,"op":"insert","id":"n2","value":{}}]}
+                """)
+            #expect(PushResponse.parse(retried.body)?.results == answer.results)
+            #expect(try store.head(of: "notes")?.version == before.version + 1)
+        }
+    }
+
+    @Test func refusedTokensCommitNothing() async throws {
+        try await withServer { server, store in
+            let before = try store.head(of: "notes")
+            let none = try await push(server, token: nil, Self.oneWrite)
+            #expect(none.status == 401 && error(none) == "unauthorized" && none.header("WWW-Authenticate") != nil)
+            let expired = try await push(server, token: try await token(expiresIn: -60), Self.oneWrite)
+            #expect(expired.status == 401 && error(expired) == "invalid_token")
+            #expect(String(decoding: expired.body, as: UTF8.self).contains("expired"))
+            let forged = try await push(server, token: try await token(secret: "another-secret-of-some-length"), Self.oneWrite)
+            #expect(forged.status == 401 && error(forged) == "invalid_token")
+            let garbage = try await push(server, token: "not.a.jwt", Self.oneWrite)
+            #expect(garbage.status == 401 && error(garbage) == "invalid_token")
+            let otherCollection = try await push(server, token: try await token(write: ["other"]), Self.oneWrite)
+            #expect(otherCollection.status == 403 && error(otherCollection) == "forbidden")
+            #expect(try store.head(of: "notes") == before)
+            // The admin token may write anything.
+            let admin = try await push(server, token: TestServer.writeToken, Self.oneWrite)
+            #expect(admin.status == 200)
+        }
+    }
+
+    @Test func anEd25519SignedTokenIsAccepted() async throws {
+        let privateKey = try EdDSA.PrivateKey(curve: .ed25519)
+        let pem = privateKey.publicKey.pemRepresentation
+        try await withServer(access: AccessPolicy(jwtPublicKeyPEM: pem)) { server, _ in
+            let keys = JWTKeyCollection()
+            await keys.add(eddsa: privateKey)
+            let claims = AccessClaims(subject: "bob", expires: Date().addingTimeInterval(600), write: ["*"], read: [])
+            let good = try await push(server, token: try await keys.sign(claims), Self.oneWrite)
+            #expect(good.status == 200)
+            let hmac = try await push(server, token: try await token(), Self.oneWrite)
+            #expect(hmac.status == 401)
+        }
+    }
+
+    @Test func privateCollectionsNeedAReadClaim() async throws {
+        try await withServer(access: AccessPolicy(jwtSecret: Self.secret, privateCollections: ["secret"])) { server, _ in
+            let anonymous = try await offPool { try server.connect().request("GET", "/v1/collections/secret") }
+            #expect(anonymous.status == 401)
+            let list = try await offPool { try server.connect().request("GET", "/v1/collections") }
+            #expect(!list.text.contains("secret") && list.text.contains("notes"))
+            let reader = try await token(write: [], read: ["secret"])
+            let allowed = try await offPool { try server.connect().request("GET", "/v1/collections/secret", headers: ["Authorization": "Bearer \(reader)"]) }
+            #expect(allowed.status == 200)
+            let wrong = try await token(write: ["notes"], read: ["notes"])
+            let refused = try await offPool { try server.connect().request("GET", "/v1/collections/secret", headers: ["Authorization": "Bearer \(wrong)"]) }
+            #expect(refused.status == 403)
+            let publicOne = try await offPool { try server.connect().request("GET", "/v1/collections/notes") }
+            #expect(publicOne.status == 200)
+        }
+    }
+
+    @Test func badBatchesAreFourHundredsWithJSONBodies() async throws {
+        try await withServer { server, store in
+            let before = try store.head(of: "notes")
+            let jwt = try await token()
+            for body in [#"{"client":"c1"}"#, "[]", #"{"client":"c1","mutations":[{"seq":1}, {"seq":1}]}"#, "{"] {
+                let response = try await push(server, token: jwt, body)
+                #expect(response.status == 400 && error(response) == "invalid_batch", "\(body)")
+            }
+            let huge = String(repeating: "x", count: 2 * 1024 * 1024)
+            let tooLarge = try await push(server, token: jwt, #"{"client":"c1","mutations":[{"seq":1,"op":"put","id":"big","value":{"x":"\#(huge)"}}]}"#)
+            #expect(tooLarge.status == 413 && error(tooLarge) == "body_too_large")
+            let get = try await offPool { try server.connect().request("GET", "/v1/collections/notes/mutations") }
+            #expect(get.status == 405)
+            #expect(try store.head(of: "notes") == before)
+        }
+    }
+
+    @Test func historyListsReplacedValuesNewestFirst() async throws {
+        try await withServer { server, _ in
+            _ = try await push(server, token: try await token("alice"), Self.oneWrite)
+            _ = try await push(server, token: try await token("bob"), #"{"client":"c9","mutations":[{"seq":1,"op":"delete","id":"n1"}]}"#)
+            let response = try await offPool { try server.connect().request("GET", "/v1/collections/notes/records/n1/history") }
+            #expect(response.status == 200)
+            let value = try JSONReader(bytes: response.body).readValue()
+            guard case .array(let entries)? = value["history"] else { Issue.record("no history: \(response.text)"); return }
+            #expect(entries.count == 2)
+            #expect(entries.first?["replacedBy"] == .string("bob/c9"))
+            #expect(entries.first?["value"] == (try JSONReader(bytes: Array(#"{"id":"n1","title":"A"}"#.utf8)).readValue()))
+            #expect(entries.last?["replacedBy"] == .string("alice/c1"))
+            let limited = try await offPool { try server.connect().request("GET", "/v1/collections/notes/records/n1/history?limit=1") }
+            #expect(limited.text.components(separatedBy: "replacedAt").count == 2)
+            let badLimit = try await offPool { try server.connect().request("GET", "/v1/collections/notes/records/n1/history?limit=0") }
+            #expect(badLimit.status == 400)
+            let unknown = try await offPool { try server.connect().request("GET", "/v1/collections/nope/records/n1/history") }
+            #expect(unknown.status == 404)
+            let none = try await offPool { try server.connect().request("GET", "/v1/collections/notes/records/n2/history") }
+            #expect(none.status == 200 && none.text.contains(#""history":[]"#))
+        }
+    }
+}

@@ -1,0 +1,157 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A chaos proxy on 127.0.0.1 in front of a real server. For each request a script picks a
+/// fault: forward it; forward it and lose the response (the request took effect upstream,
+/// the client never hears — a flaky mobile network); answer it with a status of its own
+/// without forwarding (a 503, a 404); or hold it for a while first.
+///
+/// ```swift
+/// let proxy = try FaultProxy(upstreamPort: server.port) { index, _, _ in index % 2 == 1 ? .dropResponse : .forward }
+/// defer { proxy.stop() }
+/// ```
+public final class FaultProxy: @unchecked Sendable {
+    public enum Fault: Sendable {
+        case forward
+        case dropResponse
+        case respond(status: Int, body: String)
+        case delay(seconds: Double)
+    }
+
+    public let port: Int
+    private let listener: Int32
+    private let upstreamPort: Int
+    private let script: @Sendable (Int, String, String) -> Fault
+    private let lock = NSLock()
+    private var requestCount = 0
+    private var droppedCount = 0
+    private var stopped = false
+
+    /// Requests forwarded, and responses dropped, so far.
+    public var counts: (forwarded: Int, dropped: Int) { lock.withLock { (requestCount, droppedCount) } }
+
+    public init(upstreamPort: Int, script: @escaping @Sendable (_ index: Int, _ method: String, _ path: String) -> Fault) throws {
+        self.upstreamPort = upstreamPort
+        self.script = script
+        #if canImport(Glibc)
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+        let listener = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        self.listener = listener
+        var yes: Int32 = 1
+        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(listener, 64) == 0 else {
+            close(listener)
+            throw RawHTTPClient.Failure(description: "the proxy could not listen (errno \(errno))")
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
+        }
+        port = Int(UInt16(bigEndian: address.sin_port))
+        let thread = Thread { [self] in acceptLoop() }
+        thread.start()
+    }
+
+    /// Stops accepting; connections in flight finish on their own.
+    public func stop() {
+        lock.withLock { stopped = true }
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+    }
+
+    private func acceptLoop() {
+        while true {
+            let client = accept(listener, nil, nil)
+            if client < 0 {
+                if lock.withLock({ stopped }) { return }
+                continue
+            }
+            let thread = Thread { [self] in serve(client) }
+            thread.start()
+        }
+    }
+
+    /// One request per connection: read it, then do what the script says.
+    private func serve(_ client: Int32) {
+        defer { close(client) }
+        guard let (method, path, headers, body) = readRequest(client) else { return }
+        let index = lock.withLock { () -> Int in
+            defer { requestCount += 1 }
+            return requestCount
+        }
+        let fault = script(index, method, path)
+        let response: RawHTTPClient.Response
+        switch fault {
+        case .respond(let status, let text):
+            response = RawHTTPClient.Response(status: status, headers: [("Content-Type", "application/json")], body: Array(text.utf8))
+        case .forward, .dropResponse, .delay:
+            if case .delay(let seconds) = fault { Thread.sleep(forTimeInterval: seconds) }
+            guard let upstream = try? RawHTTPClient(port: upstreamPort),
+                  let answer = try? upstream.request(method, path, headers: headers, body: body)
+            else { return }
+            response = answer
+        }
+        if case .dropResponse = fault {
+            lock.withLock { droppedCount += 1 }
+            return
+        }
+        var head = "HTTP/1.1 \(response.status) X\r\n"
+        for (name, value) in response.headers where !["content-length", "transfer-encoding", "connection"].contains(name.lowercased()) {
+            head += "\(name): \(value)\r\n"
+        }
+        head += "Content-Length: \(response.body.count)\r\nConnection: close\r\n\r\n"
+        let bytes = Array(head.utf8) + response.body
+        var sent = 0
+        while sent < bytes.count {
+            let written = bytes[sent...].withUnsafeBytes { write(client, $0.baseAddress, $0.count) }
+            guard written > 0 else { return }
+            sent += written
+        }
+    }
+
+    private func readRequest(_ client: Int32) -> (String, String, [String: String], [UInt8])? {
+        var buffer: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        let separator: [UInt8] = Array("\r\n\r\n".utf8)
+        var headEnd: Int?
+        var contentLength = 0
+        var parsed: (String, String, [String: String])?
+        while true {
+            if headEnd == nil, let range = buffer.firstRange(of: separator) {
+                headEnd = range.upperBound
+                let lines = String(decoding: buffer[..<range.lowerBound], as: UTF8.self).components(separatedBy: "\r\n")
+                let requestLine = lines.first?.split(separator: " ") ?? []
+                guard requestLine.count >= 2 else { return nil }
+                var headers: [String: String] = [:]
+                for line in lines.dropFirst() {
+                    guard let colon = line.firstIndex(of: ":") else { continue }
+                    let name = String(line[..<colon])
+                    let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                    if name.lowercased() == "content-length" { contentLength = Int(value) ?? 0; continue }
+                    if ["host", "connection", "expect"].contains(name.lowercased()) { continue }
+                    headers[name] = value
+                }
+                parsed = (String(requestLine[0]), String(requestLine[1]), headers)
+            }
+            if let headEnd, let parsed, buffer.count - headEnd >= contentLength {
+                return (parsed.0, parsed.1, parsed.2, Array(buffer[headEnd..<(headEnd + contentLength)]))
+            }
+            let count = chunk.withUnsafeMutableBytes { read(client, $0.baseAddress, $0.count) }
+            guard count > 0 else { return nil }
+            buffer.append(contentsOf: chunk[0..<count])
+        }
+    }
+}

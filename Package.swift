@@ -79,6 +79,6 @@ let package = Package(
             name: "DeltaSnapServerTests",
             dependencies: ["DeltaSnapServer", "DeltaSnapClient", "DeltaSnapTestSupport", .product(name: "JWTKit", package: "jwt-kit")]
         ),
-        .testTarget(name: "DeltaSnapClientTests", dependencies: ["DeltaSnapClient", "DeltaSnapServer", "DeltaSnapTestSupport"]),
+        .testTarget(name: "DeltaSnapClientTests", dependencies: ["DeltaSnapClient", "DeltaSnapServer", "DeltaSnapSQLite", "DeltaSnapTestSupport"]),
     ]
 )

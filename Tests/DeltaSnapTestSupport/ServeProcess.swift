@@ -1,0 +1,52 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `deltasnap serve` as a child process on 127.0.0.1 and an ephemeral port, stopped by PID.
+///
+/// ```swift
+/// let server = try ServeProcess.start(["--db", db, "--jwt-secret", "s"])
+/// defer { server.stop() }
+/// ```
+public final class ServeProcess: Sendable {
+    public let port: Int
+    private let process: Process
+
+    public var collectionsURL: String { "http://127.0.0.1:\(port)/v1/collections" }
+
+    private init(port: Int, process: Process) {
+        self.port = port
+        self.process = process
+    }
+
+    /// Starts `deltasnap serve --port 0 ARGUMENTS` and waits for its "serving" line.
+    public static func start(_ arguments: [String]) throws -> ServeProcess {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CLI.binary)
+        process.arguments = ["serve", "--port", "0", "--log-level", "warning"] + arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        var line = ""
+        while !line.contains("\n") {
+            let data = output.fileHandleForReading.availableData
+            if data.isEmpty { break }
+            line += String(decoding: data, as: UTF8.self)
+        }
+        guard let range = line.range(of: "http://127.0.0.1:"), let port = Int(line[range.upperBound...].prefix { $0.isNumber }) else {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            throw RawHTTPClient.Failure(description: "deltasnap serve did not start: \(line)")
+        }
+        return ServeProcess(port: port, process: process)
+    }
+
+    /// SIGTERM, then waits for the exit.
+    public func stop() {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, SIGTERM)
+        process.waitUntilExit()
+    }
+}

@@ -5,6 +5,7 @@ BIN=${BIN:-.build/debug/deltasnap}
 PORT=${DEMO_PORT:-18090}
 URL="http://127.0.0.1:$PORT/v1/collections/countries"
 TOKEN=demo-write-token
+JWT_SECRET=demo-jwt-secret
 work=$(mktemp -d)
 server_pid=""
 cleanup() {
@@ -15,7 +16,7 @@ trap cleanup EXIT
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 start_server() {
-  "$BIN" serve --db "$work/store.sqlite" --port "$PORT" --write-token "$TOKEN" --log-level warning > "$work/server.log" 2>&1 &
+  "$BIN" serve --db "$work/store.sqlite" --port "$PORT" --write-token "$TOKEN" --jwt-secret "$JWT_SECRET" --log-level warning > "$work/server.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 1 100); do grep -q "serving" "$work/server.log" 2>/dev/null && break; sleep 0.1; done
   grep "serving" "$work/server.log"
@@ -56,3 +57,30 @@ if cmp -s <("$BIN" dump --replica "$work/app.sqlite") <("$BIN" export --db "$wor
 else
   echo "dump differs from export" >&2; exit 1
 fi
+
+step "8. Two phones edit offline: different fields of one record, and a create-only answer each"
+USER_TOKEN=$("$BIN" token --secret "$JWT_SECRET" --subject student --write countries --expires-in 600)
+for phone in a b; do
+  "$BIN" pull --url "http://127.0.0.1:9/v1/collections/countries" --replica "$work/phone-$phone.sqlite" \
+    --snapshot Snapshots/countries.snapshot --timeout 2 >/dev/null || true
+done
+"$BIN" local patch --replica "$work/phone-a.sqlite" FR '{"name":"France (edited on phone A)"}'
+"$BIN" local patch --replica "$work/phone-b.sqlite" FR '{"note":"added on phone B"}'
+"$BIN" local insert --replica "$work/phone-a.sqlite" answer-1 '{"choice":"a"}'
+"$BIN" local insert --replica "$work/phone-b.sqlite" answer-1 '{"choice":"b"}'
+echo "phone A's queue:"; "$BIN" pending --replica "$work/phone-a.sqlite"
+
+step "9. Back online: each phone pushes, then pulls (the server merges per field, keeps the first answer)"
+"$BIN" sync --url "$URL" --replica "$work/phone-a.sqlite" --token "$USER_TOKEN"
+"$BIN" sync --url "$URL" --replica "$work/phone-b.sqlite" --token "$USER_TOKEN"
+"$BIN" sync --url "$URL" --replica "$work/phone-a.sqlite" --token "$USER_TOKEN"
+"$BIN" history --url "$URL" FR
+
+step "10. Both phones hold the server's state, byte for byte"
+for phone in a b; do
+  if cmp -s <("$BIN" dump --replica "$work/phone-$phone.sqlite") <("$BIN" export --db "$work/store.sqlite" --collection countries); then
+    echo "phone $phone: dump == export; FR is $(grep '"id":"FR"' <("$BIN" dump --replica "$work/phone-$phone.sqlite"))"
+  else
+    echo "phone $phone differs from export" >&2; exit 1
+  fi
+done

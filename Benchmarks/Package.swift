@@ -18,6 +18,7 @@ let package = Package(
                 .product(name: "DeltaSnapCore", package: "DeltaSnap"),
                 .product(name: "DeltaSnapStore", package: "DeltaSnap"),
                 .product(name: "DeltaSnapClient", package: "DeltaSnap"),
+                .product(name: "DeltaSnapServer", package: "DeltaSnap"),
                 .product(name: "DeltaSnapSynthetic", package: "DeltaSnap"),
             ],
             path: "Benchmarks/DeltaSnapBenchmarks",

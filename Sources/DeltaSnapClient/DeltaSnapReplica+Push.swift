@@ -20,7 +20,8 @@ extension DeltaSnapReplica {
         }
         var serverAsked: Double?
         do {
-            let client = try storage.clientID()
+            var client = try storage.clientID()
+            var rotated = false
             var batchLimit = pushBatchSize
             pushing: while true {
                 var batch = try storage.pendingWrites(includeAcknowledged: false, limit: batchLimit)
@@ -43,29 +44,55 @@ extension DeltaSnapReplica {
                 report.batches += 1
                 let answer = Self.readBody(response)
                 serverAsked = RetryPolicy.serverDelay(retryAfter: response.header("Retry-After"), backoff: response.header("Backoff"), now: now)
+                let error = Self.errorText(answer)
                 switch response.status {
                 case 200:
                     guard let parsed = PushResponse.parse(answer), parsed.client == client else {
                         report.failure = "push answer unreadable; the writes stay queued"
                         break pushing
                     }
+                    // The server has processed numbers this replica never gave out: its numbers
+                    // went backwards (a restored backup). The answer may be another write's:
+                    // take none of it, and start a fresh ledger under a new client id.
+                    if parsed.lastSeq > (try storage.lastSeq()) {
+                        guard !rotated else {
+                            report.failure = "the server reports write numbers this replica never used, even for a new client id"
+                            break pushing
+                        }
+                        rotated = true
+                        try storage.rotateClientID()
+                        client = try storage.clientID()
+                        continue pushing
+                    }
                     let complete = try settle(batch, with: parsed.results, into: &report)
                     if !complete {
                         report.failure = "the server answered for only some writes; the rest stay queued"
                         break pushing
                     }
-                case 413 where batch.count > 1:
+                case 413 where batch.count > 1, 400 where batch.count > 1 && error?.code == "invalid_batch":
+                    // Split until the write that does not fit (or cannot be read) is alone.
                     batchLimit = max(1, batch.count / 2)
                 case 401, 408, 429, 500...599:
-                    report.failure = "push got status \(response.status)\(Self.errorText(answer).map { ": \($0.message)" } ?? "")"
+                    report.failure = "push got status \(response.status)\(error.map { ": \($0.message)" } ?? "")"
                     break pushing
-                case 400...499:
-                    let refusal = Self.errorText(answer) ?? MutationRefusal(code: "http_\(response.status)", message: "the server refused the batch with status \(response.status)")
-                    let gone = response.status == 404 || response.status == 410
-                    let results = batch.map { write in
-                        MutationResult(seq: write.seq, status: gone && write.operation == .delete ? .applied(version: 0) : .refused(refusal))
+                case 404, 410:
+                    // A delete of what is gone did what the user wanted. For the other writes a
+                    // missing push endpoint (an older server, a wrong URL) says nothing: keep them.
+                    let deletes = batch.filter { $0.operation == .delete }
+                    _ = try settle(deletes, with: deletes.map { MutationResult(seq: $0.seq, status: .applied(version: 0)) }, into: &report)
+                    if deletes.count < batch.count {
+                        report.failure = "push got status \(response.status); the writes other than deletes stay queued"
+                        break pushing
                     }
-                    _ = try settle(batch, with: results, into: &report)
+                case 400...499:
+                    // The server's own JSON refusal refuses the batch's writes; anything else
+                    // (a proxy's HTML page, a setting such as writes_disabled, a broken
+                    // transfer) is not the writes' fault, so they stay queued.
+                    guard let error, !Self.notTheWritesFault.contains(error.code) else {
+                        report.failure = "push got status \(response.status)\(error.map { ": \($0.message)" } ?? ""); the writes stay queued"
+                        break pushing
+                    }
+                    _ = try settle(batch, with: batch.map { MutationResult(seq: $0.seq, status: .refused(error)) }, into: &report)
                 default:
                     report.failure = "push got unexpected status \(response.status)"
                     break pushing
@@ -78,6 +105,9 @@ extension DeltaSnapReplica {
         recordPushOutcome(failed: report.failure != nil, serverAsked: serverAsked, now: now)
         return report
     }
+
+    /// 4xx codes that say nothing about the writes themselves: they stay queued.
+    static let notTheWritesFault: Set<String> = ["writes_disabled", "unreadable_body"]
 
     /// About half the server's default limit, so a batch of large records still fits.
     static let maximumBatchBytes = 512 * 1024
@@ -92,7 +122,7 @@ extension DeltaSnapReplica {
             switch bySeq[write.seq] {
             case .applied?, .duplicate?:
                 accepted.append(write.seq)
-            case .refused(let refusal)? where write.operation == .delete && (refusal.code == "not_found" || refusal.code == "gone"):
+            case .refused(let refusal)? where write.operation == .delete && refusal.code == "not_found":
                 accepted.append(write.seq)
             case .refused(let refusal)?:
                 refused.append((write, refusal))

@@ -40,7 +40,7 @@ public actor DeltaSnapReplica {
     let storage: ReplicaStorage
     var state: ReplicaState
     private var continuations: [UUID: AsyncStream<SyncOutcome>.Continuation] = [:]
-    private var runningSync: Task<SyncOutcome, Never>?
+    private var runningSync: (task: Task<SyncOutcome, Never>, pushing: Bool, ignoringBackoff: Bool)?
     /// No push before this time after a failed one (in memory: a restarted app retries at once).
     var pushNotBefore: Date?
     var consecutivePushFailures = 0
@@ -141,19 +141,35 @@ public actor DeltaSnapReplica {
     /// accepted and refused. A sync called while another runs waits for that one.
     @discardableResult
     public func sync(now: Date = Date(), ignoringBackoff: Bool = false) async -> SyncOutcome {
-        if let runningSync { return await runningSync.value }
-        let task = Task { await self.pushThenPull(now: now, ignoringBackoff: ignoringBackoff) }
-        runningSync = task
+        await run(now: now, ignoringBackoff: ignoringBackoff, pushing: true)
+    }
+
+    /// Like ``sync(now:ignoringBackoff:)`` without the push: queued writes stay queued (and
+    /// visible), for a tool that only reads, or a moment with no right to write.
+    @discardableResult
+    public func pull(now: Date = Date(), ignoringBackoff: Bool = false) async -> SyncOutcome {
+        await run(now: now, ignoringBackoff: ignoringBackoff, pushing: false)
+    }
+
+    private func run(now: Date, ignoringBackoff: Bool, pushing: Bool) async -> SyncOutcome {
+        // One sync at a time. A request the running one covers (it pushes if this one would,
+        // and ignores backoff if this one does) shares its outcome; a stronger one runs after.
+        while let running = runningSync {
+            let outcome = await running.task.value
+            if (running.pushing || !pushing) && (running.ignoringBackoff || !ignoringBackoff) { return outcome }
+        }
+        let task = Task { await self.pushThenPull(now: now, ignoringBackoff: ignoringBackoff, pushing: pushing) }
+        runningSync = (task, pushing, ignoringBackoff)
         let outcome = await task.value
         runningSync = nil
         for continuation in continuations.values { continuation.yield(outcome) }
         return outcome
     }
 
-    private func pushThenPull(now: Date, ignoringBackoff: Bool) async -> SyncOutcome {
+    private func pushThenPull(now: Date, ignoringBackoff: Bool, pushing: Bool) async -> SyncOutcome {
         lastSyncBytesReceived = 0
         if !ignoringBackoff, let notBefore = state.notBefore, now < notBefore { return .deferred(until: notBefore) }
-        lastPushReport = await pushPending(now: now, ignoringBackoff: ignoringBackoff)
+        lastPushReport = pushing ? await pushPending(now: now, ignoringBackoff: ignoringBackoff) : PushReport()
         // Writes accepted so far are in the state the pull will bring: they leave the queue
         // in the pull's own transaction (never before, so they never flicker out of view).
         let settled = try? storage.lastAcknowledgedSeq()

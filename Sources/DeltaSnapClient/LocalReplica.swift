@@ -44,7 +44,7 @@ public final class LocalReplica {
     }
 
     /// Writes not yet settled, oldest first (see ``DeltaSnapReplica/pendingWrites(includeAcknowledged:)``).
-    public func pendingWrites(includeAcknowledged: Bool = false) throws -> [PendingWrite] {
+    public func pendingWrites(includeAcknowledged: Bool = true) throws -> [PendingWrite] {
         try storage.pendingWrites(includeAcknowledged: includeAcknowledged)
     }
 }

@@ -55,12 +55,22 @@ extension ReplicaStorage {
         return UInt64(statement.string(0)) ?? 0
     }
 
-    /// This replica's client id, created on first use.
+    /// This replica's client id, created on first use (under the write lock: an app and a
+    /// `deltasnap sync` sharing the file must not each create one).
     func clientID() throws -> String {
         if let existing = try value(for: "clientID") { return existing }
-        let id = UUID().uuidString.lowercased()
-        try db.transaction(.immediate) { try setValue(id, for: "clientID") }
-        return id
+        return try db.transaction(.immediate) {
+            if let existing = try value(for: "clientID") { return existing }
+            let id = UUID().uuidString.lowercased()
+            try setValue(id, for: "clientID")
+            return id
+        }
+    }
+
+    /// Gives this replica a new client id: its write numbers went backwards (a restored
+    /// backup), so the server's ledger for the old id would take new writes for old ones.
+    func rotateClientID() throws {
+        try db.transaction(.immediate) { try setValue(UUID().uuidString.lowercased(), for: "clientID") }
     }
 
     func value(for key: String) throws -> String? {

@@ -18,6 +18,15 @@ public enum JSONValue: Hashable, Sendable {
     /// Members sorted by the UTF-8 bytes of their keys; keys are unique.
     case object([JSONMember])
 
+    /// How deeply arrays and objects nest in this value (a scalar is 0, `{}` is 1).
+    public var depth: Int {
+        switch self {
+        case .array(let elements): 1 + (elements.map(\.depth).max() ?? 0)
+        case .object(let members): 1 + (members.map(\.value.depth).max() ?? 0)
+        default: 0
+        }
+    }
+
     /// The value of `key` when this is an object holding it.
     public subscript(key: String) -> JSONValue? {
         guard case .object(let members) = self else { return nil }

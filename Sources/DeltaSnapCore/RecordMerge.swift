@@ -16,7 +16,7 @@ public enum RecordMerge {
     /// Throws the refusal the server answers with.
     public static func apply(_ mutation: Mutation, to current: Record?) throws(MutationRefusal) -> Record? {
         let id = mutation.id
-        guard !id.isEmpty else { throw MutationRefusal.invalid(id, RecordError.emptyID.description) }
+        try validateID(id)
         switch mutation.operation {
         case .delete:
             return nil
@@ -42,14 +42,27 @@ public enum RecordMerge {
 
     /// Checks a mutation's shape without a current value (for a client's local write).
     public static func validate(_ mutation: Mutation) throws(MutationRefusal) {
-        guard !mutation.id.isEmpty else { throw MutationRefusal.invalid(mutation.id, RecordError.emptyID.description) }
+        try validateID(mutation.id)
         if mutation.operation != .delete { _ = try members(of: mutation) }
+    }
+
+    /// The deepest a written value may nest: a push batch wraps it in three more levels and
+    /// the whole batch must stay within ``JSONReader/maximumDepth``.
+    public static let maximumValueDepth = JSONReader.maximumDepth - 3
+
+    private static func validateID(_ id: String) throws(MutationRefusal) {
+        guard !id.isEmpty else { throw MutationRefusal.invalid(id, RecordError.emptyID.description) }
+        // SQLite binds text up to its first NUL: such an id would address another record.
+        guard !id.utf8.contains(0) else { throw MutationRefusal.invalid(id, "an id must not contain U+0000") }
     }
 
     private static func members(of mutation: Mutation) throws(MutationRefusal) -> [JSONMember] {
         let id = mutation.id
-        guard case .object(let members)? = mutation.value else {
+        guard let value = mutation.value, case .object(let members) = value else {
             throw MutationRefusal.invalid(id, "a \(mutation.operation.rawValue) needs a JSON object as its value")
+        }
+        guard value.depth <= maximumValueDepth else {
+            throw MutationRefusal.invalid(id, "the value nests deeper than \(maximumValueDepth) levels")
         }
         for member in members {
             if member.key == Record.hiddenKey {

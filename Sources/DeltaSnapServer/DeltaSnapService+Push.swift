@@ -20,13 +20,11 @@ extension DeltaSnapService {
             throw APIError(.badRequest, "invalid_batch", error.description)
         }
         // Write numbers are per client *of a user*: one user cannot advance another's.
-        let ledgerClient = principal.isAdmin ? client : "\(principal.subject)/\(client)"
         let outcome = try writer.withStore { store in
-            try store.push(mutations, from: ledgerClient, to: name, retention: configuration.pushRetention)
+            try store.push(mutations, from: client, user: principal.isAdmin ? nil : principal.subject, to: name, retention: configuration.pushRetention)
         }
         if let head = outcome.head { heads.update(head) }
-        var response = outcome.response
-        response.client = client
+        let response = outcome.response
         var headers: HTTPFields = [.contentType: "application/json", .cacheControl: "no-store"]
         if let token = response.token { headers[.eTag] = "\"\(token)\"" }
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: response.bytes)))

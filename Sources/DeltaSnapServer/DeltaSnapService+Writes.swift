@@ -7,7 +7,7 @@ import NIOCore
 extension DeltaSnapService {
     /// `PUT /v1/collections/{c}/records/{id}`: upsert one record.
     func putRecord(_ request: Request, context: some RequestContext) async throws -> Response {
-        let name = try await authorizedCollection(request, context: context).name
+        let name = try await ownerCollection(request, context: context)
         let id = try recordID(context)
         var request = request
         let body = try await collect(&request)
@@ -39,14 +39,14 @@ extension DeltaSnapService {
 
     /// `DELETE /v1/collections/{c}/records/{id}`: hide one record.
     func deleteRecord(_ request: Request, context: some RequestContext) async throws -> Response {
-        let name = try await authorizedCollection(request, context: context).name
+        let name = try await ownerCollection(request, context: context)
         let id = try recordID(context)
         return try commit(name) { try $0.put(Record.tombstone(id: id)) }
     }
 
     /// `POST /v1/collections/{c}/records[?replace=true]`: a batch as one version.
     func postRecords(_ request: Request, context: some RequestContext) async throws -> Response {
-        let name = try await authorizedCollection(request, context: context).name
+        let name = try await ownerCollection(request, context: context)
         var request = request
         let body = try await collect(&request)
         let replace = request.uri.queryParameters.get("replace").map { $0 == "true" || $0 == "1" } ?? false
@@ -62,6 +62,17 @@ extension DeltaSnapService {
 
     // MARK: - Helpers
 
+    /// The valid collection name in the path, once the bearer token is the data owner's:
+    /// these writes bypass the push ledger and history (and `?replace=true` can hide every
+    /// record), so a per-user token never reaches them — users write through pushes.
+    private func ownerCollection(_ request: Request, context: some RequestContext) async throws -> String {
+        let (name, principal) = try await authorizedCollection(request, context: context)
+        guard principal.isAdmin else {
+            throw APIError(.forbidden, "owner_only", "this endpoint is for the data owner's admin token; users write through POST /v1/collections/\(name)/mutations")
+        }
+        return name
+    }
+
     /// The valid collection name in the path, once the bearer token may write it.
     func authorizedCollection(_ request: Request, context: some RequestContext) async throws -> (name: String, principal: Principal) {
         let name = try context.parameters.require("name")
@@ -74,6 +85,7 @@ extension DeltaSnapService {
         let rawID = try context.parameters.require("id")
         let id = rawID.removingPercentEncoding ?? rawID
         guard !id.isEmpty else { throw APIError(.badRequest, "invalid_record", RecordError.emptyID.description) }
+        guard !id.utf8.contains(0) else { throw APIError(.badRequest, "invalid_record", "an id must not contain U+0000") }
         return id
     }
 
@@ -84,6 +96,12 @@ extension DeltaSnapService {
             return Array(buffer.readableBytesView)
         } catch is NIOTooManyBytesError {
             throw APIError(.contentTooLarge, "body_too_large", "the body is larger than this server's limit of \(limit) bytes; split the batch")
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            // A body that stops early or whose framing is broken is the client's mistake, not
+            // the server's: 400, and nothing was committed (nothing ran yet).
+            throw APIError(.badRequest, "unreadable_body", "the request body could not be read to its end: \(error)")
         }
     }
 

@@ -1,5 +1,6 @@
 import DeltaSnapCore
 import DeltaSnapSQLite
+import Foundation
 
 /// How long a store keeps push results (for answering a retried batch the same way) and the
 /// values writes replaced (for `history`).
@@ -41,7 +42,8 @@ public struct HistoryEntry: Sendable, Equatable {
     public var replacedIn: UInt64
     /// Seconds since 1970 of that commit.
     public var replacedAt: Int64
-    /// The client id whose push replaced it.
+    /// The client id whose push replaced it (never the user's name: history is as public
+    /// as the collection).
     public var replacedBy: String
 }
 
@@ -53,11 +55,19 @@ extension Store {
     /// write whose `seq` the server already processed for this client is not applied again:
     /// it gets its stored result. Records' replaced values go to their history. Everything —
     /// records, results, the client's last `seq` — commits in one transaction.
-    public func push(_ mutations: [ParsedMutation], from client: String, to collection: String, retention: PushRetention = PushRetention()) throws -> PushOutcome {
+    ///
+    /// Write numbers are kept per (collection, `user`, `client`): one user cannot advance
+    /// another's. An error reading the store throws (nothing is committed, the client
+    /// retries); only the writes themselves are refused.
+    public func push(
+        _ mutations: [ParsedMutation], from client: String, user: String? = nil, to collection: String, retention: PushRetention = PushRetention()
+    ) throws -> PushOutcome {
         try CollectionName.validate(collection)
         return try db.transaction(.immediate) {
-            let now = configuration.commitTime()
-            let ledger = PushLedger(db: db, collection: collection, client: client)
+            // Retention runs on the real clock: a fixed SOURCE_DATE_EPOCH is for reproducible
+            // bakes and must not make a server prune everything, or nothing.
+            let now = Int64(Date().timeIntervalSince1970)
+            let ledger = PushLedger(db: db, collection: collection, client: user.map { "\($0)/\(client)" } ?? client, displayName: client)
             let lastSeq = try ledger.lastSeq()
             let writer = try CollectionWriter(db: db, collection: collection, configuration: configuration)
             var batch = BatchMerge()
@@ -73,12 +83,13 @@ extension Store {
                     results.append(MutationResult(seq: parsed.seq, status: .refused(parsed.refusal ?? MutationRefusal(code: "invalid_mutation", message: "unreadable write"))))
                     continue
                 }
-                do {
-                    try batch.apply(mutation) { try writer.stored(id: $0) }
+                if !batch.knows(mutation.id) { batch.remember(mutation.id, stored: try writer.stored(id: mutation.id)) }
+                do throws(MutationRefusal) {
+                    try batch.apply(mutation)
                     appliedIndexes.append(results.count)
                     results.append(MutationResult(seq: parsed.seq, status: .applied(version: 0)))
-                } catch let refusal as MutationRefusal {
-                    results.append(MutationResult(seq: parsed.seq, status: .refused(refusal)))
+                } catch {
+                    results.append(MutationResult(seq: parsed.seq, status: .refused(error)))
                 }
             }
             for (id, final) in batch.finalValues() {
@@ -88,7 +99,7 @@ extension Store {
             let version = written.head?.version ?? 0
             for index in appliedIndexes { results[index].status = .applied(version: version) }
             if written.committed, let head = written.head {
-                try ledger.recordHistory(batch.replacedValues(), replacedIn: head.version, at: head.committedAt)
+                try ledger.recordHistory(batch.replacedValues(), replacedIn: head.version, at: head.committedAt, keptAt: now)
             }
             let newLast = max(lastSeq, mutations.last?.seq ?? 0)
             try ledger.save(lastSeq: newLast, results: results.filter { $0.seq > lastSeq }, at: now)
@@ -133,23 +144,20 @@ struct BatchMerge {
     /// Ids in the order first touched, so the write (and history) order is deterministic.
     private var order: [String] = []
 
-    mutating func apply(_ mutation: Mutation, loadStored: (String) throws -> (record: Record, version: UInt64)?) throws(MutationRefusal) {
-        let id = mutation.id
-        var entry: Entry
-        if let known = entries[id] {
-            entry = known
-        } else {
-            let original: (record: Record, version: UInt64)?
-            do {
-                original = try loadStored(id)
-            } catch {
-                throw MutationRefusal(code: "unreadable_record", message: "record \"\(id)\" could not be read: \(error)")
-            }
-            entry = Entry(original: original, current: original.flatMap { $0.record.isHidden ? nil : $0.record })
-            order.append(id)
-        }
+    func knows(_ id: String) -> Bool { entries[id] != nil }
+
+    /// Records `id`'s committed value (read by the caller, so a store error is never
+    /// mistaken for a refusal of the write).
+    mutating func remember(_ id: String, stored: (record: Record, version: UInt64)?) {
+        entries[id] = Entry(original: stored, current: stored.flatMap { $0.record.isHidden ? nil : $0.record })
+        order.append(id)
+    }
+
+    /// Merges `mutation` into its record's value; the record must be remembered first.
+    mutating func apply(_ mutation: Mutation) throws(MutationRefusal) {
+        guard var entry = entries[mutation.id] else { preconditionFailure("apply(_:) before remember(_:stored:)") }
         entry.current = try RecordMerge.apply(mutation, to: entry.current)
-        entries[id] = entry
+        entries[mutation.id] = entry
     }
 
     /// Each touched record's value after the batch (`nil`: absent).
@@ -170,7 +178,10 @@ struct BatchMerge {
 struct PushLedger {
     let db: SQLiteConnection
     let collection: String
+    /// The ledger key: the user's name and the client id.
     let client: String
+    /// What history shows as the writer: the client id alone.
+    let displayName: String
 
     func lastSeq() throws -> UInt64 {
         let statement = try db.prepare("SELECT last_seq FROM push_clients WHERE collection = ? AND client = ?")
@@ -223,17 +234,18 @@ struct PushLedger {
         }
     }
 
-    func recordHistory(_ replaced: [(record: Record, version: UInt64)], replacedIn version: UInt64, at time: Int64) throws {
+    func recordHistory(_ replaced: [(record: Record, version: UInt64)], replacedIn version: UInt64, at time: Int64, keptAt now: Int64) throws {
         guard !replaced.isEmpty else { return }
-        let insert = try db.prepare("INSERT OR REPLACE INTO history(collection, id, replaced_in, version, replaced_at, client, body) VALUES (?, ?, ?, ?, ?, ?, ?)")
+        let insert = try db.prepare("INSERT OR REPLACE INTO history(collection, id, replaced_in, version, replaced_at, client, body, kept_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
         for (record, recordVersion) in replaced {
             try insert.bind(1, collection)
             try insert.bind(2, record.id)
             try insert.bind(3, version)
             try insert.bind(4, recordVersion)
             try insert.bind(5, time)
-            try insert.bind(6, client)
+            try insert.bind(6, displayName)
             try insert.bind(7, blob: record.bytes)
+            try insert.bind(8, now)
             try insert.run()
         }
     }
@@ -243,7 +255,7 @@ struct PushLedger {
         try results.bind(1, collection)
         try results.bind(2, resultsBefore)
         try results.run()
-        let history = try db.prepare("DELETE FROM history WHERE collection = ? AND replaced_at < ?")
+        let history = try db.prepare("DELETE FROM history WHERE collection = ? AND kept_at < ?")
         try history.bind(1, collection)
         try history.bind(2, historyBefore)
         try history.run()

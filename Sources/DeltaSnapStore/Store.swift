@@ -110,9 +110,10 @@ public final class Store {
             replaced_at INTEGER NOT NULL,
             client TEXT NOT NULL,
             body BLOB NOT NULL,
+            kept_at INTEGER NOT NULL,
             PRIMARY KEY(collection, id, replaced_in)
         ) WITHOUT ROWID;
-        CREATE INDEX IF NOT EXISTS history_by_time ON history(collection, replaced_at);
+        CREATE INDEX IF NOT EXISTS history_by_age ON history(collection, kept_at);
         """
 
     // MARK: - Heads

@@ -11,7 +11,8 @@ struct PullCommand: AsyncParsableCommand {
             Prints one line per sync: outcome, token, record count, body bytes received
             (after HTTP decoding), milliseconds. Exits non-zero only when the replica holds no usable
             data. A one-shot pull syncs at once; with --watch, failures back off exponentially
-            and the server's Retry-After/Backoff are honoured.
+            and the server's Retry-After/Backoff are honoured. Queued local writes are not
+            pushed (that is `deltasnap sync`); they stay visible on top of what is pulled.
             """
     )
 
@@ -30,6 +31,9 @@ struct PullCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Seconds between syncs with --watch.")
     var interval: Double = 60
 
+    @Option(name: .long, help: "A bearer token, for a private collection.")
+    var token: String?
+
     @Option(name: .long, help: "Request timeout in seconds.")
     var timeout: Double = 30
 
@@ -44,11 +48,11 @@ struct PullCommand: AsyncParsableCommand {
             let name = collectionURL.lastPathComponent
             let replica = try DeltaSnapReplica(
                 path: self.replica, collection: name, url: collectionURL, bundledSnapshot: snapshot,
-                timeout: .milliseconds(Int(timeout * 1000)))
+                timeout: .milliseconds(Int(timeout * 1000)), accessToken: token)
             repeat {
                 let started = ContinuousClock.now
                 // A one-shot pull is a person asking now; --watch honours backoff like an app.
-                let outcome = await replica.sync(ignoringBackoff: !watch)
+                let outcome = await replica.pull(ignoringBackoff: !watch)
                 print(await PullLine.describe(outcome, replica: replica, since: started))
                 if watch {
                     var wait = interval

@@ -118,12 +118,14 @@ struct HistoryCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
-            let historyURL = URL(string: url)!.appendingPathComponent("records").appendingPathComponent(id).appendingPathComponent("history")
-            var components = URLComponents(url: historyURL, resolvingAgainstBaseURL: false)!
-            components.queryItems = [URLQueryItem(name: "limit", value: String(limit))]
+            // The id is one path segment: escape everything but unreserved characters ("/" too).
+            let segment = id.addingPercentEncoding(withAllowedCharacters: CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")) ?? id
+            guard let historyURL = URL(string: "\(url.hasSuffix("/") ? String(url.dropLast()) : url)/records/\(segment)/history?limit=\(limit)") else {
+                throw ValidationError("cannot build a URL from --url \(url)")
+            }
             var headers = ["Accept": "application/json"]
             if let token { headers["Authorization"] = "Bearer \(token)" }
-            let response = try await URLSessionTransport().fetch(SyncRequest(url: components.url!, headers: headers, timeout: .seconds(30)))
+            let response = try await URLSessionTransport().fetch(SyncRequest(url: historyURL, headers: headers, timeout: .seconds(30)))
             let body = response.bodyFile.flatMap { FileManager.default.contents(atPath: $0.path) }.map { [UInt8]($0) } ?? []
             response.bodyFile.map { try? FileManager.default.removeItem(at: $0) }
             let value = try? JSONReader(bytes: body).readValue()

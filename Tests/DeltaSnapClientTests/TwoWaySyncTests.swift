@@ -57,6 +57,18 @@ import Testing
         Issue.record("the replica did not settle")
     }
 
+    /// A proxy whose first `count` pushes are answered 503 (not forwarded); all else passes.
+    static func proxyFailingFirstPushes(_ count: Int, of world: World) throws -> FaultProxy {
+        let pushes = Locked(0)
+        return try FaultProxy(upstreamPort: world.server.port) { _, method, _ in
+            guard method == "POST" else { return .forward }
+            return pushes.withLock { seen in
+                seen += 1
+                return seen <= count ? .respond(status: 503, body: #"{"error":"unavailable","message":"try later"}"#) : .forward
+            }
+        }
+    }
+
     func text(_ replica: DeltaSnapReplica, _ id: String) async throws -> String? {
         try await replica.recordBytes(id: id).map { String(decoding: $0, as: UTF8.self) }
     }
@@ -108,15 +120,8 @@ import Testing
 
     @Test func aPullWhileWritesArePendingNeverOverwritesAPendingField() async throws {
         try await withWorld { world in
-            let pushes = Locked(0)
-            let proxy = try FaultProxy(upstreamPort: world.server.port) { _, method, _ in
-                // The first two pushes fail with 503; pulls always go through.
-                guard method == "POST" else { return .forward }
-                return pushes.withLock { count in
-                    count += 1
-                    return count <= 2 ? .respond(status: 503, body: #"{"error":"overloaded","message":"try later"}"#) : .forward
-                }
-            }
+            // The first two pushes fail with 503; pulls always go through.
+            let proxy = try Self.proxyFailingFirstPushes(2, of: world)
             defer { proxy.stop() }
             let replica = try world.replica("r", url: world.proxyURL(proxy))
             await replica.sync()
@@ -182,11 +187,32 @@ import Testing
         }
     }
 
-    @Test func deletesAnsweredNotFoundOrGoneCountAsDone() async throws {
+    @Test func aPullAloneLeavesTheQueueAndAServerThatTakesNoWritesRollsNothingBack() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try Store(path: dir.file("s.sqlite"))
+        try Fixtures.importText(#"{"id":"n1","title":"a"}"#, into: store, collection: "notes")
+        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), writeToken: nil)
+        let replica = try DeltaSnapReplica(
+            path: dir.file("r.sqlite"), collection: "notes", url: URL(string: "\(server.baseURL)/v1/collections/notes")!)
+        await replica.pull()
+        try await replica.patch(id: "n1", json: #"{"title":"mine"}"#)
+        await replica.pull(ignoringBackoff: true)
+        #expect(await replica.lastPushReport.batches == 0)
+        #expect(try await replica.pendingWrites().count == 1)
+        // 403 writes_disabled is the server's setting, not the write's fault: it stays queued.
+        await replica.sync(ignoringBackoff: true)
+        #expect(await replica.lastPushReport.failure?.contains("403") == true)
+        #expect(try await replica.pendingWrites().count == 1)
+        #expect(try await replica.record(id: "n1")?["title"] == .string("mine"))
+        await server.stop()
+    }
+
+    @Test func deletesAnsweredNotFoundOrGoneCountAsDoneAndNoOtherWriteIsLostToA4xxThatIsNotTheServers() async throws {
         try await withWorld { world in
-            let status = Locked(404)
+            let answer = Locked((status: 404, body: #"{"error":"not_found","message":"gone"}"#))
             let proxy = try FaultProxy(upstreamPort: world.server.port) { _, method, _ in
-                method == "POST" ? .respond(status: status.current, body: #"{"error":"not_found","message":"gone"}"#) : .forward
+                method == "POST" && answer.current.status != 0 ? .respond(status: answer.current.status, body: answer.current.body) : .forward
             }
             defer { proxy.stop() }
             let replica = try world.replica("r", url: world.proxyURL(proxy))
@@ -194,26 +220,58 @@ import Testing
             try await replica.delete(id: "n2")
             try await replica.put(id: "n3", json: "{}")
             await replica.sync(ignoringBackoff: true)
-            let report = await replica.lastPushReport
-            #expect(report.accepted == 1 && report.refused.map(\.id) == ["n3"])
-            status.withLock { $0 = 410 }
+            var report = await replica.lastPushReport
+            // The delete is done; the put is kept (a 404 of the push endpoint says nothing about it).
+            #expect(report.accepted == 1 && report.refused.isEmpty && report.failure != nil)
+            #expect(try await replica.pendingWrites(includeAcknowledged: false).map(\.id) == ["n3"])
+            answer.withLock { $0 = (410, "{}") }
             try await replica.delete(id: "n1")
             await replica.sync(ignoringBackoff: true)
             #expect(await replica.lastPushReport.accepted == 1)
-            #expect(try await replica.pendingWrites().isEmpty)
+            #expect(try await replica.pendingWrites(includeAcknowledged: false).map(\.id) == ["n3"])
+            // A proxy's HTML error page is not the server refusing the writes.
+            answer.withLock { $0 = (403, "<html>Forbidden by the hotel wifi</html>") }
+            await replica.sync(ignoringBackoff: true)
+            report = await replica.lastPushReport
+            #expect(report.refused.isEmpty && report.failure?.contains("403") == true)
+            #expect(try await replica.pendingWrites(includeAcknowledged: false).map(\.id) == ["n3"])
+            // Once the real server answers, the put lands.
+            answer.withLock { $0 = (0, "") }
+            try await settle(replica, world)
+            #expect(try world.export().contains(#"{"id":"n3"}"#))
+        }
+    }
+
+    @Test func aReplicaRestoredFromABackupGetsANewClientIDInsteadOfLosingWrites() async throws {
+        try await withWorld { world in
+            do {
+                let replica = try world.replica("r")
+                await replica.sync()
+                try await replica.put(id: "a1", json: "{}")
+                try await replica.put(id: "a2", json: "{}")
+            }
+            // The backup is taken with two writes queued; then they are pushed.
+            for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: world.dir.file("r.sqlite\(suffix)")) {
+                try FileManager.default.copyItem(atPath: world.dir.file("r.sqlite\(suffix)"), toPath: world.dir.file("backup.sqlite\(suffix)"))
+            }
+            let original = try world.replica("r")
+            try await original.put(id: "a3", json: "{}")
+            await original.sync()
+            #expect(await original.lastPushReport.accepted == 3)
+            // The restored copy numbers its next write 3 again: the server has processed 3 for
+            // this client id, so the answer cannot be trusted; the replica takes a new id.
+            let restored = try world.replica("backup")
+            try await restored.put(id: "b3", json: #"{"from":"backup"}"#)
+            try await settle(restored, world)
+            #expect(await restored.lastPushReport.refused.isEmpty)
+            #expect(try world.export().contains(#"{"from":"backup","id":"b3"}"#))
+            #expect(try world.dump("backup") == world.export())
         }
     }
 
     @Test func a503KeepsTheWriteQueuedAndItLandsExactlyOnce() async throws {
         try await withWorld { world in
-            let pushes = Locked(0)
-            let proxy = try FaultProxy(upstreamPort: world.server.port) { _, method, _ in
-                guard method == "POST" else { return .forward }
-                return pushes.withLock { count in
-                    count += 1
-                    return count <= 3 ? .respond(status: 503, body: #"{"error":"unavailable","message":"later"}"#) : .forward
-                }
-            }
+            let proxy = try Self.proxyFailingFirstPushes(3, of: world)
             defer { proxy.stop() }
             let replica = try world.replica("r", url: world.proxyURL(proxy))
             await replica.sync()

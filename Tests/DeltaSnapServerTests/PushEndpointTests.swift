@@ -83,6 +83,14 @@ import Testing
             let otherCollection = try await push(server, token: try await token(write: ["other"]), Self.oneWrite)
             #expect(otherCollection.status == 403 && error(otherCollection) == "forbidden")
             #expect(try store.head(of: "notes") == before)
+            // The owner's write API is for the admin token only: a user's token cannot bypass
+            // the ledger and history (or hide every record with ?replace=true).
+            let user = try await token(write: ["*"])
+            let replace = try await offPool {
+                try server.connect().request("POST", "/v1/collections/notes/records?replace=true", headers: ["Authorization": "Bearer \(user)"], body: Array("{\"id\":\"z\"}".utf8))
+            }
+            #expect(replace.status == 403 && error(replace) == "owner_only")
+            #expect(try store.head(of: "notes") == before)
             // The admin token may write anything.
             let admin = try await push(server, token: TestServer.writeToken, Self.oneWrite)
             #expect(admin.status == 200)
@@ -146,9 +154,10 @@ import Testing
             let value = try JSONReader(bytes: response.body).readValue()
             guard case .array(let entries)? = value["history"] else { Issue.record("no history: \(response.text)"); return }
             #expect(entries.count == 2)
-            #expect(entries.first?["replacedBy"] == .string("bob/c9"))
+            // The client id only: history is as public as the collection, the user's name is not.
+            #expect(entries.first?["replacedBy"] == .string("c9"))
             #expect(entries.first?["value"] == (try JSONReader(bytes: Array(#"{"id":"n1","title":"A"}"#.utf8)).readValue()))
-            #expect(entries.last?["replacedBy"] == .string("alice/c1"))
+            #expect(entries.last?["replacedBy"] == .string("c1"))
             let limited = try await offPool { try server.connect().request("GET", "/v1/collections/notes/records/n1/history?limit=1") }
             #expect(limited.text.components(separatedBy: "replacedAt").count == 2)
             let badLimit = try await offPool { try server.connect().request("GET", "/v1/collections/notes/records/n1/history?limit=0") }

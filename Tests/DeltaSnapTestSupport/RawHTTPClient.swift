@@ -73,6 +73,18 @@ public final class RawHTTPClient {
         return try readResponse(method: method)
     }
 
+    /// Sends `bytes` exactly as given (a hostile or broken request), optionally half-closes
+    /// the connection, then reads one response; nil when the server closed without one.
+    public func sendRaw(_ bytes: [UInt8], halfClose: Bool = false, method: String = "POST") throws -> Response? {
+        try send(bytes)
+        if halfClose { shutdown(socket, Int32(SHUT_WR)) }
+        do {
+            return try readResponse(method: method)
+        } catch let failure as Failure where failure.description.hasPrefix("connection closed") {
+            return nil
+        }
+    }
+
     private func send(_ bytes: [UInt8]) throws {
         var sent = 0
         while sent < bytes.count {

@@ -364,4 +364,6 @@ let benchmarks: @Sendable () -> Void = {
         precondition(first != nil && held == 100_000)
         removeSQLite(path)
     }
+
+    twoWaySyncBenchmarks()
 }

@@ -1,0 +1,47 @@
+import DeltaSnapCore
+import DeltaSnapStore
+import DeltaSnapTestSupport
+import Foundation
+import Testing
+
+/// Requests whose body framing is broken are the client's mistake: a 4xx with a JSON body
+/// (or a closed connection), never a 500, nothing committed, and the server keeps serving.
+@Suite struct BadFramingTests {
+    func withServer(_ body: @escaping @Sendable (TestServer, Store) async throws -> Void) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try Store(path: dir.file("s.sqlite"))
+        try Fixtures.importText(#"{"id":"a","v":1}"#, into: store, collection: "items")
+        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), maximumWriteBodyBytes: 64 * 1024)
+        do { try await body(server, store) } catch {
+            await server.stop()
+            throw error
+        }
+        await server.stop()
+    }
+
+    static let auth = "Authorization: Bearer \(TestServer.writeToken)\r\n"
+
+    static let cases: [(name: String, request: String)] = [
+        ("a Content-Length longer than the body", "PUT /v1/collections/items/records/a HTTP/1.1\r\nHost: x\r\n\(auth)Content-Length: 100\r\n\r\n{\"v\":2}"),
+        ("a push body that stops early", "POST /v1/collections/items/mutations HTTP/1.1\r\nHost: x\r\n\(auth)Content-Length: 500\r\n\r\n{\"client\":\"c\",\"mutations\":["),
+        ("a chunked body that stops early", "POST /v1/collections/items/records HTTP/1.1\r\nHost: x\r\n\(auth)Transfer-Encoding: chunked\r\n\r\n10\r\n{\"id\":\"b\"}"),
+        ("a Content-Length far above the limit", "POST /v1/collections/items/records HTTP/1.1\r\nHost: x\r\n\(auth)Content-Length: 99999999999\r\n\r\n{}"),
+    ]
+
+    @Test(arguments: 0..<cases.count)
+    func brokenBodiesAreNeverAnswered500(_ index: Int) async throws {
+        let (name, request) = Self.cases[index]
+        try await withServer { server, store in
+            let before = try store.head(of: "items")
+            let response = try await offPool { try server.connect().sendRaw(Array(request.utf8), halfClose: true) }
+            if let response {
+                #expect((400...499).contains(response.status), "\(name): \(response.status) \(response.text)")
+                #expect(response.header("Content-Type") == "application/json", "\(name)")
+            }
+            #expect(try store.head(of: "items") == before, "\(name): something was committed")
+            let next = try await offPool { try server.connect().request("GET", "/v1/collections/items") }
+            #expect(next.status == 200, "\(name): the server stopped serving")
+        }
+    }
+}

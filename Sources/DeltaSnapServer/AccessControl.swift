@@ -145,8 +145,8 @@ final class AccessControl: Sendable {
             throw APIError(.forbidden, "writes_disabled", "this server was started without a write token or JWT key, so it accepts no writes")
         }
         guard let token = Self.bearerToken(request) else {
-            let what = right == .write ? "writes" : "collection \"\(collection)\" is private: reading it"
-            throw APIError(.unauthorized, "unauthorized", "\(what) need the header 'Authorization: Bearer <token>'", headers: [.wwwAuthenticate: "Bearer"])
+            let what = right == .write ? "writes need" : "collection \"\(collection)\" is private: reading it needs"
+            throw APIError(.unauthorized, "unauthorized", "\(what) the header 'Authorization: Bearer <token>'", headers: [.wwwAuthenticate: "Bearer"])
         }
         let principal = try await verify(token)
         if principal.isAdmin { return principal }

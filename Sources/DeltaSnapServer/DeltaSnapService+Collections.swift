@@ -126,17 +126,28 @@ extension DeltaSnapService {
         })
     }
 
-    /// Whether `Accept-Encoding` allows gzip (a `q=0` refuses it).
-    static func acceptsGzip(_ values: [String]) -> Bool {
+    /// Whether `Accept-Encoding` allows gzip (RFC 9110 §12.5.3): an explicit `gzip` (or
+    /// `x-gzip`) entry decides; `*` applies only when gzip is not named; `q=0` refuses.
+    ///
+    /// ```swift
+    /// DeltaSnapService.acceptsGzip(["gzip;q=0, *"])   // false: gzip itself was refused
+    /// ```
+    public static func acceptsGzip(_ values: [String]) -> Bool {
+        var named: Bool?
+        var wildcard: Bool?
         for value in values {
             for item in value.split(separator: ",") {
                 let parts = item.split(separator: ";").map { String($0).trimmingSpaces.lowercased() }
-                guard let coding = parts.first, coding == "gzip" || coding == "x-gzip" || coding == "*" else { continue }
+                guard let coding = parts.first else { continue }
                 let refused = parts.dropFirst().contains { $0.replacingOccurrences(of: " ", with: "").hasPrefix("q=0") && !$0.contains(where: { "123456789".contains($0) }) }
-                if !refused { return true }
+                switch coding {
+                case "gzip", "x-gzip": named = (named ?? false) || !refused
+                case "*": wildcard = (wildcard ?? false) || !refused
+                default: continue
+                }
             }
         }
-        return false
+        return named ?? wildcard ?? false
     }
 }
 

@@ -50,6 +50,10 @@ extension DeltaSnapService {
         var request = request
         let body = try await collect(&request)
         let replace = request.uri.queryParameters.get("replace").map { $0 == "true" || $0 == "1" } ?? false
+        // A dropped body must not read as "the collection is now empty" and hide everything.
+        if replace && body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
+            throw APIError(.badRequest, "empty_batch", "a ?replace=true batch with no records would hide every record; send at least one, or hide them explicitly")
+        }
         do {
             let result = try writer.withStore { store in
                 try Importer(store: store, collection: name, replace: replace).run(source: ChunkSources.bytes(body), name: "body")

@@ -100,8 +100,7 @@ public final class DeltaSnapService: Sendable {
         }
         // HEAD: the same status and headers (curl -I), never a body, so nothing is streamed.
         router.head("/v1/collections/:name") { [self] request, context in
-            let response = try await getCollection(request, name: try context.parameters.require("name"))
-            return Response(status: response.status, headers: response.headers)
+            Self.headOnly(try await getCollection(request, name: try context.parameters.require("name")))
         }
         router.post("/v1/collections/:name/mutations") { [self] request, context in
             try await pushMutations(request, context: context)
@@ -119,20 +118,34 @@ public final class DeltaSnapService: Sendable {
             try await postRecords(request, context: context)
         }
         // Known paths with other methods get 405, not 404.
-        for method in [HTTPRequest.Method.post, .put, .delete, .patch] {
-            router.on("/v1/collections/:name", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET") }
-            router.on("/v1/collections", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET") }
+        // HEAD wherever GET works: the same status and headers, no body.
+        router.head("/v1/collections") { [self] request, _ in Self.headOnly(await listCollections(request)) }
+        router.head("/healthz") { _, _ in Response(status: .ok, headers: [.contentType: "application/json"]) }
+        router.head("/metrics") { _, _ in Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"]) }
+        router.head("/v1/collections/:name/records/:id/history") { [self] request, context in
+            Self.headOnly(try await recordHistory(request, context: context))
         }
-        for method in [HTTPRequest.Method.get, .patch] {
+        for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
+            router.on("/v1/collections/:name", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
+            router.on("/v1/collections", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
+        }
+        for method in [HTTPRequest.Method.get, .patch, .options, .trace] {
             router.on("/v1/collections/:name/records/:id", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("PUT, DELETE") }
         }
-        for method in [HTTPRequest.Method.get, .put, .delete, .patch] {
+        for method in [HTTPRequest.Method.get, .put, .delete, .patch, .options, .trace] {
             router.on("/v1/collections/:name/records", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("POST") }
             router.on("/v1/collections/:name/mutations", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("POST") }
         }
-        for method in [HTTPRequest.Method.post, .put, .delete, .patch] {
-            router.on("/v1/collections/:name/records/:id/history", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET") }
+        for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
+            router.on("/v1/collections/:name/records/:id/history", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
         }
+    }
+}
+
+extension DeltaSnapService {
+    /// A GET response as HEAD answers it: status and headers, no body.
+    static func headOnly(_ response: Response) -> Response {
+        Response(status: response.status, headers: response.headers)
     }
 }
 

@@ -35,6 +35,14 @@ import Testing
         return (header, records)
     }
 
+    @Test(arguments: [
+        ("gzip", true), ("x-gzip", true), ("*", true), ("identity", false), ("gzip;q=0", false), ("gzip;q=0, *", false),
+        ("gzip; q=0.5", true), ("br, gzip;q=0.1", true), ("*;q=0", false), ("identity, *;q=0.3", true), ("", false),
+    ])
+    func acceptEncodingNegotiatesGzip(header: String, gzip: Bool) {
+        #expect(DeltaSnapService.acceptsGzip([header]) == gzip, "\(header)")
+    }
+
     @Test func fullBodyInGzipAndIdentityDecodeToTheSameJSONAndCarryTheHeaders() async throws {
         try await withServer { server, db in
             let gzip = try await get(server, "/v1/collections/items", ["Accept-Encoding": "gzip"])
@@ -179,6 +187,8 @@ import Testing
                 ("GET", "/nowhere", 404, "not_found"),
                 ("POST", "/v1/collections/items", 405, "method_not_allowed"),
                 ("DELETE", "/v1/collections", 405, "method_not_allowed"),
+                ("OPTIONS", "/v1/collections/items", 405, "method_not_allowed"),
+                ("TRACE", "/v1/collections", 405, "method_not_allowed"),
             ]
             for (method, path, status, code) in cases {
                 let response = try await offPool { try server.connect().request(method, path) }
@@ -187,6 +197,13 @@ import Testing
                 let json = try JSONReader(bytes: response.body).readValue()
                 #expect(json["error"] == .string(code), "\(method) \(path)")
                 if case .string(let message)? = json["message"] { #expect(!message.isEmpty) } else { Issue.record("no message") }
+            }
+            let options = try await offPool { try server.connect().request("OPTIONS", "/v1/collections/items") }
+            #expect(options.header("Allow") == "GET, HEAD")
+            // HEAD wherever GET works.
+            for path in ["/v1/collections", "/healthz", "/metrics", "/v1/collections/items/records/r0000001/history"] {
+                let head = try await offPool { try server.connect().request("HEAD", path) }
+                #expect(head.status == 200, "HEAD \(path)")
             }
             let health = try await get(server, "/healthz")
             #expect(health.status == 200 && health.text == "{\"status\":\"ok\"}\n")

@@ -81,6 +81,8 @@ import Testing
                 ("POST", "/v1/collections/c/records", "{\"id\":\"ok\"}\n{\"id\":\"ok\"}\n", "invalid_record"),
                 ("POST", "/v1/collections/c/records", "{\"id\":\"ok2\"}\n{\"id\":7}\n", "invalid_record"),
                 ("GET", "/v1/collections/c/records/a", "", "method_not_allowed"),
+                ("POST", "/v1/collections/c/records?replace=true", "", "empty_batch"),
+                ("POST", "/v1/collections/c/records?replace=true", " \n", "empty_batch"),
             ]
             for (method, path, body, code) in cases {
                 let response = try await send(server, method, path, auth, body)

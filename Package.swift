@@ -77,7 +77,10 @@ let package = Package(
         .testTarget(name: "DeltaSnapStoreTests", dependencies: ["DeltaSnapStore", "DeltaSnapSQLite", "DeltaSnapTestSupport"]),
         .testTarget(
             name: "DeltaSnapServerTests",
-            dependencies: ["DeltaSnapServer", "DeltaSnapClient", "DeltaSnapTestSupport", .product(name: "JWTKit", package: "jwt-kit")]
+            dependencies: [
+                "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapTestSupport",
+                .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),
+            ]
         ),
         .testTarget(name: "DeltaSnapClientTests", dependencies: ["DeltaSnapClient", "DeltaSnapServer", "DeltaSnapSQLite", "DeltaSnapTestSupport"]),
     ]

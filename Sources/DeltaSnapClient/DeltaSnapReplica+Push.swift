@@ -6,10 +6,12 @@ extension DeltaSnapReplica {
     var pushURL: URL { url.appendingPathComponent("mutations") }
 
     /// Pushes every queued write, oldest first, in batches; settles each answer in one
-    /// local transaction. Status classes decide: a `200` answers per write; `408`, `429`,
-    /// `5xx`, `401` and network errors keep the writes queued (retried later, exactly once
-    /// thanks to their write numbers); any other `4xx` refuses the batch's writes — except
-    /// deletes answered `404`/`410`, which did what the user wanted.
+    /// local transaction. Status classes decide (docs/PROTOCOL.md §6): a `200` answers per
+    /// write; `401`, `408`, `429`, `5xx` and network errors keep the writes queued (retried
+    /// later, exactly once thanks to their write numbers); `413`/`invalid_batch` split the
+    /// batch; `404`/`410` settle its deletes (what they deleted is gone) and keep the rest;
+    /// another `4xx` with the server's JSON refusal refuses the batch's writes, one without
+    /// it (a proxy's page) keeps them.
     func pushPending(now: Date, ignoringBackoff: Bool) async -> PushReport {
         var report = PushReport()
         guard let queued = try? storage.pendingCount(acknowledged: false), queued > 0 else { return report }

@@ -56,6 +56,24 @@ public struct AccessClaims: JWTPayload, Equatable {
         self.read = read.isEmpty ? nil : read
     }
 
+    private enum CodingKeys: String, CodingKey { case sub, exp, write, read }
+
+    /// `write` and `read` may also be one string of names separated by spaces or commas
+    /// (how OAuth-style `scope` claims are often written by auth services).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        sub = try container.decode(SubjectClaim.self, forKey: .sub)
+        exp = try container.decode(ExpirationClaim.self, forKey: .exp)
+        write = try Self.names(container, .write)
+        read = try Self.names(container, .read)
+    }
+
+    private static func names(_ container: KeyedDecodingContainer<CodingKeys>, _ key: CodingKeys) throws -> [String]? {
+        if let list = try? container.decodeIfPresent([String].self, forKey: key) { return list }
+        guard let text = try container.decodeIfPresent(String.self, forKey: key) else { return nil }
+        return text.split(whereSeparator: { $0 == " " || $0 == "," }).map(String.init)
+    }
+
     public func verify(using algorithm: some JWTAlgorithm) throws {
         try exp.verifyNotExpired()
     }
@@ -186,12 +204,14 @@ final class AccessControl: Sendable {
     }
 
     private static func describe(_ error: any Error) -> String {
-        guard let jwtError = error as? JWTError else { return "it is not a valid JWT" }
+        guard let jwtError = error as? JWTError else {
+            return error is DecodingError ? "its claims are not DeltaSnap's (it needs \"sub\" and \"exp\")" : "it is not a valid JWT"
+        }
         switch jwtError.errorType {
         case .signatureVerificationFailed: return "its signature does not verify"
         case .claimVerificationFailure: return isExpiry(error) ? "it has expired" : "a claim did not verify"
         case .malformedToken: return "it is not a well-formed JWT"
-        default: return "it is not a valid JWT for this server"
+        default: return "it is not a valid JWT for this server (it needs \"sub\" and \"exp\" claims and the configured key's signature)"
         }
     }
 

@@ -3,6 +3,7 @@ import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
+import Crypto
 import JWTKit
 import Testing
 
@@ -94,6 +95,29 @@ import Testing
             // The admin token may write anything.
             let admin = try await push(server, token: TestServer.writeToken, Self.oneWrite)
             #expect(admin.status == 200)
+        }
+    }
+
+    /// A JWT as another language's library signs it: HS256 over the raw (short) secret, the
+    /// `write` claim a space-separated string. No `exp`: refused.
+    static func handSigned(_ claims: String, secret: String) -> String {
+        func base64URL(_ bytes: some Sequence<UInt8>) -> String {
+            Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+                .replacingOccurrences(of: "=", with: "")
+        }
+        let input = base64URL(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8)) + "." + base64URL(Array(claims.utf8))
+        let mac = HMAC<SHA256>.authenticationCode(for: Array(input.utf8), using: SymmetricKey(data: Array(secret.utf8)))
+        return input + "." + base64URL(mac)
+    }
+
+    @Test func tokensSignedElsewhereWithAShortSecretAndStringClaimsAreAccepted() async throws {
+        try await withServer { server, _ in
+            let exp = Int(Date().timeIntervalSince1970) + 600
+            let good = Self.handSigned(#"{"sub":"carol","exp":\#(exp),"write":"other notes"}"#, secret: Self.secret)
+            #expect(try await push(server, token: good, Self.oneWrite).status == 200)
+            let noExpiry = Self.handSigned(#"{"sub":"carol","write":["notes"]}"#, secret: Self.secret)
+            let refused = try await push(server, token: noExpiry, Self.oneWrite)
+            #expect(refused.status == 401 && error(refused) == "invalid_token")
         }
     }
 

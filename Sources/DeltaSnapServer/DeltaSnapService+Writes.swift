@@ -87,7 +87,9 @@ extension DeltaSnapService {
     /// The record id in the path, percent-decoded.
     func recordID(_ context: some RequestContext) throws -> String {
         let rawID = try context.parameters.require("id")
-        let id = rawID.removingPercentEncoding ?? rawID
+        guard let id = rawID.removingPercentEncoding else {
+            throw APIError(.badRequest, "invalid_record", "the record id in the path is not valid percent-encoded UTF-8")
+        }
         guard !id.isEmpty else { throw APIError(.badRequest, "invalid_record", RecordError.emptyID.description) }
         guard !id.utf8.contains(0) else { throw APIError(.badRequest, "invalid_record", "an id must not contain U+0000") }
         return id

@@ -10,7 +10,7 @@ PORT ?= 8080
 SAMPLE_EPOCH := 00000000005a3b1e
 SAMPLE_DATE := 1767225600
 
-.PHONY: deps build build-release run serve demo test bench bench-http snapshots check-snapshots clean help
+.PHONY: deps build build-release run serve demo test bench bench-http fuzz snapshots check-snapshots clean help
 
 help:
 	@echo "make run         import the sample into $(DB) if absent, bake it, and serve it on $(HOST):$(PORT)"
@@ -18,6 +18,7 @@ help:
 	@echo "make demo        an end-to-end walk: serve, offline first start, 304, delta, reset"
 	@echo "make bench       micro-benchmarks (ordo-one/benchmark, release)"
 	@echo "make bench-http  wrk against deltasnap serve and nginx serving the same bytes"
+	@echo "make fuzz        libFuzzer on every parser, FUZZ_SECONDS (60) per target"
 	@echo "make snapshots   rebake Snapshots/ from Snapshots/sample/ (reproducible)"
 
 deps:
@@ -48,6 +49,12 @@ bench: deps
 
 bench-http: deps
 	Benchmarks/bench-http.sh
+
+# libFuzzer + ASan on the JSON reader, record scanner, body reader, gzip, HTTP dates and
+# validators; a crash leaves its input in .build/fuzz/artifacts/.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) Fuzz/run.sh
 
 test: deps
 	$(SWIFT) build --build-tests

@@ -12,7 +12,7 @@ public enum HTTPDate {
         let secondOfDay = seconds - days * 86_400
         let (year, month, day) = civil(fromDays: days)
         let weekday = weekdays[Int(((days % 7) + 7) % 7)]
-        return "\(weekday), \(pad(day)) \(months[month - 1]) \(year) \(pad(Int(secondOfDay / 3600))):\(pad(Int(secondOfDay / 60 % 60))):\(pad(Int(secondOfDay % 60))) GMT"
+        return "\(weekday), \(pad(day)) \(months[month - 1]) \(padYear(year)) \(pad(Int(secondOfDay / 3600))):\(pad(Int(secondOfDay / 60 % 60))):\(pad(Int(secondOfDay % 60))) GMT"
     }
 
     /// Parses an IMF-fixdate into seconds since 1970; `nil` for any other text
@@ -20,12 +20,12 @@ public enum HTTPDate {
     public static func parse(_ text: some StringProtocol) -> Int64? {
         let parts = text.split(separator: " ")
         guard parts.count == 6, parts[0].count == 4, parts[0].hasSuffix(","), parts[5] == "GMT",
-              let day = Int(parts[1]), parts[1].count == 2, (1...31).contains(day),
+              isDigits(parts[1], count: 2), let day = Int(parts[1]), (1...31).contains(day),
               let monthIndex = months.firstIndex(where: { $0 == parts[2] }),
-              let year = Int(parts[3]), parts[3].count == 4
+              isDigits(parts[3], count: 4), let year = Int(parts[3])
         else { return nil }
         let clock = parts[4].split(separator: ":")
-        guard clock.count == 3, clock.allSatisfy({ $0.count == 2 }),
+        guard clock.count == 3, clock.allSatisfy({ isDigits($0, count: 2) }),
               let hour = Int(clock[0]), let minute = Int(clock[1]), let second = Int(clock[2]),
               (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second)
         else { return nil }
@@ -34,6 +34,17 @@ public enum HTTPDate {
     }
 
     private static func pad(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
+
+    /// Four digits, as the grammar wants (`0997`, found by the fuzzer: `997` did not re-parse).
+    private static func padYear(_ year: Int) -> String {
+        guard (0..<1000).contains(year) else { return "\(year)" }
+        return String(repeating: "0", count: 4 - "\(year)".count) + "\(year)"
+    }
+
+    /// Exactly `count` ASCII digits (`Int("+1")` would accept a sign).
+    private static func isDigits(_ text: some StringProtocol, count: Int) -> Bool {
+        text.utf8.count == count && text.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
+    }
 
     private static func floorDivide(_ a: Int64, _ b: Int64) -> Int64 {
         a >= 0 ? a / b : -((-a + b - 1) / b)

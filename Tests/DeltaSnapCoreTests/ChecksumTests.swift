@@ -68,4 +68,15 @@ import Testing
         #expect(HTTPDate.parse("Sunday, 06-Nov-94 08:49:37 GMT") == nil)
         #expect(HTTPDate.parse("garbage") == nil)
     }
+
+    /// Found by the `httpdate` fuzzer: a year below 1000 formatted as three digits, which
+    /// did not parse back; signs slipped through `Int(_:)`.
+    @Test func httpDatesKeepFourDigitYearsAndRefuseSigns() {
+        let early = HTTPDate.parse("Sun, 06 Nov 0997 08:49:37 GMT")
+        #expect(early != nil)
+        #expect(early.map(HTTPDate.format) == "Mon, 06 Nov 0997 08:49:37 GMT")  // the weekday is not checked
+        for bad in ["Sun, +6 Nov 1994 08:49:37 GMT", "Sun, 06 Nov +994 08:49:37 GMT", "Sun, 06 Nov 1994 08:+9:37 GMT", "Sun, 06 Nov -994 08:49:37 GMT"] {
+            #expect(HTTPDate.parse(bad) == nil, "\(bad)")
+        }
+    }
 }

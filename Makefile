@@ -60,6 +60,9 @@ test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
 	$(MAKE) --no-print-directory check-snapshots
+	@# The fuzz driver must keep building, and every seed must keep its invariants
+	@# (deterministic: no mutation here; `make fuzz` searches).
+	FUZZ_SEEDS_ONLY=1 Fuzz/run.sh
 
 # Bakes into a fresh temporary store, so the result depends only on the sample file.
 snapshots: build

@@ -26,16 +26,28 @@ struct LocalCommand: AsyncParsableCommand {
         var replica: String
     }
 
-    struct Put: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "put", abstract: "Replace (or create) a record locally and queue the write.")
-        @OptionGroup var target: Target
-        @Option(name: .long, help: "An NDJSON file of records to queue, one put each (all or none).")
+    /// A whole record (put, insert): `ID JSON`, or many from `--file`.
+    struct RecordArguments: ParsableArguments {
+        @Option(name: .long, help: "An NDJSON file of records to queue, one write each (all or none).")
         var file: String?
         @Argument(help: "The record id.") var id: String?
         @Argument(help: "The record as a JSON object, or - for standard input.") var json: String?
 
-        func validate() throws { try validateSingleOrFile(id: id, json: json, file: file) }
-        func run() async throws { try await queue(.put, target: target, id: id, json: json, file: file) }
+        func validate() throws {
+            if file != nil {
+                guard id == nil, json == nil else { throw ValidationError("give either --file or ID JSON, not both") }
+            } else {
+                guard id != nil, json != nil else { throw ValidationError("give ID and JSON (or --file NDJSON)") }
+            }
+        }
+    }
+
+    struct Put: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "put", abstract: "Replace (or create) a record locally and queue the write.")
+        @OptionGroup var target: Target
+        @OptionGroup var record: RecordArguments
+
+        func run() async throws { try await queue(.put, target: target, id: record.id, json: record.json, file: record.file) }
     }
 
     struct Patch: AsyncParsableCommand {
@@ -50,13 +62,9 @@ struct LocalCommand: AsyncParsableCommand {
     struct Insert: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "insert", abstract: "Create a record locally (create-only: never replaces) and queue it.")
         @OptionGroup var target: Target
-        @Option(name: .long, help: "An NDJSON file of records to queue, one insert each (all or none).")
-        var file: String?
-        @Argument(help: "The record id.") var id: String?
-        @Argument(help: "The record as a JSON object, or - for standard input.") var json: String?
+        @OptionGroup var record: RecordArguments
 
-        func validate() throws { try validateSingleOrFile(id: id, json: json, file: file) }
-        func run() async throws { try await queue(.insert, target: target, id: id, json: json, file: file) }
+        func run() async throws { try await queue(.insert, target: target, id: record.id, json: record.json, file: record.file) }
     }
 
     struct Delete: AsyncParsableCommand {
@@ -65,14 +73,6 @@ struct LocalCommand: AsyncParsableCommand {
         @Argument(help: "The record id.") var id: String
 
         func run() async throws { try await queue(.delete, target: target, id: id, json: nil, file: nil) }
-    }
-}
-
-private func validateSingleOrFile(id: String?, json: String?, file: String?) throws {
-    if file != nil {
-        guard id == nil, json == nil else { throw ValidationError("give either --file or ID JSON, not both") }
-    } else {
-        guard id != nil, json != nil else { throw ValidationError("give ID and JSON (or --file NDJSON)") }
     }
 }
 

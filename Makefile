@@ -10,11 +10,14 @@ PORT ?= 8080
 SAMPLE_EPOCH := 00000000005a3b1e
 SAMPLE_DATE := 1767225600
 
-.PHONY: deps build build-release run serve demo test bench bench-http fuzz snapshots check-snapshots clean help
+.PHONY: deps build build-release run serve demo test conformance soak bench bench-http fuzz snapshots check-snapshots clean help
 
 help:
 	@echo "make run         import the sample into $(DB) if absent, bake it, and serve it on $(HOST):$(PORT)"
-	@echo "make test        the whole test suite, and a check that the committed snapshots rebake identically"
+	@echo "make test        the whole test suite: Swift tests, snapshots rebake identically, OpenAPI conformance,"
+	@echo "                 a short soak and a short fuzz run (what CI runs)"
+	@echo "make conformance openapi-spec-validator + schemathesis against a live server (MAX_EXAMPLES)"
+	@echo "make soak        1,000,000 mixed requests while writes go on; RSS must stay flat (release)"
 	@echo "make demo        an end-to-end walk: serve, offline first start, 304, delta, reset"
 	@echo "make bench       micro-benchmarks (ordo-one/benchmark, release)"
 	@echo "make bench-http  wrk against deltasnap serve and nginx serving the same bytes"
@@ -56,13 +59,27 @@ FUZZ_SECONDS ?= 60
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) Fuzz/run.sh
 
+# CI's fuzzing budget per target (`make fuzz` searches longer).
+CI_FUZZ_SECONDS ?= 20
+
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
 	$(MAKE) --no-print-directory check-snapshots
-	@# The fuzz driver must keep building, and every seed must keep its invariants
-	@# (deterministic: no mutation here; `make fuzz` searches).
-	FUZZ_SEEDS_ONLY=1 Fuzz/run.sh
+	@# The server as a third party sees it: its description validated, and schemathesis
+	@# finding no server error and no response that departs from it.
+	.ci/conformance.sh
+	@# Bounded forms of the long checks: a soak on the debug build, and each fuzzer briefly
+	@# (every committed seed is replayed first, then libFuzzer mutates).
+	SOAK_REQUESTS=20000 RSS_SLACK_MB=16 BIN=$(DEBUG_BIN) Benchmarks/soak.sh
+	FUZZ_SECONDS=$(CI_FUZZ_SECONDS) Fuzz/run.sh
+
+conformance: deps
+	$(SWIFT) build --product deltasnap
+	.ci/conformance.sh
+
+soak: deps
+	Benchmarks/soak.sh
 
 # Bakes into a fresh temporary store, so the result depends only on the sample file.
 snapshots: build

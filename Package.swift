@@ -20,8 +20,13 @@ let package = Package(
         // Already in the graph through Hummingbird; named for NIOTooManyBytesError.
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        // Also in the graph through Hummingbird; named for the HTTP part types of a channel handler.
+        .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
         // Per-user tokens for two-way sync: HS256, EdDSA and ES256 JWTs.
         .package(url: "https://github.com/vapor/jwt-kit.git", exact: "5.8.0"),
+        // Operators' metrics: swift-metrics handles, exported at /metrics by swift-prometheus.
+        .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1"),
     ],
     targets: [
         // System libraries. Both are Debian -dev packages; `make` installs them when missing.
@@ -49,7 +54,12 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
         // What an app links: Foundation + SQLite only (no NIO, no Hummingbird), so it builds for iOS.
@@ -62,6 +72,7 @@ let package = Package(
                 "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapSynthetic",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
             ]
         ),
         .target(

@@ -2,7 +2,8 @@
 # Installs the Debian packages DeltaSnap builds against, when they are missing.
 # Used by every Makefile target, so a fresh machine needs no manual step.
 set -euo pipefail
-packages=(zlib1g-dev libsqlite3-dev pkg-config)
+# wrk drives the soak test (make test runs a short one); python3-venv holds schemathesis.
+packages=(zlib1g-dev libsqlite3-dev pkg-config wrk curl python3-venv)
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

@@ -1,3 +1,4 @@
+import DeltaSnapCore
 import Foundation
 import Hummingbird
 
@@ -26,11 +27,17 @@ public struct APIError: Error, HTTPResponseError, Sendable {
     }
 
     static func jsonResponse(status: HTTPResponse.Status, headers: HTTPFields = [:], code: String, message: String) -> Response {
-        let object = ["error": code, "message": message]
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
         var headers = headers
         headers[.contentType] = "application/json"
-        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data + Data("\n".utf8))))
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: jsonBody(code: code, message: message))))
+    }
+
+    /// `{"error":…,"message":…}` and a newline.
+    static func jsonBody(code: String, message: String) -> [UInt8] {
+        var out: [UInt8] = []
+        CanonicalJSON.write(.object([JSONMember("error", .string(code)), JSONMember("message", .string(message))]), into: &out)
+        out.append(UInt8(ascii: "\n"))
+        return out
     }
 
     static func badCollectionName(_ name: String) -> APIError {
@@ -43,35 +50,5 @@ public struct APIError: Error, HTTPResponseError, Sendable {
 
     static func methodNotAllowed(_ allowed: String) -> APIError {
         APIError(.methodNotAllowed, "method_not_allowed", "this resource allows \(allowed) only", headers: [.allow: allowed])
-    }
-}
-
-/// Turns every error into a JSON error body, so a client never sees an empty or HTML error,
-/// and counts every response for `/metrics`.
-struct ErrorAndMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
-    let metrics: ServerMetrics
-
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        let response: Response
-        do {
-            response = try await next(request, context)
-        } catch let error as APIError {
-            response = try error.response(from: request, context: context)
-        } catch let error as HTTPError {
-            // Hummingbird's own errors: an unmatched route, a body over the limit, …
-            let code = switch error.status {
-            case .notFound: "not_found"
-            case .contentTooLarge: "body_too_large"
-            case .methodNotAllowed: "method_not_allowed"
-            default: "http_\(error.status.code)"
-            }
-            let message = error.body ?? (error.status == .notFound ? "no such resource: \(request.uri.path)" : error.status.reasonPhrase)
-            response = APIError.jsonResponse(status: error.status, headers: error.headers, code: code, message: message)
-        } catch {
-            context.logger.error("request failed", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
-            response = APIError.jsonResponse(status: .internalServerError, code: "internal_error", message: "the server failed to answer: \(error)")
-        }
-        metrics.countResponse(route: context.endpointPath ?? "unmatched", status: response.status.code)
-        return response
     }
 }

@@ -28,6 +28,7 @@ extension DeltaSnapService {
 
     /// `GET /v1/collections/{name}`: 304, a delta or a full body (docs/PROTOCOL.md §5.1).
     func getCollection(_ request: Request, name: String) async throws -> Response {
+        let start = ContinuousClock.now
         guard CollectionName.isValid(name) else { throw APIError.badCollectionName(name) }
         if !configuration.access.privateCollections.isEmpty {
             _ = try await accessControl.authorize(request, collection: name, for: .read)
@@ -35,7 +36,7 @@ extension DeltaSnapService {
         guard let served = heads[name] else { throw APIError.unknownCollection(name) }
         // The common poll: the client holds the current token, sent back as received.
         if let ifNoneMatch = request.headers[.ifNoneMatch], ifNoneMatch == served.validatorHeaders[.eTag] {
-            metrics.countOutcome(.notModified)
+            metrics.countOutcome(.notModified, since: start)
             return Response(status: .notModified, headers: served.validatorHeaders)
         }
         let conditional = ConditionalRequest(
@@ -56,31 +57,31 @@ extension DeltaSnapService {
 
         switch decision {
         case .notModified:
-            metrics.countOutcome(.notModified)
+            metrics.countOutcome(.notModified, since: start)
             return Response(status: .notModified, headers: served.validatorHeaders)
         case .full where gzip && served.head.count <= configuration.fullBodyCacheMaximumRecords:
-            metrics.countOutcome(.full)
             let entry = try fullBodies.body(for: served.head, pool: pool)
             heads.update(entry.head)
+            metrics.countOutcome(.full, since: start)
             metrics.countBytes(entry.gzip.readableBytes, for: .full)
             return Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: true), body: .init(byteBuffer: entry.gzip))
         case .full:
-            return try streamed(name: name, sinceVersion: nil, base: nil, gzip: gzip, outcome: .full)
+            return try streamed(name: name, sinceVersion: nil, base: nil, gzip: gzip, outcome: .full, since: start)
         case .delta(let since, let base):
             let key = DeltaCache.Key(collection: name, base: base, headVersion: served.head.version, gzip: gzip)
             if let cached = deltas[key] {
-                metrics.countOutcome(.delta)
+                metrics.countOutcome(.delta, since: start)
                 metrics.countBytes(cached.body.readableBytes, for: .delta)
                 return Response(status: .ok, headers: bodyHeaders(for: cached.head, gzip: gzip), body: .init(byteBuffer: cached.body))
             }
             if let entry = try smallDelta(name: name, sinceVersion: since, base: base, gzip: gzip) {
                 // Cached under the head it was read at: a later head is another key.
                 deltas.store(entry, for: DeltaCache.Key(collection: name, base: base, headVersion: entry.head.version, gzip: gzip))
-                metrics.countOutcome(.delta)
+                metrics.countOutcome(.delta, since: start)
                 metrics.countBytes(entry.body.readableBytes, for: .delta)
                 return Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: gzip), body: .init(byteBuffer: entry.body))
             }
-            return try streamed(name: name, sinceVersion: since, base: base, gzip: gzip, outcome: .delta)
+            return try streamed(name: name, sinceVersion: since, base: base, gzip: gzip, outcome: .delta, since: start)
         }
     }
 
@@ -111,10 +112,10 @@ extension DeltaSnapService {
         return streamer
     }
 
-    private func streamed(name: String, sinceVersion: UInt64?, base: String?, gzip: Bool, outcome: ServerMetrics.Outcome) throws -> Response {
+    private func streamed(name: String, sinceVersion: UInt64?, base: String?, gzip: Bool, outcome: ServerMetrics.Outcome, since start: ContinuousClock.Instant) throws -> Response {
         // Level 1 for bodies compressed per request: a third of level 6's CPU cost.
         let streamer = try openBody(name: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzip ? 1 : nil)
-        metrics.countOutcome(outcome)
+        metrics.countOutcome(outcome, since: start)
         let metrics = metrics
         return Response(status: .ok, headers: bodyHeaders(for: streamer.head, gzip: gzip), body: ResponseBody { writer in
             defer { streamer.close() }

@@ -3,6 +3,7 @@ import DeltaSnapStore
 import Foundation
 import Hummingbird
 import Logging
+import NIOCore
 
 /// Settings of a DeltaSnap server.
 public struct DeltaSnapServerConfiguration: Sendable {
@@ -23,11 +24,15 @@ public struct DeltaSnapServerConfiguration: Sendable {
     public var maximumPushBodyBytes: Int
     /// How long push results and replaced values (history) are kept.
     public var pushRetention: PushRetention
+    /// Whether the one-line request log includes `304 Not Modified` answers (most of the
+    /// traffic, and no news); every other answer is logged at `info`.
+    public var logNotModified: Bool
 
     public init(
         databasePath: String, writeToken: String? = nil, maximumWriteBodyBytes: Int = 32 * 1024 * 1024,
         fullBodyCacheMaximumRecords: Int = 100_000, changePollInterval: Duration = .milliseconds(100),
-        access: AccessPolicy = AccessPolicy(), maximumPushBodyBytes: Int = 1024 * 1024, pushRetention: PushRetention = PushRetention()
+        access: AccessPolicy = AccessPolicy(), maximumPushBodyBytes: Int = 1024 * 1024, pushRetention: PushRetention = PushRetention(),
+        logNotModified: Bool = false
     ) {
         self.databasePath = databasePath
         self.writeToken = writeToken
@@ -37,6 +42,7 @@ public struct DeltaSnapServerConfiguration: Sendable {
         self.access = access
         self.maximumPushBodyBytes = maximumPushBodyBytes
         self.pushRetention = pushRetention
+        self.logNotModified = logNotModified
     }
 }
 
@@ -84,15 +90,27 @@ public final class DeltaSnapService: Sendable {
         }
     }
 
+    /// The channel handlers to put between Hummingbird's HTTP codec and its router, so that
+    /// even a request the HTTP parser refuses gets the JSON error body. ``DeltaSnapServer``
+    /// installs them; an app that mounts the routes in its own server adds them the same way.
+    ///
+    /// ```swift
+    /// let app = Application(router: router, server: .http1(configuration: .init(
+    ///     additionalChannelHandlers: service.channelHandlers())))
+    /// ```
+    public func channelHandlers() -> [any RemovableChannelHandler] {
+        [MalformedRequestHandler(metrics: metrics)]
+    }
+
     /// Adds every DeltaSnap route (collections, writes, `/healthz`, `/metrics`) to `router`,
     /// with a middleware that answers errors as JSON.
     public func addRoutes<Context: RequestContext>(to router: Router<Context>) {
-        router.middlewares.add(ErrorAndMetricsMiddleware<Context>(metrics: metrics))
+        router.middlewares.add(ErrorAndMetricsMiddleware<Context>(metrics: metrics, logNotModified: configuration.logNotModified))
         router.get("/healthz") { _, _ in
             Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "{\"status\":\"ok\"}\n")))
         }
         router.get("/metrics") { [metrics] _, _ in
-            Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: metrics.render())))
+            Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: metrics.registry.emitToBuffer())))
         }
         router.get("/v1/collections") { [self] request, _ in await listCollections(request) }
         router.get("/v1/collections/:name") { [self] request, context in

@@ -1,56 +1,105 @@
 import Foundation
+import Metrics
+import Prometheus
 
-/// Counters for `/metrics`, rendered in the Prometheus text format.
+/// The server's counters and latency histograms, recorded through swift-metrics and exported
+/// in the Prometheus text format at `/metrics` by swift-prometheus.
 ///
-/// Hand-written: a dozen counters do not justify a metrics backend dependency
-/// (swift-prometheus) and its build time.
+/// Each service owns its registry, so two services in one process (tests, or a DeltaSnap
+/// service mounted in a bigger app) never mix their figures; ``factory`` is there for
+/// `MetricsSystem.bootstrap(_:)` when the process wants every library's metrics on the same
+/// page, as `deltasnap serve` does.
+///
+/// ```swift
+/// let metrics = ServerMetrics()
+/// MetricsSystem.bootstrap(metrics.factory)   // optional: the whole process on one /metrics
+/// print(metrics.render())                     // Prometheus exposition text
+/// ```
+///
+/// Metric names (docs/ARCHITECTURE.md, "Metrics"): `deltasnap_http_responses_total{route,status}`,
+/// `deltasnap_collection_responses_total{outcome}`, `deltasnap_body_bytes_sent_total{outcome}`,
+/// `deltasnap_collection_response_duration_seconds{outcome}` (a histogram).
 public final class ServerMetrics: @unchecked Sendable {
+    /// What a `GET /v1/collections/{name}` answered.
     public enum Outcome: String, CaseIterable, Sendable {
         case notModified = "not_modified"
         case delta
         case full
     }
 
-    private let lock = NSLock()
-    private var responses: [ResponseKey: Int] = [:]
-    private var outcomes: [Outcome: Int] = [:]
-    private var bytes: [Outcome: Int] = [:]
+    /// Where the metrics are kept; `render()` emits it.
+    public let registry: PrometheusCollectorRegistry
+    /// A swift-metrics factory writing into ``registry``.
+    public let factory: PrometheusMetricsFactory
+
+    /// Handles are made once: on the 304 path a registry lookup (a lock and a dictionary of
+    /// label sets) would cost more than the increment.
+    private let outcomes: [Outcome: Metrics.Counter]
+    private let bytes: [Outcome: Metrics.Counter]
+    private let latencies: [Outcome: Metrics.Timer]
+    private let responsesLock = NSLock()
+    private var responses: [ResponseKey: Metrics.Counter] = [:]
 
     private struct ResponseKey: Hashable {
         var route: String
         var status: Int
     }
 
-    public init() {}
+    /// Buckets for answers that take microseconds (a 304 from memory) to seconds (a large
+    /// body streamed from the database): the library's default starts at 5 ms, where every
+    /// 304 and cached delta would land in the first bucket.
+    static let latencyBuckets: [Duration] = [
+        .microseconds(50), .microseconds(100), .microseconds(250), .microseconds(500),
+        .milliseconds(1), .milliseconds(2.5), .milliseconds(5), .milliseconds(10), .milliseconds(25),
+        .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
+        .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10),
+    ]
 
-    func countResponse(route: String, status: Int) {
-        lock.withLock { responses[ResponseKey(route: route, status: status), default: 0] += 1 }
+    public init(registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
+        self.registry = registry
+        var factory = PrometheusMetricsFactory(registry: registry)
+        factory.defaultDurationHistogramBuckets = Self.latencyBuckets
+        self.factory = factory
+        var outcomes: [Outcome: Metrics.Counter] = [:]
+        var bytes: [Outcome: Metrics.Counter] = [:]
+        var latencies: [Outcome: Metrics.Timer] = [:]
+        for outcome in Outcome.allCases {
+            let dimensions = [("outcome", outcome.rawValue)]
+            outcomes[outcome] = Metrics.Counter(label: "deltasnap_collection_responses_total", dimensions: dimensions, factory: factory)
+            latencies[outcome] = Metrics.Timer(label: "deltasnap_collection_response_duration_seconds", dimensions: dimensions, factory: factory)
+            if outcome != .notModified {
+                bytes[outcome] = Metrics.Counter(label: "deltasnap_body_bytes_sent_total", dimensions: dimensions, factory: factory)
+            }
+        }
+        self.outcomes = outcomes
+        self.bytes = bytes
+        self.latencies = latencies
     }
 
-    func countOutcome(_ outcome: Outcome) {
-        lock.withLock { outcomes[outcome, default: 0] += 1 }
+    func countResponse(route: String, status: Int) {
+        let key = ResponseKey(route: route, status: status)
+        let counter = responsesLock.withLock {
+            if let counter = responses[key] { return counter }
+            let counter = Metrics.Counter(
+                label: "deltasnap_http_responses_total", dimensions: [("route", route), ("status", String(status))], factory: factory)
+            responses[key] = counter
+            return counter
+        }
+        counter.increment()
+    }
+
+    /// Counts a collection answer and the time from the request's arrival to its head.
+    func countOutcome(_ outcome: Outcome, since start: ContinuousClock.Instant) {
+        outcomes[outcome]!.increment()
+        latencies[outcome]!.record(duration: ContinuousClock.now - start)
     }
 
     func countBytes(_ count: Int, for outcome: Outcome) {
-        lock.withLock { bytes[outcome, default: 0] += count }
+        bytes[outcome]?.increment(by: count)
     }
 
     /// The Prometheus exposition text.
     public func render() -> String {
-        lock.withLock {
-            var out = "# HELP deltasnap_http_responses_total HTTP responses by route and status.\n# TYPE deltasnap_http_responses_total counter\n"
-            for (key, count) in responses.sorted(by: { ($0.key.route, $0.key.status) < ($1.key.route, $1.key.status) }) {
-                out += "deltasnap_http_responses_total{route=\"\(key.route)\",status=\"\(key.status)\"} \(count)\n"
-            }
-            out += "# HELP deltasnap_collection_responses_total Collection responses by outcome.\n# TYPE deltasnap_collection_responses_total counter\n"
-            for outcome in Outcome.allCases {
-                out += "deltasnap_collection_responses_total{outcome=\"\(outcome.rawValue)\"} \(outcomes[outcome, default: 0])\n"
-            }
-            out += "# HELP deltasnap_body_bytes_sent_total Body bytes sent (as encoded on the wire) by outcome.\n# TYPE deltasnap_body_bytes_sent_total counter\n"
-            for outcome in [Outcome.delta, .full] {
-                out += "deltasnap_body_bytes_sent_total{outcome=\"\(outcome.rawValue)\"} \(bytes[outcome, default: 0])\n"
-            }
-            return out
-        }
+        registry.emitToString()
     }
 }

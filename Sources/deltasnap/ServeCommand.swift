@@ -4,6 +4,7 @@ import DeltaSnapServer
 import DeltaSnapStore
 import Foundation
 import Logging
+import Metrics
 
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -17,7 +18,10 @@ struct ServeCommand: AsyncParsableCommand {
             POST /v1/collections/NAME/records          a batch of NDJSON or a JSON array (?replace=true)
             POST /v1/collections/NAME/mutations        a client's batch of offline writes (two-way sync)
             GET  /v1/collections/NAME/records/ID/history   values writes replaced, newest first
-            GET  /healthz, /metrics
+            GET  /healthz, /metrics                    liveness; Prometheus text (swift-metrics)
+
+            Every answer carries X-Request-Id (the client's own when it sends a safe one) and,
+            at --log-level info, logs one line with it: method, path, status, duration, bytes.
 
             Who may write: the admin token (--write-token) may do everything; per-user JWTs
             (--jwt-secret for HS256, --jwt-public-key for EdDSA/ES256) may write the
@@ -56,8 +60,11 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Days push results and replaced values (history) are kept.")
     var retentionDays: Int = 30
 
-    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
+    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical. At info, every answer but a 304 logs one line.")
     var logLevel = "info"
+
+    @Flag(name: .long, help: "Log 304 Not Modified answers too (most of the traffic; off by default).")
+    var logNotModified = false
 
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
@@ -83,8 +90,10 @@ struct ServeCommand: AsyncParsableCommand {
             let server = try DeltaSnapServer(
                 configuration: .init(
                     databasePath: db, writeToken: token, maximumWriteBodyBytes: maxBodyBytes, access: access,
-                    pushRetention: PushRetention(results: retention, history: retention)),
+                    pushRetention: PushRetention(results: retention, history: retention), logNotModified: logNotModified),
                 logger: logger)
+            // Anything else in the process that reports through swift-metrics lands on the same /metrics.
+            MetricsSystem.bootstrap(server.service.metrics.factory)
             let writes = token != nil || access.jwtSecret != nil || access.jwtPublicKeyPEM != nil
             let host = self.host
             try await server.run(host: host, port: port) { boundPort in

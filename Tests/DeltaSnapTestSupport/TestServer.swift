@@ -15,15 +15,18 @@ public final class TestServer: Sendable {
     public static func start(
         databasePath: String, writeToken: String? = TestServer.writeToken,
         maximumWriteBodyBytes: Int = 1024 * 1024, fullBodyCacheMaximumRecords: Int = 100_000,
-        access: AccessPolicy = AccessPolicy()
+        access: AccessPolicy = AccessPolicy(), logNotModified: Bool = false, logger: Logger? = nil
     ) async throws -> TestServer {
-        var logger = Logger(label: "test-server")
-        logger.logLevel = .warning
+        let logger = logger ?? {
+            var quiet = Logger(label: "test-server")
+            quiet.logLevel = .warning
+            return quiet
+        }()
         let server = try DeltaSnapServer(
             configuration: .init(
                 databasePath: databasePath, writeToken: writeToken, maximumWriteBodyBytes: maximumWriteBodyBytes,
                 fullBodyCacheMaximumRecords: fullBodyCacheMaximumRecords, changePollInterval: .milliseconds(20),
-                access: access),
+                access: access, logNotModified: logNotModified),
             logger: logger)
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let task = Task {

@@ -94,7 +94,9 @@ run_wrk soak "$SOAK_REQUESTS"
 END=$(date +%s.%N)
 kill "$WRITER_PID" 2>/dev/null || true; wait "$WRITER_PID" 2>/dev/null || true
 RSS_END=$(rss_kb)
-HEAD_COUNT=$(curl -s "http://127.0.0.1:$PORT/v1/collections" | sed -n 's/.*"count":\([0-9]*\).*/\1/p')
+HEADS="$(curl -s "http://127.0.0.1:$PORT/v1/collections")"
+HEAD_COUNT=$(sed -n 's/.*"count":\([0-9]*\).*/\1/p' <<<"$HEADS")
+HEAD_VERSION=$(sed -n 's/.*"token":"[0-9a-f]*\.\([0-9]*\)".*/\1/p' <<<"$HEADS")
 
 report="$TMP/wrk-soak.txt"
 counts="$(grep '^soak-counts' "$report" || true)"
@@ -102,11 +104,11 @@ answered=$(sed -n 's/.*answered=\([0-9]*\).*/\1/p' <<<"$counts")
 other=$(sed -n 's/.*other=\([0-9]*\).*/\1/p' <<<"$counts")
 socket_errors="$(grep 'Socket errors' "$report" || true)"
 echo
-grep -E "Requests/sec|Latency |50.000%|99.000%|Socket errors|Non-2xx" "$report" || true
+grep -E "Requests/sec|Latency |^ +(50|99)%|Socket errors|Non-2xx" "$report" || true
 echo "$counts"
 awk -v s="$START" -v e="$END" -v w="$RSS_WARM" -v r="$RSS_END" 'BEGIN {
-    printf "soak: %.1f s; server RSS %.1f MB after warm-up, %.1f MB at the end (%+.1f MB); %s records served\n",
-        e - s, w / 1024, r / 1024, (r - w) / 1024, "'"$HEAD_COUNT"'" }'
+    printf "soak: %.1f s; server RSS %.1f MB after warm-up, %.1f MB at the end (%+.1f MB); %s records at version %s\n",
+        e - s, w / 1024, r / 1024, (r - w) / 1024, "'"$HEAD_COUNT"'", "'"$HEAD_VERSION"'" }'
 
 fail=0
 [[ -n "$answered" && "$answered" -ge "$SOAK_REQUESTS" ]] || { echo "soak: only ${answered:-0} of $SOAK_REQUESTS requests were answered" >&2; fail=1; }

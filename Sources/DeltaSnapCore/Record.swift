@@ -26,6 +26,9 @@ public struct Record: Hashable, Sendable {
         guard let idIndex = members.firstIndex(where: { $0.key == Self.idKey }) else { throw .missingID }
         guard case .string(let id) = members[idIndex].value else { throw .idNotAString }
         guard !id.isEmpty else { throw .emptyID }
+        // C APIs (SQLite's text binding among them) end a string at U+0000: such an id would
+        // be stored, hashed and compared as another one.
+        guard !id.utf8.contains(0) else { throw .idContainsNUL }
         var hidden = false
         if let hiddenIndex = members.firstIndex(where: { $0.key == Self.hiddenKey }) {
             guard case .bool(let flag) = members[hiddenIndex].value else { throw .hiddenNotABoolean(id: id) }
@@ -88,6 +91,7 @@ public enum RecordError: Error, Equatable, Sendable, CustomStringConvertible {
     case missingID
     case idNotAString
     case emptyID
+    case idContainsNUL
     case hiddenNotABoolean(id: String)
 
     public var description: String {
@@ -96,6 +100,7 @@ public enum RecordError: Error, Equatable, Sendable, CustomStringConvertible {
         case .missingID: "the record has no \"id\""
         case .idNotAString: "\"id\" must be a string"
         case .emptyID: "\"id\" must not be empty"
+        case .idContainsNUL: "\"id\" must not contain U+0000"
         case .hiddenNotABoolean(let id): "record \"\(id)\": the reserved attribute \"hidden\" must be true or false"
         }
     }

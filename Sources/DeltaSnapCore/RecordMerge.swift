@@ -53,7 +53,7 @@ public enum RecordMerge {
     private static func validateID(_ id: String) throws(MutationRefusal) {
         guard !id.isEmpty else { throw MutationRefusal.invalid(id, RecordError.emptyID.description) }
         // SQLite binds text up to its first NUL: such an id would address another record.
-        guard !id.utf8.contains(0) else { throw MutationRefusal.invalid(id, "an id must not contain U+0000") }
+        guard !id.utf8.contains(0) else { throw MutationRefusal.invalid(id, RecordError.idContainsNUL.description) }
     }
 
     private static func members(of mutation: Mutation) throws(MutationRefusal) -> [JSONMember] {

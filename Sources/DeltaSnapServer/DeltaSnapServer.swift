@@ -24,7 +24,7 @@ public struct DeltaSnapServer: Sendable {
         service.addRoutes(to: router)
         let app = Application(
             router: router,
-            server: .http1(configuration: .init(additionalChannelHandlers: service.channelHandlers())),
+            server: .http1(configuration: .init(additionalChannelHandlers: service.channelHandlers(logger: logger))),
             configuration: .init(address: .hostname(host, port: port), serverName: nil),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) },
             logger: logger)

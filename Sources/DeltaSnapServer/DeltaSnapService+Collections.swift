@@ -96,7 +96,7 @@ extension DeltaSnapService {
         return DeltaCache.Entry(head: streamer.head, body: ByteBuffer(bytes: try streamer.readAll()))
     }
 
-    private func bodyHeaders(for head: CollectionHead, gzip: Bool) -> HTTPFields {
+    func bodyHeaders(for head: CollectionHead, gzip: Bool) -> HTTPFields {
         var headers = ServedHead(head: head).validatorHeaders
         headers[.contentType] = "application/json"
         if gzip { headers[.contentEncoding] = "gzip" }

@@ -50,15 +50,14 @@ extension DeltaSnapService {
         var request = request
         let body = try await collect(&request)
         let replace = request.uri.queryParameters.get("replace").map { $0 == "true" || $0 == "1" } ?? false
-        // A dropped body must not read as "the collection is now empty" and hide everything.
-        if replace && body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
-            throw APIError(.badRequest, "empty_batch", "a ?replace=true batch with no records would hide every record; send at least one, or hide them explicitly")
-        }
         do {
             let result = try writer.withStore { store in
                 try Importer(store: store, collection: name, replace: replace).run(source: ChunkSources.bytes(body), name: "body")
             }
             return written(result)
+        } catch let error as ImportError where error.isEmptyReplace {
+            // A dropped body must not read as "the collection is now empty" and hide everything.
+            throw APIError(.badRequest, "empty_batch", "a ?replace=true batch with no records would hide every record; send at least one, or hide them explicitly")
         } catch let error as ImportError {
             throw APIError(.badRequest, "invalid_record", "line \(error.line): \(error.reason)")
         }
@@ -91,7 +90,7 @@ extension DeltaSnapService {
             throw APIError(.badRequest, "invalid_record", "the record id in the path is not valid percent-encoded UTF-8")
         }
         guard !id.isEmpty else { throw APIError(.badRequest, "invalid_record", RecordError.emptyID.description) }
-        guard !id.utf8.contains(0) else { throw APIError(.badRequest, "invalid_record", "an id must not contain U+0000") }
+        guard !id.utf8.contains(0) else { throw APIError(.badRequest, "invalid_record", RecordError.idContainsNUL.description) }
         return id
     }
 

@@ -90,16 +90,18 @@ public final class DeltaSnapService: Sendable {
         }
     }
 
-    /// The channel handlers to put between Hummingbird's HTTP codec and its router, so that
-    /// even a request the HTTP parser refuses gets the JSON error body. ``DeltaSnapServer``
-    /// installs them; an app that mounts the routes in its own server adds them the same way.
+    /// The channel handlers to put between Hummingbird's HTTP codec and its router: polls
+    /// answered from memory before the router (a current token's `304`, a cached delta),
+    /// and the JSON error body even for a request the HTTP parser refuses.
+    /// ``DeltaSnapServer`` installs them; an app that mounts the routes in its own server
+    /// adds them the same way (without them every answer is still right, only slower).
     ///
     /// ```swift
     /// let app = Application(router: router, server: .http1(configuration: .init(
-    ///     additionalChannelHandlers: service.channelHandlers())))
+    ///     additionalChannelHandlers: service.channelHandlers(logger: logger))))
     /// ```
-    public func channelHandlers() -> [any RemovableChannelHandler] {
-        [MalformedRequestHandler(metrics: metrics)]
+    public func channelHandlers(logger: Logger = Logger(label: "deltasnap")) -> [any RemovableChannelHandler] {
+        [MalformedRequestHandler(metrics: metrics), FastPathHandler(service: self, logger: logger)]
     }
 
     /// Adds every DeltaSnap route (collections, writes, `/healthz`, `/metrics`) to `router`,

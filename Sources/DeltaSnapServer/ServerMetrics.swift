@@ -18,7 +18,8 @@ import Prometheus
 ///
 /// Metric names (docs/ARCHITECTURE.md, "Metrics"): `deltasnap_http_responses_total{route,status}`,
 /// `deltasnap_collection_responses_total{outcome}`, `deltasnap_body_bytes_sent_total{outcome}`,
-/// `deltasnap_collection_response_duration_seconds{outcome}` (a histogram).
+/// `deltasnap_collection_response_duration_seconds{outcome}` (a histogram),
+/// `deltasnap_fast_path_responses_total` (answers given before the router).
 public final class ServerMetrics: @unchecked Sendable {
     /// What a `GET /v1/collections/{name}` answered.
     public enum Outcome: String, CaseIterable, Sendable {
@@ -37,6 +38,7 @@ public final class ServerMetrics: @unchecked Sendable {
     private let outcomes: [Outcome: Metrics.Counter]
     private let bytes: [Outcome: Metrics.Counter]
     private let latencies: [Outcome: Metrics.Timer]
+    private let fastPathAnswers: Metrics.Counter
     private let responsesLock = NSLock()
     private var responses: [ResponseKey: Metrics.Counter] = [:]
 
@@ -74,6 +76,7 @@ public final class ServerMetrics: @unchecked Sendable {
         self.outcomes = outcomes
         self.bytes = bytes
         self.latencies = latencies
+        fastPathAnswers = Metrics.Counter(label: "deltasnap_fast_path_responses_total", factory: factory)
     }
 
     func countResponse(route: String, status: Int) {
@@ -92,6 +95,11 @@ public final class ServerMetrics: @unchecked Sendable {
     func countOutcome(_ outcome: Outcome, since start: ContinuousClock.Instant) {
         outcomes[outcome]!.increment()
         latencies[outcome]!.record(duration: ContinuousClock.now - start)
+    }
+
+    /// Counts an answer given before the router (also counted by outcome and route).
+    func countFastPathAnswer() {
+        fastPathAnswers.increment()
     }
 
     func countBytes(_ count: Int, for outcome: Outcome) {

@@ -5,6 +5,8 @@ public struct ImportError: Error, Equatable, Sendable, CustomStringConvertible {
     public var source: String
     public var line: Int
     public var reason: String
+    /// Whether the input held no record at all while replacing: nothing was committed.
+    public var isEmptyReplace = false
 
     public init(source: String, line: Int, reason: String) {
         self.source = source
@@ -108,7 +110,16 @@ public struct Importer {
             } catch let error as JSONParseError {
                 throw fail(error.reason, at: error.line)
             }
-            if replace { try writer.hideRecordsNotPut() }
+            if replace {
+                // An input that lost its records on the way (a failed export, a dropped
+                // body) must not read as "the collection is now empty" and hide everything.
+                guard read > 0 else {
+                    var error = fail("a replacing import with no records would hide every record; nothing was committed (to empty a collection, hide its records explicitly)", at: 1)
+                    error.isEmptyReplace = true
+                    throw error
+                }
+                try writer.hideRecordsNotPut()
+            }
         }
     }
 }

@@ -83,6 +83,12 @@ import Testing
                 ("GET", "/v1/collections/c/records/a", "", "method_not_allowed"),
                 ("POST", "/v1/collections/c/records?replace=true", "", "empty_batch"),
                 ("POST", "/v1/collections/c/records?replace=true", " \n", "empty_batch"),
+                // Framing that survived but held no record is the same dropped input.
+                ("POST", "/v1/collections/c/records?replace=true", "[]", "empty_batch"),
+                ("POST", "/v1/collections/c/records?replace=1", " [ ] ", "empty_batch"),
+                // SQLite would store "a\u0000b" as "a".
+                ("POST", "/v1/collections/c/records", #"{"id":"a\u0000b"}"#, "invalid_record"),
+                ("PUT", "/v1/collections/c/records/a%00b", "{}", "invalid_record"),
             ]
             for (method, path, body, code) in cases {
                 let response = try await send(server, method, path, auth, body)

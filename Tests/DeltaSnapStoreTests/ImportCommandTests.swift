@@ -13,6 +13,7 @@ import Testing
         ("{\"id\":\"a\"}\n{\"id\":\"a\"}\n", 2, "duplicate id \"a\""),
         ("{\"id\":\"a\",\"hidden\":1}\n", 1, "reserved attribute \"hidden\""),
         ("[{\"id\":\"a\"},\n 7]\n", 2, "must be a JSON object"),
+        ("{\"id\":\"a\"}\n{\"id\":\"b\\u0000c\"}\n", 2, "must not contain U+0000"),
     ])
     func badInputAbortsWithFileAndLine(_ input: String, _ line: Int, _ reason: String) throws {
         let dir = try TemporaryDirectory()
@@ -40,6 +41,23 @@ import Testing
         #expect(result.stderr.hasPrefix("deltasnap: \(bad):100001: "), "\(result.stderr)")
         #expect(try CLI.run(["export", "--db", db, "--collection", "c"]).stdoutBytes == before)
         #expect(try Store(path: db).head(of: "c") == headBefore)
+    }
+
+    /// A replacing import whose input lost its records (an empty export, a truncated
+    /// download) would hide the whole collection: refused, nothing committed.
+    @Test(arguments: ["", "\n\n", "[]", " [ ]\n"])
+    func replacingWithNoRecordsIsRefused(_ input: String) throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let db = dir.file("s.sqlite")
+        #expect(try CLI.run(["import", "--db", db, "--collection", "c", "-"], stdin: Fixtures.ndjson(0..<3)).status == 0)
+        let headBefore = try Store(path: db).head(of: "c")
+        let result = try CLI.run(["import", "--db", db, "--collection", "c", "--replace", "-"], stdin: input)
+        #expect(result.status == 1)
+        #expect(result.stderr.contains("would hide every record") && result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
+        #expect(try Store(path: db).head(of: "c") == headBefore)
+        // Without --replace an empty input is an empty import, as before.
+        #expect(try CLI.run(["import", "--db", db, "--collection", "c", "-"], stdin: input).status == 0)
     }
 
     @Test func importsAJSONArrayFromStandardInput() throws {

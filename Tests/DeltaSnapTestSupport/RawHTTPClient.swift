@@ -85,6 +85,11 @@ public final class RawHTTPClient {
         }
     }
 
+    /// Reads the next response on this connection (after pipelined requests).
+    public func nextResponse(method: String = "GET") throws -> Response {
+        try readResponse(method: method)
+    }
+
     private func send(_ bytes: [UInt8]) throws {
         var sent = 0
         while sent < bytes.count {

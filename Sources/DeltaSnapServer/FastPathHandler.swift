@@ -1,0 +1,111 @@
+import DeltaSnapCore
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import NIOHTTPTypes
+
+/// Answers the polls that need nothing but memory — a current token (`304`) or an older one
+/// whose delta is cached — on the connection's event loop, before the request reaches
+/// Hummingbird's router: no task, no async hop, no router or middleware. Most of a
+/// deployment's traffic is exactly these polls.
+///
+/// What to answer is ``DeltaSnapService/fastAnswer(to:start:)``'s call (the decision table's,
+/// with the same headers and metrics as the router's path); this type is only the NIO
+/// plumbing. It answers only while no earlier request of the connection is with the router,
+/// so responses never overtake each other, and it drops the answered request's remaining
+/// parts (its end, and a body should a GET carry one).
+final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPRequestPart
+    typealias InboundOut = HTTPRequestPart
+    typealias OutboundIn = HTTPResponsePart
+    typealias OutboundOut = HTTPResponsePart
+
+    private let service: DeltaSnapService
+    private let logger: Logger
+    /// Requests handed to the router whose response has not ended yet.
+    private var requestsWithTheRouter = 0
+    /// Dropping the rest of a request this handler answered.
+    private var droppingRequestParts = false
+    private var needsFlush = false
+    private var date = DateHeader()
+
+    init(service: DeltaSnapService, logger: Logger) {
+        self.service = service
+        self.logger = logger
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let request):
+            let start = ContinuousClock.now
+            if requestsWithTheRouter == 0, let answer = service.fastAnswer(to: request, start: start) {
+                droppingRequestParts = true
+                write(answer, to: request, start: start, context: context)
+                return
+            }
+            requestsWithTheRouter += 1
+            context.fireChannelRead(data)
+        case .body:
+            if !droppingRequestParts { context.fireChannelRead(data) }
+        case .end:
+            if droppingRequestParts {
+                droppingRequestParts = false
+            } else {
+                context.fireChannelRead(data)
+            }
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        // One flush per read: pipelined polls that arrived together leave together.
+        if needsFlush {
+            needsFlush = false
+            context.flush()
+        }
+        context.fireChannelReadComplete()
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        if case .end = unwrapOutboundIn(data) { requestsWithTheRouter -= 1 }
+        context.write(data, promise: promise)
+    }
+
+    private func write(_ answer: FastAnswer, to request: HTTPRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) {
+        let clientsID = RequestIdentifier.echoed(request.headerFields[.xRequestID])
+        switch answer {
+        case .notModified(var headers):
+            headers[.date] = date.now()
+            // As on the router's path: an unlogged 304 carries only the client's own id.
+            if let clientsID { headers[.xRequestID] = clientsID }
+            context.write(wrapOutboundOut(.head(HTTPResponse(status: .notModified, headerFields: headers))), promise: nil)
+        case .delta(var headers, let body):
+            headers[.date] = date.now()
+            let requestID = clientsID ?? RequestID().description
+            headers[.xRequestID] = requestID
+            context.write(wrapOutboundOut(.head(HTTPResponse(status: .ok, headerFields: headers))), promise: nil)
+            context.write(wrapOutboundOut(.body(body)), promise: nil)
+            RequestLog.write(
+                to: logger, requestID: requestID, method: request.method, path: request.path ?? "",
+                status: .ok, since: start, bytes: body.readableBytes)
+        }
+        context.write(wrapOutboundOut(.end(nil)), promise: nil)
+        needsFlush = true
+    }
+}
+
+/// The `Date` header's value, formatted once per second.
+private struct DateHeader {
+    private var second: Int64 = -1
+    private var value = ""
+
+    mutating func now() -> String {
+        let current = Int64(Date().timeIntervalSince1970)
+        if current != second {
+            second = current
+            value = HTTPDate.format(current)
+        }
+        return value
+    }
+}

@@ -1,0 +1,112 @@
+import DeltaSnapCore
+import DeltaSnapServer
+import DeltaSnapStore
+import DeltaSnapTestSupport
+import Foundation
+import Testing
+
+/// Polls answered from memory before the router (a current token's 304, a cached delta)
+/// must be indistinguishable from the router's answers, keep responses in order on a
+/// connection, and never skip authorization.
+@Suite struct FastPathTests {
+    func withServer(access: AccessPolicy = AccessPolicy(), _ body: @escaping @Sendable (TestServer, String) async throws -> Void) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let db = dir.file("s.sqlite")
+        try Fixtures.importText(Fixtures.ndjson(0..<50), into: try Store(path: db), collection: "items")
+        let server = try await TestServer.start(databasePath: db, access: access)
+        do { try await body(server, db) } catch {
+            await server.stop()
+            throw error
+        }
+        await server.stop()
+    }
+
+    func get(_ server: TestServer, _ path: String, _ headers: [String: String] = [:]) async throws -> RawHTTPClient.Response {
+        try await offPool { try server.connect().request("GET", path, headers: headers) }
+    }
+
+    func fastPathAnswers(_ server: TestServer) async throws -> Int {
+        let text = try await get(server, "/metrics").text
+        let line = text.split(separator: "\n").first { $0.hasPrefix("deltasnap_fast_path_responses_total ") }
+        return line.flatMap { Int($0.split(separator: " ")[1]) } ?? 0
+    }
+
+    /// Headers that differ by nature between two answers (time, request id).
+    func comparable(_ response: RawHTTPClient.Response) -> [String] {
+        response.headers.filter { !["date", "x-request-id"].contains($0.0.lowercased()) }
+            .map { "\($0.0.lowercased()): \($0.1)" }.sorted()
+    }
+
+    @Test func answersBeforeTheRouterEqualTheRoutersAnswers() async throws {
+        try await withServer { server, db in
+            let full = try await get(server, "/v1/collections/items", ["Accept-Encoding": "gzip"])
+            let oldETag = try #require(full.header("ETag"))
+            try Fixtures.importText(Fixtures.ndjson(0..<3, revision: 1), into: try Store(path: db), collection: "items")
+            var current = oldETag
+            for _ in 0..<200 where current == oldETag {
+                try await Task.sleep(for: .milliseconds(10))
+                current = try #require(try await get(server, "/v1/collections/items").header("ETag"))
+            }
+            #expect(current != oldETag)
+
+            // A query string keeps a request away from the fast path: the router answers it.
+            let before = try await fastPathAnswers(server)
+            for (validator, gzip) in [(current, true), (current, false), (oldETag, true), (oldETag, false)] {
+                var headers = ["If-None-Match": validator]
+                if gzip { headers["Accept-Encoding"] = "gzip" }
+                let routed = try await get(server, "/v1/collections/items?via=router", headers)  // also caches the delta
+                let fast = try await get(server, "/v1/collections/items", headers)
+                #expect(routed.status == fast.status, "\(validator) gzip \(gzip)")
+                #expect(comparable(routed) == comparable(fast), "\(validator) gzip \(gzip)")
+                #expect(routed.body == fast.body)
+                #expect(fast.header("Date") != nil)
+                if fast.status == 200 { #expect(fast.header("X-Request-Id") != nil) }
+            }
+            #expect(try await fastPathAnswers(server) - before == 4)
+
+            // A HEAD of the current token is answered there too; the client's id is echoed.
+            let currentETag = current
+            let head = try await offPool { try server.connect().request("HEAD", "/v1/collections/items", headers: ["If-None-Match": currentETag, "X-Request-Id": "h-1"]) }
+            #expect(head.status == 304 && head.header("X-Request-Id") == "h-1" && head.header("ETag") == currentETag)
+        }
+    }
+
+    @Test func pipelinedRequestsAreAnsweredInOrder() async throws {
+        try await withServer { server, _ in
+            let etag = try #require(try await get(server, "/v1/collections/items").header("ETag"))
+            let before = try await fastPathAnswers(server)
+            let responses = try await offPool {
+                let client = try server.connect()
+                // A streamed identity body from the router, then a poll that could be
+                // answered at once: it must wait for the body before it.
+                let first = "GET /v1/collections/items HTTP/1.1\r\nHost: x\r\n\r\n"
+                let second = "GET /v1/collections/items HTTP/1.1\r\nHost: x\r\nIf-None-Match: \(etag)\r\nX-Request-Id: second\r\n\r\n"
+                let third = "GET /v1/collections/nope HTTP/1.1\r\nHost: x\r\nX-Request-Id: third\r\n\r\n"
+                let a = try client.sendRaw(Array((first + second + third).utf8), method: "GET")
+                return [a, try client.nextResponse(), try client.nextResponse()]
+            }
+            #expect(responses.map { $0?.status } == [200, 304, 404])
+            #expect((responses[0]?.body.count ?? 0) > 1000)
+            #expect(responses[1]?.header("X-Request-Id") == "second" && responses[2]?.header("X-Request-Id") == "third")
+            // Polls on an idle connection take the fast path again.
+            #expect(try await get(server, "/v1/collections/items", ["If-None-Match": etag]).status == 304)
+            #expect(try await fastPathAnswers(server) > before)
+        }
+    }
+
+    @Test func privateCollectionsAreNeverAnsweredBeforeAuthorization() async throws {
+        var access = AccessPolicy()
+        access.jwtSecret = "fast-path-secret"
+        access.privateCollections = ["items"]
+        try await withServer(access: access) { server, _ in
+            let authorized = ["Authorization": "Bearer \(TestServer.writeToken)"]
+            let etag = try #require(try await get(server, "/v1/collections/items", authorized).header("ETag"))
+            let anonymous = try await get(server, "/v1/collections/items", ["If-None-Match": etag])
+            #expect(anonymous.status == 401)
+            #expect(anonymous.header("ETag") == nil)
+            #expect(try await get(server, "/v1/collections/items", authorized.merging(["If-None-Match": etag]) { $1 }).status == 304)
+            #expect(try await fastPathAnswers(server) == 0)
+        }
+    }
+}

@@ -16,6 +16,8 @@ RECORDS="${RECORDS:-10000}"
 DURATION="${DURATION:-10s}"
 THREADS="${THREADS:-2}"
 CONNECTIONS="${CONNECTIONS:-32}"
+# The issue-12 reference: nginx with one worker per core, as deployed.
+NGINX_WORKERS="${NGINX_WORKERS:-auto}"
 DS_PORT="${DS_PORT:-18080}"
 NGINX_PORT="${NGINX_PORT:-18081}"
 RUN_MEMORY=0
@@ -74,7 +76,7 @@ mkdir -p "$TMP/nginx/tmp"
 chmod 755 "$TMP" "$TMP/www"; chmod 644 "$SNAPSHOT"
 cat >"$TMP/nginx/nginx.conf" <<EOF
 daemon off;
-worker_processes 1;
+worker_processes $NGINX_WORKERS;
 pid $TMP/nginx/nginx.pid;
 error_log $TMP/nginx/error.log warn;
 events { worker_connections 1024; }
@@ -180,7 +182,7 @@ row() { # LABEL DSNAME NGNAME
     printf '| %-34s | %10s | %8s | %8s | %10s | %8s | %8s | %6s |\n' "$1" "$dr" "$dp50" "$dp99" "$nr" "$np50" "$np99" "$(ratio "$dr" "$nr")"
 }
 echo
-echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency; $RECORDS records; full body $FULL_BYTES bytes (same bytes as nginx's file: $SAME_BYTES); delta body $DELTA_BYTES bytes; nginx worker_processes 1"
+echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency; $RECORDS records; full body $FULL_BYTES bytes (same bytes as nginx's file: $SAME_BYTES); delta body $DELTA_BYTES bytes; nginx worker_processes $NGINX_WORKERS"
 echo
 echo "| case                               | DS req/s   | DS p50ms | DS p99ms | nginx req/s| ng p50ms | ng p99ms | DS/ng  |"
 echo "|------------------------------------|-----------:|---------:|---------:|-----------:|---------:|---------:|-------:|"

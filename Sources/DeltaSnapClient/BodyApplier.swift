@@ -47,8 +47,8 @@ struct BodyApplier {
     func apply(
         _ reader: BodyReader, state: ReplicaState, etag: String?, lastModified: String?, droppingAcknowledgedThrough: UInt64? = nil
     ) throws -> (ApplyResult, ReplicaState) {
-        let db = storage.db
-        return try db.transaction(.immediate) {
+        return try storage.writeTransaction {
+            let db = storage.db
             let header: BodyHeader
             do { header = try reader.readHeader() } catch let error as BodyError { throw ApplyError.body(error) }
             guard header.collection == collection else { throw ApplyError.wrongCollection(expected: collection, found: header.collection) }

@@ -144,13 +144,13 @@ extension DeltaSnapReplica {
             let delay = retryPolicy.delay(afterFailures: consecutivePushFailures, serverAsked: serverAsked, random: Double.random(in: 0..<1))
             pushNotBefore = now.addingTimeInterval(delay)
             if (try? storage.value(for: "pushFailingSince")) == nil {
-                try? storage.db.transaction(.immediate) { try storage.setValue(String(now.timeIntervalSince1970), for: "pushFailingSince") }
+                try? storage.writeTransaction { try storage.setValue(String(now.timeIntervalSince1970), for: "pushFailingSince") }
             }
         } else {
             consecutivePushFailures = 0
             pushNotBefore = nil
             if (try? storage.value(for: "pushFailingSince")) != nil {
-                try? storage.db.transaction(.immediate) { try storage.setValue(nil, for: "pushFailingSince") }
+                try? storage.writeTransaction { try storage.setValue(nil, for: "pushFailingSince") }
             }
         }
     }

@@ -46,8 +46,10 @@ public actor DeltaSnapReplica {
     var consecutivePushFailures = 0
 
     /// Opens (or creates) the replica at `path`. When it holds no data yet and
-    /// `bundledSnapshot` is given, the snapshot is loaded and verified first; a corrupt
-    /// snapshot throws and leaves the replica empty.
+    /// `bundledSnapshot` is given, the bundle is used first: a gzip `.snapshot` is loaded
+    /// and verified (a corrupt one throws and leaves the replica empty); a `.replica` (from
+    /// `deltasnap bake --replica`) is read in place until the first write copies it to
+    /// `path`, so a first start costs the same for a thousand records or a million.
     public init(
         path: String, collection: String, url: URL, bundledSnapshot: String? = nil,
         transport: any SyncTransport = URLSessionTransport(), retryPolicy: RetryPolicy = RetryPolicy(),
@@ -61,11 +63,34 @@ public actor DeltaSnapReplica {
         self.timeout = timeout
         self.accessToken = accessToken
         self.pushBatchSize = max(1, min(pushBatchSize, PushRequest.maximumMutations))
+        let bundledReplica = bundledSnapshot.map(BundledReplica.isReplica) ?? false
+        if let bundledSnapshot, bundledReplica, !FileManager.default.fileExists(atPath: path) {
+            // First start from a bundled replica: read it in place; the first write copies it.
+            storage = try ReplicaStorage(borrowing: bundledSnapshot, copyingTo: path)
+            state = try Self.checkBundledReplica(bundledSnapshot, storage: storage, collection: collection)
+            return
+        }
         storage = try ReplicaStorage(path: path)
         state = try storage.loadState()
         if !state.hasData, let bundledSnapshot {
-            state = try Self.loadSnapshot(bundledSnapshot, into: storage, collection: collection, state: state)
+            if bundledReplica {
+                _ = try Self.checkBundledReplica(bundledSnapshot, storage: try ReplicaStorage(borrowing: bundledSnapshot, copyingTo: path), collection: collection)
+                try storage.adopt(copyOf: bundledSnapshot, at: path)
+                state = try storage.loadState()
+            } else {
+                state = try Self.loadSnapshot(bundledSnapshot, into: storage, collection: collection, state: state)
+            }
         }
+    }
+
+    /// The state of a bundled replica, once its metadata says it is a usable bundle of this
+    /// collection (O(1); ``verify()`` recomputes everything).
+    private static func checkBundledReplica(_ path: String, storage: ReplicaStorage, collection: String) throws -> ReplicaState {
+        let summary = try BundledReplica.summary(of: storage, path: path)
+        guard summary.collection == collection else {
+            throw BundledReplica.Unusable(path: path, reason: "holds collection \"\(summary.collection)\", not \"\(collection)\"")
+        }
+        return try storage.loadState()
     }
 
     private static func loadSnapshot(_ path: String, into storage: ReplicaStorage, collection: String, state: ReplicaState) throws -> ReplicaState {
@@ -289,7 +314,7 @@ public actor DeltaSnapReplica {
 
     private func persist(_ next: ReplicaState, droppingAcknowledgedThrough settled: UInt64? = nil) {
         // Bookkeeping only: if it cannot be written the data is still intact, so keep going.
-        try? storage.db.transaction(.immediate) {
+        try? storage.writeTransaction {
             // A 304 after a push: the state held already has the accepted writes.
             if let settled { try storage.settleAfterPull(droppingAcknowledgedThrough: settled) }
             try storage.save(next)

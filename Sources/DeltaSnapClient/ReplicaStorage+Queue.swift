@@ -10,14 +10,14 @@ extension ReplicaStorage {
     /// its `seq`. Throws the refusal when the write can never be accepted given the local
     /// view (an insert of an id that exists, a patch of one that does not, a bad value).
     func enqueue(_ operation: Mutation.Operation, id: String, value: JSONValue?, now: Date) throws -> UInt64 {
-        try db.transaction(.immediate) {
+        try writeTransaction {
             try enqueueInTransaction(operation, id: id, value: value, now: now)
         }
     }
 
     /// Queues many writes in one transaction (all or none).
     func enqueueAll(_ writes: [(Mutation.Operation, String, JSONValue?)], now: Date) throws -> [UInt64] {
-        try db.transaction(.immediate) {
+        try writeTransaction {
             try writes.map { try enqueueInTransaction($0.0, id: $0.1, value: $0.2, now: now) }
         }
     }
@@ -59,7 +59,7 @@ extension ReplicaStorage {
     /// `deltasnap sync` sharing the file must not each create one).
     func clientID() throws -> String {
         if let existing = try value(for: "clientID") { return existing }
-        return try db.transaction(.immediate) {
+        return try writeTransaction {
             if let existing = try value(for: "clientID") { return existing }
             let id = UUID().uuidString.lowercased()
             try setValue(id, for: "clientID")
@@ -70,7 +70,7 @@ extension ReplicaStorage {
     /// Gives this replica a new client id: its write numbers went backwards (a restored
     /// backup), so the server's ledger for the old id would take new writes for old ones.
     func rotateClientID() throws {
-        try db.transaction(.immediate) { try setValue(UUID().uuidString.lowercased(), for: "clientID") }
+        try writeTransaction { try setValue(UUID().uuidString.lowercased(), for: "clientID") }
     }
 
     func value(for key: String) throws -> String? {
@@ -130,7 +130,7 @@ extension ReplicaStorage {
     /// Records a push answer in one transaction: accepted writes stay in the overlay
     /// (acknowledged) until a pull brings their value; refused ones leave it at once.
     func settle(accepted: [UInt64], refused: [(write: PendingWrite, refusal: MutationRefusal)]) throws {
-        try db.transaction(.immediate) {
+        try writeTransaction {
             let ack = try statement("UPDATE pending SET acked = 1 WHERE seq = ?")
             for seq in accepted {
                 try ack.bind(1, seq)

@@ -10,10 +10,28 @@ import Foundation
 /// order) and `overlay` (each written record's local value: the server's value with its
 /// pending writes replayed on top, `NULL` when they delete it). Reads take the overlay first.
 final class ReplicaStorage {
-    let db: SQLiteConnection
+    /// The connection; replaced once when a borrowed bundled replica is adopted.
+    private(set) var db: SQLiteConnection
+    /// A bundled replica read in place until the first write, and the path it is then
+    /// copied to: a first start costs an open, whatever the dataset's size.
+    private var borrowed: (source: String, destination: String)?
 
     init(path: String) throws {
-        db = try SQLiteConnection(path: path)
+        db = try Self.openWritable(path)
+    }
+
+    /// Reads the bundled replica `source` in place (read-only: an app bundle is); the first
+    /// write transaction copies it to `destination` and goes on there.
+    init(borrowing source: String, copyingTo destination: String) throws {
+        db = try SQLiteConnection(path: source, readOnly: true, create: false)
+        borrowed = (source, destination)
+    }
+
+    /// Whether this is still a bundled replica read in place.
+    var isBorrowed: Bool { borrowed != nil }
+
+    private static func openWritable(_ path: String) throws -> SQLiteConnection {
+        let db = try SQLiteConnection(path: path)
         try db.execute("""
             PRAGMA journal_mode=WAL;
             PRAGMA synchronous=NORMAL;
@@ -30,6 +48,48 @@ final class ReplicaStorage {
             CREATE INDEX IF NOT EXISTS pending_by_id ON pending(id, seq);
             CREATE TABLE IF NOT EXISTS overlay(id TEXT PRIMARY KEY, body BLOB) WITHOUT ROWID;
             """)
+        return db
+    }
+
+    /// Runs `body` in one write transaction — every change to the replica goes through
+    /// here — after adopting a borrowed bundled replica.
+    func writeTransaction<T>(_ body: () throws -> T) throws -> T {
+        try adoptIfBorrowed()
+        return try db.transaction(.immediate, body)
+    }
+
+    /// Copies the borrowed bundled replica to its own path and reopens it there.
+    func adoptIfBorrowed() throws {
+        guard let (source, destination) = borrowed else { return }
+        try replace(destination, withCopyOf: source)
+        borrowed = nil
+    }
+
+    /// Replaces the (data-less) replica file at `path` with a copy of the bundled replica
+    /// `source`, and reopens it.
+    func adopt(copyOf source: String, at path: String) throws {
+        try replace(path, withCopyOf: source)
+    }
+
+    private func replace(_ destination: String, withCopyOf source: String) throws {
+        // Close the current connection first: the old file's -wal must not outlive it and
+        // be replayed into the copy.
+        statements = [:]
+        db = try SQLiteConnection(path: ":memory:")
+        let files = FileManager.default
+        let temporary = destination + ".adopting"
+        for stale in [temporary, destination + "-wal", destination + "-shm"] where files.fileExists(atPath: stale) {
+            try files.removeItem(atPath: stale)
+        }
+        // A clone on APFS (and so O(1) on a phone); a copy elsewhere.
+        try files.copyItem(atPath: source, toPath: temporary)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: temporary))
+        try handle.synchronize()
+        try handle.close()
+        guard rename(temporary, destination) == 0 else {
+            throw SQLiteError(code: -1, message: "\(destination): cannot install the bundled replica (errno \(errno))")
+        }
+        db = try Self.openWritable(destination)
     }
 
     /// Statements prepared once per connection: local writes and reads are hot paths.

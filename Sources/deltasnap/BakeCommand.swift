@@ -1,11 +1,17 @@
 import ArgumentParser
+import Foundation
+import DeltaSnapClient
 import DeltaSnapStore
 
 struct BakeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bake",
         abstract: "Write DIR/NAME.snapshot, the gzip-compressed full body an app bundles, and DIR/manifest.json.",
-        discussion: "Deterministic: the same store state gives byte-identical files."
+        discussion: """
+            Deterministic: the same store state gives byte-identical files. With --replica,
+            also DIR/NAME.replica: the client's SQLite replica, ready to open in place at an
+            app's first start (no parsing, whatever the size); bundle either file.
+            """
     )
 
     @Option(name: .long, help: "Path of the SQLite store.")
@@ -17,12 +23,22 @@ struct BakeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Output directory (created if missing).")
     var out: String = "Snapshots"
 
+    @Flag(name: .long, help: "Also write DIR/NAME.replica, a ready client replica (SQLite) built from the snapshot.")
+    var replica = false
+
     func run() async throws {
         try await reportingErrors {
             let store = try Store(path: db, readOnly: true)
             let started = ContinuousClock.now
             let entry = try Baker.bake(store: store, collection: collection, into: out)
             print("\(out)/\(collection).snapshot: \(entry.count) records, token \(entry.token), checksum \(entry.checksum), \(entry.bytes) bytes, sha256 \(entry.sha256) [\(rate(entry.count, since: started))]")
+            if replica {
+                let replicaStarted = ContinuousClock.now
+                let path = "\(out)/\(collection).replica"
+                let summary = try BundledReplica.bake(snapshot: "\(out)/\(collection).snapshot", collection: collection, to: path)
+                let bytes = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
+                print("\(path): \(summary.count) records, token \(summary.token), checksum \(summary.checksum), \(bytes) bytes [\(rate(summary.count, since: replicaStarted))]")
+            }
         }
     }
 }

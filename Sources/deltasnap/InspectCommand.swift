@@ -1,18 +1,20 @@
 import ArgumentParser
+import DeltaSnapClient
 import DeltaSnapCore
 
 struct InspectCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "inspect",
-        abstract: "Verify a snapshot file record by record and print its collection, token, count and checksum.",
+        abstract: "Verify a snapshot or replica file record by record and print its collection, token, count and checksum.",
         discussion: "A corrupt or truncated file gives a one-line error and exit code 1."
     )
 
-    @Argument(help: "A .snapshot file written by `deltasnap bake`.")
+    @Argument(help: "A .snapshot (or .replica) file written by `deltasnap bake`.")
     var file: String
 
     func run() async throws {
         try await reportingErrors {
+            if BundledReplica.isReplica(file) { return try inspectReplica() }
             let header: BodyHeader
             do {
                 header = try Snapshot.read(path: file)
@@ -27,6 +29,24 @@ struct InspectCommand: AsyncParsableCommand {
             print("count: \(header.count)")
             print("checksum: \(header.checksum) (verified)")
         }
+    }
+}
+
+extension InspectCommand {
+    private func inspectReplica() throws {
+        let summary: BundledReplica.Summary
+        do {
+            summary = try BundledReplica.inspect(file)
+        } catch {
+            throw InspectFailure(file: file, reason: "\(error)")
+        }
+        guard summary.verified else { throw InspectFailure(file: file, reason: "its records do not match its stored count and checksum") }
+        print("collection: \(summary.collection)")
+        print("token: \(summary.token)")
+        print("lastModified: \(summary.lastModified ?? "")")
+        print("count: \(summary.count)")
+        print("checksum: \(summary.checksum) (verified)")
+        print("format: replica")
     }
 }
 

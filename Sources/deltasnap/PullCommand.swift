@@ -22,7 +22,7 @@ struct PullCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Path of the local replica (an SQLite file, created if missing).")
     var replica: String
 
-    @Option(name: .long, help: "A bundled .snapshot to load when the replica is empty.")
+    @Option(name: .long, help: "A bundled .snapshot (loaded) or .replica (adopted) to start from when the replica is empty.")
     var snapshot: String?
 
     @Flag(name: .long, help: "Keep syncing every --interval seconds until interrupted.")

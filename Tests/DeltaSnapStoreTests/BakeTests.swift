@@ -55,6 +55,45 @@ import Testing
         #expect(item["sha256"] == .string(entry.sha256) && item["bytes"] == .number(String(entry.bytes)))
     }
 
+    /// `bake --replica`: a ready client replica next to the snapshot, byte-identical from
+    /// fresh stores of the same input, verified by `inspect`, and usable by `pull --snapshot`
+    /// with no server at all.
+    @Test func bakeReplicaIsReproducibleInspectableAndPullable() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let input = try dir.write("input.ndjson", Fixtures.ndjson(0..<300))
+        var replicas: [Data] = []
+        for name in ["one", "two"] {
+            let db = dir.file("\(name).sqlite")
+            #expect(try CLI.run(["import", "--db", db, "--collection", "items", input], environment: reproducible).status == 0)
+            let bake = try CLI.run(["bake", "--db", db, "--collection", "items", "--out", dir.file(name), "--replica"])
+            #expect(bake.status == 0, "\(bake.stderr)")
+            #expect(bake.stdout.contains("items.replica: 300 records"), "\(bake.stdout)")
+            replicas.append(try Data(contentsOf: URL(fileURLWithPath: dir.file("\(name)/items.replica"))))
+        }
+        #expect(replicas[0] == replicas[1])
+        let inspect = try CLI.run(["inspect", dir.file("one/items.replica")])
+        #expect(inspect.status == 0 && inspect.stdout.contains("count: 300") && inspect.stdout.contains("(verified)") && inspect.stdout.contains("format: replica"))
+        let snapshotToken = try CLI.run(["inspect", dir.file("one/items.snapshot")]).stdout.split(separator: "\n").first { $0.hasPrefix("token:") }
+        #expect(snapshotToken != nil && inspect.stdout.contains(String(snapshotToken!)))
+
+        // Nothing listens on port 9: the pull fails, the bundle is there.
+        let pull = try CLI.run(["pull", "--url", "http://127.0.0.1:9/v1/collections/items", "--replica", dir.file("app.sqlite"),
+                                "--snapshot", dir.file("one/items.replica"), "--timeout", "1"])
+        #expect(pull.status == 0, "\(pull.stderr)")
+        #expect(pull.stdout.contains("records=300"), "\(pull.stdout)")
+        let dump = try CLI.run(["dump", "--replica", dir.file("app.sqlite")])
+        #expect(dump.stdout == (try CLI.run(["export", "--db", dir.file("one.sqlite"), "--collection", "items"]).stdout))
+
+        // A damaged replica is refused in one line.
+        var damaged = replicas[0]
+        damaged[damaged.count - 100] ^= 0xFF
+        let bad = try dir.write("bad.replica", "")
+        try damaged.write(to: URL(fileURLWithPath: bad))
+        let refused = try CLI.run(["inspect", bad])
+        #expect(refused.status == 1 && refused.stderr.split(separator: "\n").count == 1, "\(refused.stdout) \(refused.stderr)")
+    }
+
     @Test func truncatedAndBitFlippedSnapshotsAreRejected() throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }

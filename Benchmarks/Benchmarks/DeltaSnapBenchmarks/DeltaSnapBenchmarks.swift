@@ -365,5 +365,42 @@ let benchmarks: @Sendable () -> Void = {
         removeSQLite(path)
     }
 
+    // MARK: Bundled first start from a baked replica (`bake --replica`): open in place + first read
+
+    for (label, count) in [("1k", 1_000), ("1M", 1_000_000)] {
+        Benchmark(
+            "Bundled first start from a replica, \(label) records",
+            configuration: .init(
+                metrics: [.wallClock, .peakMemoryResident, .peakMemoryResidentDelta],
+                warmupIterations: 1,
+                maxDuration: .seconds(10),
+                maxIterations: 20,
+                setup: {
+                    try fixtures.makeRoot("first-start-replica-\(label)")
+                    let storePath = fixtures.path("store.sqlite")
+                    try buildStore(at: storePath, count: count)
+                    let store = try Store(path: storePath)
+                    try Baker.bake(store: store, collection: collection, into: fixtures.path("snapshots"))
+                    fixtures.snapshotPath = fixtures.path("snapshots/\(collection).replica")
+                    try BundledReplica.bake(snapshot: fixtures.path("snapshots/\(collection).snapshot"), collection: collection, to: fixtures.snapshotPath)
+                    removeSQLite(storePath)
+                },
+                teardown: { fixtures.removeAll() }
+            )
+        ) { benchmark in
+            let path = fixtures.nextPath("replica.sqlite")
+            benchmark.startMeasurement()
+            let replica = try DeltaSnapReplica(
+                path: path, collection: collection,
+                url: URL(string: "http://127.0.0.1:9/v1/collections/\(collection)")!,
+                bundledSnapshot: fixtures.snapshotPath)
+            let first = try await replica.recordBytes(id: SyntheticRecords.id(count / 2))
+            benchmark.stopMeasurement()
+            let held = await replica.count
+            precondition(first != nil && held == count, "replica holds \(held) of \(count)")
+            removeSQLite(path)
+        }
+    }
+
     twoWaySyncBenchmarks()
 }

@@ -1,0 +1,128 @@
+import DeltaSnapClient
+import DeltaSnapCore
+import DeltaSnapSQLite
+import DeltaSnapStore
+import DeltaSnapTestSupport
+import Foundation
+import Testing
+
+/// A bundled `.replica` (from `bake --replica`): deterministic, verified by `inspect`, read
+/// in place at first start and copied on the first write — the bundle itself never changes.
+@Suite struct BundledReplicaTests {
+    /// A store with `count` records, its snapshot and its replica in `dir`.
+    func baked(_ dir: TemporaryDirectory, count: Int = 200) throws -> Store {
+        let store = try Store(path: dir.file("s.sqlite"))
+        try Fixtures.importText(Fixtures.ndjson(0..<count), into: store, collection: "items")
+        try Baker.bake(store: store, collection: "items", into: dir.path)
+        try BundledReplica.bake(snapshot: dir.file("items.snapshot"), collection: "items", to: dir.file("items.replica"))
+        return store
+    }
+
+    func dump(_ path: String) throws -> String {
+        var out: [UInt8] = []
+        try ReplicaDump.dump(path: path) { out.append(contentsOf: $0) }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    func bytes(_ path: String) throws -> Data { try Data(contentsOf: URL(fileURLWithPath: path)) }
+
+    @Test func bakingIsDeterministicAndInspectVerifiesIt() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try baked(dir)
+        let first = try bytes(dir.file("items.replica"))
+        try BundledReplica.bake(snapshot: dir.file("items.snapshot"), collection: "items", to: dir.file("items.replica"))
+        #expect(try bytes(dir.file("items.replica")) == first)
+        #expect(BundledReplica.isReplica(dir.file("items.replica")) && !BundledReplica.isReplica(dir.file("items.snapshot")))
+        let summary = try BundledReplica.inspect(dir.file("items.replica"))
+        let head = try #require(try store.head(of: "items"))
+        #expect(summary.verified && summary.count == 200 && summary.collection == "items")
+        #expect(summary.token == head.token.description && summary.checksum == head.checksum)
+
+        // One changed byte in one record: the stored checksum no longer matches.
+        let db = try SQLiteConnection(path: dir.file("items.replica"))
+        try db.execute("UPDATE records SET body = CAST(replace(CAST(body AS TEXT), 'r0000007', 'r0000008') AS BLOB) WHERE id = 'r0000007'")
+        #expect(try BundledReplica.inspect(dir.file("items.replica")).verified == false)
+    }
+
+    @Test func firstStartReadsTheBundleInPlaceAndTheFirstWriteCopiesIt() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try baked(dir)
+        let bundle = try bytes(dir.file("items.replica"))
+        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"))
+        let path = dir.file("app/items.sqlite")
+        try FileManager.default.createDirectory(atPath: dir.file("app"), withIntermediateDirectories: true)
+        let replica = try DeltaSnapReplica(
+            path: path, collection: "items", url: URL(string: "\(server.baseURL)/v1/collections/items")!,
+            bundledSnapshot: dir.file("items.replica"))
+        // Readable at once, nothing copied yet.
+        #expect(try await replica.record(id: "r0000042")?["id"] == .string("r0000042"))
+        #expect(await replica.count == 200)
+        #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(try await replica.verify())
+
+        // A sync is the first write: the bundle is copied, then the delta applied on top.
+        try Fixtures.importText(#"{"id":"r0000001","hidden":true}"# + "\n" + #"{"id":"new","v":1}"#, into: store, collection: "items")
+        try await waitForToken(server, store)
+        guard case .applied(let applied) = await replica.sync() else { Issue.record("no delta"); await server.stop(); return }
+        #expect(applied.kind == .delta)
+        #expect(FileManager.default.fileExists(atPath: path))
+        #expect(try await replica.verify())
+        #expect(try dump(path) == Fixtures.export(store, "items"))
+        #expect(try bytes(dir.file("items.replica")) == bundle, "the bundle was written to")
+
+        // A restart opens the adopted copy, not the bundle.
+        let reopened = try DeltaSnapReplica(
+            path: path, collection: "items", url: URL(string: "\(server.baseURL)/v1/collections/items")!,
+            bundledSnapshot: dir.file("items.replica"))
+        #expect(try await reopened.record(id: "new") != nil)
+        #expect(await reopened.count == 200)
+        await server.stop()
+    }
+
+    @Test func aLocalWriteOnTheBundleCopiesItFirst() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        _ = try baked(dir, count: 20)
+        let bundle = try bytes(dir.file("items.replica"))
+        let path = dir.file("r.sqlite")
+        let replica = try DeltaSnapReplica(
+            path: path, collection: "items", url: URL(string: "http://127.0.0.1:9/v1/collections/items")!,
+            bundledSnapshot: dir.file("items.replica"), timeout: .seconds(2))
+        try await replica.patch(id: "r0000003", json: #"{"note":"offline"}"#)
+        #expect(FileManager.default.fileExists(atPath: path))
+        #expect(try await replica.record(id: "r0000003")?["note"] == .string("offline"))
+        #expect(try await replica.pendingWrites().count == 1)
+        #expect(try bytes(dir.file("items.replica")) == bundle)
+    }
+
+    @Test func anEmptyReplicaFileAdoptsTheBundleToo() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        _ = try baked(dir, count: 30)
+        let url = URL(string: "http://127.0.0.1:9/v1/collections/items")!
+        // An earlier start created the file but never got data.
+        _ = try DeltaSnapReplica(path: dir.file("r.sqlite"), collection: "items", url: url)
+        let replica = try DeltaSnapReplica(path: dir.file("r.sqlite"), collection: "items", url: url, bundledSnapshot: dir.file("items.replica"))
+        #expect(await replica.count == 30)
+        #expect(try await replica.verify())
+    }
+
+    @Test func aBundleOfAnotherCollectionOrWithoutMetadataIsRefused() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        _ = try baked(dir, count: 5)
+        let url = URL(string: "http://127.0.0.1:9/v1/collections/other")!
+        #expect(throws: BundledReplica.Unusable.self) {
+            _ = try DeltaSnapReplica(path: dir.file("other.sqlite"), collection: "other", url: url, bundledSnapshot: dir.file("items.replica"))
+        }
+        #expect(!FileManager.default.fileExists(atPath: dir.file("other.sqlite")))
+        // A replica an app synced is not a bundle: it names no collection.
+        let synced = try DeltaSnapReplica(
+            path: dir.file("synced.sqlite"), collection: "items", url: URL(string: "http://127.0.0.1:9/v1/collections/items")!,
+            bundledSnapshot: dir.file("items.snapshot"))
+        #expect(await synced.count == 5)
+        #expect(throws: BundledReplica.Unusable.self) { _ = try BundledReplica.inspect(dir.file("synced.sqlite")) }
+    }
+}

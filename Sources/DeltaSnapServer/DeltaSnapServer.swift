@@ -1,4 +1,5 @@
 import Hummingbird
+import HummingbirdCore
 import Logging
 
 /// Runs a DeltaSnap server: the routes of ``DeltaSnapService`` on Hummingbird, plus the
@@ -24,7 +25,11 @@ public struct DeltaSnapServer: Sendable {
         service.addRoutes(to: router)
         let app = Application(
             router: router,
-            server: .http1(configuration: .init(additionalChannelHandlers: service.channelHandlers(logger: logger))),
+            server: HTTPServerBuilder { [service, logger] responder in
+                PollingHTTP1Channel(
+                    http1: HTTP1Channel(responder: responder, configuration: .init(additionalChannelHandlers: service.channelHandlers(logger: logger))),
+                    service: service)
+            },
             configuration: .init(address: .hostname(host, port: port), serverName: nil),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) },
             logger: logger)

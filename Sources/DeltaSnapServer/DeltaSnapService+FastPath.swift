@@ -30,8 +30,9 @@ extension DeltaSnapService {
               path.hasPrefix(Self.collectionsPrefix)
         else { return nil }
         let name = String(path.utf8.dropFirst(Self.collectionsPrefix.utf8.count))!
-        guard CollectionName.isValid(name),
-              configuration.access.privateCollections.isEmpty || !configuration.access.privateCollections.contains(name),
+        // With any private collection the router checks every bearer token (a bad one is a
+        // 401 even on a public collection), so polls all go there.
+        guard CollectionName.isValid(name), configuration.access.privateCollections.isEmpty,
               request.headerFields[.connection] == nil,
               let served = heads[name]
         else { return nil }
@@ -63,5 +64,25 @@ extension DeltaSnapService {
         default:
             return nil
         }
+    }
+}
+
+extension DeltaSnapService {
+    /// The head to answer a poll read from raw bytes (``PollRequestHead``) with a `304`, or
+    /// nil when it is not answered `304` from memory alike on the router's path: the same
+    /// decision and metrics as ``fastAnswer(to:start:)``; ``RawPollHandler`` writes the
+    /// head's ``ServedHead/encodedNotModifiedHead`` with the same headers.
+    func rawNotModified(to poll: PollRequestHead, start: ContinuousClock.Instant) -> ServedHead? {
+        guard configuration.access.privateCollections.isEmpty, !configuration.logNotModified,
+              let served = heads[poll.collection]
+        else { return nil }
+        if poll.ifNoneMatch != served.validatorHeaders[.eTag] {
+            let decision = ServeDecision.decide(ConditionalRequest(ifNoneMatch: poll.ifNoneMatch, ifModifiedSince: nil), head: served.head) { _ in nil }
+            guard decision == .notModified else { return nil }
+        }
+        metrics.countOutcome(.notModified, since: start)
+        metrics.countResponse(route: Self.collectionRoute, status: 304)
+        metrics.countFastPathAnswer()
+        return served
     }
 }

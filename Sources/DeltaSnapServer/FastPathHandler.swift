@@ -95,8 +95,8 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 }
 
-/// The `Date` header's value, formatted once per second.
-private struct DateHeader {
+/// The `Date` header's value, formatted once per second (one per connection handler: no lock).
+struct DateHeader {
     private var second: Int64 = -1
     private var value = ""
 

@@ -8,6 +8,9 @@ struct ServedHead: Sendable {
     var head: CollectionHead
     /// `ETag`, `Last-Modified`, `Cache-Control` and `Vary`, ready to send.
     var validatorHeaders: HTTPFields
+    /// The status line and ``validatorHeaders`` of a `304`, encoded once per version for
+    /// ``RawPollHandler`` (which adds `Date`, maybe `X-Request-Id`, and the empty line).
+    var encodedNotModifiedHead: [UInt8]
 
     init(head: CollectionHead) {
         self.head = head
@@ -17,6 +20,11 @@ struct ServedHead: Sendable {
             .cacheControl: "no-cache",
             .vary: "Accept-Encoding, If-None-Match, If-Modified-Since",
         ]
+        var encoded = Array("HTTP/1.1 304 Not Modified\r\n".utf8)
+        for field in validatorHeaders {
+            encoded.append(contentsOf: "\(field.name.rawName): \(field.value)\r\n".utf8)
+        }
+        encodedNotModifiedHead = encoded
     }
 }
 

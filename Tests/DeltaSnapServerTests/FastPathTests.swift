@@ -1,9 +1,9 @@
 import DeltaSnapCore
-import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
 import Testing
+@testable import DeltaSnapServer
 
 /// Polls answered from memory before the router (a current token's 304, a cached delta)
 /// must be indistinguishable from the router's answers, keep responses in order on a
@@ -92,6 +92,58 @@ import Testing
             // Polls on an idle connection take the fast path again.
             #expect(try await get(server, "/v1/collections/items", ["If-None-Match": etag]).status == 304)
             #expect(try await fastPathAnswers(server) > before)
+        }
+    }
+
+    static let polls: [(String, PollRequestHead?)] = [
+        ("GET /v1/collections/items HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"a.1\"\r\n\r\n", PollRequestHead(collection: "items", ifNoneMatch: "\"a.1\"", requestID: nil)),
+        ("GET /v1/collections/items HTTP/1.1\r\nif-none-match:\t\"a.1\" \r\nX-Request-Id: r-1\r\nAccept-Encoding: gzip\r\n\r\n", PollRequestHead(collection: "items", ifNoneMatch: "\"a.1\"", requestID: "r-1")),
+        // Not a poll, or not one this parser is sure of: NIO's decoder gets it.
+        ("GET /v1/collections/items HTTP/1.1\r\nHost: x\r\n\r\n", nil),
+        ("HEAD /v1/collections/items HTTP/1.1\r\nIf-None-Match: \"a.1\"\r\n\r\n", nil),
+        ("GET /v1/collections/items?x=1 HTTP/1.1\r\nIf-None-Match: \"a.1\"\r\n\r\n", nil),
+        ("GET /v1/collections/Items HTTP/1.1\r\nIf-None-Match: \"a.1\"\r\n\r\n", nil),
+        ("GET /v1/collections/items HTTP/1.0\r\nIf-None-Match: \"a.1\"\r\n\r\n", nil),
+        ("GET /v1/collections/items HTTP/1.1\r\nIf-None-Match: \"a.1\"\r\nIf-None-Match: \"b.2\"\r\n\r\n", nil),
+        ("GET /v1/collections/items HTTP/1.1\r\nIf-None-Match: \"a.1\"\r\nConnection: close\r\n\r\n", nil),
+        ("GET /v1/collections/items HTTP/1.1\r\nIf-None-Match: \"a.1\"\r\nContent-Length: 0\r\n\r\n", nil),
+        ("GET /v1/collections/items HTTP/1.1\r\nIf-None-Match: \"a.1\"\r\nTransfer-Encoding: chunked\r\n\r\n", nil),
+        ("GET /v1/collections/items HTTP/1.1\r\nIf-None-Match: \"a.1\"\r\n folded\r\n\r\n", nil),
+        ("GET /v1/collections/items HTTP/1.1\nIf-None-Match: \"a.1\"\r\n\r\n", nil),
+        ("GET /v1/collections/items HTTP/1.1\r\nIf None Match: \"a.1\"\r\n\r\n", nil),
+        ("GET /v1/collections/items HTTP/1.1\r\nIf-None-Match: \"a\u{7F}1\"\r\n\r\n", nil),
+        ("GET /v1/collections/items HTTP/1.1\r\nIf-None-Match: \"é\"\r\n\r\n", nil),
+        ("GET /v1/collections/items HTTP/1.1\r\nIf-None-Match: \"a.1\"\r\n\r\nGET", nil),
+    ]
+
+    @Test(arguments: 0..<polls.count)
+    func onlyPlainPollsAreReadFromRawBytes(_ index: Int) {
+        let (text, expected) = Self.polls[index]
+        #expect(PollRequestHead.parse(Array(text.utf8)[...]) == expected, "\(text.debugDescription)")
+    }
+
+    @Test func rawPollsArePipelinedSplitAndHandedOnInOrder() async throws {
+        try await withServer { server, _ in
+            let etag = try #require(try await get(server, "/v1/collections/items").header("ETag"))
+            let poll = "GET /v1/collections/items HTTP/1.1\r\nHost: x\r\nIf-None-Match: \(etag)\r\n\r\n"
+            let full = "GET /v1/collections/items HTTP/1.1\r\nHost: x\r\n\r\n"
+            let statuses = try await offPool {
+                let client = try server.connect()
+                // Two polls in one segment, the third split in two, then a request for the
+                // router, then another poll: all answered, in order.
+                var answers = [try client.sendRaw(Array((poll + poll).utf8), method: "GET")?.status, try client.nextResponse().status]
+                let third = Array(poll.utf8)
+                answers.append(try client.sendRaw(Array(third[..<30]), method: "GET", awaitingResponse: false)?.status)
+                answers.append(try client.sendRaw(Array(third[30...]) + Array((full + poll).utf8), method: "GET")?.status)
+                answers.append(try client.nextResponse().status)
+                answers.append(try client.nextResponse().status)
+                return answers
+            }
+            #expect(statuses == [304, 304, nil, 304, 200, 304])
+            // A head that stops half-way, then the end of input: the decoder sees it and the
+            // server keeps serving.
+            _ = try await offPool { try server.connect().sendRaw(Array("GET /v1/collections/items HTTP/1.1\r\nHo".utf8), halfClose: true, method: "GET") }
+            #expect(try await get(server, "/v1/collections/items", ["If-None-Match": etag]).status == 304)
         }
     }
 

@@ -75,9 +75,14 @@ public final class RawHTTPClient {
 
     /// Sends `bytes` exactly as given (a hostile or broken request), optionally half-closes
     /// the connection, then reads one response; nil when the server closed without one.
-    public func sendRaw(_ bytes: [UInt8], halfClose: Bool = false, method: String = "POST") throws -> Response? {
+    public func sendRaw(_ bytes: [UInt8], halfClose: Bool = false, method: String = "POST", awaitingResponse: Bool = true) throws -> Response? {
         try send(bytes)
         if halfClose { shutdown(socket, Int32(SHUT_WR)) }
+        guard awaitingResponse else {
+            // Let the bytes leave as their own segment before anything else is sent.
+            usleep(50_000)
+            return nil
+        }
         do {
             return try readResponse(method: method)
         } catch let failure as Failure where failure.description.hasPrefix("connection closed") {

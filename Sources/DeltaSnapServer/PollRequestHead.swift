@@ -1,0 +1,107 @@
+import DeltaSnapCore
+
+/// The one request shape answered from raw bytes, before NIO's HTTP decoder: a poll,
+/// `GET /v1/collections/NAME HTTP/1.1` with exactly one `If-None-Match`, no body and no
+/// connection management. Anything else — another method, target or version, a header this
+/// parser does not let through, a byte HTTP does not allow where it stands — is not a poll
+/// (`parse` returns nil) and goes to NIO's decoder untouched, which refuses or accepts it as
+/// it always has.
+///
+/// Hand-written because it exists to skip the general parser: it accepts a strict subset of
+/// RFC 9112 (CRLF line ends only, no obs-fold, token header names) and nothing it is not
+/// sure of.
+///
+/// ```swift
+/// let head = PollRequestHead.parse(Array("GET /v1/collections/countries HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"t.1\"\r\n\r\n".utf8)[...])
+/// head?.collection    // "countries"
+/// head?.ifNoneMatch   // "\"t.1\""
+/// ```
+struct PollRequestHead: Equatable {
+    var collection: String
+    var ifNoneMatch: String
+    var requestID: String?
+
+    static let prefix = Array("GET /v1/collections/".utf8)
+    static let version = Array(" HTTP/1.1\r\n".utf8)
+    /// Header fields that change framing or the connection: their requests are the router's.
+    static let refused: Set<String> = ["connection", "content-length", "transfer-encoding", "upgrade", "expect", "te", "trailer"]
+
+    /// Parses one complete request head (through its empty line), or nil when it is not a
+    /// plain poll.
+    static func parse(_ bytes: ArraySlice<UInt8>) -> PollRequestHead? {
+        guard bytes.starts(with: prefix) else { return nil }
+        var index = bytes.startIndex + prefix.count
+        let nameStart = index
+        while index < bytes.endIndex, bytes[index] != UInt8(ascii: " ") { index += 1 }
+        guard index < bytes.endIndex else { return nil }
+        let name = String(decoding: bytes[nameStart..<index], as: UTF8.self)
+        guard CollectionName.isValid(name), bytes[index...].starts(with: version) else { return nil }
+        index += version.count
+
+        var ifNoneMatch: String?
+        var requestID: String?
+        while true {
+            guard let lineEnd = lineEnd(in: bytes, from: index) else { return nil }
+            if lineEnd == index { break }  // the empty line ends the head
+            guard let colon = bytes[index..<lineEnd].firstIndex(of: UInt8(ascii: ":")), colon > index,
+                  bytes[index..<colon].allSatisfy(isTokenByte)
+            else { return nil }
+            let fieldName = String(decoding: bytes[index..<colon], as: UTF8.self).lowercased()
+            var valueStart = colon + 1
+            var valueEnd = lineEnd
+            while valueStart < valueEnd, bytes[valueStart] == UInt8(ascii: " ") || bytes[valueStart] == UInt8(ascii: "\t") { valueStart += 1 }
+            while valueEnd > valueStart, bytes[valueEnd - 1] == UInt8(ascii: " ") || bytes[valueEnd - 1] == UInt8(ascii: "\t") { valueEnd -= 1 }
+            let value = bytes[valueStart..<valueEnd]
+            guard value.allSatisfy(isFieldValueByte) else { return nil }
+            switch fieldName {
+            case "if-none-match":
+                guard ifNoneMatch == nil else { return nil }
+                ifNoneMatch = String(decoding: value, as: UTF8.self)
+            case "x-request-id":
+                guard requestID == nil else { return nil }
+                requestID = String(decoding: value, as: UTF8.self)
+            case _ where refused.contains(fieldName):
+                return nil
+            default:
+                break
+            }
+            index = lineEnd + 2
+        }
+        guard let ifNoneMatch, index + 2 == bytes.endIndex else { return nil }
+        return PollRequestHead(collection: name, ifNoneMatch: ifNoneMatch, requestID: requestID)
+    }
+
+    /// The index of the CR of the CRLF ending the line that starts at `start`; nil for a
+    /// bare CR or LF, a control byte, or no line end.
+    private static func lineEnd(in bytes: ArraySlice<UInt8>, from start: Int) -> Int? {
+        var index = start
+        while index < bytes.endIndex {
+            switch bytes[index] {
+            case UInt8(ascii: "\r"):
+                return index + 1 < bytes.endIndex && bytes[index + 1] == UInt8(ascii: "\n") ? index : nil
+            case UInt8(ascii: "\n"):
+                return nil
+            default:
+                index += 1
+            }
+        }
+        return nil
+    }
+
+    /// RFC 9110 `tchar`.
+    private static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true
+        case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"),
+            UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
+            UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"): true
+        default: false
+        }
+    }
+
+    /// Visible ASCII, space and tab: RFC 9110 `field-vchar` without obs-text, which (like any
+    /// doubt) is left to NIO's parser. Every value read here is therefore exact ASCII.
+    private static func isFieldValueByte(_ byte: UInt8) -> Bool {
+        byte == UInt8(ascii: "\t") || (0x20...0x7E).contains(byte)
+    }
+}

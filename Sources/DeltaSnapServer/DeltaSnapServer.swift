@@ -28,7 +28,7 @@ public struct DeltaSnapServer: Sendable {
             server: HTTPServerBuilder { [service, logger] responder in
                 PollingHTTP1Channel(
                     http1: HTTP1Channel(responder: responder, configuration: .init(additionalChannelHandlers: service.channelHandlers(logger: logger))),
-                    service: service)
+                    service: service, requestLogger: logger)
             },
             configuration: .init(address: .hostname(host, port: port), serverName: nil),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) },

@@ -75,7 +75,8 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func write(_ answer: FastAnswer, to request: HTTPRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) {
         let clientsID = RequestIdentifier.echoed(request.headerFields[.xRequestID])
         switch answer {
-        case .notModified(var headers):
+        case .notModified(let served):
+            var headers = served.validatorHeaders
             headers[.date] = date.now()
             // As on the router's path: an unlogged 304 carries only the client's own id.
             if let clientsID { headers[.xRequestID] = clientsID }

@@ -20,6 +20,7 @@ struct PollRequestHead: Equatable {
     var collection: String
     var ifNoneMatch: String
     var requestID: String?
+    var acceptEncoding: [String] = []
 
     static let prefix = Array("GET /v1/collections/".utf8)
     static let version = Array(" HTTP/1.1\r\n".utf8)
@@ -40,6 +41,7 @@ struct PollRequestHead: Equatable {
 
         var ifNoneMatch: String?
         var requestID: String?
+        var acceptEncoding: [String] = []
         while true {
             guard let lineEnd = lineEnd(in: bytes, from: index) else { return nil }
             if lineEnd == index { break }  // the empty line ends the head
@@ -60,6 +62,8 @@ struct PollRequestHead: Equatable {
             case "x-request-id":
                 guard requestID == nil else { return nil }
                 requestID = String(decoding: value, as: UTF8.self)
+            case "accept-encoding":
+                acceptEncoding.append(String(decoding: value, as: UTF8.self))
             case _ where refused.contains(fieldName):
                 return nil
             default:
@@ -68,7 +72,7 @@ struct PollRequestHead: Equatable {
             index = lineEnd + 2
         }
         guard let ifNoneMatch, index + 2 == bytes.endIndex else { return nil }
-        return PollRequestHead(collection: name, ifNoneMatch: ifNoneMatch, requestID: requestID)
+        return PollRequestHead(collection: name, ifNoneMatch: ifNoneMatch, requestID: requestID, acceptEncoding: acceptEncoding)
     }
 
     /// The index of the CR of the CRLF ending the line that starts at `start`; nil for a

@@ -4,13 +4,14 @@ import HummingbirdCore
 import Logging
 import NIOCore
 
-/// The first handler of a connection: answers polls whose token is current with a `304`
-/// straight from the request bytes, before NIO's HTTP decoder, its conversion to
+/// The first handler of a connection: answers polls from memory — a current token's `304`,
+/// an older token's cached delta — straight from the request bytes, before NIO's HTTP decoder, its conversion to
 /// swift-http-types and its response encoder — which are most of a 304's cost once the
 /// router is out of the way (docs/BENCHMARKS.md, "Speed round").
 ///
 /// Only while the connection has sent nothing else: at the first request that is not a
-/// plain poll answered `304` (``PollRequestHead``, ``DeltaSnapService/rawNotModified(to:start:)``)
+/// plain poll answered from memory (``PollRequestHead``,
+/// ``DeltaSnapService/answerFromMemory(collection:ifNoneMatch:acceptEncoding:allowsBody:start:)``)
 /// the handler hands that request's bytes, and every later byte, to the decoder and steps
 /// aside for good. Responses therefore never overtake each other, and whatever it does not
 /// answer reaches the rest of the server exactly as sent.
@@ -23,14 +24,16 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     static let maximumHeadBytes = 4096
 
     private let service: DeltaSnapService
+    private let logger: Logger
     private var steppedAside = false
     /// The start of a request whose head has not fully arrived.
     private var partial: ByteBuffer?
     private var needsFlush = false
     private var date = DateHeader()
 
-    init(service: DeltaSnapService) {
+    init(service: DeltaSnapService, logger: Logger) {
         self.service = service
+        self.logger = logger
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -50,10 +53,15 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
             }
             guard length <= Self.maximumHeadBytes,
                   let poll = buffer.withUnsafeReadableBytes({ PollRequestHead.parse(Array($0.prefix(length))[...]) }),
-                  let served = service.rawNotModified(to: poll, start: start)
+                  let answer = service.answerFromMemory(
+                      collection: poll.collection, ifNoneMatch: poll.ifNoneMatch, acceptEncoding: poll.acceptEncoding, allowsBody: true, start: start)
             else { return stepAside(context: context, with: buffer) }
             buffer.moveReaderIndex(forwardBy: length)
-            context.write(wrapOutboundOut(notModified(served, requestID: poll.requestID, allocator: context.channel.allocator)), promise: nil)
+            let response = switch answer {
+            case .notModified(let served): notModified(served, requestID: poll.requestID, allocator: context.channel.allocator)
+            case .delta(let headers, let body): delta(headers, body, poll: poll, start: start, allocator: context.channel.allocator)
+            }
+            context.write(wrapOutboundOut(response), promise: nil)
             needsFlush = true
         }
     }
@@ -77,6 +85,26 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     /// The 304 the router's path would send: the head's validators, `Date`, then the
     /// client's own request id if it sent a safe one.
+    /// A cached delta as the router's path sends it (`Date`, then the request id, which a
+    /// body answer always carries), logged as the router logs it.
+    private func delta(_ headers: HTTPFields, _ body: ByteBuffer, poll: PollRequestHead, start: ContinuousClock.Instant, allocator: ByteBufferAllocator) -> ByteBuffer {
+        let requestID = RequestIdentifier.echoed(poll.requestID) ?? RequestID().description
+        var out = allocator.buffer(capacity: body.readableBytes + 512)
+        out.writeString("HTTP/1.1 200 OK\r\n")
+        for field in headers {
+            out.writeString(field.name.rawName)
+            out.writeString(": ")
+            out.writeString(field.value)
+            out.writeString("\r\n")
+        }
+        out.writeString("Date: \(date.now())\r\nX-Request-Id: \(requestID)\r\n\r\n")
+        out.writeImmutableBuffer(body)
+        RequestLog.write(
+            to: logger, requestID: requestID, method: .get, path: "/v1/collections/\(poll.collection)",
+            status: .ok, since: start, bytes: body.readableBytes)
+        return out
+    }
+
     private func notModified(_ served: ServedHead, requestID: String?, allocator: ByteBufferAllocator) -> ByteBuffer {
         var out = allocator.buffer(capacity: served.encodedNotModifiedHead.count + 96)
         out.writeBytes(served.encodedNotModifiedHead)
@@ -129,10 +157,12 @@ struct PollingHTTP1Channel: ServerChildChannel {
 
     let http1: HTTP1Channel
     let service: DeltaSnapService
+    /// The server's logger, for the request log lines of the answers given here.
+    let requestLogger: Logger
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         http1.setup(channel: channel, logger: logger).flatMapThrowing { value in
-            try channel.pipeline.syncOperations.addHandler(RawPollHandler(service: service), position: .first)
+            try channel.pipeline.syncOperations.addHandler(RawPollHandler(service: service, logger: requestLogger), position: .first)
             return value
         }
     }

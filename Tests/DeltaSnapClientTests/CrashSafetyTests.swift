@@ -40,10 +40,12 @@ import Glibc
         var attempt = 0
         // Until 20 pulls were killed mid-way; every fifth pull runs to the end, so the new
         // state is always reached too (load on the machine makes pull times vary widely).
-        while kills < 20 && attempt < 200 {
+        while kills < 20 && attempt < 300 {
             attempt += 1
             let url = urls[attempt % 2]
-            let delay = attempt % 5 == 0 ? nil : Double.random(in: 0.01...(pullSeconds * 1.1))
+            // Up to 0.8× a whole pull: process start-up is part of it, and a kill after the
+            // end would not test anything.
+            let delay = attempt % 5 == 0 ? nil : Double.random(in: 0.01...max(0.02, pullSeconds * 0.8))
             let killed = try await offPool { try Self.runAndKill(["pull", "--url", url, "--replica", replica], after: delay, environment: environment) }
             if killed { kills += 1 } else { completed += 1 }
 

@@ -97,7 +97,7 @@ import Testing
 
     static let polls: [(String, PollRequestHead?)] = [
         ("GET /v1/collections/items HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"a.1\"\r\n\r\n", PollRequestHead(collection: "items", ifNoneMatch: "\"a.1\"", requestID: nil)),
-        ("GET /v1/collections/items HTTP/1.1\r\nif-none-match:\t\"a.1\" \r\nX-Request-Id: r-1\r\nAccept-Encoding: gzip\r\n\r\n", PollRequestHead(collection: "items", ifNoneMatch: "\"a.1\"", requestID: "r-1")),
+        ("GET /v1/collections/items HTTP/1.1\r\nif-none-match:\t\"a.1\" \r\nX-Request-Id: r-1\r\nAccept-Encoding: gzip\r\n\r\n", PollRequestHead(collection: "items", ifNoneMatch: "\"a.1\"", requestID: "r-1", acceptEncoding: ["gzip"])),
         // Not a poll, or not one this parser is sure of: NIO's decoder gets it.
         ("GET /v1/collections/items HTTP/1.1\r\nHost: x\r\n\r\n", nil),
         ("HEAD /v1/collections/items HTTP/1.1\r\nIf-None-Match: \"a.1\"\r\n\r\n", nil),

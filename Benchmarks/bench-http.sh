@@ -7,8 +7,9 @@
 #
 # Cases: (a) 304 with the current validator, (b) a 12-change delta (vs nginx's 304), (c) the full
 # gzip body (deltasnap's cached body vs nginx sending the baked .snapshot file, same bytes).
-# nginx runs with worker_processes 1 (one core for nginx, one for wrk; deltasnap gets the same
-# machine and uses as many threads as it likes). Everything started here is stopped by PID on exit.
+# nginx runs with worker_processes auto (one worker per core, as deployed; NGINX_WORKERS=1 for
+# the older single-worker reference); deltasnap uses one event loop per core. wrk shares the
+# same cores. Everything started here is stopped by PID on exit.
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/bench-common.sh"

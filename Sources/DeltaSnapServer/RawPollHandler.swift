@@ -149,25 +149,3 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
         context.fireChannelRead(wrapInboundOut(buffer))
     }
 }
-
-/// Hummingbird's HTTP/1.1 child channel with ``RawPollHandler`` put in front of its HTTP
-/// codec (Hummingbird's own `additionalChannelHandlers` go behind it).
-struct PollingHTTP1Channel: ServerChildChannel {
-    typealias Value = HTTP1Channel.Value
-
-    let http1: HTTP1Channel
-    let service: DeltaSnapService
-    /// The server's logger, for the request log lines of the answers given here.
-    let requestLogger: Logger
-
-    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        http1.setup(channel: channel, logger: logger).flatMapThrowing { value in
-            try channel.pipeline.syncOperations.addHandler(RawPollHandler(service: service, logger: requestLogger), position: .first)
-            return value
-        }
-    }
-
-    func handle(value: Value, logger: Logger) async {
-        await http1.handle(value: value, logger: logger)
-    }
-}

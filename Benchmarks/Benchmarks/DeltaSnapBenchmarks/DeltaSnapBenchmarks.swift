@@ -331,58 +331,33 @@ let benchmarks: @Sendable () -> Void = {
         }
     }
 
-    // MARK: Bundled first start (100k): open + load the bundled snapshot + first read
+    // MARK: Bundled first start: open + load the bundled snapshot (or open the baked replica in place) + first read
 
-    Benchmark(
-        "Bundled first start, 100k records",
-        configuration: .init(
-            metrics: [.wallClock, .peakMemoryResident],
-            warmupIterations: 1,
-            maxDuration: .seconds(10),
-            maxIterations: 5,
-            setup: {
-                try fixtures.makeRoot("first-start")
-                let storePath = fixtures.path("store.sqlite")
-                try buildStore(at: storePath, count: 100_000)
-                let store = try Store(path: storePath)
-                try Baker.bake(store: store, collection: collection, into: fixtures.path("snapshots"))
-                fixtures.snapshotPath = fixtures.path("snapshots/\(collection).snapshot")
-                removeSQLite(storePath)
-            },
-            teardown: { fixtures.removeAll() }
-        )
-    ) { benchmark in
-        let path = fixtures.nextPath("replica.sqlite")
-        benchmark.startMeasurement()
-        let replica = try DeltaSnapReplica(
-            path: path, collection: collection,
-            url: URL(string: "http://127.0.0.1:9/v1/collections/\(collection)")!,
-            bundledSnapshot: fixtures.snapshotPath)
-        let first = try await replica.recordBytes(id: SyntheticRecords.id(4_242))
-        benchmark.stopMeasurement()
-        let held = await replica.count
-        precondition(first != nil && held == 100_000)
-        removeSQLite(path)
-    }
-
-    // MARK: Bundled first start from a baked replica (`bake --replica`): open in place + first read
-
-    for (label, count) in [("1k", 1_000), ("1M", 1_000_000)] {
+    let firstStarts: [(name: String, count: Int, replica: Bool, iterations: Int)] = [
+        ("Bundled first start, 100k records", 100_000, false, 5),
+        ("Bundled first start from a replica, 1k records", 1_000, true, 20),
+        ("Bundled first start from a replica, 1M records", 1_000_000, true, 20),
+    ]
+    for (name, count, replica, iterations) in firstStarts {
         Benchmark(
-            "Bundled first start from a replica, \(label) records",
+            name,
             configuration: .init(
                 metrics: [.wallClock, .peakMemoryResident, .peakMemoryResidentDelta],
                 warmupIterations: 1,
                 maxDuration: .seconds(10),
-                maxIterations: 20,
+                maxIterations: iterations,
                 setup: {
-                    try fixtures.makeRoot("first-start-replica-\(label)")
+                    try fixtures.makeRoot("first-start-\(count)-\(replica)")
                     let storePath = fixtures.path("store.sqlite")
                     try buildStore(at: storePath, count: count)
                     let store = try Store(path: storePath)
                     try Baker.bake(store: store, collection: collection, into: fixtures.path("snapshots"))
-                    fixtures.snapshotPath = fixtures.path("snapshots/\(collection).replica")
-                    try BundledReplica.bake(snapshot: fixtures.path("snapshots/\(collection).snapshot"), collection: collection, to: fixtures.snapshotPath)
+                    fixtures.snapshotPath = fixtures.path("snapshots/\(collection).snapshot")
+                    if replica {
+                        let baked = fixtures.path("snapshots/\(collection).replica")
+                        try BundledReplica.bake(snapshot: fixtures.snapshotPath, collection: collection, to: baked)
+                        fixtures.snapshotPath = baked
+                    }
                     removeSQLite(storePath)
                 },
                 teardown: { fixtures.removeAll() }
@@ -390,13 +365,13 @@ let benchmarks: @Sendable () -> Void = {
         ) { benchmark in
             let path = fixtures.nextPath("replica.sqlite")
             benchmark.startMeasurement()
-            let replica = try DeltaSnapReplica(
+            let opened = try DeltaSnapReplica(
                 path: path, collection: collection,
                 url: URL(string: "http://127.0.0.1:9/v1/collections/\(collection)")!,
                 bundledSnapshot: fixtures.snapshotPath)
-            let first = try await replica.recordBytes(id: SyntheticRecords.id(count / 2))
+            let first = try await opened.recordBytes(id: SyntheticRecords.id(count / 2))
             benchmark.stopMeasurement()
-            let held = await replica.count
+            let held = await opened.count
             precondition(first != nil && held == count, "replica holds \(held) of \(count)")
             removeSQLite(path)
         }

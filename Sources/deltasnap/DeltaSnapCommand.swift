@@ -17,7 +17,8 @@ struct DeltaSnapCommand: AsyncParsableCommand {
             """,
         subcommands: [
             ImportCommand.self, ExportCommand.self, BakeCommand.self, InspectCommand.self, ServeCommand.self, PullCommand.self, DumpCommand.self,
-            LocalCommand.self, SyncCommand.self, PendingCommand.self, HistoryCommand.self, TokenCommand.self, GenerateCommand.self,
+            CompactCommand.self, LocalCommand.self, SyncCommand.self, PendingCommand.self, HistoryCommand.self, TokenCommand.self,
+            GenerateCommand.self,
         ]
     )
 }

@@ -1,0 +1,60 @@
+import ArgumentParser
+import DeltaSnapStore
+import Foundation
+
+struct CompactCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "compact",
+        abstract: "Drop old tombstones and raise the collection's floor: tokens below it get a full body.",
+        discussion: """
+            Hidden records pile up until compacted. Compaction deletes the tombstones of the
+            versions it covers and raises the floor to the last of them; a client whose token
+            is below the floor may have missed a delete, so every path answers it with a full
+            body (never a delta). Clients at or above the floor keep getting deltas.
+
+              --keep-versions N    keep deltas for tokens of the last N versions
+              --older-than DAYS    compact every version committed more than DAYS days ago
+
+            A running `deltasnap serve` on the same store picks the new floor up within 100 ms.
+            """
+    )
+
+    @Option(name: .long, help: "Path of the SQLite store.")
+    var db: String
+
+    @Option(name: .long, help: "Collection name.")
+    var collection: String
+
+    @Option(name: .long, help: "Keep deltas for tokens of the last N versions.")
+    var keepVersions: Int?
+
+    @Option(name: .long, help: "Compact the versions committed more than DAYS days ago.")
+    var olderThan: Double?
+
+    func validate() throws {
+        guard (keepVersions == nil) != (olderThan == nil) else { throw ValidationError("give exactly one of --keep-versions N and --older-than DAYS") }
+        if let keepVersions, keepVersions < 0 { throw ValidationError("--keep-versions must be 0 or more") }
+        if let olderThan, !(olderThan >= 0) { throw ValidationError("--older-than must be 0 or more days") }
+    }
+
+    func run() async throws {
+        try await reportingErrors {
+            let store = try Store(path: db)
+            guard let head = try store.head(of: collection) else { throw StoreError.unknownCollection(collection) }
+            let target: UInt64
+            if let keepVersions {
+                target = head.version > UInt64(keepVersions) ? head.version - UInt64(keepVersions) : 0
+            } else {
+                let cutoff = Int64(Date().timeIntervalSince1970 - (olderThan ?? 0) * 86_400)
+                let firstKept = try store.read { try $0.firstVersion(in: collection, committedAtOrAfter: cutoff) }
+                target = (firstKept ?? head.version + 1) - 1
+            }
+            guard target > head.floor else {
+                print("\(collection): nothing to compact (floor stays at version \(head.floor), head is version \(head.version))")
+                return
+            }
+            let removed = try store.compact(collection, throughVersion: target)
+            print("\(collection): floor raised from version \(head.floor) to \(target); \(removed) tombstone\(removed == 1 ? "" : "s") removed; tokens below version \(target) now get a full body")
+        }
+    }
+}

@@ -1,0 +1,106 @@
+import DeltaSnapClient
+import DeltaSnapCore
+import DeltaSnapServer
+import DeltaSnapStore
+import DeltaSnapTestSupport
+import Foundation
+import Testing
+
+/// `deltasnap compact`: tombstones go, the floor rises, and a client that slept past it gets
+/// a full body on every path — never a delta that silently misses a delete, cached or not.
+@Suite struct CompactionTests {
+    func dump(_ path: String) throws -> String {
+        var out: [UInt8] = []
+        try ReplicaDump.dump(path: path) { out.append(contentsOf: $0) }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    func kind(_ response: RawHTTPClient.Response) throws -> BodyKind {
+        try BodyReader(bytes: try response.decodedBody()).readHeader().kind
+    }
+
+    @Test func aClientBelowTheFloorGetsAFullBodyAndConverges() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let db = dir.file("s.sqlite")
+        let store = try Store(path: db)
+        try Fixtures.importText(Fixtures.ndjson(0..<10), into: store, collection: "items")
+        let server = try await TestServer.start(databasePath: db)
+        let url = URL(string: "\(server.baseURL)/v1/collections/items")!
+        let sleeper = try DeltaSnapReplica(path: dir.file("sleeper.sqlite"), collection: "items", url: url)
+        #expect(await sleeper.sync().name == "full")
+        let oldETag = try #require(await sleeper.currentState.etag)
+
+        try Fixtures.importText(#"{"id":"r0000002","hidden":true}"#, into: store, collection: "items")
+        try Fixtures.importText(#"{"id":"r0000003","v":3}"#, into: store, collection: "items")
+        try await waitForToken(server, store)
+        let recent = try DeltaSnapReplica(path: dir.file("recent.sqlite"), collection: "items", url: url)
+        #expect(await recent.sync().name == "full")
+        try Fixtures.importText(#"{"id":"r0000004","hidden":true}"#, into: store, collection: "items")
+        try await waitForToken(server, store)
+
+        // Before compaction the sleeper's token gets a delta, which the server now caches.
+        for _ in 0..<2 {
+            let delta = try await offPool { try server.connect().request("GET", "/v1/collections/items", headers: ["If-None-Match": oldETag, "Accept-Encoding": "gzip"]) }
+            #expect(try delta.status == 200 && kind(delta) == .delta)
+        }
+
+        let compact = try CLI.run(["compact", "--db", db, "--collection", "items", "--keep-versions", "1"])
+        #expect(compact.status == 0, "\(compact.stderr)")
+        #expect(compact.stdout == "items: floor raised from version 0 to 3; 1 tombstone removed; tokens below version 3 now get a full body\n")
+        #expect(try store.head(of: "items")?.floor == 3)
+
+        // Every path — raw bytes, after NIO's decoder, the router — answers below the floor
+        // with a full body, even though the old delta is still in the cache.
+        var answered: BodyKind?
+        for _ in 0..<100 {
+            let response = try await offPool { try server.connect().request("GET", "/v1/collections/items", headers: ["If-None-Match": oldETag, "Accept-Encoding": "gzip"]) }
+            answered = try kind(response)
+            if answered == .full { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(answered == .full)
+        let routed = try await offPool { try server.connect().request("GET", "/v1/collections/items?via=router", headers: ["If-None-Match": oldETag]) }
+        #expect(try kind(routed) == .full)
+
+        // Both clients converge on the server's state.
+        #expect(await sleeper.sync().name == "full")
+        #expect(await recent.sync().name == "delta")
+        let export = try Fixtures.export(store, "items")
+        #expect(try dump(dir.file("sleeper.sqlite")) == export)
+        #expect(try dump(dir.file("recent.sqlite")) == export)
+        #expect(try await sleeper.verify())
+        #expect(try await recent.verify())
+        await server.stop()
+    }
+
+    @Test func theVerbSaysWhatItDidAndRefusesWhatItCannot() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let db = dir.file("s.sqlite")
+        let store = try Store(path: db)
+        try Fixtures.importText(Fixtures.ndjson(0..<3), into: store, collection: "items")
+        try Fixtures.importText(#"{"id":"r0000001","hidden":true}"#, into: store, collection: "items")
+
+        // Everything here is minutes old: nothing is older than a day.
+        let recent = try CLI.run(["compact", "--db", db, "--collection", "items", "--older-than", "1"])
+        #expect(recent.status == 0 && recent.stdout.contains("nothing to compact"), "\(recent.stdout)\(recent.stderr)")
+        #expect(try store.head(of: "items")?.floor == 0)
+
+        for arguments in [
+            ["--collection", "items"],
+            ["--collection", "items", "--keep-versions", "1", "--older-than", "2"],
+            ["--collection", "items", "--keep-versions", "-1"],
+        ] {
+            let refused = try CLI.run(["compact", "--db", db] + arguments)
+            #expect(refused.status != 0, "\(arguments)")
+            #expect(!refused.stderr.isEmpty, "\(arguments)")
+        }
+        let unknown = try CLI.run(["compact", "--db", db, "--collection", "nope", "--keep-versions", "1"])
+        #expect(unknown.status == 1 && unknown.stderr.contains("does not exist") && unknown.stderr.split(separator: "\n").count == 1)
+
+        let all = try CLI.run(["compact", "--db", db, "--collection", "items", "--keep-versions", "0"])
+        #expect(all.status == 0 && all.stdout.contains("to 2; 1 tombstone removed"), "\(all.stdout)")
+        #expect(try Fixtures.export(store, "items") == Fixtures.export(try Store(path: db), "items"))
+    }
+}

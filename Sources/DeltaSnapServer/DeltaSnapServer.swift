@@ -35,6 +35,9 @@ public struct DeltaSnapServer: Sendable {
             logger: logger)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await service.watchForChanges() }
+            if let schedule = service.configuration.compaction {
+                group.addTask { [logger] in await service.runCompaction(schedule, logger: logger) }
+            }
             group.addTask {
                 if handleSignals { try await app.runService() } else { try await app.run() }
             }

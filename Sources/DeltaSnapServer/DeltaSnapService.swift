@@ -27,12 +27,14 @@ public struct DeltaSnapServerConfiguration: Sendable {
     /// Whether the one-line request log includes `304 Not Modified` answers (most of the
     /// traffic, and no news); every other answer is logged at `info`.
     public var logNotModified: Bool
+    /// Compaction run by the server on a schedule; nil leaves it to `deltasnap compact`.
+    public var compaction: CompactionSchedule?
 
     public init(
         databasePath: String, writeToken: String? = nil, maximumWriteBodyBytes: Int = 32 * 1024 * 1024,
         fullBodyCacheMaximumRecords: Int = 100_000, changePollInterval: Duration = .milliseconds(100),
         access: AccessPolicy = AccessPolicy(), maximumPushBodyBytes: Int = 1024 * 1024, pushRetention: PushRetention = PushRetention(),
-        logNotModified: Bool = false
+        logNotModified: Bool = false, compaction: CompactionSchedule? = nil
     ) {
         self.databasePath = databasePath
         self.writeToken = writeToken
@@ -43,6 +45,7 @@ public struct DeltaSnapServerConfiguration: Sendable {
         self.maximumPushBodyBytes = maximumPushBodyBytes
         self.pushRetention = pushRetention
         self.logNotModified = logNotModified
+        self.compaction = compaction
     }
 }
 

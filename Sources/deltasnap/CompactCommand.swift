@@ -40,21 +40,14 @@ struct CompactCommand: AsyncParsableCommand {
     func run() async throws {
         try await reportingErrors {
             let store = try Store(path: db)
-            guard let head = try store.head(of: collection) else { throw StoreError.unknownCollection(collection) }
-            let target: UInt64
-            if let keepVersions {
-                target = head.version > UInt64(keepVersions) ? head.version - UInt64(keepVersions) : 0
-            } else {
-                let cutoff = Int64(Date().timeIntervalSince1970 - (olderThan ?? 0) * 86_400)
-                let firstKept = try store.read { try $0.firstVersion(in: collection, committedAtOrAfter: cutoff) }
-                target = (firstKept ?? head.version + 1) - 1
-            }
-            guard target > head.floor else {
-                print("\(collection): nothing to compact (floor stays at version \(head.floor), head is version \(head.version))")
+            let policy: CompactionPolicy = keepVersions.map { .keepVersions(UInt64($0)) } ?? .olderThan(seconds: Int64((olderThan ?? 0) * 86_400))
+            guard let result = try store.compact(collection, policy: policy) else {
+                let head = try store.head(of: collection)
+                print("\(collection): nothing to compact (floor stays at version \(head?.floor ?? 0), head is version \(head?.version ?? 0))")
                 return
             }
-            let removed = try store.compact(collection, throughVersion: target)
-            print("\(collection): floor raised from version \(head.floor) to \(target); \(removed) tombstone\(removed == 1 ? "" : "s") removed; tokens below version \(target) now get a full body")
+            let removed = result.tombstonesRemoved
+            print("\(collection): floor raised from version \(result.previousFloor) to \(result.floor); \(removed) tombstone\(removed == 1 ? "" : "s") removed; tokens below version \(result.floor) now get a full body")
         }
     }
 }

@@ -66,11 +66,30 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(name: .long, help: "Log 304 Not Modified answers too (most of the traffic; off by default).")
     var logNotModified = false
 
+    @Option(name: .long, help: "Compact every collection on a schedule, keeping deltas for the last N versions.")
+    var compactKeepVersions: Int?
+
+    @Option(name: .long, help: "Compact every collection on a schedule, dropping tombstones of versions older than DAYS days.")
+    var compactOlderThan: Double?
+
+    @Option(name: .long, help: "Minutes between scheduled compactions (with --compact-keep-versions or --compact-older-than).")
+    var compactEvery: Double = 60
+
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical") }
         guard maxBodyBytes > 0 else { throw ValidationError("--max-body-bytes must be positive") }
         guard retentionDays > 0 else { throw ValidationError("--retention-days must be positive") }
+        guard compactKeepVersions == nil || compactOlderThan == nil else { throw ValidationError("give at most one of --compact-keep-versions and --compact-older-than") }
+        if let compactKeepVersions, compactKeepVersions < 0 { throw ValidationError("--compact-keep-versions must be 0 or more") }
+        if let compactOlderThan, !(compactOlderThan >= 0) { throw ValidationError("--compact-older-than must be 0 or more days") }
+        guard compactEvery > 0 else { throw ValidationError("--compact-every must be positive") }
+    }
+
+    private var compactionSchedule: CompactionSchedule? {
+        let policy: CompactionPolicy? = compactKeepVersions.map { .keepVersions(UInt64($0)) }
+            ?? compactOlderThan.map { .olderThan(seconds: Int64($0 * 86_400)) }
+        return policy.map { CompactionSchedule(policy: $0, interval: .milliseconds(Int(compactEvery * 60_000))) }
     }
 
     func run() async throws {
@@ -90,7 +109,8 @@ struct ServeCommand: AsyncParsableCommand {
             let server = try DeltaSnapServer(
                 configuration: .init(
                     databasePath: db, writeToken: token, maximumWriteBodyBytes: maxBodyBytes, access: access,
-                    pushRetention: PushRetention(results: retention, history: retention), logNotModified: logNotModified),
+                    pushRetention: PushRetention(results: retention, history: retention), logNotModified: logNotModified,
+                    compaction: compactionSchedule),
                 logger: logger)
             // Anything else in the process that reports through swift-metrics lands on the same /metrics.
             MetricsSystem.bootstrap(server.service.metrics.factory)

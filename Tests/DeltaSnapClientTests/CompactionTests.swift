@@ -74,6 +74,33 @@ import Testing
         await server.stop()
     }
 
+    @Test func theServerCompactsOnItsSchedule() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let db = dir.file("s.sqlite")
+        let store = try Store(path: db)
+        try Fixtures.importText(Fixtures.ndjson(0..<5), into: store, collection: "items")
+        let server = try await TestServer.start(
+            databasePath: db, compaction: CompactionSchedule(policy: .keepVersions(1), interval: .milliseconds(50)))
+        let oldETag = try #require(try await offPool { try server.connect().request("GET", "/v1/collections/items") }.header("ETag"))
+        try Fixtures.importText(#"{"id":"r0000001","hidden":true}"#, into: store, collection: "items")
+        try Fixtures.importText(#"{"id":"r0000002","hidden":true}"#, into: store, collection: "items")
+        var floor: UInt64 = 0
+        for _ in 0..<100 where floor < 2 {
+            try await Task.sleep(for: .milliseconds(20))
+            floor = try store.head(of: "items")?.floor ?? 0
+        }
+        #expect(floor == 2)
+        var kind: BodyKind?
+        for _ in 0..<100 where kind != .full {
+            let response = try await offPool { try server.connect().request("GET", "/v1/collections/items", headers: ["If-None-Match": oldETag]) }
+            kind = try self.kind(response)
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(kind == .full)
+        await server.stop()
+    }
+
     @Test func theVerbSaysWhatItDidAndRefusesWhatItCannot() throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }

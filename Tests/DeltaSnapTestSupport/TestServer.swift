@@ -15,7 +15,8 @@ public final class TestServer: Sendable {
     public static func start(
         databasePath: String, writeToken: String? = TestServer.writeToken,
         maximumWriteBodyBytes: Int = 1024 * 1024, fullBodyCacheMaximumRecords: Int = 100_000,
-        access: AccessPolicy = AccessPolicy(), logNotModified: Bool = false, logger: Logger? = nil
+        access: AccessPolicy = AccessPolicy(), logNotModified: Bool = false, logger: Logger? = nil,
+        compaction: CompactionSchedule? = nil
     ) async throws -> TestServer {
         let logger = logger ?? {
             var quiet = Logger(label: "test-server")
@@ -26,7 +27,7 @@ public final class TestServer: Sendable {
             configuration: .init(
                 databasePath: databasePath, writeToken: writeToken, maximumWriteBodyBytes: maximumWriteBodyBytes,
                 fullBodyCacheMaximumRecords: fullBodyCacheMaximumRecords, changePollInterval: .milliseconds(20),
-                access: access, logNotModified: logNotModified),
+                access: access, logNotModified: logNotModified, compaction: compaction),
             logger: logger)
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let task = Task {

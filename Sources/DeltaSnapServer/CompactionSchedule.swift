@@ -1,0 +1,46 @@
+import DeltaSnapStore
+import Logging
+
+/// Compaction the server runs by itself: every `interval`, every collection, as far as
+/// `policy` allows (`serve --compact-keep-versions N` or `--compact-older-than DAYS`).
+///
+/// ```swift
+/// var configuration = DeltaSnapServerConfiguration(databasePath: "deltasnap.sqlite")
+/// configuration.compaction = CompactionSchedule(policy: .keepVersions(1_000), interval: .seconds(3_600))
+/// ```
+public struct CompactionSchedule: Sendable {
+    public var policy: CompactionPolicy
+    public var interval: Duration
+
+    public init(policy: CompactionPolicy, interval: Duration = .seconds(3_600)) {
+        self.policy = policy
+        self.interval = interval
+    }
+}
+
+extension DeltaSnapService {
+    /// Compacts every collection on `schedule` until cancelled; each compaction is logged.
+    /// The new floors reach the heads through the change watcher (another connection's
+    /// commit), so no poll is answered from a floor older than the store's for long.
+    public func runCompaction(_ schedule: CompactionSchedule, logger: Logger) async {
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: schedule.interval)
+            } catch {
+                return
+            }
+            for served in heads.all {
+                let name = served.head.name
+                do {
+                    guard let result = try writer.withStore({ try $0.compact(name, policy: schedule.policy) }) else { continue }
+                    logger.info("compacted", metadata: [
+                        "collection": .string(name), "floor": .stringConvertible(result.floor),
+                        "previous_floor": .stringConvertible(result.previousFloor), "tombstones_removed": .stringConvertible(result.tombstonesRemoved),
+                    ])
+                } catch {
+                    logger.error("compaction failed", metadata: ["collection": .string(name), "error": "\(error)"])
+                }
+            }
+        }
+    }
+}

@@ -118,6 +118,18 @@ public actor DeltaSnapReplica {
     /// sorted by id.
     public func forEachRecord(_ body: (UnsafeRawBufferPointer) throws -> Void) throws { try storage.forEachRecord(body) }
 
+    /// The records `query` selects, as the app sees them (pending writes included), in its
+    /// order. See ``ReplicaQuery``.
+    public func query(_ query: ReplicaQuery) throws -> [JSONValue] {
+        var results: [JSONValue] = []
+        try storage.query(query) { results.append(try JSONReader(bytes: Array($0)).readValue()) }
+        return results
+    }
+
+    /// Indexes `field` (a dotted path, e.g. `owner.email`) so queries filtering or ordering on
+    /// it take milliseconds on a million records. Idempotent; indexes live in the replica file.
+    public func createIndex(on field: String) throws { try storage.createIndex(on: field) }
+
     /// Visible records as the app sees them (pending writes included).
     public var count: Int { (try? storage.localCount(serverCount: state.count)) ?? state.count }
     /// Visible records in the last verified server state.

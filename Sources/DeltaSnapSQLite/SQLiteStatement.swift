@@ -30,6 +30,7 @@ public final class SQLiteStatement {
     public func bind(_ index: Int32, _ value: Int) throws { try bind(index, Int64(value)) }
     public func bind(_ index: Int32, _ value: UInt64) throws { try bind(index, Int64(bitPattern: value)) }
     public func bind(_ index: Int32, _ value: Bool) throws { try bind(index, Int64(value ? 1 : 0)) }
+    public func bind(_ index: Int32, _ value: Double) throws { try check(sqlite3_bind_double(handle, index, value)) }
     public func bind(_ index: Int32, _ value: String) throws {
         try check(sqlite3_bind_text(handle, index, value, -1, Self.transient))
     }

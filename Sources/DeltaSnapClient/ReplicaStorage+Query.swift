@@ -1,0 +1,82 @@
+import DeltaSnapCore
+import DeltaSnapSQLite
+
+extension ReplicaStorage {
+    /// Indexes `field` of the server records, for ``ReplicaQuery`` filters and orders on it.
+    func createIndex(on field: String) throws {
+        let expression = try ReplicaQuery.expression(field, column: "body")
+        guard field != Record.idKey else { return }  // the primary key already is one
+        let name = "records_by_" + field.split(separator: ".").joined(separator: "__")
+        try writeTransaction { try db.execute("CREATE INDEX IF NOT EXISTS \(name) ON records(\(expression))") }
+    }
+
+    /// Calls `body` with the canonical bytes of each record `query` selects, pending local
+    /// writes included, in its order (then by id).
+    func query(_ query: ReplicaQuery, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+        var values: [JSONValue] = []
+        func conditions(on column: String) throws -> [String] {
+            try query.filters.map { filter in
+                let expression = try ReplicaQuery.expression(filter.field, column: column)
+                switch filter.condition {
+                case .isNull:
+                    return "\(expression) IS NULL"
+                case .compare(let comparison, let value):
+                    values.append(value)
+                    return "\(expression) \(comparison.rawValue) ?"
+                }
+            }
+        }
+        var sql: String
+        var orderTerms: [String]
+        if try hasOverlay() {
+            // The server records a local write shadows are left out; the overlay's values
+            // are filtered the same way. Only the first branch can use an index.
+            var keyColumns: [String] = []
+            var recordKeys: [String] = []
+            var overlayKeys: [String] = []
+            for (index, order) in query.orders.enumerated() {
+                keyColumns.append("k\(index)")
+                recordKeys.append("\(try ReplicaQuery.expression(order.field, column: "r.body")) AS k\(index)")
+                overlayKeys.append("\(try ReplicaQuery.expression(order.field, column: "o.body")) AS k\(index)")
+            }
+            let recordWhere = (try conditions(on: "r.body") + ["NOT EXISTS (SELECT 1 FROM overlay o WHERE o.id = r.id)"]).joined(separator: " AND ")
+            let overlayWhere = (["o.body IS NOT NULL"] + (try conditions(on: "o.body"))).joined(separator: " AND ")
+            sql = """
+                SELECT body FROM (
+                    SELECT r.id AS id, r.body AS body\((recordKeys.map { ", " + $0 }).joined()) FROM records r WHERE \(recordWhere)
+                    UNION ALL
+                    SELECT o.id AS id, o.body AS body\((overlayKeys.map { ", " + $0 }).joined()) FROM overlay o WHERE \(overlayWhere)
+                )
+                """
+            orderTerms = zip(keyColumns, query.orders).map { $0 + ($1.descending ? " DESC" : "") }
+        } else {
+            let conditions = try conditions(on: "body")
+            sql = "SELECT body FROM records" + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
+            orderTerms = try query.orders.map { try ReplicaQuery.expression($0.field, column: "body") + ($0.descending ? " DESC" : "") }
+        }
+        sql += " ORDER BY " + (orderTerms + ["id"]).joined(separator: ", ")
+        if query.maximumCount != nil { sql += " LIMIT ?" }
+
+        let statement = try db.prepare(sql)
+        var position: Int32 = 1
+        for value in values {
+            try bind(value, at: position, in: statement)
+            position += 1
+        }
+        if let limit = query.maximumCount { try statement.bind(position, limit) }
+        while try statement.step() { try statement.withBlob(0, body) }
+    }
+
+    /// Binds a filter's value as SQLite's JSON functions return that JSON type.
+    private func bind(_ value: JSONValue, at index: Int32, in statement: SQLiteStatement) throws {
+        switch value {
+        case .string(let text): try statement.bind(index, text)
+        case .bool(let flag): try statement.bind(index, flag)
+        case .null: try statement.bindNull(index)
+        case .number(let literal):
+            if let integer = Int64(literal) { try statement.bind(index, integer) } else { try statement.bind(index, Double(literal) ?? .nan) }
+        case .object, .array:
+            throw ReplicaQuery.InvalidValue(value: value)
+        }
+    }
+}

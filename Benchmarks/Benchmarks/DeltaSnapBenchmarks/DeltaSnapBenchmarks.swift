@@ -377,5 +377,39 @@ let benchmarks: @Sendable () -> Void = {
         }
     }
 
+    // MARK: Queries on the replica (1M records, indexed field)
+
+    Benchmark(
+        "Indexed query on a 1M-record replica (city = …, first 50)",
+        configuration: .init(
+            metrics: [.wallClock, .peakMemoryResident],
+            warmupIterations: 2,
+            maxDuration: .seconds(10),
+            maxIterations: 200,
+            setup: {
+                try fixtures.makeRoot("query-1M")
+                let storePath = fixtures.path("store.sqlite")
+                try buildStore(at: storePath, count: 1_000_000)
+                let store = try Store(path: storePath)
+                try Baker.bake(store: store, collection: collection, into: fixtures.path("snapshots"))
+                removeSQLite(storePath)
+                let replica = try DeltaSnapReplica(
+                    path: fixtures.path("replica.sqlite"), collection: collection,
+                    url: URL(string: "http://127.0.0.1:9/v1/collections/\(collection)")!,
+                    bundledSnapshot: fixtures.path("snapshots/\(collection).snapshot"))
+                try await replica.createIndex(on: "city")
+                syncFixtures.replica = replica
+            },
+            teardown: { syncFixtures.replica = nil; fixtures.removeAll() }
+        )
+    ) { benchmark in
+        let replica = syncFixtures.replica!
+        benchmark.startMeasurement()
+        let results = try await replica.query(ReplicaQuery().filter("city", .equal, .string("Nuuk")).limit(50))
+        precondition(results.count == 50)
+        benchmark.stopMeasurement()
+        Benchmark.blackHole(results)
+    }
+
     twoWaySyncBenchmarks()
 }

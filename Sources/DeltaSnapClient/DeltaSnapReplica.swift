@@ -75,7 +75,7 @@ public actor DeltaSnapReplica {
         if !state.hasData, let bundledSnapshot {
             if bundledReplica {
                 _ = try Self.checkBundledReplica(bundledSnapshot, storage: try ReplicaStorage(borrowing: bundledSnapshot, copyingTo: path), collection: collection)
-                try storage.adopt(copyOf: bundledSnapshot, at: path)
+                try storage.load(fromReplica: bundledSnapshot)
                 state = try storage.loadState()
             } else {
                 state = try Self.loadSnapshot(bundledSnapshot, into: storage, collection: collection, state: state)

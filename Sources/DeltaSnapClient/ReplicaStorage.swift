@@ -70,10 +70,26 @@ final class ReplicaStorage {
         borrowed = nil
     }
 
-    /// Replaces the (data-less) replica file at `path` with a copy of the bundled replica
-    /// `source`, and reopens it.
-    func adopt(copyOf source: String, at path: String) throws {
-        try replace(path, withCopyOf: source)
+    /// Loads the records and verified state of the bundled replica `source` into this
+    /// replica, which holds no server data yet, in one transaction. Rows, not the file: a
+    /// replica that exists already may hold queued local writes, which stay and are
+    /// replayed over the loaded records.
+    func load(fromReplica source: String) throws {
+        do {
+            let attach = try db.prepare("ATTACH DATABASE ? AS bundle")
+            try attach.bind(1, source)
+            try attach.run()
+        }
+        defer { try? db.execute("DETACH DATABASE bundle") }
+        try writeTransaction {
+            try db.execute("""
+                DELETE FROM records;
+                INSERT INTO records(id, hash, body) SELECT id, hash, body FROM bundle.records;
+                INSERT OR REPLACE INTO state(key, value) SELECT key, value FROM bundle.state
+                    WHERE key IN ('etag', 'lastModified', 'token', 'checksum', 'count');
+                """)
+            try settleAfterPull(droppingAcknowledgedThrough: nil)
+        }
     }
 
     private func replace(_ destination: String, withCopyOf source: String) throws {

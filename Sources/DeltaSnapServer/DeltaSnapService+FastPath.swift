@@ -13,8 +13,6 @@ enum FastAnswer {
 }
 
 extension DeltaSnapService {
-    /// The route label the router gives `GET /v1/collections/{name}` in the metrics.
-    static let collectionRoute = "/v1/collections/{name}"
     private static let collectionsPrefix = "/v1/collections/"
 
     /// Answers a collection poll (already parsed by NIO) from memory when it can; nil sends
@@ -50,19 +48,15 @@ extension DeltaSnapService {
         }
         switch decision {
         case .notModified where !configuration.logNotModified:
-            metrics.countOutcome(.notModified, since: start)
-            metrics.countResponse(route: Self.collectionRoute, status: 304)
-            metrics.countFastPathAnswer()
+            metrics.countFastPathAnswer(.notModified, since: start)
             return .notModified(served)
         case .delta(_, let base) where allowsBody:
             let gzip = Self.acceptsGzip(acceptEncoding)
             guard let cached = deltas[DeltaCache.Key(collection: name, base: base, headVersion: served.head.version, gzip: gzip)] else { return nil }
             var headers = bodyHeaders(for: cached.head, gzip: gzip)
             headers[.contentLength] = String(cached.body.readableBytes)
-            metrics.countOutcome(.delta, since: start)
+            metrics.countFastPathAnswer(.delta, since: start)
             metrics.countBytes(cached.body.readableBytes, for: .delta)
-            metrics.countResponse(route: Self.collectionRoute, status: 200)
-            metrics.countFastPathAnswer()
             return .delta(headers, cached.body)
         default:
             return nil

@@ -29,7 +29,8 @@ struct PollRequestHead: Equatable {
 
     /// Parses one complete request head (through its empty line), or nil when it is not a
     /// plain poll.
-    static func parse(_ bytes: ArraySlice<UInt8>) -> PollRequestHead? {
+    /// Generic so that the handler parses the connection's buffer in place, without a copy.
+    static func parse<Bytes: RandomAccessCollection>(_ bytes: Bytes) -> PollRequestHead? where Bytes.Element == UInt8, Bytes.Index == Int {
         guard bytes.starts(with: prefix) else { return nil }
         var index = bytes.startIndex + prefix.count
         let nameStart = index
@@ -77,7 +78,7 @@ struct PollRequestHead: Equatable {
 
     /// The index of the CR of the CRLF ending the line that starts at `start`; nil for a
     /// bare CR or LF, a control byte, or no line end.
-    private static func lineEnd(in bytes: ArraySlice<UInt8>, from start: Int) -> Int? {
+    private static func lineEnd<Bytes: RandomAccessCollection>(in bytes: Bytes, from start: Int) -> Int? where Bytes.Element == UInt8, Bytes.Index == Int {
         var index = start
         while index < bytes.endIndex {
             switch bytes[index] {

@@ -52,7 +52,7 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
                 return
             }
             guard length <= Self.maximumHeadBytes,
-                  let poll = buffer.withUnsafeReadableBytes({ PollRequestHead.parse(Array($0.prefix(length))[...]) }),
+                  let poll = buffer.withUnsafeReadableBytes({ PollRequestHead.parse($0[..<length]) }),
                   let answer = service.answerFromMemory(
                       collection: poll.collection, ifNoneMatch: poll.ifNoneMatch, acceptEncoding: poll.acceptEncoding, allowsBody: true, start: start)
             else { return stepAside(context: context, with: buffer) }

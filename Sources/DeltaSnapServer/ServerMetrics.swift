@@ -39,6 +39,10 @@ public final class ServerMetrics: @unchecked Sendable {
     private let bytes: [Outcome: Metrics.Counter]
     private let latencies: [Outcome: Metrics.Timer]
     private let fastPathAnswers: Metrics.Counter
+    /// `deltasnap_http_responses_total` of the collection route's 304s and 200s, made once:
+    /// the fast paths count every poll and should not take the lock below to find them.
+    private let collectionNotModifiedResponses: Metrics.Counter
+    private let collectionOKResponses: Metrics.Counter
     private let responsesLock = NSLock()
     private var responses: [ResponseKey: Metrics.Counter] = [:]
 
@@ -77,7 +81,18 @@ public final class ServerMetrics: @unchecked Sendable {
         self.bytes = bytes
         self.latencies = latencies
         fastPathAnswers = Metrics.Counter(label: "deltasnap_fast_path_responses_total", factory: factory)
+        func collectionResponses(_ status: Int) -> Metrics.Counter {
+            Metrics.Counter(label: "deltasnap_http_responses_total", dimensions: [("route", Self.collectionRoute), ("status", String(status))], factory: factory)
+        }
+        collectionNotModifiedResponses = collectionResponses(304)
+        collectionOKResponses = collectionResponses(200)
+        // The router's path counts into the same series.
+        responses[ResponseKey(route: Self.collectionRoute, status: 304)] = collectionNotModifiedResponses
+        responses[ResponseKey(route: Self.collectionRoute, status: 200)] = collectionOKResponses
     }
+
+    /// The route label the router gives `GET /v1/collections/{name}`.
+    static let collectionRoute = "/v1/collections/{name}"
 
     func countResponse(route: String, status: Int) {
         let key = ResponseKey(route: route, status: status)
@@ -97,8 +112,11 @@ public final class ServerMetrics: @unchecked Sendable {
         latencies[outcome]!.record(duration: ContinuousClock.now - start)
     }
 
-    /// Counts an answer given before the router (also counted by outcome and route).
-    func countFastPathAnswer() {
+    /// Counts an answer given before the router exactly as the router's path counts it (by
+    /// outcome, latency and route), and as a fast-path answer.
+    func countFastPathAnswer(_ outcome: Outcome, since start: ContinuousClock.Instant) {
+        countOutcome(outcome, since: start)
+        (outcome == .notModified ? collectionNotModifiedResponses : collectionOKResponses).increment()
         fastPathAnswers.increment()
     }
 

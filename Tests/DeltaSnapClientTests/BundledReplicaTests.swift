@@ -97,16 +97,21 @@ import Testing
         #expect(try bytes(dir.file("items.replica")) == bundle)
     }
 
-    @Test func anEmptyReplicaFileAdoptsTheBundleToo() async throws {
+    @Test func anEmptyReplicaFileLoadsTheBundleAndKeepsItsQueuedWrites() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         _ = try baked(dir, count: 30)
         let url = URL(string: "http://127.0.0.1:9/v1/collections/items")!
-        // An earlier start created the file but never got data.
-        _ = try DeltaSnapReplica(path: dir.file("r.sqlite"), collection: "items", url: url)
+        // An earlier start created the file but never got data; the app wrote offline.
+        let first = try DeltaSnapReplica(path: dir.file("r.sqlite"), collection: "items", url: url)
+        try await first.put(id: "r0000004", json: #"{"note":"offline"}"#)
         let replica = try DeltaSnapReplica(path: dir.file("r.sqlite"), collection: "items", url: url, bundledSnapshot: dir.file("items.replica"))
-        #expect(await replica.count == 30)
+        #expect(await replica.serverCount == 30)
         #expect(try await replica.verify())
+        // The queued write survives and still wins over the bundle's record.
+        #expect(try await replica.pendingWrites().count == 1)
+        #expect(try await replica.record(id: "r0000004") == .object([JSONMember("id", .string("r0000004")), JSONMember("note", .string("offline"))]))
+        #expect(await replica.count == 30)
     }
 
     @Test func aBundleOfAnotherCollectionOrWithoutMetadataIsRefused() async throws {

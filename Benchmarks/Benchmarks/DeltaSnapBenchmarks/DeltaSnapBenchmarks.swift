@@ -115,6 +115,17 @@ func buildStore(at path: String, count: Int, changes: Int = 0) throws -> UInt64 
     return before
 }
 
+/// A fresh fixtures root named `root` holding the baked snapshot of `count` synthetic
+/// records (the store that baked it removed); returns the snapshot's path.
+func bakedSnapshot(root: String, count: Int) throws -> String {
+    try fixtures.makeRoot(root)
+    let storePath = fixtures.path("store.sqlite")
+    _ = try buildStore(at: storePath, count: count)
+    try Baker.bake(store: try Store(path: storePath), collection: collection, into: fixtures.path("snapshots"))
+    removeSQLite(storePath)
+    return fixtures.path("snapshots/\(collection).snapshot")
+}
+
 func removeSQLite(_ path: String) {
     for suffix in ["", "-wal", "-shm", "-journal"] {
         try? FileManager.default.removeItem(atPath: path + suffix)
@@ -304,13 +315,7 @@ let benchmarks: @Sendable () -> Void = {
                 maxDuration: .seconds(count >= 1_000_000 ? 60 : 5),
                 maxIterations: iterations,
                 setup: {
-                    try fixtures.makeRoot("apply-\(label)")
-                    let storePath = fixtures.path("store.sqlite")
-                    try buildStore(at: storePath, count: count)
-                    let store = try Store(path: storePath)
-                    try Baker.bake(store: store, collection: collection, into: fixtures.path("snapshots"))
-                    fixtures.snapshotPath = fixtures.path("snapshots/\(collection).snapshot")
-                    removeSQLite(storePath)
+                    fixtures.snapshotPath = try bakedSnapshot(root: "apply-\(label)", count: count)
                 },
                 teardown: { fixtures.removeAll() }
             )
@@ -347,18 +352,12 @@ let benchmarks: @Sendable () -> Void = {
                 maxDuration: .seconds(10),
                 maxIterations: iterations,
                 setup: {
-                    try fixtures.makeRoot("first-start-\(count)-\(replica)")
-                    let storePath = fixtures.path("store.sqlite")
-                    try buildStore(at: storePath, count: count)
-                    let store = try Store(path: storePath)
-                    try Baker.bake(store: store, collection: collection, into: fixtures.path("snapshots"))
-                    fixtures.snapshotPath = fixtures.path("snapshots/\(collection).snapshot")
+                    fixtures.snapshotPath = try bakedSnapshot(root: "first-start-\(count)-\(replica)", count: count)
                     if replica {
                         let baked = fixtures.path("snapshots/\(collection).replica")
                         try BundledReplica.bake(snapshot: fixtures.snapshotPath, collection: collection, to: baked)
                         fixtures.snapshotPath = baked
                     }
-                    removeSQLite(storePath)
                 },
                 teardown: { fixtures.removeAll() }
             )
@@ -387,16 +386,7 @@ let benchmarks: @Sendable () -> Void = {
             maxDuration: .seconds(10),
             maxIterations: 200,
             setup: {
-                try fixtures.makeRoot("query-1M")
-                let storePath = fixtures.path("store.sqlite")
-                try buildStore(at: storePath, count: 1_000_000)
-                let store = try Store(path: storePath)
-                try Baker.bake(store: store, collection: collection, into: fixtures.path("snapshots"))
-                removeSQLite(storePath)
-                let replica = try DeltaSnapReplica(
-                    path: fixtures.path("replica.sqlite"), collection: collection,
-                    url: URL(string: "http://127.0.0.1:9/v1/collections/\(collection)")!,
-                    bundledSnapshot: fixtures.path("snapshots/\(collection).snapshot"))
+                let replica = try await bundledReplica(count: 1_000_000, root: "query-1M")
                 try await replica.createIndex(on: "city")
                 syncFixtures.replica = replica
             },

@@ -19,15 +19,12 @@ final class SyncFixtures: @unchecked Sendable {
 nonisolated(unsafe) let syncFixtures = SyncFixtures()
 
 /// A replica of `count` records loaded from a baked snapshot (no server needed).
-func bundledReplica(count: Int) async throws -> DeltaSnapReplica {
-    try fixtures.makeRoot("two-way")
-    let storePath = fixtures.path("store.sqlite")
-    _ = try buildStore(at: storePath, count: count)
-    try Baker.bake(store: try Store(path: storePath), collection: collection, into: fixtures.path("snapshots"))
+func bundledReplica(count: Int, root: String = "two-way") async throws -> DeltaSnapReplica {
+    let snapshot = try bakedSnapshot(root: root, count: count)
     return try DeltaSnapReplica(
         path: fixtures.path("replica.sqlite"), collection: collection,
         url: URL(string: "http://127.0.0.1:9/v1/collections/\(collection)")!,
-        bundledSnapshot: fixtures.path("snapshots/\(collection).snapshot"))
+        bundledSnapshot: snapshot)
 }
 
 /// Starts `deltasnap serve`'s server in this process on an ephemeral port.

@@ -27,9 +27,6 @@ final class ReplicaStorage {
         borrowed = (source, destination)
     }
 
-    /// Whether this is still a bundled replica read in place.
-    var isBorrowed: Bool { borrowed != nil }
-
     /// Opens the replica read-write in WAL mode, creating its schema. The page cache is 8 MiB
     /// (SQLite's default is 2): a full body is applied in one transaction, and with the
     /// default cache its B-tree pages spill to the WAL and are written again; 8 MiB made a
@@ -64,9 +61,26 @@ final class ReplicaStorage {
     }
 
     /// Copies the borrowed bundled replica to its own path and reopens it there.
-    func adoptIfBorrowed() throws {
+    private func adoptIfBorrowed() throws {
         guard let (source, destination) = borrowed else { return }
-        try replace(destination, withCopyOf: source)
+        // Close the read-only connection first, and remove a stale -wal of an earlier
+        // replica at `destination`: it must never be replayed into the copy.
+        statements = [:]
+        db = try SQLiteConnection(path: ":memory:")
+        let files = FileManager.default
+        let temporary = destination + ".adopting"
+        for stale in [temporary, destination + "-wal", destination + "-shm"] where files.fileExists(atPath: stale) {
+            try files.removeItem(atPath: stale)
+        }
+        // A clone on APFS (and so O(1) on a phone); a copy elsewhere.
+        try files.copyItem(atPath: source, toPath: temporary)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: temporary))
+        try handle.synchronize()
+        try handle.close()
+        guard rename(temporary, destination) == 0 else {
+            throw SQLiteError(code: -1, message: "\(destination): cannot install the bundled replica (errno \(errno))")
+        }
+        db = try Self.openWritable(destination)
         borrowed = nil
     }
 
@@ -90,27 +104,6 @@ final class ReplicaStorage {
                 """)
             try settleAfterPull(droppingAcknowledgedThrough: nil)
         }
-    }
-
-    private func replace(_ destination: String, withCopyOf source: String) throws {
-        // Close the current connection first: the old file's -wal must not outlive it and
-        // be replayed into the copy.
-        statements = [:]
-        db = try SQLiteConnection(path: ":memory:")
-        let files = FileManager.default
-        let temporary = destination + ".adopting"
-        for stale in [temporary, destination + "-wal", destination + "-shm"] where files.fileExists(atPath: stale) {
-            try files.removeItem(atPath: stale)
-        }
-        // A clone on APFS (and so O(1) on a phone); a copy elsewhere.
-        try files.copyItem(atPath: source, toPath: temporary)
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: temporary))
-        try handle.synchronize()
-        try handle.close()
-        guard rename(temporary, destination) == 0 else {
-            throw SQLiteError(code: -1, message: "\(destination): cannot install the bundled replica (errno \(errno))")
-        }
-        db = try Self.openWritable(destination)
     }
 
     /// Statements prepared once per connection: local writes and reads are hot paths.

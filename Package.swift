@@ -36,13 +36,15 @@ let package = Package(
         // The protocol: canonical JSON, records, tokens, checksums, the body format, gzip.
         // Foundation + zlib only, so every other target (and a third-party app) can use it.
         .target(name: "DeltaSnapCore", dependencies: ["CZlib"]),
+        // Signed data: the LtHash16 state digest, Ed25519 keys, the signed index.
+        .target(name: "DeltaSnapTrust", dependencies: ["DeltaSnapCore", .product(name: "Crypto", package: "swift-crypto")]),
         // A thin, fast sqlite3 layer shared by the store and the client replica.
         .target(name: "DeltaSnapSQLite", dependencies: ["CSQLite"]),
         // The server-side source of truth: versions, import, export, bake.
         .target(
             name: "DeltaSnapStore",
             dependencies: [
-                "DeltaSnapCore", "DeltaSnapSQLite",
+                "DeltaSnapCore", "DeltaSnapSQLite", "DeltaSnapTrust",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
@@ -50,7 +52,7 @@ let package = Package(
         .target(
             name: "DeltaSnapServer",
             dependencies: [
-                "DeltaSnapCore", "DeltaSnapStore",
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapTrust",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -63,14 +65,15 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
-        // What an app links: Foundation + SQLite only (no NIO, no Hummingbird), so it builds for iOS.
-        .target(name: "DeltaSnapClient", dependencies: ["DeltaSnapCore", "DeltaSnapSQLite"]),
+        // What an app links: Foundation, SQLite and swift-crypto (CryptoKit on Apple platforms)
+        // only (no NIO, no Hummingbird), so it builds for iOS.
+        .target(name: "DeltaSnapClient", dependencies: ["DeltaSnapCore", "DeltaSnapSQLite", "DeltaSnapTrust"]),
         // Seeded synthetic records for tests, benchmarks and `deltasnap generate`.
         .target(name: "DeltaSnapSynthetic", dependencies: ["DeltaSnapCore"]),
         .executableTarget(
             name: "deltasnap",
             dependencies: [
-                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapSynthetic",
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapSynthetic", "DeltaSnapTrust",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -79,13 +82,14 @@ let package = Package(
         .target(
             name: "DeltaSnapTestSupport",
             dependencies: [
-                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapSynthetic", "DeltaSnapServer",
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapSynthetic", "DeltaSnapServer", "DeltaSnapTrust", "DeltaSnapClient",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
             ],
             path: "Tests/DeltaSnapTestSupport"
         ),
         .testTarget(name: "DeltaSnapCoreTests", dependencies: ["DeltaSnapCore", "DeltaSnapSynthetic"]),
+        .testTarget(name: "DeltaSnapTrustTests", dependencies: ["DeltaSnapTrust", "DeltaSnapSynthetic"]),
         .testTarget(name: "DeltaSnapStoreTests", dependencies: ["DeltaSnapStore", "DeltaSnapSQLite", "DeltaSnapTestSupport"]),
         .testTarget(
             name: "DeltaSnapServerTests",
@@ -94,6 +98,9 @@ let package = Package(
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
-        .testTarget(name: "DeltaSnapClientTests", dependencies: ["DeltaSnapClient", "DeltaSnapServer", "DeltaSnapSQLite", "DeltaSnapTestSupport"]),
+        .testTarget(
+            name: "DeltaSnapClientTests",
+            dependencies: ["DeltaSnapClient", "DeltaSnapServer", "DeltaSnapSQLite", "DeltaSnapTestSupport", "DeltaSnapTrust"]
+        ),
     ]
 )

@@ -2,8 +2,9 @@
 # Installs the Debian packages DeltaSnap builds against, when they are missing.
 # Used by every Makefile target, so a fresh machine needs no manual step.
 set -euo pipefail
-# wrk drives the soak test (make test runs a short one); python3-venv holds schemathesis.
-packages=(zlib1g-dev libsqlite3-dev pkg-config wrk curl python3-venv)
+# wrk drives the soak test (make test runs a short one); python3-venv holds schemathesis;
+# nginx is the shared cache the CDN test puts in front of the server.
+packages=(zlib1g-dev libsqlite3-dev pkg-config wrk curl python3-venv nginx)
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

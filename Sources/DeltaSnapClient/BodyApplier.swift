@@ -1,5 +1,6 @@
 import DeltaSnapCore
 import DeltaSnapSQLite
+import DeltaSnapTrust
 import Foundation
 
 /// Why a body could not be applied; every case leads to a rollback.
@@ -8,6 +9,8 @@ public enum ApplyError: Error, Equatable, Sendable, CustomStringConvertible {
     case wrongBase(held: String?, base: String)
     case body(BodyError)
     case decode(String)
+    /// The body applied cleanly but the result is not what the signed index names.
+    case trust(TrustError)
 
     public var description: String {
         switch self {
@@ -15,6 +18,7 @@ public enum ApplyError: Error, Equatable, Sendable, CustomStringConvertible {
         case .wrongBase(let held, let base): "the delta applies on \(base) but the replica holds \(held ?? "nothing")"
         case .body(let error): "\(error)"
         case .decode(let reason): reason
+        case .trust(let error): "\(error)"
         }
     }
 }
@@ -44,8 +48,13 @@ struct BodyApplier {
     /// `Last-Modified`, stored with the records in the same transaction, and so is the
     /// settling of local writes: accepted writes up to `droppingAcknowledgedThrough` leave
     /// the queue, and every pending write is replayed over the new server state.
+    ///
+    /// With `expected` (an entry of a verified signed index) the replica's ``StateDigest`` is
+    /// maintained too, and the transaction commits only when token, count and digest equal
+    /// the signed ones. A replica that has a digest (or `maintainDigest`) keeps maintaining it.
     func apply(
-        _ reader: BodyReader, state: ReplicaState, etag: String?, lastModified: String?, droppingAcknowledgedThrough: UInt64? = nil
+        _ reader: BodyReader, state: ReplicaState, etag: String?, lastModified: String?, droppingAcknowledgedThrough: UInt64? = nil,
+        expected: SignedIndex.Entry? = nil, maintainDigest: Bool = false
     ) throws -> (ApplyResult, ReplicaState) {
         return try storage.writeTransaction {
             let db = storage.db
@@ -56,7 +65,14 @@ struct BodyApplier {
             var count = state.count
             var changed = 0
             var changedIDs: [String] = []
-            let lookup = try db.prepare("SELECT hash FROM records WHERE id = ?")
+            let maintainsDigest = maintainDigest || expected != nil || state.digest != nil
+            var digest: StateDigest? = nil
+            if maintainsDigest && header.kind == .delta {
+                digest = try state.digest ?? storage.recomputedDigest(collection: collection)
+            } else if maintainsDigest {
+                digest = .empty
+            }
+            let lookup = try db.prepare("SELECT hash, body FROM records WHERE id = ?")
             let upsert = try db.prepare("INSERT INTO records(id, hash, body) VALUES (?, ?, ?) ON CONFLICT(id) DO UPDATE SET hash = excluded.hash, body = excluded.body")
             let delete = try db.prepare("DELETE FROM records WHERE id = ?")
             func write(_ record: Record) throws {
@@ -66,6 +82,7 @@ struct BodyApplier {
                 try upsert.bind(3, blob: record.bytes)
                 try upsert.run()
                 checksum.add(hash: hash)
+                digest?.add(collection: collection, id: record.id, canonical: record.bytes)
                 count += 1
             }
 
@@ -90,6 +107,7 @@ struct BodyApplier {
                     var existing: UInt64?
                     if try lookup.step() {
                         existing = lookup.uint64(0)
+                        if digest != nil { lookup.withBlob(1) { digest?.remove(collection: collection, id: record.id, canonical: $0) } }
                         lookup.reset()
                     }
                     if let existing {
@@ -110,7 +128,16 @@ struct BodyApplier {
             }
             guard reader.recordsRead == header.count else { throw ApplyError.body(.countMismatch(announced: header.count, found: reader.recordsRead)) }
             guard checksum == header.checksum else { throw ApplyError.body(.checksumMismatch(expected: header.checksum, computed: checksum)) }
+            if let expected {
+                let reason: String? =
+                    header.token != expected.token ? "the body leads to \(header.token), the index names \(expected.token)"
+                    : count != expected.count ? "\(count) records, the index names \(expected.count)"
+                    : digest?.fingerprint != expected.digest ? "the state digest differs from the signed one"
+                    : nil
+                if let reason { throw ApplyError.trust(.stateMismatch(collection: collection, reason: reason)) }
+            }
             var newState = state
+            newState.digest = digest
             newState.token = header.token
             newState.checksum = checksum
             newState.count = count

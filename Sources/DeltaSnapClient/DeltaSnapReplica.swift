@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapTrust
 import Foundation
 
 /// A local, always-usable replica of one DeltaSnap collection in an SQLite file.
@@ -36,6 +37,10 @@ public actor DeltaSnapReplica {
     public private(set) var accessToken: String?
     /// What the push step of the last ``sync()`` did: accepted and refused writes.
     public private(set) var lastPushReport = PushReport()
+    /// Public keys the app pins. When set, the replica syncs through the server's signed
+    /// index and its cacheable URLs, and commits only data whose digest a trusted key signed
+    /// (docs/PROTOCOL.md §8); several keys while one is rotated out.
+    public let trustedKeys: [TrustedKey]
 
     let storage: ReplicaStorage
     var state: ReplicaState
@@ -53,9 +58,10 @@ public actor DeltaSnapReplica {
     public init(
         path: String, collection: String, url: URL, bundledSnapshot: String? = nil,
         transport: any SyncTransport = URLSessionTransport(), retryPolicy: RetryPolicy = RetryPolicy(),
-        timeout: Duration = .seconds(30), accessToken: String? = nil, pushBatchSize: Int = 500
+        timeout: Duration = .seconds(30), accessToken: String? = nil, pushBatchSize: Int = 500, trustedKeys: [TrustedKey] = []
     ) throws {
         try CollectionName.validate(collection)
+        self.trustedKeys = trustedKeys
         self.collection = collection
         self.url = url
         self.transport = transport
@@ -78,7 +84,7 @@ public actor DeltaSnapReplica {
                 try storage.load(fromReplica: bundledSnapshot)
                 state = try storage.loadState()
             } else {
-                state = try Self.loadSnapshot(bundledSnapshot, into: storage, collection: collection, state: state)
+                state = try Self.loadSnapshot(bundledSnapshot, into: storage, collection: collection, state: state, trustedKeys: trustedKeys)
             }
         }
     }
@@ -93,10 +99,28 @@ public actor DeltaSnapReplica {
         return try storage.loadState()
     }
 
-    private static func loadSnapshot(_ path: String, into storage: ReplicaStorage, collection: String, state: ReplicaState) throws -> ReplicaState {
+    /// Loads a bundled gzip snapshot. With trusted keys and the signed index `bake
+    /// --signing-key` wrote next to it (`NAME.index`), the snapshot must be exactly what the
+    /// index signs (its expiry is not checked: the app binary carried it), and that index's
+    /// sequence becomes the floor for the network's.
+    private static func loadSnapshot(
+        _ path: String, into storage: ReplicaStorage, collection: String, state: ReplicaState, trustedKeys: [TrustedKey]
+    ) throws -> ReplicaState {
         let reader = BodyReader(nextChunk: try ChunkSources.gunzip(try ChunkSources.file(at: path)))
-        let (_, newState) = try BodyApplier(storage: storage, collection: collection)
-            .apply(reader, state: state, etag: nil, lastModified: nil)
+        var index: SignedIndex?
+        let indexPath = (path as NSString).deletingPathExtension + SignedIndex.fileExtension
+        if !trustedKeys.isEmpty, let document = FileManager.default.contents(atPath: indexPath) {
+            let bundled = try SignedIndex.parse(Array(document))
+            try bundled.verify(trusting: trustedKeys, now: nil, heldSequence: nil)
+            guard bundled.entry(for: collection) != nil else { throw TrustError.collectionNotListed(collection) }
+            index = bundled
+        }
+        var (_, newState) = try BodyApplier(storage: storage, collection: collection)
+            .apply(reader, state: state, etag: nil, lastModified: nil, expected: index?.entry(for: collection), maintainDigest: !trustedKeys.isEmpty)
+        if let index {
+            newState.indexSequence = index.sequence
+            try storage.writeTransaction { try storage.save(newState) }
+        }
         return newState
     }
 
@@ -141,6 +165,8 @@ public actor DeltaSnapReplica {
     public var lastSuccessfulSync: Date? { state.lastSuccessfulSync }
     public var lastError: String? { state.lastError }
     public var status: SyncStatus { SyncStatus.of(state, now: Date()) }
+    /// ``status`` as it is at `now`.
+    public func status(at now: Date) -> SyncStatus { SyncStatus.of(state, now: now) }
     /// Body bytes received by the last ``sync()`` (0 for a 304). URLSession decodes gzip by
     /// itself on Linux and Apple platforms, so this is usually the decoded size.
     public private(set) var lastSyncBytesReceived = 0
@@ -214,6 +240,7 @@ public actor DeltaSnapReplica {
     }
 
     private func performSync(now: Date, droppingAcknowledgedThrough settled: UInt64?) async -> SyncOutcome {
+        if !trustedKeys.isEmpty { return await signedSync(now: now, droppingAcknowledgedThrough: settled) }
         var headers = ["Accept-Encoding": "gzip"]
         if let accessToken { headers["Authorization"] = "Bearer \(accessToken)" }
         if state.hasData {
@@ -271,7 +298,9 @@ public actor DeltaSnapReplica {
         }
     }
 
-    private func apply(_ response: SyncResponse, expectFull: Bool = false, droppingAcknowledgedThrough settled: UInt64?) throws -> ApplyResult {
+    func apply(
+        _ response: SyncResponse, expectFull: Bool = false, droppingAcknowledgedThrough settled: UInt64?, expected: SignedIndex.Entry? = nil
+    ) throws -> ApplyResult {
         guard let file = response.bodyFile else { throw ApplyError.decode("the 200 response has no body") }
         lastSyncBytesReceived += (try? FileManager.default.attributesOfItem(atPath: file.path)[.size] as? Int) ?? 0
         // URLSession may or may not have decoded gzip already: look at the bytes, not the header.
@@ -281,12 +310,12 @@ public actor DeltaSnapReplica {
         let (result, newState) = try BodyApplier(storage: storage, collection: collection)
             .apply(
                 BodyReader(nextChunk: source), state: state, etag: response.header("ETag"), lastModified: response.header("Last-Modified"),
-                droppingAcknowledgedThrough: settled)
+                droppingAcknowledgedThrough: settled, expected: expected)
         self.state = newState
         return result
     }
 
-    private static func isGzip(_ file: URL) throws -> Bool {
+    static func isGzip(_ file: URL) throws -> Bool {
         let handle = try FileHandle(forReadingFrom: file)
         defer { try? handle.close() }
         let magic = try handle.read(upToCount: 2) ?? Data()
@@ -295,7 +324,7 @@ public actor DeltaSnapReplica {
 
     // MARK: - Bookkeeping
 
-    private func recordSuccess(
+    func recordSuccess(
         _ outcome: SyncOutcome, etag: String?, lastModified: String?, serverAsked: Double?, now: Date, droppingAcknowledgedThrough settled: UInt64? = nil
     ) -> SyncOutcome {
         var next = state
@@ -311,7 +340,7 @@ public actor DeltaSnapReplica {
         return outcome
     }
 
-    private func recordFailure(_ reason: String, retryable: Bool, serverAsked: Double?, now: Date) -> SyncOutcome {
+    func recordFailure(_ reason: String, retryable: Bool, serverAsked: Double?, now: Date) -> SyncOutcome {
         var next = state
         next.lastError = reason
         next.failingSince = next.failingSince ?? now

@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapTrust
 import Foundation
 
 /// What the replica knows about its collection besides the records, stored with them.
@@ -23,10 +24,19 @@ public struct ReplicaState: Sendable, Equatable {
     public var consecutiveFailures: Int
     /// No request before this time (backoff, `Retry-After`, `Backoff`).
     public var notBefore: Date?
+    /// The LtHash16 digest of the records held, maintained like ``checksum`` once the replica
+    /// verifies signed data (nil before).
+    public var digest: StateDigest?
+    /// The sequence of the newest signed index verified: an older one is a replay.
+    public var indexSequence: UInt64?
+    /// When that index expires: past it (and no newer one verified), the data is
+    /// unverifiably old (``SyncStatus/unverifiablyOld``).
+    public var indexExpires: Date?
 
     public static let empty = ReplicaState(
         etag: nil, lastModified: nil, token: nil, checksum: .empty, count: 0, lastSuccessfulSync: nil,
-        lastError: nil, failingSince: nil, consecutiveFailures: 0, notBefore: nil)
+        lastError: nil, failingSince: nil, consecutiveFailures: 0, notBefore: nil,
+        digest: nil, indexSequence: nil, indexExpires: nil)
 
     /// Whether the replica holds a verified state (possibly of zero records).
     public var hasData: Bool { token != nil }

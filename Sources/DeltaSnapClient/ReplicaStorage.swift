@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapTrust
 import DeltaSnapSQLite
 import Foundation
 
@@ -129,7 +130,9 @@ final class ReplicaStorage {
             count: values["count"].flatMap(Int.init) ?? 0,
             lastSuccessfulSync: date("lastSuccessfulSync"), lastError: values["lastError"],
             failingSince: date("failingSince"), consecutiveFailures: values["consecutiveFailures"].flatMap(Int.init) ?? 0,
-            notBefore: date("notBefore"))
+            notBefore: date("notBefore"),
+            digest: values["digest"].flatMap { Data(base64Encoded: $0) }.flatMap { StateDigest(bytes: $0) },
+            indexSequence: values["indexSequence"].flatMap { UInt64($0) }, indexExpires: date("indexExpires"))
     }
 
     /// Writes `state` (inside the caller's transaction when there is one).
@@ -141,6 +144,8 @@ final class ReplicaStorage {
             "lastSuccessfulSync": text(state.lastSuccessfulSync), "lastError": state.lastError,
             "failingSince": text(state.failingSince), "consecutiveFailures": String(state.consecutiveFailures),
             "notBefore": text(state.notBefore),
+            "digest": state.digest.map { Data($0.bytes).base64EncodedString() },
+            "indexSequence": state.indexSequence.map { String($0) }, "indexExpires": text(state.indexExpires),
         ]
         let upsert = try db.prepare("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
         let delete = try db.prepare("DELETE FROM state WHERE key = ?")
@@ -209,6 +214,17 @@ final class ReplicaStorage {
         let added = try db.scalarInt("SELECT count(*) FROM overlay o WHERE o.body IS NOT NULL AND NOT EXISTS (SELECT 1 FROM records r WHERE r.id = o.id)") ?? 0
         let removed = try db.scalarInt("SELECT count(*) FROM overlay o WHERE o.body IS NULL AND EXISTS (SELECT 1 FROM records r WHERE r.id = o.id)") ?? 0
         return serverCount + Int(added) - Int(removed)
+    }
+
+    /// The state digest of the verified server state recomputed from every record (O(n)).
+    func recomputedDigest(collection: String) throws -> StateDigest {
+        var digest = StateDigest.empty
+        let statement = try db.prepare("SELECT id, body FROM records")
+        while try statement.step() {
+            let id = statement.string(0)
+            statement.withBlob(1) { digest.add(collection: collection, id: id, canonical: $0) }
+        }
+        return digest
     }
 
     /// Count and checksum of the verified server state recomputed from every record (O(n)).

@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapTrust
 import Foundation
 
 /// When to try again after a failed sync: exponential backoff with jitter, never sooner than
@@ -57,10 +58,14 @@ public enum SyncStatus: String, Sendable, Equatable {
     case failing
     /// No sync has succeeded yet (the data, if any, came from the bundled snapshot).
     case neverSynced
+    /// The newest signed index verified has expired and no newer one could be verified:
+    /// the data may be frozen by whoever sits on the path. Show it to the user.
+    case unverifiablyOld
 
     public static let failingAfter: TimeInterval = 3600
 
     static func of(_ state: ReplicaState, now: Date) -> SyncStatus {
+        if let expires = state.indexExpires, now.timeIntervalSince(expires) > TimeInterval(SignedIndex.allowedClockSkew) { return .unverifiablyOld }
         guard let failingSince = state.failingSince else {
             return state.lastSuccessfulSync == nil ? .neverSynced : .synced
         }

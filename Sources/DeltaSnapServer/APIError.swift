@@ -29,6 +29,9 @@ public struct APIError: Error, HTTPResponseError, Sendable {
     static func jsonResponse(status: HTTPResponse.Status, headers: HTTPFields = [:], code: String, message: String) -> Response {
         var headers = headers
         headers[.contentType] = "application/json"
+        // Errors are never cacheable: a shared cache must not keep a 404 for a token that
+        // exists a moment later, or a 503 from a restart.
+        if headers[.cacheControl] == nil { headers[.cacheControl] = "no-store" }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: jsonBody(code: code, message: message))))
     }
 

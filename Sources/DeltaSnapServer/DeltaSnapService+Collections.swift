@@ -87,7 +87,7 @@ extension DeltaSnapService {
 
     /// A delta read and encoded in full when it is small (at most 1,000 records), so it can be
     /// cached; nil when it is larger and should be streamed instead.
-    private func smallDelta(name: String, sinceVersion: UInt64, base: String, gzip: Bool) throws -> DeltaCache.Entry? {
+    func smallDelta(name: String, sinceVersion: UInt64, base: String, gzip: Bool) throws -> DeltaCache.Entry? {
         let streamer = try openBody(name: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzip ? 6 : nil)
         guard streamer.header.count <= 1000 else {
             streamer.close()
@@ -106,15 +106,26 @@ extension DeltaSnapService {
     /// Opens a body on one read transaction. A body can reveal a commit the poll has not
     /// seen yet: its head is installed at once, so the server never answers 304 to a token
     /// older than one it has served.
-    private func openBody(name: String, sinceVersion: UInt64?, base: String?, gzipLevel: Int32?) throws -> BodyStreamer {
+    func openBody(name: String, sinceVersion: UInt64?, base: String?, gzipLevel: Int32?) throws -> BodyStreamer {
         let streamer = try BodyStreamer(pool: pool, collection: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzipLevel)
         heads.update(streamer.head)
         return streamer
     }
 
-    private func streamed(name: String, sinceVersion: UInt64?, base: String?, gzip: Bool, outcome: ServerMetrics.Outcome, since start: ContinuousClock.Instant) throws -> Response {
+    /// A body streamed from one read transaction. With `target`, it must lead exactly to
+    /// that token (the cacheable URLs): a commit that landed meanwhile makes it a 404.
+    func streamed(
+        name: String, sinceVersion: UInt64?, base: String?, gzip: Bool, outcome: ServerMetrics.Outcome, since start: ContinuousClock.Instant,
+        target: String? = nil
+    ) throws -> Response {
         // Level 1 for bodies compressed per request: a third of level 6's CPU cost.
         let streamer = try openBody(name: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzip ? 1 : nil)
+        if let target {
+            do { try requireCurrent(target, head: streamer.head) } catch {
+                streamer.close()
+                throw error
+            }
+        }
         metrics.countOutcome(outcome, since: start)
         let metrics = metrics
         return Response(status: .ok, headers: bodyHeaders(for: streamer.head, gzip: gzip), body: ResponseBody { writer in

@@ -1,5 +1,6 @@
 import DeltaSnapCore
 import DeltaSnapStore
+import DeltaSnapTrust
 import Foundation
 import Hummingbird
 import Logging
@@ -29,12 +30,20 @@ public struct DeltaSnapServerConfiguration: Sendable {
     public var logNotModified: Bool
     /// Compaction run by the server on a schedule; nil leaves it to `deltasnap compact`.
     public var compaction: CompactionSchedule?
+    /// Keys that sign `GET /v1/index` (several while a key is rotated); empty: the index
+    /// is served unsigned, still telling which collections changed.
+    public var signingKeys: [IndexSigningKey]
+    /// Seconds a shared cache may serve the index without asking (`max-age`).
+    public var indexMaxAge: Int
+    /// Seconds from signing until an index expires; it is re-signed well before.
+    public var indexLifetime: Int
 
     public init(
         databasePath: String, writeToken: String? = nil, maximumWriteBodyBytes: Int = 32 * 1024 * 1024,
         fullBodyCacheMaximumRecords: Int = 100_000, changePollInterval: Duration = .milliseconds(100),
         access: AccessPolicy = AccessPolicy(), maximumPushBodyBytes: Int = 1024 * 1024, pushRetention: PushRetention = PushRetention(),
-        logNotModified: Bool = false, compaction: CompactionSchedule? = nil
+        logNotModified: Bool = false, compaction: CompactionSchedule? = nil,
+        signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30, indexLifetime: Int = 24 * 3600
     ) {
         self.databasePath = databasePath
         self.writeToken = writeToken
@@ -46,6 +55,9 @@ public struct DeltaSnapServerConfiguration: Sendable {
         self.pushRetention = pushRetention
         self.logNotModified = logNotModified
         self.compaction = compaction
+        self.signingKeys = signingKeys
+        self.indexMaxAge = max(1, indexMaxAge)
+        self.indexLifetime = max(60, indexLifetime)
     }
 }
 
@@ -69,6 +81,7 @@ public final class DeltaSnapService: Sendable {
     let deltas = DeltaCache()
     let writer: LockedStore
     let accessControl: AccessControl
+    let publication: IndexPublisher
 
     public init(configuration: DeltaSnapServerConfiguration) throws {
         self.configuration = configuration
@@ -79,6 +92,9 @@ public final class DeltaSnapService: Sendable {
         writer = LockedStore(try Store(path: configuration.databasePath, configuration: .fromEnvironment()))
         heads = try HeadCache(path: configuration.databasePath)
         pool = StorePool(path: configuration.databasePath)
+        publication = IndexPublisher(
+            keys: configuration.signingKeys, lifetime: Int64(configuration.indexLifetime),
+            excluded: configuration.access.privateCollections)
     }
 
     /// Picks up commits made by other processes; runs until cancelled.
@@ -125,6 +141,7 @@ public final class DeltaSnapService: Sendable {
         router.head("/v1/collections/:name") { [self] request, context in
             Self.headOnly(try await getCollection(request, name: try context.parameters.require("name")))
         }
+        addPublicationRoutes(to: router)
         router.post("/v1/collections/:name/mutations") { [self] request, context in
             try await pushMutations(request, context: context)
         }

@@ -1,5 +1,6 @@
 import Crypto
 import DeltaSnapCore
+import DeltaSnapTrust
 import Foundation
 
 /// One collection's entry in `manifest.json`.
@@ -39,6 +40,28 @@ public struct ManifestEntry: Sendable, Equatable {
 /// ```
 public enum Baker {
     public static let manifestName = "manifest.json"
+    /// How long a bundled index stays valid. A client does not check a bundled index's
+    /// expiry (the app binary carried it); the field is there for tools that inspect it.
+    public static let bundledIndexLifetime: Int64 = 10 * 365 * 86_400
+
+    /// Writes `DIRECTORY/COLLECTION.index`: the signed index an app bundles next to the
+    /// snapshot, so the bundle itself is verified. Deterministic for a store state: issued
+    /// at the collection's last commit.
+    @discardableResult
+    public static func writeSignedIndex(store: Store, collection: String, keys: [IndexSigningKey], into directory: String) throws -> SignedIndex {
+        let (sequence, entries) = try store.read { try $0.publishedState { $0 == collection } }
+        guard let entry = entries.first, let head = try store.head(of: collection) else { throw StoreError.unknownCollection(collection) }
+        let index = SignedIndex(sequence: sequence, issued: head.committedAt, expires: head.committedAt + bundledIndexLifetime, entries: [entry])
+            .signed(with: keys)
+        let path = (directory as NSString).appendingPathComponent(collection + SignedIndex.fileExtension)
+        let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
+        guard FileManager.default.createFile(atPath: temporary, contents: Data(index.document)) else { throw FileError(path: temporary, reason: "cannot be created") }
+        guard rename(temporary, path) == 0 else {
+            try? FileManager.default.removeItem(atPath: temporary)
+            throw FileError(path: path, reason: "cannot be replaced")
+        }
+        return index
+    }
 
     /// Writes `DIRECTORY/COLLECTION.snapshot` (atomically, via a temporary file and a
     /// rename) and updates `DIRECTORY/manifest.json`.

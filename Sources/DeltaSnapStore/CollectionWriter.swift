@@ -1,5 +1,6 @@
 import DeltaSnapCore
 import DeltaSnapSQLite
+import DeltaSnapTrust
 
 /// What one write did.
 public struct WriteResult: Sendable, Equatable {
@@ -33,6 +34,7 @@ public final class CollectionWriter {
     private let configuration: StoreConfiguration
     private var previous: CollectionHead?
     private var checksum: StateChecksum
+    private var digest: StateDigest
     private var visibleCount: Int
     private var seen = Set<String>()
     private var upserted = 0
@@ -57,6 +59,7 @@ public final class CollectionWriter {
             select.reset()
             epoch = head.epoch
             checksum = head.checksum
+            digest = try reader.digest(of: collection) ?? reader.recomputedDigest(of: collection)
             visibleCount = head.count
             version = head.version + 1
         } else {
@@ -68,6 +71,7 @@ public final class CollectionWriter {
             try insert.run()
             cid = try db.scalarInt("SELECT last_insert_rowid()") ?? 0
             checksum = .empty
+            digest = .empty
             visibleCount = 0
             version = 1
         }
@@ -87,10 +91,14 @@ public final class CollectionWriter {
         try lookup.bind(2, record.id)
         var existing: (hidden: Bool, hash: UInt64, same: Bool)?
         if try lookup.step() {
+            let wasHidden = lookup.bool(0)
             let same = lookup.withBlob(2) { stored in
-                stored.elementsEqual(record.bytes)
+                let same = stored.elementsEqual(record.bytes)
+                // The old bytes are only at hand here: take a replaced visible record out now.
+                if !same && !wasHidden { digest.remove(collection: collection, id: record.id, canonical: stored) }
+                return same
             }
-            existing = (lookup.bool(0), lookup.uint64(1), same)
+            existing = (wasHidden, lookup.uint64(1), same)
             lookup.reset()
         }
         if let existing, existing.same {
@@ -115,6 +123,7 @@ public final class CollectionWriter {
                 visibleCount += 1
             }
             checksum.add(hash: hash)
+            digest.add(collection: collection, id: record.id, canonical: record.bytes)
             upserted += 1
             try write(record, hash: hash)
         }
@@ -187,12 +196,16 @@ public final class CollectionWriter {
         try recordVersion.bind(2, version)
         try recordVersion.bind(3, committedAt)
         try recordVersion.run()
-        let updateHead = try db.prepare("UPDATE collections SET head = ?, checksum = ?, visible = ? WHERE cid = ?")
+        let updateHead = try db.prepare("UPDATE collections SET head = ?, checksum = ?, visible = ?, digest = ? WHERE cid = ?")
         try updateHead.bind(1, version)
         try updateHead.bind(2, checksum.value)
         try updateHead.bind(3, visibleCount)
-        try updateHead.bind(4, cid)
+        try updateHead.bind(4, blob: digest.bytes)
+        try updateHead.bind(5, cid)
         try updateHead.run()
+        let previousSequence = try db.scalarInt("SELECT sequence FROM publication WHERE id = 1") ?? 0
+        let sequence = PublicationSequence.next(after: UInt64(previousSequence), at: committedAt)
+        try db.execute("INSERT INTO publication(id, sequence) VALUES (1, \(sequence)) ON CONFLICT(id) DO UPDATE SET sequence = excluded.sequence")
         let head = CollectionHead(
             name: collection, epoch: epoch,
             version: version, checksum: checksum, count: visibleCount, committedAt: committedAt, floor: previous?.floor ?? 0)

@@ -20,7 +20,7 @@ public final class Store {
     public let configuration: StoreConfiguration
     let db: SQLiteConnection
 
-    static let schemaVersion: Int64 = 2
+    static let schemaVersion: Int64 = 3
 
     public init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false) throws {
         if let epoch = configuration.epochForNewCollections, !ServerToken.isEpoch(epoch) {
@@ -46,6 +46,7 @@ public final class Store {
             let current = try db.scalarInt("PRAGMA user_version") ?? 0
             if current < 1 { try db.execute(Self.schemaV1) }
             if current < 2 { try db.execute(Self.schemaV2) }
+            if current < 3 { try migrateToV3() }
             try db.execute("PRAGMA user_version = \(Self.schemaVersion)")
         }
     }
@@ -115,6 +116,27 @@ public final class Store {
         ) WITHOUT ROWID;
         CREATE INDEX IF NOT EXISTS history_by_age ON history(collection, kept_at);
         """
+
+    /// Signed data: each collection's ``StateDigest`` (maintained by every write like the
+    /// checksum), and the publication sequence a signed index carries.
+    private func migrateToV3() throws {
+        try db.execute("""
+            ALTER TABLE collections ADD COLUMN digest BLOB;
+            CREATE TABLE IF NOT EXISTS publication(id INTEGER PRIMARY KEY CHECK (id = 1), sequence INTEGER NOT NULL);
+            """)
+        // Stores from before signing: compute each digest once, from every visible record.
+        let names = try StoreReader(db: db).collections().map(\.name)
+        let update = try db.prepare("UPDATE collections SET digest = ? WHERE name = ?")
+        for name in names {
+            let digest = try StoreReader(db: db).recomputedDigest(of: name)
+            try update.bind(1, blob: digest.bytes)
+            try update.bind(2, name)
+            try update.run()
+        }
+        if !names.isEmpty {
+            try db.execute("INSERT OR IGNORE INTO publication(id, sequence) VALUES (1, \(PublicationSequence.next(after: 0, at: configuration.commitTime())))")
+        }
+    }
 
     // MARK: - Heads
 

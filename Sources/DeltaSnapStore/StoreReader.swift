@@ -1,5 +1,6 @@
 import DeltaSnapCore
 import DeltaSnapSQLite
+import DeltaSnapTrust
 
 /// Reads from a store inside one read transaction (see ``Store/read(_:)``).
 ///
@@ -113,6 +114,34 @@ public struct StoreReader {
             count += 1
         }
         return (checksum, count)
+    }
+
+    /// The collection's state digest as maintained by its writes; `nil` when it does not exist.
+    public func digest(of collection: String) throws -> StateDigest? {
+        let statement = try db.prepare("SELECT digest FROM collections WHERE name = ?")
+        try statement.bind(1, collection)
+        guard try statement.step(), !statement.isNull(0) else { return nil }
+        defer { statement.reset() }
+        return statement.withBlob(0) { StateDigest(bytes: $0) }
+    }
+
+    /// The state digest recomputed from every visible record (O(n)).
+    public func recomputedDigest(of collection: String) throws -> StateDigest {
+        let statement = try db.prepare(
+            "SELECT id, body FROM records WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND hidden = 0")
+        try statement.bind(1, collection)
+        var digest = StateDigest.empty
+        while try statement.step() {
+            let id = statement.string(0)
+            statement.withBlob(1) { digest.add(collection: collection, id: id, canonical: $0) }
+        }
+        return digest
+    }
+
+    /// The publication sequence: raised by every commit to any collection, never lowered.
+    /// 0 for a store that never committed.
+    public func publicationSequence() throws -> UInt64 {
+        UInt64(try db.scalarInt("SELECT sequence FROM publication WHERE id = 1") ?? 0)
     }
 }
 

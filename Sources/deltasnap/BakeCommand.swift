@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import DeltaSnapClient
 import DeltaSnapStore
+import DeltaSnapTrust
 
 struct BakeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -10,7 +11,9 @@ struct BakeCommand: AsyncParsableCommand {
         discussion: """
             Deterministic: the same store state gives byte-identical files. With --replica,
             also DIR/NAME.replica: the client's SQLite replica, ready to open in place at an
-            app's first start (no parsing, whatever the size); bundle either file.
+            app's first start (no parsing, whatever the size); bundle either file. With
+            --signing-key, also DIR/NAME.index: the signed index of the baked state, which a
+            client that pins the public key checks the bundled snapshot against.
             """
     )
 
@@ -26,12 +29,20 @@ struct BakeCommand: AsyncParsableCommand {
     @Flag(name: .long, help: "Also write DIR/NAME.replica, a ready client replica (SQLite) built from the snapshot.")
     var replica = false
 
+    @Option(name: .long, help: "A private key from `deltasnap keygen`: also write DIR/NAME.index, signed (repeat while rotating keys).")
+    var signingKey: [String] = []
+
     func run() async throws {
         try await reportingErrors {
+            let keys = try signingKey.map { try IndexSigningKey(contentsOf: $0) }
             let store = try Store(path: db, readOnly: true)
             let started = ContinuousClock.now
             let entry = try Baker.bake(store: store, collection: collection, into: out)
             print("\(out)/\(collection).snapshot: \(entry.count) records, token \(entry.token), checksum \(entry.checksum), \(entry.bytes) bytes, sha256 \(entry.sha256) [\(rate(entry.count, since: started))]")
+            if !keys.isEmpty {
+                let index = try Baker.writeSignedIndex(store: store, collection: collection, keys: keys, into: out)
+                print("\(out)/\(collection)\(SignedIndex.fileExtension): sequence \(index.sequence), digest \(index.entries[0].digest), signed by \(keys.map(\.publicKey.id).joined(separator: ", "))")
+            }
             if replica {
                 let replicaStarted = ContinuousClock.now
                 let path = "\(out)/\(collection).replica"

@@ -1,6 +1,7 @@
 import ArgumentParser
 import DeltaSnapClient
 import DeltaSnapCore
+import DeltaSnapTrust
 import Foundation
 
 struct PullCommand: AsyncParsableCommand {
@@ -13,17 +14,32 @@ struct PullCommand: AsyncParsableCommand {
             data. A one-shot pull syncs at once; with --watch, failures back off exponentially
             and the server's Retry-After/Backoff are honoured. Queued local writes are not
             pushed (that is `deltasnap sync`); they stay visible on top of what is pulled.
+
+            With --trusted-key (signing.pub from `deltasnap keygen`), the pull goes through the
+            server's signed index and cacheable URLs, and commits only data a trusted key
+            signed; an expired, replayed or forged index changes nothing.
+
+            Several collections: --url is then the server's base URL, --collections names
+            them, --replica is a directory (one NAME.sqlite each) and --snapshot a directory
+            of bundles. One request to /v1/index tells which changed; only those are
+            fetched. One line per collection, prefixed with its name.
             """
     )
 
-    @Option(name: .long, help: "The collection URL, e.g. http://127.0.0.1:8080/v1/collections/countries.")
+    @Option(name: .long, help: "The collection URL, e.g. http://127.0.0.1:8080/v1/collections/countries (with --collections: the base URL, http://127.0.0.1:8080).")
     var url: String
 
-    @Option(name: .long, help: "Path of the local replica (an SQLite file, created if missing).")
+    @Option(name: .long, help: "Path of the local replica (an SQLite file, created if missing; with --collections a directory).")
     var replica: String
 
-    @Option(name: .long, help: "A bundled .snapshot (loaded) or .replica (adopted) to start from when the replica is empty.")
+    @Option(name: .long, help: "A bundled .snapshot (loaded) or .replica (adopted) to start from when the replica is empty (with --collections a directory of them).")
     var snapshot: String?
+
+    @Option(name: .long, help: "Several collections, comma-separated: one poll of /v1/index, then only the changed ones.")
+    var collections: String?
+
+    @Option(name: .long, help: "A public key (signing.pub) whose signature the data must carry; repeat it while keys rotate.")
+    var trustedKey: [String] = []
 
     @Flag(name: .long, help: "Keep syncing every --interval seconds until interrupted.")
     var watch = false
@@ -40,15 +56,25 @@ struct PullCommand: AsyncParsableCommand {
     func validate() throws {
         guard URL(string: url)?.scheme?.hasPrefix("http") == true else { throw ValidationError("--url must be an http(s) URL") }
         guard interval > 0, timeout > 0 else { throw ValidationError("--interval and --timeout must be positive") }
+        if let collections {
+            let names = TokenCommand.list(collections)
+            guard !names.isEmpty else { throw ValidationError("--collections needs at least one name") }
+            for name in names where !CollectionName.isValid(name) { throw ValidationError("invalid collection name \"\(name)\" in --collections") }
+        }
     }
 
     func run() async throws {
         try await reportingErrors {
+            let keys = try TrustedKeys.load(trustedKey)
+            if let collections {
+                try await pullSeveral(TokenCommand.list(collections), keys: keys)
+                return
+            }
             let collectionURL = URL(string: url)!
             let name = collectionURL.lastPathComponent
             let replica = try DeltaSnapReplica(
                 path: self.replica, collection: name, url: collectionURL, bundledSnapshot: snapshot,
-                timeout: .milliseconds(Int(timeout * 1000)), accessToken: token)
+                timeout: .milliseconds(Int(timeout * 1000)), accessToken: token, trustedKeys: keys)
             repeat {
                 let started = ContinuousClock.now
                 // A one-shot pull is a person asking now; --watch honours backoff like an app.
@@ -65,6 +91,31 @@ struct PullCommand: AsyncParsableCommand {
             }
         }
     }
+}
+
+extension PullCommand {
+    private func pullSeveral(_ names: [String], keys: [TrustedKey]) async throws {
+        let set = try DeltaSnapReplicaSet(
+            directory: replica, baseURL: URL(string: url)!, collections: names, bundledSnapshots: snapshot,
+            timeout: .milliseconds(Int(timeout * 1000)), accessToken: token, trustedKeys: keys)
+        repeat {
+            let started = ContinuousClock.now
+            let outcomes = await set.pull(ignoringBackoff: !watch)
+            for name in names {
+                guard let outcome = outcomes[name], let replica = set[name] else { continue }
+                print("\(name): \(await PullLine.describe(outcome, replica: replica, since: started))")
+            }
+            if watch { try await Task.sleep(for: .milliseconds(Int(interval * 1000))) }
+        } while watch
+        var empty: [String] = []
+        for name in names where await set[name]?.currentState.hasData != true { empty.append(name) }
+        guard empty.isEmpty else { throw PullFailure(message: "no data for \(empty.joined(separator: ", "))") }
+    }
+}
+
+/// `--trusted-key` files.
+enum TrustedKeys {
+    static func load(_ paths: [String]) throws -> [TrustedKey] { try paths.map { try TrustedKey(contentsOf: $0) } }
 }
 
 struct PullFailure: Error, CustomStringConvertible {

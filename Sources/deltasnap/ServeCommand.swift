@@ -2,6 +2,7 @@ import ArgumentParser
 import DeltaSnapCore
 import DeltaSnapServer
 import DeltaSnapStore
+import DeltaSnapTrust
 import Foundation
 import Logging
 import Metrics
@@ -19,6 +20,12 @@ struct ServeCommand: AsyncParsableCommand {
             POST /v1/collections/NAME/mutations        a client's batch of offline writes (two-way sync)
             GET  /v1/collections/NAME/records/ID/history   values writes replaced, newest first
             GET  /healthz, /metrics                    liveness; Prometheus text (swift-metrics)
+
+            For shared caches (a CDN, nginx proxy_cache), docs/PROTOCOL.md §8:
+            GET  /v1/index                              every collection's token and state digest,
+                                                        signed with --signing-key; max-age --index-max-age
+            GET  /v1/collections/NAME/deltas/BASE/TOKEN from BASE to TOKEN (the head), immutable
+            GET  /v1/collections/NAME/snapshots/TOKEN   the full body of TOKEN (the head), immutable
 
             Every answer carries X-Request-Id (the client's own when it sends a safe one) and,
             at --log-level info, logs one line with it: method, path, status, duration, bytes.
@@ -75,6 +82,15 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Minutes between scheduled compactions (with --compact-keep-versions or --compact-older-than).")
     var compactEvery: Double = 60
 
+    @Option(name: .long, help: "A private key from `deltasnap keygen` that signs /v1/index; repeat it to sign with two keys while rotating.")
+    var signingKey: [String] = []
+
+    @Option(name: .long, help: "Seconds a shared cache may serve /v1/index without asking the server.")
+    var indexMaxAge = 30
+
+    @Option(name: .long, help: "Seconds a signed index stays valid; clients refuse an expired one (it is re-signed every quarter of this).")
+    var indexLifetime = 86_400
+
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical") }
@@ -84,6 +100,8 @@ struct ServeCommand: AsyncParsableCommand {
         if let compactKeepVersions, compactKeepVersions < 0 { throw ValidationError("--compact-keep-versions must be 0 or more") }
         if let compactOlderThan, !(compactOlderThan >= 0) { throw ValidationError("--compact-older-than must be 0 or more days") }
         guard compactEvery > 0 else { throw ValidationError("--compact-every must be positive") }
+        guard indexMaxAge > 0 else { throw ValidationError("--index-max-age must be positive") }
+        guard indexLifetime >= 60 else { throw ValidationError("--index-lifetime must be at least 60 seconds") }
     }
 
     private var compactionSchedule: CompactionSchedule? {
@@ -110,7 +128,8 @@ struct ServeCommand: AsyncParsableCommand {
                 configuration: .init(
                     databasePath: db, writeToken: token, maximumWriteBodyBytes: maxBodyBytes, access: access,
                     pushRetention: PushRetention(results: retention, history: retention), logNotModified: logNotModified,
-                    compaction: compactionSchedule),
+                    compaction: compactionSchedule, signingKeys: try signingKey.map { try IndexSigningKey(contentsOf: $0) },
+                    indexMaxAge: indexMaxAge, indexLifetime: indexLifetime),
                 logger: logger)
             // Anything else in the process that reports through swift-metrics lands on the same /metrics.
             MetricsSystem.bootstrap(server.service.metrics.factory)

@@ -1,6 +1,7 @@
 import ArgumentParser
 import DeltaSnapClient
 import DeltaSnapCore
+import DeltaSnapTrust
 import Foundation
 
 struct SyncCommand: AsyncParsableCommand {
@@ -35,6 +36,9 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Request timeout in seconds.")
     var timeout: Double = 30
 
+    @Option(name: .long, help: "A public key (signing.pub) whose signature pulled data must carry; repeat it while keys rotate.")
+    var trustedKey: [String] = []
+
     func validate() throws {
         guard URL(string: url)?.scheme?.hasPrefix("http") == true else { throw ValidationError("--url must be an http(s) URL") }
         guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
@@ -45,7 +49,8 @@ struct SyncCommand: AsyncParsableCommand {
             let collectionURL = URL(string: url)!
             let replica = try DeltaSnapReplica(
                 path: self.replica, collection: collectionURL.lastPathComponent, url: collectionURL, bundledSnapshot: snapshot,
-                timeout: .milliseconds(Int(timeout * 1000)), accessToken: token ?? ProcessInfo.processInfo.environment["DELTASNAP_TOKEN"])
+                timeout: .milliseconds(Int(timeout * 1000)), accessToken: token ?? ProcessInfo.processInfo.environment["DELTASNAP_TOKEN"],
+                trustedKeys: try TrustedKeys.load(trustedKey))
             let started = ContinuousClock.now
             // A person ran this command: sync now, whatever backoff an earlier run left.
             let outcome = await replica.sync(ignoringBackoff: true)

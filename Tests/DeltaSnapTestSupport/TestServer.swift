@@ -1,4 +1,5 @@
 import DeltaSnapServer
+import DeltaSnapTrust
 import Foundation
 import Logging
 
@@ -16,7 +17,7 @@ public final class TestServer: Sendable {
         databasePath: String, writeToken: String? = TestServer.writeToken,
         maximumWriteBodyBytes: Int = 1024 * 1024, fullBodyCacheMaximumRecords: Int = 100_000,
         access: AccessPolicy = AccessPolicy(), logNotModified: Bool = false, logger: Logger? = nil,
-        compaction: CompactionSchedule? = nil
+        compaction: CompactionSchedule? = nil, port: Int = 0, signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30
     ) async throws -> TestServer {
         let logger = logger ?? {
             var quiet = Logger(label: "test-server")
@@ -27,11 +28,11 @@ public final class TestServer: Sendable {
             configuration: .init(
                 databasePath: databasePath, writeToken: writeToken, maximumWriteBodyBytes: maximumWriteBodyBytes,
                 fullBodyCacheMaximumRecords: fullBodyCacheMaximumRecords, changePollInterval: .milliseconds(20),
-                access: access, logNotModified: logNotModified, compaction: compaction),
+                access: access, logNotModified: logNotModified, compaction: compaction, signingKeys: signingKeys, indexMaxAge: indexMaxAge),
             logger: logger)
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let task = Task {
-            try await server.run(host: "127.0.0.1", port: 0, handleSignals: false) { port in
+            try await server.run(host: "127.0.0.1", port: port, handleSignals: false) { port in
                 continuation.yield(port)
                 continuation.finish()
             }

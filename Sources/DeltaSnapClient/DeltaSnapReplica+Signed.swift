@@ -1,0 +1,142 @@
+import DeltaSnapCore
+import DeltaSnapTrust
+import Foundation
+
+/// Sync through the signed index and the cacheable URLs (docs/PROTOCOL.md §8), used when
+/// the replica pins trusted keys.
+///
+/// The ladder: fetch and verify the index (signature by a trusted key, expiry, sequence not
+/// below the one held) → nothing to do when the token and digest held are the signed ones →
+/// the delta from the held token to the signed one (or the full body) → one full body when
+/// the result does not match the index → keep the last verified state and back off.
+extension DeltaSnapReplica {
+    /// `…/v1/index`, next to `…/v1/collections/{name}`.
+    var indexURL: URL { url.deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("index") }
+
+    func deltaURL(from base: String, to target: String) -> URL {
+        url.appendingPathComponent("deltas").appendingPathComponent(base).appendingPathComponent(target)
+    }
+
+    func snapshotURL(_ token: String) -> URL { url.appendingPathComponent("snapshots").appendingPathComponent(token) }
+
+    func signedSync(now: Date, droppingAcknowledgedThrough settled: UInt64?) async -> SyncOutcome {
+        var entry: SignedIndex.Entry
+        switch await verifiedEntry(now: now, revalidating: false) {
+        case .success(let verified): entry = verified
+        case .failure(let failure): return recordFailure(failure.reason, retryable: true, serverAsked: failure.serverAsked, now: now)
+        }
+        if let token = state.token, token == entry.token, heldDigestFingerprint() == entry.digest {
+            return recordSuccess(.notModified, etag: nil, lastModified: nil, serverAsked: nil, now: now, droppingAcknowledgedThrough: settled)
+        }
+        var response: SyncResponse
+        do {
+            response = try await fetchSignedBody(for: entry)
+            if response.status == 404 {
+                // The index was older than the server (a cache's copy): ask for a fresh one once.
+                response.bodyFile.map { try? FileManager.default.removeItem(at: $0) }
+                switch await verifiedEntry(now: now, revalidating: true) {
+                case .success(let fresher): entry = fresher
+                case .failure(let failure): return recordFailure(failure.reason, retryable: true, serverAsked: failure.serverAsked, now: now)
+                }
+                response = try await fetchSignedBody(for: entry)
+            }
+        } catch {
+            return recordFailure("request failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now)
+        }
+        defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
+        let serverAsked = RetryPolicy.serverDelay(retryAfter: response.header("Retry-After"), backoff: response.header("Backoff"), now: now)
+        guard response.status == 200 else {
+            return recordFailure("\(response.status) for the signed state \(entry.token)", retryable: true, serverAsked: serverAsked, now: now)
+        }
+        do {
+            let result = try apply(response, droppingAcknowledgedThrough: settled, expected: entry)
+            return recordSuccess(.applied(result), etag: nil, lastModified: nil, serverAsked: serverAsked, now: now)
+        } catch {
+            return await signedFullFetch(entry, reason: Self.describe(error), now: now, droppingAcknowledgedThrough: settled)
+        }
+    }
+
+    /// The one full fetch after a body that did not verify.
+    private func signedFullFetch(_ entry: SignedIndex.Entry, reason: String, now: Date, droppingAcknowledgedThrough settled: UInt64?) async -> SyncOutcome {
+        let response: SyncResponse
+        do {
+            response = try await transport.fetch(SyncRequest(url: snapshotURL(entry.token), headers: requestHeaders(), timeout: timeout))
+        } catch {
+            return recordFailure("\(reason); full fetch failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now)
+        }
+        defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
+        guard response.status == 200 else {
+            return recordFailure("\(reason); full fetch got status \(response.status)", retryable: true, serverAsked: nil, now: now)
+        }
+        do {
+            let result = try apply(response, expectFull: true, droppingAcknowledgedThrough: settled, expected: entry)
+            return recordSuccess(.reset(result, reason: reason), etag: nil, lastModified: nil, serverAsked: nil, now: now)
+        } catch {
+            return recordFailure("\(reason); full body unusable: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now)
+        }
+    }
+
+    private func fetchSignedBody(for entry: SignedIndex.Entry) async throws -> SyncResponse {
+        let url = state.token.map { deltaURL(from: $0, to: entry.token) } ?? snapshotURL(entry.token)
+        return try await transport.fetch(SyncRequest(url: url, headers: requestHeaders(), timeout: timeout))
+    }
+
+    private func requestHeaders() -> [String: String] {
+        var headers = ["Accept-Encoding": "gzip"]
+        if let accessToken { headers["Authorization"] = "Bearer \(accessToken)" }
+        return headers
+    }
+
+    private func heldDigestFingerprint() -> String? {
+        if let digest = state.digest { return digest.fingerprint }
+        // Held from before the app pinned keys: compute it once; the next apply keeps it.
+        guard let digest = try? storage.recomputedDigest(collection: collection) else { return nil }
+        state.digest = digest
+        return digest.fingerprint
+    }
+
+    /// A response body of at most 16 MiB (an index), gzip-decoded when it still is.
+    static func readSmallBody(_ file: URL) throws -> [UInt8] {
+        let source = try isGzip(file) ? ChunkSources.gunzip(try ChunkSources.file(at: file.path)) : try ChunkSources.file(at: file.path)
+        var document: [UInt8] = []
+        while let chunk = try source() {
+            document += chunk
+            guard document.count <= 16 * 1024 * 1024 else { throw TrustError.malformedIndex("larger than 16 MiB") }
+        }
+        return document
+    }
+
+    struct IndexFailure: Error {
+        var reason: String
+        var serverAsked: Double?
+    }
+
+    /// Fetches and verifies the index; on success the held sequence and expiry move up at
+    /// once (a verified index is authentic even if its data then fails to arrive).
+    func verifiedEntry(now: Date, revalidating: Bool) async -> Result<SignedIndex.Entry, IndexFailure> {
+        var headers = requestHeaders()
+        // RFC 9111 §5.2.1.4: a cache must revalidate with the origin before answering.
+        if revalidating { headers["Cache-Control"] = "no-cache" }
+        let response: SyncResponse
+        do {
+            response = try await transport.fetch(SyncRequest(url: indexURL, headers: headers, timeout: timeout))
+        } catch {
+            return .failure(IndexFailure(reason: "index request failed: \(Self.describe(error))"))
+        }
+        defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
+        let serverAsked = RetryPolicy.serverDelay(retryAfter: response.header("Retry-After"), backoff: response.header("Backoff"), now: now)
+        guard response.status == 200, let file = response.bodyFile else {
+            return .failure(IndexFailure(reason: "index: unexpected status \(response.status)", serverAsked: serverAsked))
+        }
+        do {
+            let index = try SignedIndex.parse(try Self.readSmallBody(file))
+            try index.verify(trusting: trustedKeys, now: Int64(now.timeIntervalSince1970), heldSequence: state.indexSequence)
+            guard let entry = index.entry(for: collection) else { throw TrustError.collectionNotListed(collection) }
+            state.indexSequence = index.sequence
+            state.indexExpires = Date(timeIntervalSince1970: TimeInterval(index.expires))
+            return .success(entry)
+        } catch {
+            return .failure(IndexFailure(reason: "index refused: \(Self.describe(error))", serverAsked: serverAsked))
+        }
+    }
+}

@@ -1,0 +1,144 @@
+import DeltaSnapCore
+import DeltaSnapStore
+import Foundation
+import Hummingbird
+
+/// The URLs a shared cache (a CDN, nginx `proxy_cache`) can serve (docs/PROTOCOL.md §8):
+/// the signed index with a short `max-age`, and deltas and full bodies named by their
+/// tokens, which never change once answered.
+extension DeltaSnapService {
+    static let immutable = "public, max-age=31536000, immutable"
+
+    func addPublicationRoutes<Context: RequestContext>(to router: Router<Context>) {
+        router.get("/v1/index") { [self] request, _ in try index(request) }
+        router.head("/v1/index") { [self] request, _ in Self.headOnly(try index(request)) }
+        router.get("/v1/collections/:name/deltas/:base/:target") { [self] request, context in
+            try immutableDelta(request, context: context)
+        }
+        router.head("/v1/collections/:name/deltas/:base/:target") { [self] request, context in
+            Self.headOnly(try immutableDelta(request, context: context))
+        }
+        router.get("/v1/collections/:name/snapshots/:token") { [self] request, context in
+            try immutableFull(request, context: context)
+        }
+        router.head("/v1/collections/:name/snapshots/:token") { [self] request, context in
+            Self.headOnly(try immutableFull(request, context: context))
+        }
+        for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
+            for path in ["/v1/index", "/v1/collections/:name/deltas/:base/:target", "/v1/collections/:name/snapshots/:token"] {
+                router.on(RouterPath(path), method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
+            }
+        }
+    }
+
+    /// `GET /v1/index`: every public collection's token, floor and state digest, signed.
+    func index(_ request: Request) throws -> Response {
+        let published = try publication.current(heads: heads.all.map(\.head), pool: pool, now: Int64(Date().timeIntervalSince1970))
+        let maxAge = configuration.indexMaxAge
+        let headers: HTTPFields = [
+            .contentType: "application/json",
+            .cacheControl: "public, max-age=\(maxAge), stale-while-revalidate=\(maxAge)",
+            .eTag: published.etag,
+        ]
+        let held = request.headers[values: .ifNoneMatch].flatMap { $0.split(separator: ",").map { String($0).trimmingSpaces } }
+        if held.contains(published.etag) || held.contains("*") {
+            return Response(status: .notModified, headers: headers)
+        }
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: published.document))
+    }
+
+    /// `GET /v1/collections/{name}/deltas/{base}/{target}`: the changes from `base` to the
+    /// head `target`, cacheable for ever; a base below the floor (or of another epoch) is
+    /// redirected to the full body of `target`.
+    func immutableDelta(_ request: Request, context: some RequestContext) throws -> Response {
+        let start = ContinuousClock.now
+        let name = try context.parameters.require("name")
+        let head = try publishedHead(name)
+        let base = try context.parameters.require("base")
+        let target = try context.parameters.require("target")
+        guard let baseToken = ServerToken(base) else { throw APIError.badToken(base) }
+        try requireCurrent(target, head: head)
+        if baseToken.epoch != head.epoch || baseToken.version < head.floor {
+            // Below the floor stays below the floor (it only rises): the redirect is as
+            // permanent as the delta it stands for.
+            return Response(status: .permanentRedirect, headers: [
+                .location: "/v1/collections/\(name)/snapshots/\(target)", .cacheControl: Self.immutable,
+            ])
+        }
+        guard baseToken.version <= head.version else {
+            throw APIError(.notFound, "unknown_base", "token \(base) is newer than \(target); no delta leads back in time")
+        }
+        let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
+        var response: Response
+        let key = DeltaCache.Key(collection: name, base: base, headVersion: head.version, gzip: gzip)
+        if let cached = deltas[key] {
+            metrics.countOutcome(.delta, since: start)
+            metrics.countBytes(cached.body.readableBytes, for: .delta)
+            response = Response(status: .ok, headers: bodyHeaders(for: cached.head, gzip: gzip), body: .init(byteBuffer: cached.body))
+        } else if let entry = try smallDelta(name: name, sinceVersion: baseToken.version, base: base, gzip: gzip) {
+            try requireCurrent(target, head: entry.head)
+            deltas.store(entry, for: DeltaCache.Key(collection: name, base: base, headVersion: entry.head.version, gzip: gzip))
+            metrics.countOutcome(.delta, since: start)
+            metrics.countBytes(entry.body.readableBytes, for: .delta)
+            response = Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: gzip), body: .init(byteBuffer: entry.body))
+        } else {
+            response = try streamed(name: name, sinceVersion: baseToken.version, base: base, gzip: gzip, outcome: .delta, since: start, target: target)
+        }
+        return Self.cacheable(response)
+    }
+
+    /// `GET /v1/collections/{name}/snapshots/{token}`: the full body of the head `token`,
+    /// cacheable for ever.
+    func immutableFull(_ request: Request, context: some RequestContext) throws -> Response {
+        let start = ContinuousClock.now
+        let name = try context.parameters.require("name")
+        let head = try publishedHead(name)
+        let target = try context.parameters.require("token")
+        try requireCurrent(target, head: head)
+        let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
+        if gzip && head.count <= configuration.fullBodyCacheMaximumRecords {
+            let entry = try fullBodies.body(for: head, pool: pool)
+            try requireCurrent(target, head: entry.head)
+            heads.update(entry.head)
+            metrics.countOutcome(.full, since: start)
+            metrics.countBytes(entry.gzip.readableBytes, for: .full)
+            return Self.cacheable(Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: true), body: .init(byteBuffer: entry.gzip)))
+        }
+        return Self.cacheable(try streamed(name: name, sinceVersion: nil, base: nil, gzip: gzip, outcome: .full, since: start, target: target))
+    }
+
+    /// The head of a collection that has cacheable URLs: private ones never do.
+    private func publishedHead(_ name: String) throws -> CollectionHead {
+        guard CollectionName.isValid(name) else { throw APIError.badCollectionName(name) }
+        guard !configuration.access.privateCollections.contains(name) else {
+            throw APIError(.notFound, "not_published", "collection \"\(name)\" is private: it has no cacheable URLs; use GET /v1/collections/\(name)")
+        }
+        guard let served = heads[name] else { throw APIError.unknownCollection(name) }
+        return served.head
+    }
+
+    /// Only the head can be answered exactly: an older token's state is gone, a newer one
+    /// is not known here yet (a read replica behind its primary). Both are `404 no-store`,
+    /// so a cache never keeps either.
+    func requireCurrent(_ target: String, head: CollectionHead) throws {
+        guard let token = ServerToken(target) else { throw APIError.badToken(target) }
+        if token == head.token { return }
+        if token.epoch == head.epoch && token.version > head.version {
+            throw APIError(.notFound, "unknown_target", "token \(target) is not known here yet (this server is at \(head.token)); retry shortly", headers: [.retryAfter: "1"])
+        }
+        throw APIError(.notFound, "superseded", "token \(target) is no longer the newest (now \(head.token)); fetch /v1/index again")
+    }
+
+    private static func cacheable(_ response: Response) -> Response {
+        var response = response
+        response.headers[.cacheControl] = immutable
+        response.headers[.vary] = "Accept-Encoding"
+        return response
+    }
+}
+
+extension APIError {
+    static func badToken(_ token: String) -> APIError {
+        APIError(.badRequest, "bad_token", "\"\(token)\" is not a token this server issued")
+    }
+}

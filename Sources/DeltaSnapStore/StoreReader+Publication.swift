@@ -1,0 +1,21 @@
+import DeltaSnapCore
+import DeltaSnapTrust
+
+extension StoreReader {
+    /// What a signed index states about the collections `included` accepts, read in this one
+    /// transaction so each digest belongs to the token next to it.
+    ///
+    /// ```swift
+    /// let (sequence, entries) = try store.read { try $0.publishedState { $0 == "countries" } }
+    /// ```
+    public func publishedState(including included: (String) -> Bool = { _ in true }) throws -> (sequence: UInt64, entries: [SignedIndex.Entry]) {
+        var entries: [SignedIndex.Entry] = []
+        for head in try collections() where included(head.name) {
+            let digest = try digest(of: head.name) ?? recomputedDigest(of: head.name)
+            entries.append(SignedIndex.Entry(
+                collection: head.name, token: head.token.description, version: head.version, count: head.count,
+                floor: head.floor, digest: digest.fingerprint, lastModified: head.lastModified))
+        }
+        return (try publicationSequence(), entries)
+    }
+}

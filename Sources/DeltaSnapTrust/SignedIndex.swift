@@ -1,0 +1,189 @@
+import DeltaSnapCore
+import Foundation
+
+/// A short-lived, signed statement of what a server publishes: per collection its token,
+/// version, record count, compaction floor and state digest, plus a sequence number that
+/// never goes down, an issue time and an expiry. Deltas and snapshots carry no signature:
+/// a client applies them and commits only when the result matches this index.
+///
+/// The signed message is `"deltasnap-index-v1\n"` followed by the canonical JSON bytes
+/// (docs/PROTOCOL.md §2) of the index object; the document served and bundled is
+/// `{"index":<those bytes>,"signatures":[{"key":"<key id>","signature":"<base64>"},…]}`.
+///
+/// ```swift
+/// let index = SignedIndex(sequence: 7, issued: now, expires: now + 3600, collections: [entry])
+///     .signed(with: [signingKey])
+/// let document = index.document                      // served at GET /v1/index
+/// let checked = try SignedIndex.parse(document)
+/// try checked.verify(trusting: [trusted], now: now, heldSequence: 6)
+/// ```
+public struct SignedIndex: Sendable, Equatable {
+    public static let format = 1
+    /// `bake --signing-key` writes `NAME.index` next to `NAME.snapshot`.
+    public static let fileExtension = ".index"
+    public static let signingDomain = Array("deltasnap-index-v1\n".utf8)
+    /// Clock skew tolerated when checking an expiry.
+    public static let allowedClockSkew: Int64 = 300
+
+    /// One collection's published state.
+    public struct Entry: Sendable, Equatable {
+        public var collection: String
+        public var token: String
+        public var version: UInt64
+        public var count: Int
+        public var floor: UInt64
+        /// ``StateDigest/fingerprint`` of the visible state at `token`.
+        public var digest: String
+        public var lastModified: String
+
+        public init(collection: String, token: String, version: UInt64, count: Int, floor: UInt64, digest: String, lastModified: String) {
+            self.collection = collection
+            self.token = token
+            self.version = version
+            self.count = count
+            self.floor = floor
+            self.digest = digest
+            self.lastModified = lastModified
+        }
+    }
+
+    /// One signature: the signer's key id and the Ed25519 signature (64 bytes).
+    public struct Signature: Sendable, Equatable {
+        public var keyID: String
+        public var bytes: [UInt8]
+    }
+
+    /// Never decreases for a publication; a client refuses an index below one it verified.
+    public var sequence: UInt64
+    /// Seconds since 1970.
+    public var issued: Int64
+    /// Seconds since 1970; a client refuses the index after this (plus ``allowedClockSkew``).
+    public var expires: Int64
+    /// Sorted by collection name.
+    public private(set) var entries: [Entry]
+    public private(set) var signatures: [Signature] = []
+    /// Members of the index object this release does not know: signed, kept, ignored.
+    private var unknownMembers: [JSONMember] = []
+
+    public init(sequence: UInt64, issued: Int64, expires: Int64, entries: [Entry]) {
+        self.sequence = sequence
+        self.issued = issued
+        self.expires = expires
+        self.entries = entries.sorted { $0.collection.utf8Precedes($1.collection) }
+    }
+
+    public func entry(for collection: String) -> Entry? { entries.first { $0.collection == collection } }
+
+    /// The bytes a signature covers: the domain line, then the canonical index object.
+    public var signedMessage: [UInt8] { Self.signingDomain + CanonicalJSON.bytes(indexValue) }
+
+    /// This index signed by every key in `keys` (several during a key rotation).
+    public func signed(with keys: [IndexSigningKey]) -> SignedIndex {
+        var copy = self
+        let message = signedMessage
+        copy.signatures = keys.map { Signature(keyID: $0.publicKey.id, bytes: $0.signature(for: message)) }
+        return copy
+    }
+
+    /// The document as served and bundled, ending with a newline.
+    public var document: [UInt8] {
+        var out = Array(#"{"index":"#.utf8)
+        CanonicalJSON.write(indexValue, into: &out)
+        out += Array(#","signatures":"#.utf8)
+        CanonicalJSON.write(.array(signatures.map { signature in
+            .object([JSONMember("key", .string(signature.keyID)), JSONMember("signature", .string(Data(signature.bytes).base64EncodedString()))])
+        }), into: &out)
+        out += Array("}\n".utf8)
+        return out
+    }
+
+    private var indexValue: JSONValue {
+        let collections = JSONValue.object(entries.map { entry in
+            JSONMember(entry.collection, .object([
+                JSONMember("count", .number(String(entry.count))),
+                JSONMember("digest", .string(entry.digest)),
+                JSONMember("floor", .number(String(entry.floor))),
+                JSONMember("lastModified", .string(entry.lastModified)),
+                JSONMember("token", .string(entry.token)),
+                JSONMember("version", .number(String(entry.version))),
+            ]))
+        })
+        var members = [
+            JSONMember("collections", collections),
+            JSONMember("expires", .number(String(expires))),
+            JSONMember("format", .number(String(Self.format))),
+            JSONMember("issued", .number(String(issued))),
+            JSONMember("sequence", .number(String(sequence))),
+        ] + unknownMembers
+        members.sort { $0.key.utf8Precedes($1.key) }
+        return .object(members)
+    }
+
+    // MARK: - Reading and verifying
+
+    /// Parses a document (signatures are checked by ``verify(trusting:now:heldSequence:)``).
+    public static func parse(_ document: [UInt8]) throws(TrustError) -> SignedIndex {
+        let value: JSONValue
+        do {
+            let reader = JSONReader(bytes: document)
+            value = try reader.readValue()
+            guard try reader.isAtEnd() else { throw TrustError.malformedIndex("bytes after the document") }
+        } catch let error as TrustError { throw error } catch { throw .malformedIndex("not JSON: \(error)") }
+        guard case .object(let members)? = value["index"] else { throw .malformedIndex("no \"index\" object") }
+        guard let format = members.integer("format"), format == UInt64(Self.format) else {
+            throw .malformedIndex("unsupported or missing \"format\" (this client reads format \(Self.format))")
+        }
+        guard let sequence = members.integer("sequence"), let issued = members.integer("issued"), let expires = members.integer("expires"),
+              issued <= UInt64(Int64.max), expires <= UInt64(Int64.max)
+        else { throw .malformedIndex("\"sequence\", \"issued\" and \"expires\" must be non-negative integers") }
+        guard case .object(let collections)? = members.value("collections") else { throw .malformedIndex("no \"collections\" object") }
+        var entries: [Entry] = []
+        for member in collections {
+            guard case .object(let fields) = member.value, case .string(let token)? = fields.value("token"),
+                  case .string(let digest)? = fields.value("digest"), case .string(let lastModified)? = fields.value("lastModified"),
+                  let version = fields.integer("version"), let count = fields.integer("count"), let floor = fields.integer("floor"),
+                  count <= UInt64(Int.max)
+            else { throw .malformedIndex("collection \"\(member.key)\" lacks token, digest, lastModified, version, count or floor") }
+            entries.append(Entry(
+                collection: member.key, token: token, version: version, count: Int(count), floor: floor, digest: digest, lastModified: lastModified))
+        }
+        var index = SignedIndex(sequence: sequence, issued: Int64(issued), expires: Int64(expires), entries: entries)
+        let known: Set = ["collections", "expires", "format", "issued", "sequence"]
+        index.unknownMembers = members.filter { !known.contains($0.key) }
+        guard case .array(let signatures)? = value["signatures"] else { throw .malformedIndex("no \"signatures\" array") }
+        for signature in signatures {
+            guard case .string(let keyID)? = signature["key"], case .string(let base64)? = signature["signature"],
+                  let bytes = Data(base64Encoded: base64), bytes.count == 64
+            else { throw .malformedIndex("a signature is not {\"key\":…,\"signature\":<base64 of 64 bytes>}") }
+            index.signatures.append(Signature(keyID: keyID, bytes: Array(bytes)))
+        }
+        return index
+    }
+
+    /// Checks, in this order: a signature by one of `trusted` that verifies, the expiry
+    /// (with ``allowedClockSkew``; skipped when `now` is nil, e.g. for a bundled index), and
+    /// that the sequence is not below `heldSequence`, the highest one already verified.
+    public func verify(trusting trusted: [TrustedKey], now: Int64?, heldSequence: UInt64?) throws(TrustError) {
+        guard !signatures.isEmpty else { throw .unsigned }
+        let message = signedMessage
+        var verified = false
+        for signature in signatures {
+            guard let key = trusted.first(where: { $0.id == signature.keyID }) else { continue }
+            guard key.isValidSignature(signature.bytes, for: message) else { throw .badSignature(keyID: signature.keyID) }
+            verified = true
+        }
+        guard verified else { throw .untrustedSigner(keyIDs: signatures.map(\.keyID)) }
+        if let now, now > expires + Self.allowedClockSkew { throw .expired(expires: expires, now: now) }
+        if let heldSequence, sequence < heldSequence { throw .rollback(sequence: sequence, held: heldSequence) }
+    }
+}
+
+extension [JSONMember] {
+    fileprivate func value(_ key: String) -> JSONValue? { first { $0.key == key }?.value }
+
+    /// A non-negative integer member written as plain digits.
+    fileprivate func integer(_ key: String) -> UInt64? {
+        guard case .number(let literal)? = value(key), literal.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        return UInt64(literal)
+    }
+}

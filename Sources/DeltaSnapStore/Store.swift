@@ -120,10 +120,10 @@ public final class Store {
     /// Signed data: each collection's ``StateDigest`` (maintained by every write like the
     /// checksum), and the publication sequence a signed index carries.
     private func migrateToV3() throws {
-        try db.execute("""
-            ALTER TABLE collections ADD COLUMN digest BLOB;
-            CREATE TABLE IF NOT EXISTS publication(id INTEGER PRIMARY KEY CHECK (id = 1), sequence INTEGER NOT NULL);
-            """)
+        if try db.scalarInt("SELECT count(*) FROM pragma_table_info('collections') WHERE name = 'digest'") == 0 {
+            try db.execute("ALTER TABLE collections ADD COLUMN digest BLOB")
+        }
+        try db.execute("CREATE TABLE IF NOT EXISTS publication(id INTEGER PRIMARY KEY CHECK (id = 1), sequence INTEGER NOT NULL)")
         // Stores from before signing: compute each digest once, from every visible record.
         let names = try StoreReader(db: db).collections().map(\.name)
         let update = try db.prepare("UPDATE collections SET digest = ? WHERE name = ?")

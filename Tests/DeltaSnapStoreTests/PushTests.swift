@@ -167,9 +167,17 @@ import Testing
             try Fixtures.importText(#"{"id":"n1","t":1}"#, into: store, collection: "notes")
         }
         let db = try SQLiteConnection(path: dir.file("s.sqlite"))
-        try db.execute("DROP TABLE push_clients; DROP TABLE push_results; DROP TABLE history; PRAGMA user_version = 1")
+        try db.execute("""
+            DROP TABLE push_clients; DROP TABLE push_results; DROP TABLE history; DROP TABLE publication;
+            ALTER TABLE collections DROP COLUMN digest; PRAGMA user_version = 1
+            """)
         let store = try Store(path: dir.file("s.sqlite"))
-        #expect(try db.scalarInt("PRAGMA user_version") == 2)
+        #expect(try db.scalarInt("PRAGMA user_version") == 3)
+        // Signed data: the digest of a store from before it is computed once, from the records.
+        let digest = try store.read { try $0.digest(of: "notes") }
+        let recomputed = try store.read { try $0.recomputedDigest(of: "notes") }
+        #expect(digest == recomputed)
+        #expect(try store.read { try $0.publicationSequence() } > 0)
         let outcome = try store.push(try batch("c", #"{"seq":1,"op":"patch","id":"n1","value":{"t":2}}"#), from: "c", to: "notes")
         #expect(outcome.head?.version == 2)
         #expect(try store.history(of: "n1", in: "notes").count == 1)

@@ -51,9 +51,10 @@ trap cleanup EXIT
 TOKEN="conformance-write-token"
 "$BIN" import --db "$WORK/store.sqlite" --collection countries Snapshots/sample/countries.ndjson >/dev/null
 "$BIN" import --db "$WORK/store.sqlite" --collection items <(printf '{"id":"r0000001","name":"one"}\n{"id":"a","v":1}\n') >/dev/null
+"$BIN" keygen --out "$WORK/keys" >/dev/null
 # Port 0: the kernel picks a free loopback port; the "serving" line says which.
 "$BIN" serve --db "$WORK/store.sqlite" --host 127.0.0.1 --port 0 --write-token "$TOKEN" \
-    --max-body-bytes 1048576 >"$WORK/serve.out" 2>"$WORK/serve.err" &
+    --max-body-bytes 1048576 --signing-key "$WORK/keys/signing.key" >"$WORK/serve.out" 2>"$WORK/serve.err" &
 SERVER_PID=$!
 PORT=""
 for _ in $(seq 1 300); do

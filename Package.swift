@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "DeltaSnapServer", targets: ["DeltaSnapServer"]),
         .library(name: "DeltaSnapClient", targets: ["DeltaSnapClient"]),
         .library(name: "DeltaSnapSynthetic", targets: ["DeltaSnapSynthetic"]),
+        .library(name: "DeltaSnapTrust", targets: ["DeltaSnapTrust"]),
         .executable(name: "deltasnap", targets: ["deltasnap"]),
     ],
     dependencies: [

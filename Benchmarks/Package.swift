@@ -20,6 +20,7 @@ let package = Package(
                 .product(name: "DeltaSnapClient", package: "DeltaSnap"),
                 .product(name: "DeltaSnapServer", package: "DeltaSnap"),
                 .product(name: "DeltaSnapSynthetic", package: "DeltaSnap"),
+                .product(name: "DeltaSnapTrust", package: "DeltaSnap"),
             ],
             path: "Benchmarks/DeltaSnapBenchmarks",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]

@@ -171,12 +171,14 @@ public actor DeltaSnapReplica {
     /// itself on Linux and Apple platforms, so this is usually the decoded size.
     public private(set) var lastSyncBytesReceived = 0
 
-    /// Recomputes count and checksum of the server state held and compares them with the
-    /// stored ones: true when it is exactly the state its token names (pending local writes
-    /// live apart and do not count).
+    /// Recomputes count and checksum (and the state digest, once the replica holds signed
+    /// data) of the server state held and compares them with the stored ones: true when it is
+    /// exactly the state its token names (pending local writes live apart and do not count).
     public func verify() throws -> Bool {
         let recomputed = try storage.recomputed()
-        return recomputed.count == state.count && recomputed.checksum == state.checksum
+        guard recomputed.count == state.count && recomputed.checksum == state.checksum else { return false }
+        guard let digest = state.digest else { return true }
+        return try storage.recomputedDigest(collection: collection) == digest
     }
 
     /// Every sync outcome, as it happens (for refreshing a UI).

@@ -402,4 +402,5 @@ let benchmarks: @Sendable () -> Void = {
     }
 
     twoWaySyncBenchmarks()
+    signedDataBenchmarks()
 }

@@ -7,6 +7,7 @@ import DeltaSnapCore
 import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapSynthetic
+import DeltaSnapTrust
 import Foundation
 
 /// State of the two-way sync benchmarks (each benchmark runs in its own process).
@@ -28,8 +29,8 @@ func bundledReplica(count: Int, root: String = "two-way") async throws -> DeltaS
 }
 
 /// Starts `deltasnap serve`'s server in this process on an ephemeral port.
-func startServer(databasePath: String) async throws -> URL {
-    let server = try DeltaSnapServer(configuration: .init(databasePath: databasePath, writeToken: "bench"))
+func startServer(databasePath: String, signingKeys: [IndexSigningKey] = []) async throws -> URL {
+    let server = try DeltaSnapServer(configuration: .init(databasePath: databasePath, writeToken: "bench", signingKeys: signingKeys))
     let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
     syncFixtures.serverTask = Task {
         try await server.run(host: "127.0.0.1", port: 0, handleSignals: false) { port in

@@ -133,7 +133,8 @@ import Testing
             }
         }
         setup.mirror.resetPaths()
-        let outcome = await setup.replica.sync()
+        let started = Date()
+        let outcome = await setup.replica.sync(now: started)
         guard case .failed(_, let retryAfter) = outcome else {
             Issue.record("expected a failure, got \(outcome)")
             return
@@ -144,9 +145,9 @@ import Testing
         #expect(after.dump == before.dump)
         #expect(after.state.token == before.state.token)
         #expect(after.state.digest == before.state.digest)
-        // Backing off: an app's next timer tick makes no request.
+        // Backing off: an app's next timer tick (a second later) makes no request.
         setup.mirror.resetPaths()
-        if case .deferred = await setup.replica.sync() {} else { Issue.record("expected the next sync to be deferred") }
+        if case .deferred = await setup.replica.sync(now: started.addingTimeInterval(1)) {} else { Issue.record("expected the next sync to be deferred") }
         #expect(setup.mirror.paths.isEmpty)
     }
 

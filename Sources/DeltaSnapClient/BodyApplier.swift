@@ -72,7 +72,8 @@ struct BodyApplier {
             } else if maintainsDigest {
                 digest = .empty
             }
-            let lookup = try db.prepare("SELECT hash, body FROM records WHERE id = ?")
+            // The old body is read only when the digest needs it: unsigned replicas apply as before.
+            let lookup = try db.prepare(digest == nil ? "SELECT hash FROM records WHERE id = ?" : "SELECT hash, body FROM records WHERE id = ?")
             let upsert = try db.prepare("INSERT INTO records(id, hash, body) VALUES (?, ?, ?) ON CONFLICT(id) DO UPDATE SET hash = excluded.hash, body = excluded.body")
             let delete = try db.prepare("DELETE FROM records WHERE id = ?")
             func write(_ record: Record) throws {

@@ -81,12 +81,6 @@ extension DeltaSnapReplica {
         return try await transport.fetch(SyncRequest(url: url, headers: requestHeaders(), timeout: timeout))
     }
 
-    private func requestHeaders() -> [String: String] {
-        var headers = ["Accept-Encoding": "gzip"]
-        if let accessToken { headers["Authorization"] = "Bearer \(accessToken)" }
-        return headers
-    }
-
     private func heldDigestFingerprint() -> String? {
         if let digest = state.digest { return digest.fingerprint }
         // Held from before the app pinned keys: compute it once; the next apply keeps it.

@@ -241,10 +241,16 @@ public actor DeltaSnapReplica {
         return await performSync(now: now, droppingAcknowledgedThrough: settled)
     }
 
-    private func performSync(now: Date, droppingAcknowledgedThrough settled: UInt64?) async -> SyncOutcome {
-        if !trustedKeys.isEmpty { return await signedSync(now: now, droppingAcknowledgedThrough: settled) }
+    /// `Accept-Encoding: gzip` and the bearer token, which every request of a sync carries.
+    func requestHeaders() -> [String: String] {
         var headers = ["Accept-Encoding": "gzip"]
         if let accessToken { headers["Authorization"] = "Bearer \(accessToken)" }
+        return headers
+    }
+
+    private func performSync(now: Date, droppingAcknowledgedThrough settled: UInt64?) async -> SyncOutcome {
+        if !trustedKeys.isEmpty { return await signedSync(now: now, droppingAcknowledgedThrough: settled) }
+        var headers = requestHeaders()
         if state.hasData {
             if let etag = state.etag { headers["If-None-Match"] = etag }
             if let lastModified = state.lastModified { headers["If-Modified-Since"] = lastModified }
@@ -280,10 +286,8 @@ public actor DeltaSnapReplica {
 
     private func resetWithFullFetch(reason: String, now: Date, droppingAcknowledgedThrough settled: UInt64?) async -> SyncOutcome {
         let response: SyncResponse
-        var headers = ["Accept-Encoding": "gzip"]
-        if let accessToken { headers["Authorization"] = "Bearer \(accessToken)" }
         do {
-            response = try await transport.fetch(SyncRequest(url: url, headers: headers, timeout: timeout))
+            response = try await transport.fetch(SyncRequest(url: url, headers: requestHeaders(), timeout: timeout))
         } catch {
             return recordFailure("\(reason); full fetch failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now)
         }

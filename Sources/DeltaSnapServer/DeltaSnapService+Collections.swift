@@ -59,35 +59,53 @@ extension DeltaSnapService {
         case .notModified:
             metrics.countOutcome(.notModified, since: start)
             return Response(status: .notModified, headers: served.validatorHeaders)
-        case .full where gzip && served.head.count <= configuration.fullBodyCacheMaximumRecords:
-            let entry = try fullBodies.body(for: served.head, pool: pool)
-            heads.update(entry.head)
-            metrics.countOutcome(.full, since: start)
-            metrics.countBytes(entry.gzip.readableBytes, for: .full)
-            return Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: true), body: .init(byteBuffer: entry.gzip))
         case .full:
-            return try streamed(name: name, sinceVersion: nil, base: nil, gzip: gzip, outcome: .full, since: start)
+            return try fullResponse(head: served.head, gzip: gzip, since: start)
         case .delta(let since, let base):
-            let key = DeltaCache.Key(collection: name, base: base, headVersion: served.head.version, gzip: gzip)
-            if let cached = deltas[key] {
-                metrics.countOutcome(.delta, since: start)
-                metrics.countBytes(cached.body.readableBytes, for: .delta)
-                return Response(status: .ok, headers: bodyHeaders(for: cached.head, gzip: gzip), body: .init(byteBuffer: cached.body))
-            }
-            if let entry = try smallDelta(name: name, sinceVersion: since, base: base, gzip: gzip) {
-                // Cached under the head it was read at: a later head is another key.
-                deltas.store(entry, for: DeltaCache.Key(collection: name, base: base, headVersion: entry.head.version, gzip: gzip))
-                metrics.countOutcome(.delta, since: start)
-                metrics.countBytes(entry.body.readableBytes, for: .delta)
-                return Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: gzip), body: .init(byteBuffer: entry.body))
-            }
-            return try streamed(name: name, sinceVersion: since, base: base, gzip: gzip, outcome: .delta, since: start)
+            return try deltaResponse(name: name, headVersion: served.head.version, sinceVersion: since, base: base, gzip: gzip, since: start)
         }
+    }
+
+    /// A full body: the cached gzip body of collections up to ``DeltaSnapServerConfiguration/fullBodyCacheMaximumRecords``,
+    /// else streamed. With `target` (the cacheable URLs) it must be exactly that token's.
+    func fullResponse(head: CollectionHead, gzip: Bool, since start: ContinuousClock.Instant, target: String? = nil) throws -> Response {
+        guard gzip && head.count <= configuration.fullBodyCacheMaximumRecords else {
+            return try streamed(name: head.name, sinceVersion: nil, base: nil, gzip: gzip, outcome: .full, since: start, target: target)
+        }
+        let entry = try fullBodies.body(for: head, pool: pool)
+        if let target { try requireCurrent(target, head: entry.head) }
+        heads.update(entry.head)
+        metrics.countOutcome(.full, since: start)
+        metrics.countBytes(entry.gzip.readableBytes, for: .full)
+        return Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: true), body: .init(byteBuffer: entry.gzip))
+    }
+
+    /// A delta since `sinceVersion`: from the cache of small deltas, read and cached when it
+    /// is small, else streamed. With `target` it must lead exactly to that token.
+    func deltaResponse(
+        name: String, headVersion: UInt64, sinceVersion: UInt64, base: String, gzip: Bool, since start: ContinuousClock.Instant,
+        target: String? = nil
+    ) throws -> Response {
+        let key = DeltaCache.Key(collection: name, base: base, headVersion: headVersion, gzip: gzip)
+        if let cached = deltas[key] {
+            metrics.countOutcome(.delta, since: start)
+            metrics.countBytes(cached.body.readableBytes, for: .delta)
+            return Response(status: .ok, headers: bodyHeaders(for: cached.head, gzip: gzip), body: .init(byteBuffer: cached.body))
+        }
+        if let entry = try smallDelta(name: name, sinceVersion: sinceVersion, base: base, gzip: gzip) {
+            if let target { try requireCurrent(target, head: entry.head) }
+            // Cached under the head it was read at: a later head is another key.
+            deltas.store(entry, for: DeltaCache.Key(collection: name, base: base, headVersion: entry.head.version, gzip: gzip))
+            metrics.countOutcome(.delta, since: start)
+            metrics.countBytes(entry.body.readableBytes, for: .delta)
+            return Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: gzip), body: .init(byteBuffer: entry.body))
+        }
+        return try streamed(name: name, sinceVersion: sinceVersion, base: base, gzip: gzip, outcome: .delta, since: start, target: target)
     }
 
     /// A delta read and encoded in full when it is small (at most 1,000 records), so it can be
     /// cached; nil when it is larger and should be streamed instead.
-    func smallDelta(name: String, sinceVersion: UInt64, base: String, gzip: Bool) throws -> DeltaCache.Entry? {
+    private func smallDelta(name: String, sinceVersion: UInt64, base: String, gzip: Bool) throws -> DeltaCache.Entry? {
         let streamer = try openBody(name: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzip ? 6 : nil)
         guard streamer.header.count <= 1000 else {
             streamer.close()
@@ -106,7 +124,7 @@ extension DeltaSnapService {
     /// Opens a body on one read transaction. A body can reveal a commit the poll has not
     /// seen yet: its head is installed at once, so the server never answers 304 to a token
     /// older than one it has served.
-    func openBody(name: String, sinceVersion: UInt64?, base: String?, gzipLevel: Int32?) throws -> BodyStreamer {
+    private func openBody(name: String, sinceVersion: UInt64?, base: String?, gzipLevel: Int32?) throws -> BodyStreamer {
         let streamer = try BodyStreamer(pool: pool, collection: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzipLevel)
         heads.update(streamer.head)
         return streamer
@@ -114,7 +132,7 @@ extension DeltaSnapService {
 
     /// A body streamed from one read transaction. With `target`, it must lead exactly to
     /// that token (the cacheable URLs): a commit that landed meanwhile makes it a 404.
-    func streamed(
+    private func streamed(
         name: String, sinceVersion: UInt64?, base: String?, gzip: Bool, outcome: ServerMetrics.Outcome, since start: ContinuousClock.Instant,
         target: String? = nil
     ) throws -> Response {

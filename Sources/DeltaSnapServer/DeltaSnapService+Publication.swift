@@ -69,22 +69,8 @@ extension DeltaSnapService {
             throw APIError(.notFound, "unknown_base", "token \(base) is newer than \(target); no delta leads back in time")
         }
         let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
-        var response: Response
-        let key = DeltaCache.Key(collection: name, base: base, headVersion: head.version, gzip: gzip)
-        if let cached = deltas[key] {
-            metrics.countOutcome(.delta, since: start)
-            metrics.countBytes(cached.body.readableBytes, for: .delta)
-            response = Response(status: .ok, headers: bodyHeaders(for: cached.head, gzip: gzip), body: .init(byteBuffer: cached.body))
-        } else if let entry = try smallDelta(name: name, sinceVersion: baseToken.version, base: base, gzip: gzip) {
-            try requireCurrent(target, head: entry.head)
-            deltas.store(entry, for: DeltaCache.Key(collection: name, base: base, headVersion: entry.head.version, gzip: gzip))
-            metrics.countOutcome(.delta, since: start)
-            metrics.countBytes(entry.body.readableBytes, for: .delta)
-            response = Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: gzip), body: .init(byteBuffer: entry.body))
-        } else {
-            response = try streamed(name: name, sinceVersion: baseToken.version, base: base, gzip: gzip, outcome: .delta, since: start, target: target)
-        }
-        return Self.cacheable(response)
+        return Self.cacheable(try deltaResponse(
+            name: name, headVersion: head.version, sinceVersion: baseToken.version, base: base, gzip: gzip, since: start, target: target))
     }
 
     /// `GET /v1/collections/{name}/snapshots/{token}`: the full body of the head `token`,
@@ -96,15 +82,7 @@ extension DeltaSnapService {
         let target = try context.parameters.require("token")
         try requireCurrent(target, head: head)
         let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
-        if gzip && head.count <= configuration.fullBodyCacheMaximumRecords {
-            let entry = try fullBodies.body(for: head, pool: pool)
-            try requireCurrent(target, head: entry.head)
-            heads.update(entry.head)
-            metrics.countOutcome(.full, since: start)
-            metrics.countBytes(entry.gzip.readableBytes, for: .full)
-            return Self.cacheable(Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: true), body: .init(byteBuffer: entry.gzip)))
-        }
-        return Self.cacheable(try streamed(name: name, sinceVersion: nil, base: nil, gzip: gzip, outcome: .full, since: start, target: target))
+        return Self.cacheable(try fullResponse(head: head, gzip: gzip, since: start, target: target))
     }
 
     /// The head of a collection that has cacheable URLs: private ones never do.

@@ -28,6 +28,8 @@ let package = Package(
         // Operators' metrics: swift-metrics handles, exported at /metrics by swift-prometheus.
         .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1"),
+        // The store on PostgreSQL (scale-out): the maintained client, no hand-written wire protocol.
+        .package(url: "https://github.com/vapor/postgres-nio.git", exact: "1.33.2"),
     ],
     targets: [
         // System libraries. Both are Debian -dev packages; `make` installs them when missing.
@@ -66,6 +68,15 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
+        // The same store on a PostgreSQL server, behind every `--db postgres://…`.
+        .target(
+            name: "DeltaSnapPostgres",
+            dependencies: [
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapTrust",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // What an app links: Foundation, SQLite and swift-crypto (CryptoKit on Apple platforms)
         // only (no NIO, no Hummingbird), so it builds for iOS.
         .target(name: "DeltaSnapClient", dependencies: ["DeltaSnapCore", "DeltaSnapSQLite", "DeltaSnapTrust"]),
@@ -75,6 +86,7 @@ let package = Package(
             name: "deltasnap",
             dependencies: [
                 "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapSynthetic", "DeltaSnapTrust",
+                "DeltaSnapPostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -91,6 +103,7 @@ let package = Package(
         ),
         .testTarget(name: "DeltaSnapCoreTests", dependencies: ["DeltaSnapCore", "DeltaSnapSynthetic"]),
         .testTarget(name: "DeltaSnapTrustTests", dependencies: ["DeltaSnapTrust", "DeltaSnapSynthetic"]),
+        .testTarget(name: "DeltaSnapPostgresTests", dependencies: ["DeltaSnapPostgres", "DeltaSnapStore", "DeltaSnapTestSupport"]),
         .testTarget(name: "DeltaSnapStoreTests", dependencies: ["DeltaSnapStore", "DeltaSnapSQLite", "DeltaSnapTestSupport"]),
         .testTarget(
             name: "DeltaSnapServerTests",

@@ -3,8 +3,9 @@
 # Used by every Makefile target, so a fresh machine needs no manual step.
 set -euo pipefail
 # wrk drives the soak test (make test runs a short one); python3-venv holds schemathesis;
-# nginx is the shared cache the CDN test puts in front of the server.
-packages=(zlib1g-dev libsqlite3-dev pkg-config wrk curl python3-venv nginx)
+# nginx is the shared cache the CDN test puts in front of the server; postgresql the server
+# the PostgreSQL store's tests run a throwaway cluster of (initdb on a free loopback port).
+packages=(zlib1g-dev libsqlite3-dev pkg-config wrk curl python3-venv nginx postgresql)
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
@@ -13,5 +14,11 @@ done
 echo "Installing ${missing[*]}…" >&2
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
+if [[ " ${missing[*]} " == *" postgresql "* ]] && [ ! -e /etc/postgresql-common/createcluster.conf ]; then
+  # Only the binaries: no system-wide "main" cluster left running on port 5432 (the tests
+  # start, and stop, their own).
+  $sudo mkdir -p /etc/postgresql-common
+  echo "create_main_cluster = false" | $sudo tee /etc/postgresql-common/createcluster.conf >/dev/null
+fi
 $sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq -o Dpkg::Options::=--force-confold "${missing[@]}"

@@ -17,6 +17,15 @@ public struct WriteResult: Sendable, Equatable {
     public var unchanged: Int
 
     public var token: ServerToken? { head?.token }
+
+    public init(collection: String, committed: Bool, head: CollectionHead?, upserted: Int, hidden: Int, unchanged: Int) {
+        self.collection = collection
+        self.committed = committed
+        self.head = head
+        self.upserted = upserted
+        self.hidden = hidden
+        self.unchanged = unchanged
+    }
 }
 
 /// Puts records into one collection inside a write transaction; see ``Store/write(to:_:)``.

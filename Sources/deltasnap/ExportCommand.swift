@@ -1,4 +1,6 @@
 import ArgumentParser
+import DeltaSnapCore
+import DeltaSnapPostgres
 import DeltaSnapStore
 
 struct ExportCommand: AsyncParsableCommand {
@@ -8,7 +10,7 @@ struct ExportCommand: AsyncParsableCommand {
         discussion: "The client's `dump` prints the same bytes for the same state."
     )
 
-    @Option(name: .long, help: "Path of the SQLite store.")
+    @Option(name: .long, help: "Path of the SQLite store, or a PostgreSQL URL (postgres://user@host:port/db).")
     var db: String
 
     @Option(name: .long, help: "Collection name.")
@@ -16,6 +18,16 @@ struct ExportCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
+            if PostgresURL.matches(db) {
+                let store = try await PostgresStore.connect(db)
+                defer { Task { await store.close() } }
+                guard try await store.head(of: collection) != nil else { throw StoreError.unknownCollection(collection) }
+                let output = StandardOutput()
+                var writer = NDJSONWriter { output.write($0) }
+                try await store.forEachVisibleRecord(in: collection) { try writer.append(line: $0) }
+                try writer.flush()
+                return
+            }
             let store = try Store(path: db, readOnly: true)
             let output = StandardOutput()
             try Exporter.export(store: store, collection: collection) { output.write($0) }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import DeltaSnapCore
+import DeltaSnapPostgres
 import DeltaSnapStore
 import Foundation
 
@@ -16,7 +17,7 @@ struct ImportCommand: AsyncParsableCommand {
             """
     )
 
-    @Option(name: .long, help: "Path of the SQLite store (created if missing).")
+    @Option(name: .long, help: "Path of the SQLite store (created if missing), or a PostgreSQL URL (postgres://user@host:port/db; tables created on first use).")
     var db: String
 
     @Option(name: .long, help: "Collection name: [a-z0-9][a-z0-9_-]{0,63}.")
@@ -34,15 +35,32 @@ struct ImportCommand: AsyncParsableCommand {
     func run() async throws {
         try await reportingErrors {
             try CollectionName.validate(collection)
-            let store = try Store(path: db, configuration: .fromEnvironment())
             let started = ContinuousClock.now
             let quiet = self.quiet
-            var importer = Importer(store: store, collection: collection, replace: replace)
-            importer.progress = { count in
+            let progress: (Int) -> Void = { count in
                 if !quiet { printError("import: \(count) records read (\(rate(count, since: started)))") }
             }
-            let source = file == "-" ? ChunkSources.standardInput() : try ChunkSources.file(at: file)
-            let result = try importer.run(source: source, name: file == "-" ? "<stdin>" : file)
+            let name = file == "-" ? "<stdin>" : file
+            func openSource() throws -> ChunkSource { file == "-" ? ChunkSources.standardInput() : try ChunkSources.file(at: file) }
+            let result: WriteResult
+            if PostgresURL.matches(db) {
+                let source = try openSource()
+                let store = try await PostgresStore.connect(db, configuration: .fromEnvironment())
+                do {
+                    result = try await store.importRecords(
+                        from: RecordStream(source: source, name: name), into: collection, replace: replace, progress: progress)
+                } catch {
+                    await store.close()
+                    throw error
+                }
+                await store.close()
+            } else {
+                let store = try Store(path: db, configuration: .fromEnvironment())
+                let source = try openSource()
+                var importer = Importer(store: store, collection: collection, replace: replace)
+                importer.progress = progress
+                result = try importer.run(source: source, name: name)
+            }
             let total = result.upserted + result.hidden + result.unchanged
             if result.committed, let head = result.head {
                 print("\(collection): version \(head.version) (token \(head.token)): \(result.upserted) upserted, \(result.hidden) hidden, \(result.unchanged) unchanged; \(head.count) visible [\(rate(total, since: started))]")

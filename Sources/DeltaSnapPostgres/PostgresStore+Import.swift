@@ -1,0 +1,193 @@
+import DeltaSnapCore
+import DeltaSnapStore
+import DeltaSnapTrust
+import Foundation
+import PostgresNIO
+
+extension PostgresStore {
+    /// Imports every record `stream` yields into `collection` as one new version (none when
+    /// nothing changed), like ``DeltaSnapStore/Importer``: only records whose canonical bytes
+    /// change are written; with `replace`, records the input does not mention are hidden.
+    /// Any bad record aborts the whole import: nothing is committed.
+    public func importRecords(
+        from stream: RecordStream, into collection: String, replace: Bool = false, progress: ((Int) -> Void)? = nil
+    ) async throws -> WriteResult {
+        try CollectionName.validate(collection)
+        let epochForNew = configuration.epochForNewCollections ?? ServerToken.randomEpoch()
+        let commitTime = configuration.fixedCommitTime ?? Int64(Date().timeIntervalSince1970)
+        return try await transaction { connection in
+            try await connection.query("""
+                INSERT INTO deltasnap_collections(name, epoch, head, checksum, visible) VALUES (\(collection), \(epochForNew), 0, 0, 0)
+                ON CONFLICT (name) DO NOTHING
+                """, logger: logger)
+            // The row lock every writer of this collection queues on: versions in commit order.
+            var locked: (cid: Int64, epoch: String, head: Int64, checksum: Int64, visible: Int64, floor: Int64, digest: ByteBuffer?)?
+            let rows = try await connection.query("""
+                SELECT cid, epoch, head, checksum, visible, floor, digest FROM deltasnap_collections WHERE name = \(collection) FOR UPDATE
+                """, logger: logger)
+            for try await row in rows.decode((Int64, String, Int64, Int64, Int64, Int64, ByteBuffer?).self) { locked = row }
+            guard let locked else { throw PostgresStoreError.unknownCollection(collection) }
+            var previousCommit: Int64 = .min
+            for try await at in try await connection.query(
+                "SELECT committed_at FROM deltasnap_versions WHERE cid = \(locked.cid) AND version = \(locked.head)", logger: logger
+            ).decode(Int64.self) { previousCommit = at }
+
+            try await connection.query("""
+                CREATE TEMP TABLE deltasnap_incoming(id TEXT COLLATE "C" NOT NULL, hidden BOOLEAN NOT NULL, hash BIGINT NOT NULL, body BYTEA NOT NULL)
+                ON COMMIT DROP
+                """, logger: logger)
+            var seen = Set<String>()
+            try await copy(into: connection) { rows in
+                while let record = try stream.next() {
+                    guard seen.insert(record.id).inserted else { throw stream.failure(PostgresStoreError.duplicateID(record.id).description) }
+                    rows.append(record)
+                    if stream.count % 100_000 == 0 { progress?(stream.count) }
+                    if rows.isFull { return true }
+                }
+                return false
+            }
+            if replace {
+                try Importer.refuseEmptyReplace(stream)
+                var absent: [Record] = []
+                for try await id in try await connection.query("""
+                    SELECT r.id FROM deltasnap_records r
+                    WHERE r.cid = \(locked.cid) AND NOT r.hidden AND NOT EXISTS (SELECT 1 FROM deltasnap_incoming i WHERE i.id = r.id)
+                    """, logger: logger).decode(String.self) { absent.append(Record.tombstone(id: id)) }
+                var next = absent.makeIterator()
+                try await copy(into: connection) { rows in
+                    while let tombstone = next.next() {
+                        rows.append(tombstone)
+                        if rows.isFull { return true }
+                    }
+                    return false
+                }
+            }
+
+            // What changes, with the values it replaces: the checksum and the digest move by
+            // exactly these records.
+            let changedWhere = "(r.id IS NULL AND NOT i.hidden) OR (r.id IS NOT NULL AND r.body <> i.body)"
+            var checksum = StateChecksum(value: UInt64(bitPattern: locked.checksum))
+            var digest = locked.digest.flatMap { StateDigest(bytes: $0.readableBytesView) } ?? .empty
+            var visible = Int(locked.visible)
+            var upserted = 0
+            var hidden = 0
+            let changes = try await connection.query(PostgresQuery(unsafeSQL: """
+                SELECT i.id, i.hidden, i.hash, i.body, r.hidden, r.hash, r.body
+                FROM deltasnap_incoming i LEFT JOIN deltasnap_records r ON r.cid = $1 AND r.id = i.id
+                WHERE \(changedWhere)
+                """, binds: Self.binds(locked.cid)), logger: logger)
+            for try await (id, isHidden, hash, body, wasHidden, oldHash, oldBody) in changes.decode(
+                (String, Bool, Int64, ByteBuffer, Bool?, Int64?, ByteBuffer?).self)
+            {
+                if let wasHidden, !wasHidden, let oldHash, let oldBody {
+                    checksum.remove(hash: UInt64(bitPattern: oldHash))
+                    digest.remove(collection: collection, id: id, canonical: Array(oldBody.readableBytesView))
+                    visible -= 1
+                }
+                if isHidden {
+                    hidden += 1
+                } else {
+                    checksum.add(hash: UInt64(bitPattern: hash))
+                    digest.add(collection: collection, id: id, canonical: Array(body.readableBytesView))
+                    visible += 1
+                    upserted += 1
+                }
+            }
+            let unchanged = stream.count - upserted - hidden
+            let previous = locked.head > 0
+                ? CollectionHead(
+                    name: collection, epoch: locked.epoch, version: UInt64(locked.head),
+                    checksum: StateChecksum(value: UInt64(bitPattern: locked.checksum)), count: Int(locked.visible),
+                    committedAt: previousCommit, floor: UInt64(locked.floor))
+                : nil
+            guard upserted + hidden > 0 else {
+                // Nothing changed: no version. A collection created by this call goes again.
+                if previous == nil { try await connection.query("DELETE FROM deltasnap_collections WHERE cid = \(locked.cid)", logger: logger) }
+                return WriteResult(collection: collection, committed: false, head: previous, upserted: 0, hidden: 0, unchanged: unchanged)
+            }
+
+            let version = locked.head + 1
+            // Commit times never go backwards, so the version <-> time map stays monotone.
+            let committedAt = max(commitTime, previousCommit)
+            try await connection.query(PostgresQuery(unsafeSQL: """
+                INSERT INTO deltasnap_records(cid, id, version, hidden, hash, body)
+                SELECT $1, i.id, $2, i.hidden, i.hash, i.body
+                FROM deltasnap_incoming i LEFT JOIN deltasnap_records r ON r.cid = $1 AND r.id = i.id
+                WHERE \(changedWhere)
+                ON CONFLICT (cid, id) DO UPDATE SET
+                    version = excluded.version, hidden = excluded.hidden, hash = excluded.hash, body = excluded.body
+                """, binds: Self.binds(locked.cid, version)), logger: logger)
+            try await connection.query(
+                "INSERT INTO deltasnap_versions(cid, version, committed_at) VALUES (\(locked.cid), \(version), \(committedAt))", logger: logger)
+            let digestBytes = ByteBuffer(bytes: digest.bytes)
+            let checksumBits = Int64(bitPattern: checksum.value)
+            try await connection.query("""
+                UPDATE deltasnap_collections SET head = \(version), checksum = \(checksumBits), visible = \(Int64(visible)), digest = \(digestBytes)
+                WHERE cid = \(locked.cid)
+                """, logger: logger)
+            // The same rule as SQLite's store: max(previous + 1, commit time in µs).
+            let floorSequence = Int64(max(0, committedAt)) &* 1_000_000
+            try await connection.query("""
+                INSERT INTO deltasnap_publication(id, sequence) VALUES (1, \(floorSequence))
+                ON CONFLICT (id) DO UPDATE SET sequence = GREATEST(deltasnap_publication.sequence + 1, EXCLUDED.sequence)
+                """, logger: logger)
+            let head = CollectionHead(
+                name: collection, epoch: locked.epoch, version: UInt64(version), checksum: checksum, count: visible,
+                committedAt: committedAt, floor: UInt64(locked.floor))
+            return WriteResult(collection: collection, committed: true, head: head, upserted: upserted, hidden: hidden, unchanged: unchanged)
+        }
+    }
+
+    private static func binds(_ values: Int64...) -> PostgresBindings {
+        var binds = PostgresBindings(capacity: values.count)
+        for value in values { binds.append(value) }
+        return binds
+    }
+
+    /// Streams rows into `deltasnap_incoming` with `COPY … FROM STDIN` (text format), in
+    /// chunks of about 256 KiB. `fill` appends rows until the chunk is full (true: call again).
+    private func copy(into connection: PostgresConnection, _ fill: (inout CopyRows) throws -> Bool) async throws {
+        try await connection.copyFrom(table: "deltasnap_incoming", columns: ["id", "hidden", "hash", "body"], logger: logger) { writer in
+            var rows = CopyRows()
+            var more = true
+            while more {
+                more = try fill(&rows)
+                if !rows.buffer.isEmpty {
+                    try await writer.write(ByteBuffer(bytes: rows.buffer))
+                    rows.buffer.removeAll(keepingCapacity: true)
+                }
+            }
+        }
+    }
+}
+
+/// Rows in `COPY`'s text format: tab-separated, `\` escapes, `bytea` as `\\x` + hex.
+struct CopyRows {
+    var buffer: [UInt8] = []
+    var isFull: Bool { buffer.count >= 256 * 1024 }
+
+    private static let hex = Array("0123456789abcdef".utf8)
+
+    mutating func append(_ record: Record) {
+        for byte in record.id.utf8 {
+            switch byte {
+            case UInt8(ascii: "\\"): buffer += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
+            case 0x09: buffer += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
+            case 0x0A: buffer += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
+            case 0x0D: buffer += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
+            default: buffer.append(byte)
+            }
+        }
+        buffer.append(0x09)
+        buffer.append(record.isHidden ? UInt8(ascii: "t") : UInt8(ascii: "f"))
+        buffer.append(0x09)
+        buffer += Array(String(Int64(bitPattern: record.isHidden ? 0 : record.hash)).utf8)
+        buffer.append(0x09)
+        buffer += [UInt8(ascii: "\\"), UInt8(ascii: "\\"), UInt8(ascii: "x")]
+        for byte in record.bytes {
+            buffer.append(Self.hex[Int(byte >> 4)])
+            buffer.append(Self.hex[Int(byte & 0x0F)])
+        }
+        buffer.append(0x0A)
+    }
+}

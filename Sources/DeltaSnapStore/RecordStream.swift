@@ -1,0 +1,93 @@
+import DeltaSnapCore
+
+/// Reads records one at a time from NDJSON or a JSON array of records, as `import` accepts
+/// them, with errors that name the input and line (`FILE:LINE: reason`).
+///
+/// Pull-based, so a caller can stream a million records into any store — SQLite's writer or
+/// PostgreSQL's `COPY` — with bounded memory.
+///
+/// ```swift
+/// let stream = RecordStream(source: try ChunkSources.file(at: "countries.ndjson"), name: "countries.ndjson")
+/// while let record = try stream.next() { try writer.put(record) }
+/// ```
+public final class RecordStream {
+    private let reader: JSONReader
+    private let name: String
+    private var line = 1
+    private var state = State.start
+    /// Records returned so far.
+    public private(set) var count = 0
+
+    private enum State {
+        case start, ndjson, arrayFirst, arrayNext, finished
+    }
+
+    public init(source: @escaping ChunkSource, name: String) {
+        reader = JSONReader(nextChunk: source)
+        self.name = name
+    }
+
+    /// An error at the current line (or `line`) of this input.
+    public func failure(_ reason: String, at errorLine: Int? = nil) -> ImportError {
+        ImportError(source: name, line: errorLine ?? line, reason: reason)
+    }
+
+    /// The next record, or nil at the end of the input. Throws ``ImportError``.
+    public func next() throws -> Record? {
+        do {
+            switch state {
+            case .start:
+                if try reader.peekSignificantByte() == UInt8(ascii: "[") {
+                    try reader.expect(UInt8(ascii: "["))
+                    state = .arrayFirst
+                } else {
+                    state = .ndjson
+                }
+                return try next()
+            case .ndjson:
+                guard try !reader.isAtEnd() else {
+                    state = .finished
+                    return nil
+                }
+                return try record(inArray: false)
+            case .arrayFirst, .arrayNext:
+                if try reader.peekSignificantByte() == UInt8(ascii: "]") {
+                    try reader.expect(UInt8(ascii: "]"))
+                    guard try reader.isAtEnd() else { throw failure("unexpected data after the JSON array", at: reader.line) }
+                    state = .finished
+                    return nil
+                }
+                if state == .arrayNext { try reader.expect(UInt8(ascii: ",")) }
+                state = .arrayNext
+                return try record(inArray: true)
+            case .finished:
+                return nil
+            }
+        } catch let error as JSONParseError {
+            throw failure(error.reason, at: error.line)
+        }
+    }
+
+    private func record(inArray: Bool) throws -> Record {
+        try reader.skipWhitespace()
+        line = reader.line
+        // An NDJSON record is one line: errors name that line even when the parser only
+        // noticed the problem further on (an unclosed object).
+        let raw: [UInt8]
+        do {
+            raw = try reader.readRawValue()
+        } catch let error as JSONParseError {
+            throw failure(error.reason, at: inArray ? error.line : line)
+        }
+        do {
+            let record = try Record.parse(raw)
+            count += 1
+            return record
+        } catch let error as JSONParseError {
+            // Lines counted from the start of the record.
+            throw failure(error.reason, at: inArray ? line + error.line - 1 : line)
+        } catch let error as RecordError {
+            throw failure(error.description)
+        }
+    }
+}

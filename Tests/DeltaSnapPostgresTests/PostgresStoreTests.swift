@@ -1,0 +1,133 @@
+import DeltaSnapCore
+import DeltaSnapPostgres
+import DeltaSnapStore
+import DeltaSnapTestSupport
+import Foundation
+import Testing
+
+/// The store on a real PostgreSQL server (a throwaway cluster on 127.0.0.1): the same
+/// versions, checksums, digests and export bytes as the SQLite store for the same input,
+/// and versions in commit order under concurrent writers.
+@Suite struct PostgresStoreTests {
+    static let configuration = StoreConfiguration(epochForNewCollections: "00000000000000a1", fixedCommitTime: 1_790_000_000)
+
+    func withCluster(_ body: (PostgresCluster, TemporaryDirectory) async throws -> Void) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let cluster = try PostgresCluster.start(in: dir.path)
+        defer { cluster.stop() }
+        try await body(cluster, dir)
+    }
+
+    func stream(_ text: String, _ name: String = "input") -> RecordStream {
+        RecordStream(source: ChunkSources.bytes(Array(text.utf8)), name: name)
+    }
+
+    /// The same five writes (additions, changes, hides, un-hides, a replace) into both stores.
+    @Test func theSameInputGivesTheSameStateAsSQLite() async throws {
+        try await withCluster { cluster, dir in
+            let sqlite = try Store(path: dir.file("s.sqlite"), configuration: Self.configuration)
+            let postgres = try await PostgresStore.connect(cluster.url, configuration: Self.configuration)
+            let writes: [(String, Bool)] = [
+                (Fixtures.ndjson(0..<300), false),
+                (Fixtures.ndjson(200..<400, revision: 1), false),
+                (#"{"id":"r0000005","hidden":true}"# + "\n" + #"{"id":"r0000006","hidden":true}"# + "\n" + #"{"id":"nope","hidden":true}"#, false),
+                (Fixtures.ndjson(0..<10) + #"{"id":"tab\there","é":"ü"}"# + "\n", false),
+                (Fixtures.ndjson(50..<120), true),
+                (Fixtures.ndjson(50..<120), true),  // no change: no version
+            ]
+            for (index, (text, replace)) in writes.enumerated() {
+                let expected = try Importer(store: sqlite, collection: "items", replace: replace).run(source: ChunkSources.bytes(Array(text.utf8)), name: "input")
+                let got = try await postgres.importRecords(from: stream(text), into: "items", replace: replace)
+                #expect(got == expected, "write \(index)")
+            }
+            var exported: [UInt8] = []
+            try await postgres.forEachVisibleRecord(in: "items") { exported += $0 + [0x0A] }
+            var expected: [UInt8] = []
+            try Exporter.export(store: sqlite, collection: "items") { expected += $0 }
+            #expect(exported == expected)
+            #expect(try await postgres.head(of: "items") == (try sqlite.head(of: "items")))
+            let digest = try await postgres.digest(of: "items")
+            #expect(digest == (try sqlite.read { try $0.digest(of: "items") }))
+            #expect(try await postgres.recomputedDigest(of: "items") == digest)
+            #expect(try await postgres.publicationSequence() == (try sqlite.read { try $0.publicationSequence() }))
+            #expect(try await postgres.collections().map(\.name) == ["items"])
+            #expect(try await postgres.head(of: "missing") == nil)
+            await postgres.close()
+        }
+    }
+
+    /// Three connections write one collection at once: versions 1…N with no gap, each
+    /// holding exactly one write's records, in the order the writes committed.
+    @Test func concurrentWritersGetGapFreeVersions() async throws {
+        try await withCluster { cluster, _ in
+            let writers = try await withThrowingTaskGroup(of: PostgresStore.self) { group in
+                for _ in 0..<3 { group.addTask { try await PostgresStore.connect(cluster.url) } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            let versions = try await withThrowingTaskGroup(of: [UInt64].self) { group in
+                for (w, writer) in writers.enumerated() {
+                    group.addTask {
+                        var versions: [UInt64] = []
+                        for round in 0..<10 {
+                            let text = (0..<5).map { #"{"id":"w\#(w)-\#(round)-\#($0)"}"# }.joined(separator: "\n")
+                            let result = try await writer.importRecords(
+                                from: RecordStream(source: ChunkSources.bytes(Array(text.utf8)), name: "w"), into: "items")
+                            versions.append(try #require(result.head).version)
+                        }
+                        return versions
+                    }
+                }
+                return try await group.reduce(into: []) { $0 += $1 }
+            }
+            #expect(versions.sorted() == Array(1...30))
+            let head = try #require(try await writers[0].head(of: "items"))
+            #expect(head.version == 30 && head.count == 150)
+            #expect(try await writers[0].recomputedDigest(of: "items") == (try await writers[0].digest(of: "items")))
+            for writer in writers { await writer.close() }
+        }
+    }
+
+    @Test func badInputCommitsNothingAndBadURLsAreRefused() async throws {
+        try await withCluster { cluster, _ in
+            let store = try await PostgresStore.connect(cluster.url)
+            _ = try await store.importRecords(from: stream(Fixtures.ndjson(0..<5)), into: "items")
+            await #expect(throws: ImportError.self) {
+                try await store.importRecords(from: stream(#"{"id":"a"}"# + "\n" + #"{"no id":1}"#), into: "items")
+            }
+            await #expect(throws: ImportError.self) {
+                try await store.importRecords(from: stream(#"{"id":"a"}"# + "\n" + #"{"id":"a","x":1}"#), into: "items")
+            }
+            await #expect(throws: ImportError.self) { try await store.importRecords(from: stream(""), into: "items", replace: true) }
+            #expect(try await store.head(of: "items")?.version == 1)
+            await store.close()
+            // Connecting again finds the schema in place.
+            let again = try await PostgresStore.connect(cluster.url)
+            #expect(try await again.head(of: "items")?.count == 5)
+            await again.close()
+            for bad in ["postgres://", "postgres://127.0.0.1/db", "postgres://u@host", "mysql://u@h/db"] {
+                #expect(throws: PostgresStoreError.self, "\(bad)") { _ = try PostgresURL(bad) }
+            }
+            await #expect(throws: PostgresStoreError.self) { _ = try await PostgresStore.connect("postgres://u@127.0.0.1:1/db") }
+        }
+    }
+
+    /// `deltasnap import` and `export` take a PostgreSQL URL for `--db`.
+    @Test func theCLIImportsAndExportsThroughAURL() async throws {
+        try await withCluster { cluster, dir in
+            let input = try dir.write("in.ndjson", Fixtures.ndjson(0..<50))
+            let imported = try CLI.run(["import", "--db", cluster.url, "--collection", "items", input])
+            #expect(imported.status == 0, "\(imported.stderr)")
+            #expect(imported.stdout.contains("items: version 1"))
+            let sqlite = dir.file("s.sqlite")
+            _ = try CLI.run(["import", "--db", sqlite, "--collection", "items", input])
+            let fromPostgres = try CLI.run(["export", "--db", cluster.url, "--collection", "items"])
+            let fromSQLite = try CLI.run(["export", "--db", sqlite, "--collection", "items"])
+            #expect(fromPostgres.status == 0 && fromPostgres.stdout == fromSQLite.stdout && !fromSQLite.stdout.isEmpty)
+            let unknown = try CLI.run(["export", "--db", cluster.url, "--collection", "nope"])
+            #expect(unknown.status == 1 && unknown.stderr.contains("does not exist"))
+            let unreachable = try CLI.run(["import", "--db", "postgres://u@127.0.0.1:1/db", "--collection", "items", input])
+            #expect(unreachable.status == 1 && unreachable.stderr.hasPrefix("deltasnap: cannot connect"))
+        }
+    }
+}

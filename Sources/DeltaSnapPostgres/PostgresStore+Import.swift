@@ -37,6 +37,7 @@ extension PostgresStore {
                 ON COMMIT DROP
                 """, logger: logger)
             var seen = Set<String>()
+            var absentCount = 0
             try await copy(into: connection) { rows in
                 while let record = try stream.next() {
                     guard seen.insert(record.id).inserted else { throw stream.failure(PostgresStoreError.duplicateID(record.id).description) }
@@ -53,6 +54,7 @@ extension PostgresStore {
                     SELECT r.id FROM deltasnap_records r
                     WHERE r.cid = \(locked.cid) AND NOT r.hidden AND NOT EXISTS (SELECT 1 FROM deltasnap_incoming i WHERE i.id = r.id)
                     """, logger: logger).decode(String.self) { absent.append(Record.tombstone(id: id)) }
+                absentCount = absent.count
                 var next = absent.makeIterator()
                 try await copy(into: connection) { rows in
                     while let tombstone = next.next() {
@@ -93,7 +95,8 @@ extension PostgresStore {
                     upserted += 1
                 }
             }
-            let unchanged = stream.count - upserted - hidden
+            // Tombstones for records a replace did not mention are changes, not input.
+            let unchanged = stream.count - upserted - (hidden - absentCount)
             let previous = locked.head > 0
                 ? CollectionHead(
                     name: collection, epoch: locked.epoch, version: UInt64(locked.head),

@@ -13,15 +13,17 @@ import Glibc
 /// defer { cluster.stop() }
 /// let store = try await PostgresStore.connect(cluster.url)
 /// ```
-public final class PostgresCluster: Sendable {
+public final class PostgresCluster: @unchecked Sendable {
     public let port: Int
     public let directory: String
+    private let process: Process
     /// `postgres://deltasnap@127.0.0.1:PORT/postgres` (trust authentication on loopback).
     public var url: String { "postgres://deltasnap@127.0.0.1:\(port)/postgres" }
 
-    private init(port: Int, directory: String) {
+    private init(port: Int, directory: String, process: Process) {
         self.port = port
         self.directory = directory
+        self.process = process
     }
 
     /// The newest installed server's `bin` directory.
@@ -36,11 +38,13 @@ public final class PostgresCluster: Sendable {
         return nil
     }
 
-    public static func start(in parent: String) throws -> PostgresCluster {
+    /// A new cluster in `parent/pg`, serving on a free loopback port. `settings` are extra
+    /// `-c name=value` server settings (e.g. for a replication primary).
+    public static func start(in parent: String, name: String = "pg", settings: [String] = []) throws -> PostgresCluster {
         guard let bin = binDirectory else {
             throw RawHTTPClient.Failure(description: "PostgreSQL is not installed (.ci/install-deps.sh installs it)")
         }
-        let directory = (parent as NSString).appendingPathComponent("pg")
+        let directory = (parent as NSString).appendingPathComponent(name)
         let data = directory + "/data"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let asRoot = getuid() == 0
@@ -49,13 +53,55 @@ public final class PostgresCluster: Sendable {
             try run("/bin/chown", ["-R", "postgres:postgres", directory])
         }
         try runAsServerUser(asRoot, "\(bin)/initdb", ["-D", data, "-U", "deltasnap", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
-        let port = try NginxCache.freeLoopbackPort()
-        // The server detaches (pg_ctl); its PID is in postmaster.pid, which stop() signals.
-        try runAsServerUser(asRoot, "\(bin)/pg_ctl", [
-            "-D", data, "-l", directory + "/server.log", "-w", "-t", "30", "start",
-            "-o", "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off",
-        ])
-        return PostgresCluster(port: port, directory: directory)
+        return try launch(bin: bin, directory: directory, settings: settings)
+    }
+
+    /// Starts the server of an existing data directory (again, after ``stop()``).
+    public func restarted(settings: [String] = []) throws -> PostgresCluster {
+        guard let bin = Self.binDirectory else { throw RawHTTPClient.Failure(description: "PostgreSQL is not installed") }
+        return try Self.launch(bin: bin, directory: directory, settings: settings, port: port)
+    }
+
+    /// Runs `postgres` in the foreground as a child of the tests, not detached by `pg_ctl`:
+    /// a detached server inherits descriptors Foundation's `Process` waits on, and
+    /// `waitUntilExit()` of `pg_ctl` would never return.
+    static func launch(bin: String, directory: String, settings: [String], port: Int? = nil) throws -> PostgresCluster {
+        let port = try port ?? NginxCache.freeLoopbackPort()
+        let asRoot = getuid() == 0
+        var arguments = [
+            "-D", directory + "/data", "-p", "\(port)", "-k", directory, "-c", "listen_addresses=127.0.0.1",
+            "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+        ]
+        for setting in settings { arguments += ["-c", setting] }
+        let process = Process()
+        if asRoot {
+            process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
+            process.arguments = ["-u", "postgres", "--", "\(bin)/postgres"] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: "\(bin)/postgres")
+            process.arguments = arguments
+        }
+        let logPath = directory + "/server.log"
+        if !FileManager.default.fileExists(atPath: logPath) { FileManager.default.createFile(atPath: logPath, contents: nil) }
+        if asRoot { _ = chmod(logPath, 0o666) }
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        log.seekToEndOfFile()
+        process.standardOutput = log
+        process.standardError = log
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        try? log.close()
+        let cluster = PostgresCluster(port: port, directory: directory, process: process)
+        // Ready when it accepts a connection and is past recovery ("ready to accept").
+        for _ in 0..<600 {
+            let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+            if text.contains("ready to accept") || text.contains("ready to accept read-only") { return cluster }
+            guard process.isRunning else { break }
+            usleep(50_000)
+        }
+        cluster.stop()
+        let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+        throw RawHTTPClient.Failure(description: "PostgreSQL did not start: \(text.suffix(2000))")
     }
 
     /// The postmaster's PID, from its lock file.
@@ -64,14 +110,20 @@ public final class PostgresCluster: Sendable {
         return text.split(separator: "\n").first.flatMap { pid_t($0) }
     }
 
-    /// Fast shutdown (SIGINT to the postmaster), waiting up to 30 s for it to go.
+    /// Fast shutdown (SIGINT to the postmaster, found by PID), waiting up to 30 s for it to go.
     public func stop() {
-        guard let pid else { return }
-        kill(pid, SIGINT)
-        for _ in 0..<300 where kill(pid, 0) == 0 { usleep(100_000) }
+        if let pid, kill(pid, 0) == 0 {
+            kill(pid, SIGINT)
+            for _ in 0..<300 where kill(pid, 0) == 0 { usleep(100_000) }
+        }
+        if process.isRunning {
+            kill(process.processIdentifier, SIGTERM)
+            process.waitUntilExit()
+        }
     }
 
-    private static func runAsServerUser(_ asRoot: Bool, _ tool: String, _ arguments: [String]) throws {
+    /// Runs a tool of the server's (`pg_basebackup`, `psql`) as the server's user.
+    public static func runAsServerUser(_ asRoot: Bool, _ tool: String, _ arguments: [String]) throws {
         if asRoot {
             try run("/usr/sbin/runuser", ["-u", "postgres", "--", tool] + arguments)
         } else {
@@ -79,23 +131,19 @@ public final class PostgresCluster: Sendable {
         }
     }
 
-    private static func run(_ tool: String, _ arguments: [String]) throws {
+    static func run(_ tool: String, _ arguments: [String]) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: tool)
         process.arguments = arguments
-        // A file, not a pipe: the server pg_ctl leaves running inherits the descriptor, and a
-        // pipe would never reach its end.
-        let outputPath = NSTemporaryDirectory() + "deltasnap-pg-\(UUID().uuidString).log"
-        FileManager.default.createFile(atPath: outputPath, contents: nil)
-        defer { try? FileManager.default.removeItem(atPath: outputPath) }
-        let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
-        process.standardOutput = output
-        process.standardError = output
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        process.standardInput = FileHandle.nullDevice
         try process.run()
+        let output = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        try? output.close()
-        let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
         guard process.terminationStatus == 0 else {
+            let text = String(decoding: output, as: UTF8.self)
             throw RawHTTPClient.Failure(description: "\(tool) failed (\(process.terminationStatus)): \(text.suffix(2000))")
         }
     }

@@ -55,7 +55,7 @@ let package = Package(
         .target(
             name: "DeltaSnapServer",
             dependencies: [
-                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapTrust",
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapTrust", "DeltaSnapPostgres",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -96,6 +96,7 @@ let package = Package(
             name: "DeltaSnapTestSupport",
             dependencies: [
                 "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapSynthetic", "DeltaSnapServer", "DeltaSnapTrust", "DeltaSnapClient",
+                "DeltaSnapPostgres",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
             ],

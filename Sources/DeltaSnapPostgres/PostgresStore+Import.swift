@@ -134,11 +134,52 @@ extension PostgresStore {
                 INSERT INTO deltasnap_publication(id, sequence) VALUES (1, \(floorSequence))
                 ON CONFLICT (id) DO UPDATE SET sequence = GREATEST(deltasnap_publication.sequence + 1, EXCLUDED.sequence)
                 """, logger: logger)
+            // Delivered to every listening instance when (and only if) this transaction commits.
+            try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \("\(collection) \(version)"))", logger: logger)
             let head = CollectionHead(
                 name: collection, epoch: locked.epoch, version: UInt64(version), checksum: checksum, count: visible,
                 committedAt: committedAt, floor: UInt64(locked.floor))
             return WriteResult(collection: collection, committed: true, head: head, upserted: upserted, hidden: hidden, unchanged: unchanged)
         }
+    }
+
+    /// Deletes tombstones of versions up to `version` and raises the collection's floor to
+    /// it (see ``DeltaSnapStore/Store/compact(_:throughVersion:)``), under the collection's
+    /// row lock; returns how many tombstones went.
+    @discardableResult
+    public func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int {
+        try await transaction { connection in
+            var locked: (Int64, Int64)?
+            for try await row in try await connection.query(
+                "SELECT cid, head FROM deltasnap_collections WHERE name = \(collection) AND head > 0 FOR UPDATE", logger: logger
+            ).decode((Int64, Int64).self) { locked = row }
+            guard let (cid, head) = locked else { throw PostgresStoreError.unknownCollection(collection) }
+            let target = min(Int64(clamping: version), head)
+            var removed = 0
+            for try await count in try await connection.query("""
+                WITH gone AS (DELETE FROM deltasnap_records WHERE cid = \(cid) AND hidden AND version <= \(target) RETURNING 1)
+                SELECT count(*) FROM gone
+                """, logger: logger).decode(Int64.self) { removed = Int(count) }
+            try await connection.query("UPDATE deltasnap_collections SET floor = GREATEST(floor, \(target)) WHERE cid = \(cid)", logger: logger)
+            try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \("\(collection) \(head)"))", logger: logger)
+            return removed
+        }
+    }
+
+    /// Compacts `collection` as far as `policy` allows; nil when the floor would not rise.
+    public func compact(_ collection: String, policy: CompactionPolicy, now: Int64 = Int64(Date().timeIntervalSince1970)) async throws -> CompactionResult? {
+        guard let head = try await head(of: collection) else { throw PostgresStoreError.unknownCollection(collection) }
+        let target: UInt64
+        switch policy {
+        case .keepVersions(let kept):
+            target = head.version > kept ? head.version - kept : 0
+        case .olderThan(let seconds):
+            let firstKept = try await firstVersion(in: collection, committedAtOrAfter: now - seconds)
+            target = (firstKept ?? head.version + 1) - 1
+        }
+        guard target > head.floor else { return nil }
+        let removed = try await compact(collection, throughVersion: target)
+        return CompactionResult(collection: collection, previousFloor: head.floor, floor: target, tombstonesRemoved: removed)
     }
 
     private static func binds(_ values: Int64...) -> PostgresBindings {

@@ -26,41 +26,43 @@ public final class PostgresStore: @unchecked Sendable {
     /// `deltasnap_schema`, so a later release can migrate step by step.
     public static let schemaVersion = 1
 
+    /// The channel every commit notifies (payload `NAME VERSION`), delivered at commit.
+    public static let notificationChannel = "deltasnap_heads"
+
     public let url: PostgresURL
     public let configuration: StoreConfiguration
-    let connection: PostgresConnection
+    let pool: PostgresConnectionPool
     let logger: Logger
 
-    private init(url: PostgresURL, configuration: StoreConfiguration, connection: PostgresConnection, logger: Logger) {
+    private init(url: PostgresURL, configuration: StoreConfiguration, logger: Logger) {
         self.url = url
         self.configuration = configuration
-        self.connection = connection
         self.logger = logger
+        pool = PostgresConnectionPool(url: url, logger: logger)
     }
 
-    /// Connects and creates (or checks) the schema.
+    /// Connects and creates (or checks) the schema. `migrate: false` is for a read replica,
+    /// which cannot be written to (the primary creates the schema).
     public static func connect(
-        _ text: String, configuration: StoreConfiguration = StoreConfiguration(), logger: Logger = Logger(label: "deltasnap.postgres")
+        _ text: String, configuration: StoreConfiguration = StoreConfiguration(), migrate: Bool = true,
+        logger: Logger = Logger(label: "deltasnap.postgres")
     ) async throws -> PostgresStore {
-        let url = try PostgresURL(text)
-        let connection: PostgresConnection
+        let store = PostgresStore(url: try PostgresURL(text), configuration: configuration, logger: logger)
         do {
-            connection = try await PostgresConnection.connect(configuration: url.configuration, id: 1, logger: logger)
+            if migrate {
+                try await store.migrate()
+            } else {
+                _ = try await store.pool.withConnection { try await $0.query("SELECT 1", logger: logger) }
+            }
         } catch {
-            throw PostgresStoreError.unreachable(url.description, String(describing: error))
-        }
-        let store = PostgresStore(url: url, configuration: configuration, connection: connection, logger: logger)
-        do {
-            try await store.migrate()
-        } catch {
-            try? await connection.close()
+            await store.close()
             throw error
         }
         return store
     }
 
     public func close() async {
-        try? await connection.close()
+        await pool.close()
     }
 
     // MARK: - Schema
@@ -103,23 +105,48 @@ public final class PostgresStore: @unchecked Sendable {
         "CREATE TABLE deltasnap_publication(id INTEGER PRIMARY KEY CHECK (id = 1), sequence BIGINT NOT NULL)",
     ]
 
-    /// Runs `body` in one transaction on this store's connection.
+    /// Runs `body` in one transaction on a pooled connection.
     func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
-        do {
-            return try await connection.withTransaction(logger: logger) { connection in try await body(connection) }
-        } catch let error as PostgresTransactionError {
-            if let closureError = error.closureError { throw Self.mapped(closureError) }
-            throw PostgresStoreError.database(String(reflecting: error))
-        } catch {
-            throw Self.mapped(error)
+        try await pool.withConnection { connection in
+            do {
+                return try await connection.withTransaction(logger: logger) { connection in try await body(connection) }
+            } catch let error as PostgresTransactionError {
+                if let closureError = error.closureError { throw Self.mapped(closureError) }
+                if let failure = error.beginError ?? error.commitError ?? error.rollbackError { throw Self.mapped(failure) }
+                throw PostgresStoreError.database(String(describing: error))
+            }
         }
     }
 
-    static func mapped(_ error: any Error) -> any Error {
-        if error is PostgresStoreError || error is ImportError { return error }
-        if let error = error as? PSQLError {
-            return PostgresStoreError.database(error.serverInfo?[.message] ?? String(describing: error.code))
+    /// Runs one statement on a pooled connection and collects its rows.
+    func rows<Row: Sendable>(_ query: PostgresQuery, as type: Row.Type) async throws -> [Row] where Row: PostgresDecodable {
+        try await pool.withConnection { connection in
+            var out: [Row] = []
+            for try await row in try await connection.query(query, logger: logger).decode(Row.self) { out.append(row) }
+            return out
         }
+    }
+
+    /// Store errors as they are; a lost or refused connection as ``PostgresStoreError/unreachable(_:_:)``.
+    static func mapped(_ error: any Error) -> any Error {
+        if error is PostgresStoreError || error is ImportError || error is CancellationError { return error }
+        if let error = error as? PSQLError {
+            switch error.code {
+            case .server:
+                let state = error.serverInfo?[.sqlState] ?? ""
+                // 08: connection exception, 57: operator intervention (shutdown, restart),
+                // 53: insufficient resources (too many connections).
+                if state.hasPrefix("08") || state.hasPrefix("57") || state.hasPrefix("53") {
+                    return PostgresStoreError.unreachable("the database", PostgresStoreError.reason(error))
+                }
+                return PostgresStoreError.database(PostgresStoreError.reason(error))
+            case .clientClosedConnection, .serverClosedConnection, .connectionError, .uncleanShutdown, .poolClosed:
+                return PostgresStoreError.unreachable("the database", error.code.description)
+            default:
+                return PostgresStoreError.database(PostgresStoreError.reason(error))
+            }
+        }
+        if error is ChannelError || error is IOError { return PostgresStoreError.unreachable("the database", String(describing: error)) }
         return error
     }
 
@@ -127,21 +154,21 @@ public final class PostgresStore: @unchecked Sendable {
 
     /// Every collection's head, sorted by name (byte-wise).
     public func collections() async throws -> [CollectionHead] {
-        try await heads(where: "", nil)
+        try await pool.withConnection { try await Self.heads(on: $0, name: nil, logger: logger) }
     }
 
     /// The head of `name`, or nil when it was never committed.
     public func head(of name: String) async throws -> CollectionHead? {
-        try await heads(where: "WHERE c.name = $1", name).first
+        try await pool.withConnection { try await Self.heads(on: $0, name: name, logger: logger) }.first
     }
 
-    private func heads(where condition: String, _ name: String?) async throws -> [CollectionHead] {
+    static func heads(on connection: PostgresConnection, name: String?, logger: Logger) async throws -> [CollectionHead] {
         var binds = PostgresBindings()
         if let name { binds.append(name) }
         let sql = """
             SELECT c.name, c.epoch, c.head, c.checksum, c.visible, c.floor,
                    (SELECT v.committed_at FROM deltasnap_versions v WHERE v.cid = c.cid AND v.version = c.head)
-            FROM deltasnap_collections c \(condition) ORDER BY c.name COLLATE "C"
+            FROM deltasnap_collections c \(name == nil ? "" : "WHERE c.name = $1") ORDER BY c.name COLLATE "C"
             """
         var heads: [CollectionHead] = []
         let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
@@ -156,42 +183,222 @@ public final class PostgresStore: @unchecked Sendable {
 
     /// The state digest maintained by the writes; nil for an unknown collection.
     public func digest(of name: String) async throws -> StateDigest? {
+        try await pool.withConnection { try await Self.digest(of: name, on: $0, logger: logger) }
+    }
+
+    static func digest(of name: String, on connection: PostgresConnection, logger: Logger) async throws -> StateDigest? {
         let rows = try await connection.query("SELECT digest FROM deltasnap_collections WHERE name = \(name)", logger: logger)
+        var found: StateDigest?
         for try await digest in rows.decode(ByteBuffer?.self) {
-            return digest.flatMap { StateDigest(bytes: $0.readableBytesView) }
+            found = digest.flatMap { StateDigest(bytes: $0.readableBytesView) }
         }
-        return nil
+        return found
     }
 
     /// Raised by every commit to any collection, never lowered (see the signed index).
     public func publicationSequence() async throws -> UInt64 {
-        let rows = try await connection.query("SELECT sequence FROM deltasnap_publication WHERE id = 1", logger: logger)
-        for try await sequence in rows.decode(Int64.self) { return UInt64(sequence) }
-        return 0
+        try await pool.withConnection { try await Self.publicationSequence(on: $0, logger: logger) }
+    }
+
+    static func publicationSequence(on connection: PostgresConnection, logger: Logger) async throws -> UInt64 {
+        var sequence: Int64 = 0
+        for try await value in try await connection.query("SELECT sequence FROM deltasnap_publication WHERE id = 1", logger: logger).decode(Int64.self) {
+            sequence = value
+        }
+        return UInt64(sequence)
+    }
+
+    /// The first version of `collection` committed at or after `seconds` (for
+    /// `If-Modified-Since`), or nil when none was.
+    public func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
+        let rows = try await rows("""
+            SELECT min(version) FROM deltasnap_versions
+            WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND committed_at >= \(seconds)
+            """, as: Int64?.self)
+        return rows.first.flatMap { $0 }.map { UInt64($0) }
+    }
+
+    /// What a signed index states about the collections `included` accepts, read in one
+    /// repeatable-read transaction so each digest belongs to the token next to it.
+    public func publishedState(including included: @Sendable (String) -> Bool = { _ in true }) async throws -> (sequence: UInt64, entries: [SignedIndex.Entry]) {
+        try await pool.withConnection { connection in
+            try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
+            do {
+                var entries: [SignedIndex.Entry] = []
+                for head in try await Self.heads(on: connection, name: nil, logger: logger) where included(head.name) {
+                    guard let digest = try await Self.digest(of: head.name, on: connection, logger: logger) else { continue }
+                    entries.append(SignedIndex.Entry(
+                        collection: head.name, token: head.token.description, version: head.version, count: head.count,
+                        floor: head.floor, digest: digest.fingerprint, lastModified: head.lastModified))
+                }
+                let sequence = try await Self.publicationSequence(on: connection, logger: logger)
+                try await connection.query("COMMIT", logger: logger)
+                return (sequence, entries)
+            } catch {
+                _ = try? await connection.query("ROLLBACK", logger: logger)
+                throw error
+            }
+        }
     }
 
     /// Calls `body` with each visible record's canonical bytes, sorted by id (byte-wise),
     /// streamed from one query.
     public func forEachVisibleRecord(in collection: String, _ body: ([UInt8]) throws -> Void) async throws {
-        let rows = try await connection.query("""
-            SELECT body FROM deltasnap_records
-            WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND NOT hidden
-            ORDER BY id
-            """, logger: logger)
-        for try await bytes in rows.decode(ByteBuffer.self) { try body(Array(bytes.readableBytesView)) }
+        let cursor = try await openRecords(in: collection, after: nil)
+        do {
+            while try await cursor.next({ try body(Array($0)) }) {}
+            await cursor.close()
+        } catch {
+            await cursor.close()
+            throw error
+        }
     }
 
     /// The state digest recomputed from every visible record (O(n)); tests compare it with
     /// the maintained one.
     public func recomputedDigest(of collection: String) async throws -> StateDigest {
-        var digest = StateDigest.empty
-        let rows = try await connection.query("""
-            SELECT id, body FROM deltasnap_records
-            WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND NOT hidden
-            """, logger: logger)
-        for try await (id, body) in rows.decode((String, ByteBuffer).self) {
-            digest.add(collection: collection, id: id, canonical: Array(body.readableBytesView))
+        try await pool.withConnection { connection in
+            var digest = StateDigest.empty
+            let rows = try await connection.query("""
+                SELECT id, body FROM deltasnap_records
+                WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND NOT hidden
+                """, logger: logger)
+            for try await (id, body) in rows.decode((String, ByteBuffer).self) {
+                digest.add(collection: collection, id: id, canonical: Array(body.readableBytesView))
+            }
+            return digest
         }
-        return digest
+    }
+
+    /// Opens one read transaction on `collection`: its head, and a cursor over the visible
+    /// records (`after` nil) or every record changed after that version, tombstones
+    /// included. Rows stream from the server with back-pressure, so memory stays bounded
+    /// for any collection size. The caller must ``PostgresRecordCursor/close()`` it.
+    public func openRecords(in collection: String, after version: UInt64?) async throws -> PostgresRecordCursor {
+        let connection = try await pool.checkout()
+        do {
+            try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
+            guard let head = try await Self.heads(on: connection, name: collection, logger: logger).first else {
+                throw PostgresStoreError.unknownCollection(collection)
+            }
+            let count: Int
+            let rows: PostgresRowSequence
+            if let version {
+                var changed: Int64 = 0
+                for try await value in try await connection.query("""
+                    SELECT count(*) FROM deltasnap_records
+                    WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND version > \(Int64(version))
+                    """, logger: logger).decode(Int64.self) { changed = value }
+                count = Int(changed)
+                rows = try await connection.query("""
+                    SELECT body FROM deltasnap_records
+                    WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND version > \(Int64(version))
+                    ORDER BY id
+                    """, logger: logger)
+            } else {
+                count = head.count
+                rows = try await connection.query("""
+                    SELECT body FROM deltasnap_records
+                    WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND NOT hidden
+                    ORDER BY id
+                    """, logger: logger)
+            }
+            return PostgresRecordCursor(head: head, count: count, rows: rows, connection: connection, pool: pool, logger: logger)
+        } catch {
+            await pool.discard(connection)
+            throw Self.mapped(error)
+        }
+    }
+
+    // MARK: - Notifications
+
+    /// Calls `onCommit(collection, version)` for every commit made anywhere, until the
+    /// connection drops or the task is cancelled (then it throws; callers reconnect).
+    /// `onListening` runs once the subscription is active, so nothing committed after it
+    /// is missed.
+    public func listenForCommits(onListening: () async -> Void, onCommit: (String, UInt64) async -> Void) async throws {
+        let connection: PostgresConnection
+        do {
+            connection = try await PostgresConnection.connect(configuration: url.configuration, id: 0, logger: logger)
+        } catch {
+            throw PostgresStoreError.unreachable(url.description, PostgresStoreError.reason(error))
+        }
+        do {
+            try await connection.listen(on: Self.notificationChannel) { notifications in
+                await onListening()
+                for try await notification in notifications {
+                    let parts = notification.payload.split(separator: " ")
+                    guard parts.count == 2, let version = UInt64(parts[1]) else { continue }
+                    await onCommit(String(parts[0]), version)
+                }
+            }
+            try? await connection.close()
+            throw PostgresStoreError.unreachable(url.description, "the notification stream ended")
+        } catch {
+            try? await connection.close()
+            throw Self.mapped(error)
+        }
+    }
+}
+
+/// One read transaction's records, streamed (see ``PostgresStore/openRecords(in:after:)``).
+public final class PostgresRecordCursor: @unchecked Sendable {
+    /// The collection's head in this transaction: the records belong to exactly it.
+    public let head: CollectionHead
+    /// How many records the cursor yields.
+    public let count: Int
+    private var iterator: PostgresRowSequence.AsyncIterator?
+    private var connection: PostgresConnection?
+    private let pool: PostgresConnectionPool
+    private let logger: Logger
+    private var finished = false
+
+    init(head: CollectionHead, count: Int, rows: PostgresRowSequence, connection: PostgresConnection, pool: PostgresConnectionPool, logger: Logger) {
+        self.head = head
+        self.count = count
+        iterator = rows.makeAsyncIterator()
+        self.connection = connection
+        self.pool = pool
+        self.logger = logger
+    }
+
+    deinit {
+        // Dropped without close() (a cancelled response): the connection's state is unknown.
+        if let connection { Task { [pool] in await pool.discard(connection) } }
+    }
+
+    /// Calls `body` with the next record's canonical bytes; false when there are no more.
+    public func next(_ body: (UnsafeRawBufferPointer) throws -> Void) async throws -> Bool {
+        guard !finished, var iterator else { return false }
+        let row: PostgresRow?
+        do {
+            row = try await iterator.next()
+        } catch {
+            throw PostgresStore.mapped(error)
+        }
+        self.iterator = iterator
+        guard let row else {
+            finished = true
+            return false
+        }
+        var bytes = try row.decode(ByteBuffer.self)
+        try bytes.readWithUnsafeReadableBytes { pointer in
+            try body(pointer)
+            return pointer.count
+        }
+        return true
+    }
+
+    /// Ends the transaction and returns the connection; one abandoned mid-stream is closed
+    /// instead (its unread rows would otherwise follow the next query). Safe to call twice.
+    public func close() async {
+        guard let connection else { return }
+        self.connection = nil
+        iterator = nil
+        if finished, (try? await connection.query("COMMIT", logger: logger)) != nil {
+            pool.checkin(connection)
+        } else {
+            await pool.discard(connection)
+        }
     }
 }

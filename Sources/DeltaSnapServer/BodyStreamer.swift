@@ -1,78 +1,58 @@
 import DeltaSnapCore
 import DeltaSnapStore
 
-/// Produces a full or delta body, chunk by chunk, from one read transaction.
+/// Encodes a full or delta body, chunk by chunk, from one ``RecordSource`` (one read
+/// transaction of whichever store).
 ///
-/// The transaction pins one consistent state of the store for the whole body, however long
-/// it takes to send, and memory stays bounded (a chunk at a time) for any collection size.
-/// Owned by one response at a time.
+/// The transaction pins one consistent state for the whole body, however long it takes to
+/// send, and memory stays bounded (a chunk at a time) for any collection size. Owned by one
+/// response at a time.
 final class BodyStreamer: @unchecked Sendable {
     let header: BodyHeader
-    let head: CollectionHead
-    private let pool: StorePool
-    private var store: Store?
-    /// Holds a prepared statement of `store`'s connection: released before the connection
-    /// goes back to the pool, or finalising it later would race another request using it.
-    private var cursor: RecordCursor?
+    var head: CollectionHead { source.head }
+    private let source: any RecordSource
     private var encoder: BodyEncoder
     private let compressor: GzipCompressor?
     private var plain: [UInt8]
     private var finished = false
+    private var closed = false
 
     static let chunkSize = 64 * 1024
 
-    /// Opens the read transaction and computes the header. `sinceVersion` nil means full.
-    init(pool: StorePool, collection: String, sinceVersion: UInt64?, base: String?, gzipLevel: Int32?) throws {
-        self.pool = pool
-        let store = try pool.checkout()
-        do {
-            let reader = try store.beginRead()
-            guard let head = try reader.head(of: collection) else { throw APIError.unknownCollection(collection) }
-            self.head = head
-            if let sinceVersion, let base {
-                header = BodyHeader(
-                    collection: collection, kind: .delta, base: base, token: head.token.description,
-                    lastModified: head.lastModified, checksum: head.checksum,
-                    count: try reader.changeCount(in: collection, after: sinceVersion))
-                cursor = try reader.changes(in: collection, after: sinceVersion)
-            } else {
-                header = BodyHeader(
-                    collection: collection, kind: .full, token: head.token.description,
-                    lastModified: head.lastModified, checksum: head.checksum, count: head.count)
-                cursor = try reader.visibleRecords(in: collection)
-            }
-            compressor = try gzipLevel.map { try GzipCompressor(level: $0) }
-        } catch {
-            cursor = nil
-            store.endRead()
-            pool.checkin(store)
-            throw error
+    /// `base` is the client's token for a delta (the source then holds the changes since
+    /// it), nil for a full body.
+    init(source: any RecordSource, base: String?, gzipLevel: Int32?) throws {
+        self.source = source
+        let head = source.head
+        if let base {
+            header = BodyHeader(
+                collection: head.name, kind: .delta, base: base, token: head.token.description,
+                lastModified: head.lastModified, checksum: head.checksum, count: source.count)
+        } else {
+            header = BodyHeader(
+                collection: head.name, kind: .full, token: head.token.description,
+                lastModified: head.lastModified, checksum: head.checksum, count: source.count)
         }
-        self.store = store
+        compressor = try gzipLevel.map { try GzipCompressor(level: $0) }
         encoder = BodyEncoder(header: header)
         plain = encoder.start()
         plain.reserveCapacity(Self.chunkSize + 4096)
     }
 
-    deinit {
-        close()
-    }
-
     /// The next chunk of the (possibly compressed) body; nil when the body is complete.
-    func nextChunk() throws -> [UInt8]? {
-        guard !finished, cursor != nil else { return nil }
+    func nextChunk() async throws -> [UInt8]? {
+        // Once closed, the source yields nothing: never let that pass for the body's end.
+        guard !finished, !closed else { return nil }
         while true {
             var more = true
-            // Through the property, never a local copy: close() must be able to drop the last
-            // reference to the statement before the connection is returned.
             while plain.count < Self.chunkSize {
-                more = try cursor?.next { bytes in encoder.appendCanonical(bytes, into: &plain) } ?? false
+                more = try await source.next { bytes in encoder.appendCanonical(bytes, into: &plain) }
                 if !more { break }
             }
             if !more {
                 encoder.finish(into: &plain)
                 finished = true
-                close()
+                await source.close()
             }
             var out: [UInt8]
             if let compressor {
@@ -88,18 +68,15 @@ final class BodyStreamer: @unchecked Sendable {
     }
 
     /// The whole remaining body in one buffer (for bodies small enough to cache).
-    func readAll() throws -> [UInt8] {
+    func readAll() async throws -> [UInt8] {
         var bytes: [UInt8] = []
-        while let chunk = try nextChunk() { bytes.append(contentsOf: chunk) }
+        while let chunk = try await nextChunk() { bytes.append(contentsOf: chunk) }
         return bytes
     }
 
-    /// Ends the read transaction and returns the connection; safe to call twice.
-    func close() {
-        guard let store else { return }
-        cursor = nil
-        store.endRead()
-        pool.checkin(store)
-        self.store = nil
+    /// Ends the read transaction; safe to call twice.
+    func close() async {
+        closed = true
+        await source.close()
     }
 }

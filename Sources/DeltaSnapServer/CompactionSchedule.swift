@@ -32,7 +32,7 @@ extension DeltaSnapService {
             for served in heads.all {
                 let name = served.head.name
                 do {
-                    guard let result = try writer.withStore({ try $0.compact(name, policy: schedule.policy) }) else { continue }
+                    guard let result = try await backend.compact(name, policy: schedule.policy) else { continue }
                     logger.info("compacted", metadata: [
                         "collection": .string(name), "floor": .stringConvertible(result.floor),
                         "previous_floor": .stringConvertible(result.previousFloor), "tombstones_removed": .stringConvertible(result.tombstonesRemoved),

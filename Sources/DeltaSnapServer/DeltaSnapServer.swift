@@ -6,15 +6,27 @@ import Logging
 /// watcher that notices other processes' commits.
 ///
 /// ```swift
-/// let server = try DeltaSnapServer(configuration: .init(databasePath: "deltasnap.sqlite", writeToken: "s3cret"))
+/// let server = try await DeltaSnapServer.open(configuration: .init(databasePath: "deltasnap.sqlite", writeToken: "s3cret"))
 /// try await server.run(host: "127.0.0.1", port: 8080)   // until SIGINT or SIGTERM
 /// ```
 public struct DeltaSnapServer: Sendable {
     public let service: DeltaSnapService
     public var logger: Logger
 
+    /// A server on an SQLite store.
     public init(configuration: DeltaSnapServerConfiguration, logger: Logger = Logger(label: "deltasnap")) throws {
         service = try DeltaSnapService(configuration: configuration)
+        self.logger = logger
+    }
+
+    /// A server on the store `configuration.databasePath` names: an SQLite path or a
+    /// PostgreSQL URL.
+    public static func open(configuration: DeltaSnapServerConfiguration, logger: Logger = Logger(label: "deltasnap")) async throws -> DeltaSnapServer {
+        DeltaSnapServer(service: try await DeltaSnapService.open(configuration: configuration, logger: logger), logger: logger)
+    }
+
+    init(service: DeltaSnapService, logger: Logger) {
+        self.service = service
         self.logger = logger
     }
 
@@ -42,8 +54,9 @@ public struct DeltaSnapServer: Sendable {
                 if handleSignals { try await app.runService() } else { try await app.run() }
             }
             // Whichever ends first (the server, normally) ends the other.
+            defer { group.cancelAll() }
             try await group.next()
-            group.cancelAll()
         }
+        await service.shutdown()
     }
 }

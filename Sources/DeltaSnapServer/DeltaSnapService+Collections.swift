@@ -43,12 +43,9 @@ extension DeltaSnapService {
             ifNoneMatch: request.headers[values: .ifNoneMatch].joinedOrNil,
             ifModifiedSince: request.headers[.ifModifiedSince])
         let decision: ServeDecision
-        if case .modifiedSince = conditional {
-            decision = try pool.withStore { store in
-                try store.read { reader in
-                    try ServeDecision.decide(conditional, head: served.head) { try reader.firstVersion(in: name, committedAtOrAfter: $0) }
-                }
-            }
+        if case .modifiedSince(let seconds) = conditional {
+            let first = try await backend.firstVersion(in: name, committedAtOrAfter: seconds)
+            decision = ServeDecision.decide(conditional, head: served.head) { _ in first }
         } else {
             // Never consulted without If-Modified-Since: the 304 path touches no database.
             decision = ServeDecision.decide(conditional, head: served.head) { _ in nil }
@@ -60,19 +57,19 @@ extension DeltaSnapService {
             metrics.countOutcome(.notModified, since: start)
             return Response(status: .notModified, headers: served.validatorHeaders)
         case .full:
-            return try fullResponse(head: served.head, gzip: gzip, since: start)
+            return try await fullResponse(head: served.head, gzip: gzip, since: start)
         case .delta(let since, let base):
-            return try deltaResponse(name: name, headVersion: served.head.version, sinceVersion: since, base: base, gzip: gzip, since: start)
+            return try await deltaResponse(name: name, headVersion: served.head.version, sinceVersion: since, base: base, gzip: gzip, since: start)
         }
     }
 
     /// A full body: the cached gzip body of collections up to ``DeltaSnapServerConfiguration/fullBodyCacheMaximumRecords``,
     /// else streamed. With `target` (the cacheable URLs) it must be exactly that token's.
-    func fullResponse(head: CollectionHead, gzip: Bool, since start: ContinuousClock.Instant, target: String? = nil) throws -> Response {
+    func fullResponse(head: CollectionHead, gzip: Bool, since start: ContinuousClock.Instant, target: String? = nil) async throws -> Response {
         guard gzip && head.count <= configuration.fullBodyCacheMaximumRecords else {
-            return try streamed(name: head.name, sinceVersion: nil, base: nil, gzip: gzip, outcome: .full, since: start, target: target)
+            return try await streamed(name: head.name, sinceVersion: nil, base: nil, gzip: gzip, outcome: .full, since: start, target: target)
         }
-        let entry = try fullBodies.body(for: head, pool: pool)
+        let entry = try await fullBodies.body(for: head, backend: backend)
         if let target { try requireCurrent(target, head: entry.head) }
         heads.update(entry.head)
         metrics.countOutcome(.full, since: start)
@@ -85,14 +82,14 @@ extension DeltaSnapService {
     func deltaResponse(
         name: String, headVersion: UInt64, sinceVersion: UInt64, base: String, gzip: Bool, since start: ContinuousClock.Instant,
         target: String? = nil
-    ) throws -> Response {
+    ) async throws -> Response {
         let key = DeltaCache.Key(collection: name, base: base, headVersion: headVersion, gzip: gzip)
         if let cached = deltas[key] {
             metrics.countOutcome(.delta, since: start)
             metrics.countBytes(cached.body.readableBytes, for: .delta)
             return Response(status: .ok, headers: bodyHeaders(for: cached.head, gzip: gzip), body: .init(byteBuffer: cached.body))
         }
-        if let entry = try smallDelta(name: name, sinceVersion: sinceVersion, base: base, gzip: gzip) {
+        if let entry = try await smallDelta(name: name, sinceVersion: sinceVersion, base: base, gzip: gzip) {
             if let target { try requireCurrent(target, head: entry.head) }
             // Cached under the head it was read at: a later head is another key.
             deltas.store(entry, for: DeltaCache.Key(collection: name, base: base, headVersion: entry.head.version, gzip: gzip))
@@ -100,18 +97,18 @@ extension DeltaSnapService {
             metrics.countBytes(entry.body.readableBytes, for: .delta)
             return Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: gzip), body: .init(byteBuffer: entry.body))
         }
-        return try streamed(name: name, sinceVersion: sinceVersion, base: base, gzip: gzip, outcome: .delta, since: start, target: target)
+        return try await streamed(name: name, sinceVersion: sinceVersion, base: base, gzip: gzip, outcome: .delta, since: start, target: target)
     }
 
     /// A delta read and encoded in full when it is small (at most 1,000 records), so it can be
     /// cached; nil when it is larger and should be streamed instead.
-    private func smallDelta(name: String, sinceVersion: UInt64, base: String, gzip: Bool) throws -> DeltaCache.Entry? {
-        let streamer = try openBody(name: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzip ? 6 : nil)
+    private func smallDelta(name: String, sinceVersion: UInt64, base: String, gzip: Bool) async throws -> DeltaCache.Entry? {
+        let streamer = try await openBody(name: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzip ? 6 : nil)
         guard streamer.header.count <= 1000 else {
-            streamer.close()
+            await streamer.close()
             return nil
         }
-        return DeltaCache.Entry(head: streamer.head, body: ByteBuffer(bytes: try streamer.readAll()))
+        return DeltaCache.Entry(head: streamer.head, body: ByteBuffer(bytes: try await streamer.readAll()))
     }
 
     func bodyHeaders(for head: CollectionHead, gzip: Bool) -> HTTPFields {
@@ -124,10 +121,16 @@ extension DeltaSnapService {
     /// Opens a body on one read transaction. A body can reveal a commit the poll has not
     /// seen yet: its head is installed at once, so the server never answers 304 to a token
     /// older than one it has served.
-    private func openBody(name: String, sinceVersion: UInt64?, base: String?, gzipLevel: Int32?) throws -> BodyStreamer {
-        let streamer = try BodyStreamer(pool: pool, collection: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzipLevel)
-        heads.update(streamer.head)
-        return streamer
+    private func openBody(name: String, sinceVersion: UInt64?, base: String?, gzipLevel: Int32?) async throws -> BodyStreamer {
+        let source = try await backend.openRecords(in: name, after: sinceVersion)
+        do {
+            let streamer = try BodyStreamer(source: source, base: sinceVersion == nil ? nil : base, gzipLevel: gzipLevel)
+            heads.update(streamer.head)
+            return streamer
+        } catch {
+            await source.close()
+            throw error
+        }
     }
 
     /// A body streamed from one read transaction. With `target`, it must lead exactly to
@@ -135,24 +138,28 @@ extension DeltaSnapService {
     private func streamed(
         name: String, sinceVersion: UInt64?, base: String?, gzip: Bool, outcome: ServerMetrics.Outcome, since start: ContinuousClock.Instant,
         target: String? = nil
-    ) throws -> Response {
+    ) async throws -> Response {
         // Level 1 for bodies compressed per request: a third of level 6's CPU cost.
-        let streamer = try openBody(name: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzip ? 1 : nil)
+        let streamer = try await openBody(name: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzip ? 1 : nil)
         if let target {
             do { try requireCurrent(target, head: streamer.head) } catch {
-                streamer.close()
+                await streamer.close()
                 throw error
             }
         }
         metrics.countOutcome(outcome, since: start)
         let metrics = metrics
         return Response(status: .ok, headers: bodyHeaders(for: streamer.head, gzip: gzip), body: ResponseBody { writer in
-            defer { streamer.close() }
-            while let chunk = try streamer.nextChunk() {
-                metrics.countBytes(chunk.count, for: outcome)
-                try await writer.write(ByteBuffer(bytes: chunk))
+            do {
+                while let chunk = try await streamer.nextChunk() {
+                    metrics.countBytes(chunk.count, for: outcome)
+                    try await writer.write(ByteBuffer(bytes: chunk))
+                }
+                try await writer.finish(nil)
+            } catch {
+                await streamer.close()
+                throw error
             }
-            try await writer.finish(nil)
         })
     }
 

@@ -10,19 +10,19 @@ extension DeltaSnapService {
     static let immutable = "public, max-age=31536000, immutable"
 
     func addPublicationRoutes<Context: RequestContext>(to router: Router<Context>) {
-        router.get("/v1/index") { [self] request, _ in try index(request) }
-        router.head("/v1/index") { [self] request, _ in Self.headOnly(try index(request)) }
+        router.get("/v1/index") { [self] request, _ in try await index(request) }
+        router.head("/v1/index") { [self] request, _ in Self.headOnly(try await index(request)) }
         router.get("/v1/collections/:name/deltas/:base/:target") { [self] request, context in
-            try immutableDelta(request, context: context)
+            try await immutableDelta(request, context: context)
         }
         router.head("/v1/collections/:name/deltas/:base/:target") { [self] request, context in
-            Self.headOnly(try immutableDelta(request, context: context))
+            Self.headOnly(try await immutableDelta(request, context: context))
         }
         router.get("/v1/collections/:name/snapshots/:token") { [self] request, context in
-            try immutableFull(request, context: context)
+            try await immutableFull(request, context: context)
         }
         router.head("/v1/collections/:name/snapshots/:token") { [self] request, context in
-            Self.headOnly(try immutableFull(request, context: context))
+            Self.headOnly(try await immutableFull(request, context: context))
         }
         for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
             for path in ["/v1/index", "/v1/collections/:name/deltas/:base/:target", "/v1/collections/:name/snapshots/:token"] {
@@ -32,8 +32,8 @@ extension DeltaSnapService {
     }
 
     /// `GET /v1/index`: every public collection's token, floor and state digest, signed.
-    func index(_ request: Request) throws -> Response {
-        let published = try publication.current(heads: heads.all.map(\.head), pool: pool, now: Int64(Date().timeIntervalSince1970))
+    func index(_ request: Request) async throws -> Response {
+        let published = try await publication.current(heads: heads.all.map(\.head), backend: backend, now: Int64(Date().timeIntervalSince1970))
         let maxAge = configuration.indexMaxAge
         let headers: HTTPFields = [
             .contentType: "application/json",
@@ -50,7 +50,7 @@ extension DeltaSnapService {
     /// `GET /v1/collections/{name}/deltas/{base}/{target}`: the changes from `base` to the
     /// head `target`, cacheable for ever; a base below the floor (or of another epoch) is
     /// redirected to the full body of `target`.
-    func immutableDelta(_ request: Request, context: some RequestContext) throws -> Response {
+    func immutableDelta(_ request: Request, context: some RequestContext) async throws -> Response {
         let start = ContinuousClock.now
         let name = try context.parameters.require("name")
         let head = try publishedHead(name)
@@ -69,20 +69,20 @@ extension DeltaSnapService {
             throw APIError(.notFound, "unknown_base", "token \(base) is newer than \(target); no delta leads back in time")
         }
         let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
-        return Self.cacheable(try deltaResponse(
+        return Self.cacheable(try await deltaResponse(
             name: name, headVersion: head.version, sinceVersion: baseToken.version, base: base, gzip: gzip, since: start, target: target))
     }
 
     /// `GET /v1/collections/{name}/snapshots/{token}`: the full body of the head `token`,
     /// cacheable for ever.
-    func immutableFull(_ request: Request, context: some RequestContext) throws -> Response {
+    func immutableFull(_ request: Request, context: some RequestContext) async throws -> Response {
         let start = ContinuousClock.now
         let name = try context.parameters.require("name")
         let head = try publishedHead(name)
         let target = try context.parameters.require("token")
         try requireCurrent(target, head: head)
         let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
-        return Self.cacheable(try fullResponse(head: head, gzip: gzip, since: start, target: target))
+        return Self.cacheable(try await fullResponse(head: head, gzip: gzip, since: start, target: target))
     }
 
     /// The head of a collection that has cacheable URLs: private ones never do.

@@ -20,9 +20,8 @@ extension DeltaSnapService {
             throw APIError(.badRequest, "invalid_batch", error.description)
         }
         // Write numbers are per client *of a user*: one user cannot advance another's.
-        let outcome = try writer.withStore { store in
-            try store.push(mutations, from: client, user: principal.isAdmin ? nil : principal.subject, to: name, retention: configuration.pushRetention)
-        }
+        let outcome = try await backend.push(
+            mutations, from: client, user: principal.isAdmin ? nil : principal.subject, to: name, retention: configuration.pushRetention)
         if let head = outcome.head { heads.update(head) }
         let response = outcome.response
         var headers: HTTPFields = [.contentType: "application/json", .cacheControl: "no-store"]
@@ -45,7 +44,7 @@ extension DeltaSnapService {
             }
             limit = number
         }
-        let entries = try pool.withStore { try $0.history(of: id, in: name, limit: limit) }
+        let entries = try await backend.history(of: id, in: name, limit: limit)
         var out = Array(#"{"collection":"#.utf8)
         CanonicalJSON.writeString(name, into: &out)
         out.append(contentsOf: Array(#","history":["#.utf8))

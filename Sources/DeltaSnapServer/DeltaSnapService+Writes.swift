@@ -34,14 +34,14 @@ extension DeltaSnapService {
         } catch {
             throw APIError(.badRequest, "invalid_record", error.description)
         }
-        return try commit(name) { try $0.put(record) }
+        return try await commit(record, to: name)
     }
 
     /// `DELETE /v1/collections/{c}/records/{id}`: hide one record.
     func deleteRecord(_ request: Request, context: some RequestContext) async throws -> Response {
         let name = try await ownerCollection(request, context: context)
         let id = try recordID(context)
-        return try commit(name) { try $0.put(Record.tombstone(id: id)) }
+        return try await commit(Record.tombstone(id: id), to: name)
     }
 
     /// `POST /v1/collections/{c}/records[?replace=true]`: a batch as one version.
@@ -51,10 +51,7 @@ extension DeltaSnapService {
         let body = try await collect(&request)
         let replace = request.uri.queryParameters.get("replace").map { $0 == "true" || $0 == "1" } ?? false
         do {
-            let result = try writer.withStore { store in
-                try Importer(store: store, collection: name, replace: replace).run(source: ChunkSources.bytes(body), name: "body")
-            }
-            return written(result)
+            return written(try await backend.importBatch(body, into: name, replace: replace))
         } catch let error as ImportError where error.isEmptyReplace {
             // A dropped body must not read as "the collection is now empty" and hide everything.
             throw APIError(.badRequest, "empty_batch", "a ?replace=true batch with no records would hide every record; send at least one, or hide them explicitly")
@@ -110,9 +107,9 @@ extension DeltaSnapService {
         }
     }
 
-    private func commit(_ name: String, _ body: (CollectionWriter) throws -> Void) throws -> Response {
+    private func commit(_ record: Record, to name: String) async throws -> Response {
         do {
-            return written(try writer.withStore { try $0.write(to: name, body) })
+            return written(try await backend.write([record], to: name))
         } catch let error as StoreError {
             throw APIError(.badRequest, "invalid_record", error.description)
         }

@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapPostgres
 import DeltaSnapStore
 import DeltaSnapTrust
 import Foundation
@@ -8,8 +9,12 @@ import NIOCore
 
 /// Settings of a DeltaSnap server.
 public struct DeltaSnapServerConfiguration: Sendable {
-    /// The SQLite store (created if missing).
+    /// The store: an SQLite path (created if missing) or a PostgreSQL URL
+    /// (`postgres://user@host:port/db`, schema created on first use; open it with
+    /// ``DeltaSnapService/open(configuration:logger:)``).
     public var databasePath: String
+    /// A PostgreSQL streaming replica to read from (writes still go to ``databasePath``).
+    public var readDatabase: String?
     /// The bearer token the write API requires; `nil` disables writes (403).
     public var writeToken: String?
     /// The largest write body accepted (413 above).
@@ -43,9 +48,10 @@ public struct DeltaSnapServerConfiguration: Sendable {
         fullBodyCacheMaximumRecords: Int = 100_000, changePollInterval: Duration = .milliseconds(100),
         access: AccessPolicy = AccessPolicy(), maximumPushBodyBytes: Int = 1024 * 1024, pushRetention: PushRetention = PushRetention(),
         logNotModified: Bool = false, compaction: CompactionSchedule? = nil,
-        signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30, indexLifetime: Int = 24 * 3600
+        signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30, indexLifetime: Int = 24 * 3600, readDatabase: String? = nil
     ) {
         self.databasePath = databasePath
+        self.readDatabase = readDatabase
         self.writeToken = writeToken
         self.maximumWriteBodyBytes = maximumWriteBodyBytes
         self.fullBodyCacheMaximumRecords = fullBodyCacheMaximumRecords
@@ -65,7 +71,7 @@ public struct DeltaSnapServerConfiguration: Sendable {
 /// connections, the writer). Mount them in your own Hummingbird app with ``addRoutes(to:)``.
 ///
 /// ```swift
-/// let service = try DeltaSnapService(configuration: .init(databasePath: "deltasnap.sqlite"))
+/// let service = try await DeltaSnapService.open(configuration: .init(databasePath: "deltasnap.sqlite"))
 /// let router = Router()
 /// service.addRoutes(to: router)            // next to your own routes
 /// let app = Application(router: router)
@@ -76,37 +82,54 @@ public final class DeltaSnapService: Sendable {
     public let configuration: DeltaSnapServerConfiguration
     public let metrics = ServerMetrics()
     let heads: HeadCache
-    let pool: StorePool
+    let backend: any ServerBackend
     let fullBodies = FullBodyCache()
     let deltas = DeltaCache()
-    let writer: LockedStore
     let accessControl: AccessControl
     let publication: IndexPublisher
 
-    public init(configuration: DeltaSnapServerConfiguration) throws {
+    /// A service on an SQLite store (``open(configuration:logger:)`` opens either kind).
+    public convenience init(configuration: DeltaSnapServerConfiguration) throws {
+        guard !PostgresURL.matches(configuration.databasePath) else {
+            throw PostgresStoreError.badURL(configuration.databasePath, "a PostgreSQL store is opened with DeltaSnapService.open(configuration:)")
+        }
+        let backend = try SQLiteBackend(path: configuration.databasePath)
+        try self.init(configuration: configuration, backend: backend, heads: backend.pool.withStore { try $0.collections() })
+    }
+
+    /// A service on the store `configuration.databasePath` names: an SQLite path or a
+    /// PostgreSQL URL (then `readDatabase` may name a streaming replica to read from).
+    public static func open(configuration: DeltaSnapServerConfiguration, logger: Logger = Logger(label: "deltasnap")) async throws -> DeltaSnapService {
+        guard PostgresURL.matches(configuration.databasePath) else { return try DeltaSnapService(configuration: configuration) }
+        let backend = try await PostgresBackend.connect(url: configuration.databasePath, readURL: configuration.readDatabase, logger: logger)
+        do {
+            return try DeltaSnapService(configuration: configuration, backend: backend, heads: try await backend.reader.collections())
+        } catch {
+            await backend.shutdown()
+            throw error
+        }
+    }
+
+    init(configuration: DeltaSnapServerConfiguration, backend: any ServerBackend, heads initial: [CollectionHead]) throws {
         self.configuration = configuration
         var policy = configuration.access
         policy.adminToken = configuration.writeToken ?? policy.adminToken
         accessControl = try AccessControl(policy: policy)
-        // The writer creates the schema, so read-only connections can open the file.
-        writer = LockedStore(try Store(path: configuration.databasePath, configuration: .fromEnvironment()))
-        heads = try HeadCache(path: configuration.databasePath)
-        pool = StorePool(path: configuration.databasePath)
+        self.backend = backend
+        heads = HeadCache(initial)
         publication = IndexPublisher(
             keys: configuration.signingKeys, lifetime: Int64(configuration.indexLifetime),
             excluded: configuration.access.privateCollections)
     }
 
-    /// Picks up commits made by other processes; runs until cancelled.
+    /// Picks up commits made by other processes or instances; runs until cancelled.
     public func watchForChanges() async {
-        while !Task.isCancelled {
-            do {
-                try await Task.sleep(for: configuration.changePollInterval)
-            } catch {
-                return
-            }
-            try? heads.refreshIfChanged()
-        }
+        await backend.watchForChanges(every: configuration.changePollInterval) { [heads] fresh in heads.replace(with: fresh) }
+    }
+
+    /// Closes the store's connections (after the server stopped).
+    public func shutdown() async {
+        await backend.shutdown()
     }
 
     /// The channel handlers to put between Hummingbird's HTTP codec and its router: polls
@@ -186,19 +209,5 @@ extension DeltaSnapService {
     /// A GET response as HEAD answers it: status and headers, no body.
     static func headOnly(_ response: Response) -> Response {
         Response(status: response.status, headers: response.headers)
-    }
-}
-
-/// The one writing connection, used by one request at a time.
-final class LockedStore: @unchecked Sendable {
-    private let lock = NSLock()
-    private let store: Store
-
-    init(_ store: Store) {
-        self.store = store
-    }
-
-    func withStore<T>(_ body: (Store) throws -> T) rethrows -> T {
-        try lock.withLock { try body(store) }
     }
 }

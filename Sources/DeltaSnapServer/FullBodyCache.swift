@@ -17,12 +17,19 @@ final class FullBodyCache: @unchecked Sendable {
 
     /// The body of `collection` at `head`'s version, building it (outside the lock) when
     /// missing or stale. Two first requests may both build; either result is correct.
-    func body(for head: CollectionHead, pool: StorePool) throws -> Entry {
+    func body(for head: CollectionHead, backend: any ServerBackend) async throws -> Entry {
         if let entry = lock.withLock({ entries[head.name] }), entry.head.version >= head.version, entry.head.epoch == head.epoch {
             return entry
         }
-        let streamer = try BodyStreamer(pool: pool, collection: head.name, sinceVersion: nil, base: nil, gzipLevel: 6)
-        let entry = Entry(head: streamer.head, gzip: ByteBuffer(bytes: try streamer.readAll()))
+        let source = try await backend.openRecords(in: head.name, after: nil)
+        let streamer: BodyStreamer
+        do {
+            streamer = try BodyStreamer(source: source, base: nil, gzipLevel: 6)
+        } catch {
+            await source.close()
+            throw error
+        }
+        let entry = Entry(head: streamer.head, gzip: ByteBuffer(bytes: try await streamer.readAll()))
         lock.withLock {
             if let current = entries[head.name], current.head.version > entry.head.version { return }
             entries[head.name] = entry

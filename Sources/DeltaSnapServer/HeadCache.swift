@@ -28,18 +28,15 @@ struct ServedHead: Sendable {
     }
 }
 
-/// The heads of all collections, refreshed after each commit (the server's own writes
-/// refresh at once; other processes' imports are noticed by polling SQLite's
-/// `data_version`, which changes whenever another connection commits).
+/// The heads of all collections, as the server answers polls with them: installed at once
+/// after the server's own commits and bodies, and replaced whenever the backend reports
+/// another writer's commit (``ServerBackend/watchForChanges(every:onChange:)``).
 final class HeadCache: @unchecked Sendable {
     private let lock = NSLock()
     private var heads: [String: ServedHead] = [:]
-    private let watcher: Store
-    private var lastDataVersion: Int64 = -1
 
-    init(path: String) throws {
-        watcher = try Store(path: path, readOnly: true)
-        try refreshIfChanged()
+    init(_ initial: [CollectionHead]) {
+        replace(with: initial)
     }
 
     subscript(name: String) -> ServedHead? {
@@ -50,22 +47,29 @@ final class HeadCache: @unchecked Sendable {
         lock.withLock { heads.values.sorted { $0.head.name.utf8Precedes($1.head.name) } }
     }
 
-    /// Reloads every head when any connection committed since the last look.
-    func refreshIfChanged() throws {
-        try lock.withLock {
-            let version = try watcher.dataVersion()
-            guard version != lastDataVersion else { return }
-            lastDataVersion = version
-            let fresh = try watcher.collections()
-            heads = Dictionary(uniqueKeysWithValues: fresh.map { ($0.name, ServedHead(head: $0)) })
+    /// Installs a fresh read of every head. A head never moves backwards within its epoch:
+    /// the fresh read may come from a replica behind a head this server already answered.
+    func replace(with fresh: [CollectionHead]) {
+        lock.withLock {
+            var next: [String: ServedHead] = [:]
+            for head in fresh {
+                if let current = heads[head.name], current.head.epoch == head.epoch, current.head.version > head.version
+                    || (current.head.version == head.version && current.head.floor >= head.floor)
+                {
+                    next[head.name] = current
+                } else {
+                    next[head.name] = ServedHead(head: head)
+                }
+            }
+            heads = next
         }
     }
 
-    /// Installs a head the server just committed, without waiting for the poll.
+    /// Installs a head the server just committed or read, without waiting for the watcher.
     func update(_ head: CollectionHead) {
         lock.withLock {
             // Never move a head backwards: a concurrent poll may have seen a newer one.
-            if let current = heads[head.name], current.head.version >= head.version { return }
+            if let current = heads[head.name], current.head.epoch == head.epoch, current.head.version >= head.version { return }
             heads[head.name] = ServedHead(head: head)
         }
     }

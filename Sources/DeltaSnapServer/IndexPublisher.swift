@@ -33,12 +33,12 @@ final class IndexPublisher: @unchecked Sendable {
     }
 
     /// The current document; `heads` are the heads the server answers polls with.
-    func current(heads: [CollectionHead], pool: StorePool, now: Int64) throws -> Published {
+    func current(heads: [CollectionHead], backend: any ServerBackend, now: Int64) async throws -> Published {
         let key = heads.filter { !excluded.contains($0.name) }.map { "\($0.name) \($0.token) \($0.floor)" }
         if let published = lock.withLock({ published }), published.key == key, now - published.issued < lifetime / 4 {
             return published
         }
-        let built = try build(pool: pool, now: now)
+        let built = try await build(backend: backend, now: now)
         lock.withLock {
             // Two requests may build at once; keep the newer one.
             if published == nil || published!.issued <= built.issued { published = built }
@@ -46,10 +46,8 @@ final class IndexPublisher: @unchecked Sendable {
         return built
     }
 
-    private func build(pool: StorePool, now: Int64) throws -> Published {
-        let (sequence, entries) = try pool.withStore { store in
-            try store.read { reader in try reader.publishedState { [excluded] in !excluded.contains($0) } }
-        }
+    private func build(backend: any ServerBackend, now: Int64) async throws -> Published {
+        let (sequence, entries) = try await backend.publishedState { [excluded] in !excluded.contains($0) }
         let index = SignedIndex(sequence: sequence, issued: now, expires: now + lifetime, entries: entries)
         let key = entries.map { "\($0.collection) \($0.token) \($0.floor)" }
         let document = index.signed(with: keys).document

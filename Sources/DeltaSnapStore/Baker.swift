@@ -51,9 +51,17 @@ public enum Baker {
     public static func writeSignedIndex(store: Store, collection: String, keys: [IndexSigningKey], into directory: String) throws -> SignedIndex {
         let (sequence, entries) = try store.read { try $0.publishedState { $0 == collection } }
         guard let entry = entries.first, let head = try store.head(of: collection) else { throw StoreError.unknownCollection(collection) }
+        return try writeSignedIndex(sequence: sequence, entry: entry, head: head, keys: keys, into: directory)
+    }
+
+    /// Writes `DIRECTORY/COLLECTION.index` for a state read from any store (one transaction).
+    @discardableResult
+    public static func writeSignedIndex(
+        sequence: UInt64, entry: SignedIndex.Entry, head: CollectionHead, keys: [IndexSigningKey], into directory: String
+    ) throws -> SignedIndex {
         let index = SignedIndex(sequence: sequence, issued: head.committedAt, expires: head.committedAt + bundledIndexLifetime, entries: [entry])
             .signed(with: keys)
-        let path = (directory as NSString).appendingPathComponent(collection + SignedIndex.fileExtension)
+        let path = (directory as NSString).appendingPathComponent(entry.collection + SignedIndex.fileExtension)
         let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
         guard FileManager.default.createFile(atPath: temporary, contents: Data(index.document)) else { throw FileError(path: temporary, reason: "cannot be created") }
         guard rename(temporary, path) == 0 else {
@@ -67,64 +75,108 @@ public enum Baker {
     /// rename) and updates `DIRECTORY/manifest.json`.
     @discardableResult
     public static func bake(store: Store, collection: String, into directory: String, level: Int32 = 6) throws -> ManifestEntry {
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let finalPath = (directory as NSString).appendingPathComponent(Snapshot.fileName(for: collection))
-        let temporaryPath = finalPath + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
-        guard FileManager.default.createFile(atPath: temporaryPath, contents: nil),
-              let file = FileHandle(forWritingAtPath: temporaryPath)
-        else { throw FileError(path: temporaryPath, reason: "cannot be created") }
-        var succeeded = false
-        defer {
-            try? file.close()
-            if !succeeded { try? FileManager.default.removeItem(atPath: temporaryPath) }
-        }
-
-        var sha = SHA256()
-        var size = 0
-        func emit(_ bytes: inout [UInt8]) throws {
-            guard !bytes.isEmpty else { return }
-            sha.update(data: bytes)
-            size += bytes.count
-            try file.write(contentsOf: bytes)
-            bytes.removeAll(keepingCapacity: true)
-        }
-
-        let header: BodyHeader = try store.read { reader in
+        try store.read { reader in
             guard let head = try reader.head(of: collection) else { throw StoreError.unknownCollection(collection) }
-            let header = BodyHeader(
-                collection: collection, kind: .full, token: head.token.description,
-                lastModified: head.lastModified, checksum: head.checksum, count: head.count)
-            var encoder = BodyEncoder(header: header)
-            let compressor = try GzipCompressor(level: level)
-            var plain = encoder.start()
-            var compressed: [UInt8] = []
-            compressed.reserveCapacity(128 * 1024)
-            try reader.forEachVisibleRecord(in: collection) { bytes in
-                encoder.appendCanonical(bytes, into: &plain)
-                if plain.count >= 64 * 1024 {
-                    compressor.compress(plain, into: &compressed)
-                    plain.removeAll(keepingCapacity: true)
-                    if compressed.count >= 64 * 1024 { try emit(&compressed) }
-                }
+            let file = try SnapshotFile(head: head, into: directory, level: level)
+            do {
+                try reader.forEachVisibleRecord(in: collection) { try file.append($0) }
+                return try file.finish()
+            } catch {
+                file.abandon()
+                throw error
             }
+        }
+    }
+
+    /// A snapshot being written: the records of one read of any store go in, in id order;
+    /// ``finish()`` makes it visible (rename) and records it in the manifest. The bytes
+    /// depend only on the state, never on the store that held it.
+    ///
+    /// ```swift
+    /// let file = try Baker.SnapshotFile(head: head, into: "Snapshots")
+    /// for record in records { try file.append(record) }
+    /// let entry = try file.finish()
+    /// ```
+    public final class SnapshotFile {
+        private let directory: String
+        private let finalPath: String
+        private let temporaryPath: String
+        private let file: FileHandle
+        private let header: BodyHeader
+        private var encoder: BodyEncoder
+        private let compressor: GzipCompressor
+        private var plain: [UInt8]
+        private var compressed: [UInt8] = []
+        private var sha = SHA256()
+        private var size = 0
+        private var done = false
+
+        public init(head: CollectionHead, into directory: String, level: Int32 = 6) throws {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            self.directory = directory
+            finalPath = (directory as NSString).appendingPathComponent(Snapshot.fileName(for: head.name))
+            temporaryPath = finalPath + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
+            guard FileManager.default.createFile(atPath: temporaryPath, contents: nil),
+                  let file = FileHandle(forWritingAtPath: temporaryPath)
+            else { throw FileError(path: temporaryPath, reason: "cannot be created") }
+            self.file = file
+            header = BodyHeader(
+                collection: head.name, kind: .full, token: head.token.description,
+                lastModified: head.lastModified, checksum: head.checksum, count: head.count)
+            encoder = BodyEncoder(header: header)
+            compressor = try GzipCompressor(level: level)
+            plain = encoder.start()
+            compressed.reserveCapacity(128 * 1024)
+        }
+
+        deinit {
+            abandon()
+        }
+
+        /// Adds one visible record's canonical bytes.
+        public func append(_ bytes: UnsafeRawBufferPointer) throws {
+            encoder.appendCanonical(bytes, into: &plain)
+            if plain.count >= 64 * 1024 {
+                compressor.compress(plain, into: &compressed)
+                plain.removeAll(keepingCapacity: true)
+                if compressed.count >= 64 * 1024 { try emit() }
+            }
+        }
+
+        /// Completes the file, renames it into place and updates the manifest.
+        public func finish() throws -> ManifestEntry {
             encoder.finish(into: &plain)
             compressor.compress(plain, into: &compressed)
             compressor.finish(into: &compressed)
-            try emit(&compressed)
-            return header
+            try emit()
+            try file.synchronize()
+            try file.close()
+            if FileManager.default.fileExists(atPath: finalPath) { try FileManager.default.removeItem(atPath: finalPath) }
+            try FileManager.default.moveItem(atPath: temporaryPath, toPath: finalPath)
+            done = true
+            let entry = ManifestEntry(
+                collection: header.collection, token: header.token, lastModified: header.lastModified, count: header.count,
+                checksum: header.checksum.description, bytes: size,
+                sha256: sha.finalize().map { String(format: "%02x", $0) }.joined())
+            try updateManifest(in: directory, with: entry)
+            return entry
         }
-        try file.synchronize()
-        try file.close()
-        if FileManager.default.fileExists(atPath: finalPath) { try FileManager.default.removeItem(atPath: finalPath) }
-        try FileManager.default.moveItem(atPath: temporaryPath, toPath: finalPath)
-        succeeded = true
 
-        let entry = ManifestEntry(
-            collection: collection, token: header.token, lastModified: header.lastModified, count: header.count,
-            checksum: header.checksum.description, bytes: size,
-            sha256: sha.finalize().map { String(format: "%02x", $0) }.joined())
-        try updateManifest(in: directory, with: entry)
-        return entry
+        /// Removes the temporary file (a failed read); safe to call twice.
+        public func abandon() {
+            guard !done else { return }
+            done = true
+            try? file.close()
+            try? FileManager.default.removeItem(atPath: temporaryPath)
+        }
+
+        private func emit() throws {
+            guard !compressed.isEmpty else { return }
+            sha.update(data: compressed)
+            size += compressed.count
+            try file.write(contentsOf: compressed)
+            compressed.removeAll(keepingCapacity: true)
+        }
     }
 
     /// Replaces `entry`'s collection in the manifest, keeping the others, sorted by name.

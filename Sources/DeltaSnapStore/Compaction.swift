@@ -20,6 +20,13 @@ public struct CompactionResult: Sendable, Equatable {
     public var previousFloor: UInt64
     public var floor: UInt64
     public var tombstonesRemoved: Int
+
+    public init(collection: String, previousFloor: UInt64, floor: UInt64, tombstonesRemoved: Int) {
+        self.collection = collection
+        self.previousFloor = previousFloor
+        self.floor = floor
+        self.tombstonesRemoved = tombstonesRemoved
+    }
 }
 
 extension Store {

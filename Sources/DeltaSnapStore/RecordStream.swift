@@ -22,9 +22,18 @@ public final class RecordStream {
         case start, ndjson, arrayFirst, arrayNext, finished
     }
 
+    /// Records already parsed (one `PUT`), instead of a source.
+    private var given: IndexingIterator<[Record]>?
+
     public init(source: @escaping ChunkSource, name: String) {
         reader = JSONReader(nextChunk: source)
         self.name = name
+    }
+
+    /// A stream of records already parsed, so one write path serves a `PUT` and an import.
+    public convenience init(records: [Record], name: String) {
+        self.init(source: ChunkSources.bytes([]), name: name)
+        given = records.makeIterator()
     }
 
     /// An error at the current line (or `line`) of this input.
@@ -34,6 +43,11 @@ public final class RecordStream {
 
     /// The next record, or nil at the end of the input. Throws ``ImportError``.
     public func next() throws -> Record? {
+        if given != nil {
+            guard let record = given!.next() else { return nil }
+            count += 1
+            return record
+        }
         do {
             switch state {
             case .start:

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import DeltaSnapClient
+import DeltaSnapPostgres
 import DeltaSnapStore
 import DeltaSnapTrust
 
@@ -17,7 +18,7 @@ struct BakeCommand: AsyncParsableCommand {
             """
     )
 
-    @Option(name: .long, help: "Path of the SQLite store.")
+    @Option(name: .long, help: "The store: an SQLite path or postgres://user@host:port/db.")
     var db: String
 
     @Option(name: .long, help: "Collection name.")
@@ -35,12 +36,26 @@ struct BakeCommand: AsyncParsableCommand {
     func run() async throws {
         try await reportingErrors {
             let keys = try signingKey.map { try IndexSigningKey(contentsOf: $0) }
-            let store = try Store(path: db, readOnly: true)
             let started = ContinuousClock.now
-            let entry = try Baker.bake(store: store, collection: collection, into: out)
+            let entry: ManifestEntry
+            var index: SignedIndex?
+            if PostgresURL.matches(db) {
+                let store = try await PostgresStore.connect(db)
+                do {
+                    entry = try await store.bake(collection: collection, into: out)
+                    if !keys.isEmpty { index = try await store.writeSignedIndex(collection: collection, keys: keys, into: out) }
+                    await store.close()
+                } catch {
+                    await store.close()
+                    throw error
+                }
+            } else {
+                let store = try Store(path: db, readOnly: true)
+                entry = try Baker.bake(store: store, collection: collection, into: out)
+                if !keys.isEmpty { index = try Baker.writeSignedIndex(store: store, collection: collection, keys: keys, into: out) }
+            }
             print("\(out)/\(collection).snapshot: \(entry.count) records, token \(entry.token), checksum \(entry.checksum), \(entry.bytes) bytes, sha256 \(entry.sha256) [\(rate(entry.count, since: started))]")
-            if !keys.isEmpty {
-                let index = try Baker.writeSignedIndex(store: store, collection: collection, keys: keys, into: out)
+            if let index {
                 print("\(out)/\(collection)\(SignedIndex.fileExtension): sequence \(index.sequence), digest \(index.entries[0].digest), signed by \(keys.map(\.publicKey.id).joined(separator: ", "))")
             }
             if replica {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import DeltaSnapPostgres
 import DeltaSnapStore
 import Foundation
 
@@ -15,11 +16,12 @@ struct CompactCommand: AsyncParsableCommand {
               --keep-versions N    keep deltas for tokens of the last N versions
               --older-than DAYS    compact every version committed more than DAYS days ago
 
-            A running `deltasnap serve` on the same store picks the new floor up within 100 ms.
+            A running `deltasnap serve` on the same store picks the new floor up within 100 ms
+            (on PostgreSQL, every instance: the compaction notifies them).
             """
     )
 
-    @Option(name: .long, help: "Path of the SQLite store.")
+    @Option(name: .long, help: "The store: an SQLite path or postgres://user@host:port/db.")
     var db: String
 
     @Option(name: .long, help: "Collection name.")
@@ -39,10 +41,25 @@ struct CompactCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
-            let store = try Store(path: db)
             let policy: CompactionPolicy = keepVersions.map { .keepVersions(UInt64($0)) } ?? .olderThan(seconds: Int64((olderThan ?? 0) * 86_400))
-            guard let result = try store.compact(collection, policy: policy) else {
-                let head = try store.head(of: collection)
+            let result: CompactionResult?
+            let head: CollectionHead?
+            if PostgresURL.matches(db) {
+                let store = try await PostgresStore.connect(db)
+                do {
+                    result = try await store.compact(collection, policy: policy)
+                    head = try await store.head(of: collection)
+                    await store.close()
+                } catch {
+                    await store.close()
+                    throw error
+                }
+            } else {
+                let store = try Store(path: db)
+                result = try store.compact(collection, policy: policy)
+                head = try store.head(of: collection)
+            }
+            guard let result else {
                 print("\(collection): nothing to compact (floor stays at version \(head?.floor ?? 0), head is version \(head?.version ?? 0))")
                 return
             }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import DeltaSnapCore
+import DeltaSnapPostgres
 import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTrust
@@ -35,13 +36,19 @@ struct ServeCommand: AsyncParsableCommand {
             collections their "write" claim names and read the private ones their "read"
             claim names. `deltasnap token` mints one for development.
 
-            Imports by other processes into the same store are picked up within 100 ms.
+            Imports by other processes into the same store are picked up within 100 ms; on
+            PostgreSQL, commits through any instance reach every instance by LISTEN/NOTIFY.
+            When the database is out of reach, what needs it answers 503 with Retry-After
+            (304s keep coming from the heads in memory) and the server reconnects by itself.
             Stops gracefully on SIGINT or SIGTERM.
             """
     )
 
-    @Option(name: .long, help: "Path of the SQLite store (created if missing).")
+    @Option(name: .long, help: "The store: an SQLite path (created if missing) or postgres://user@host:port/db (schema created on first use). Any number of instances may serve one PostgreSQL store.")
     var db: String
+
+    @Option(name: .long, help: "A PostgreSQL streaming replica to read from (with --db postgres://… for writes and commit notifications).")
+    var readDb: String?
 
     @Option(name: .long, help: "Address to listen on.")
     var host = "127.0.0.1"
@@ -102,12 +109,22 @@ struct ServeCommand: AsyncParsableCommand {
         guard compactEvery > 0 else { throw ValidationError("--compact-every must be positive") }
         guard indexMaxAge > 0 else { throw ValidationError("--index-max-age must be positive") }
         guard indexLifetime >= 60 else { throw ValidationError("--index-lifetime must be at least 60 seconds") }
+        if let readDb {
+            guard PostgresURL.matches(readDb), PostgresURL.matches(db) else {
+                throw ValidationError("--read-db takes a postgres:// URL, and needs --db postgres://… (the primary) too")
+            }
+        }
     }
 
     private var compactionSchedule: CompactionSchedule? {
         let policy: CompactionPolicy? = compactKeepVersions.map { .keepVersions(UInt64($0)) }
             ?? compactOlderThan.map { .olderThan(seconds: Int64($0 * 86_400)) }
         return policy.map { CompactionSchedule(policy: $0, interval: .milliseconds(Int(compactEvery * 60_000))) }
+    }
+
+    /// The store as printed: a URL without its password.
+    private var displayedDB: String {
+        PostgresURL.matches(db) ? ((try? PostgresURL(db))?.description ?? db) : db
     }
 
     func run() async throws {
@@ -124,12 +141,12 @@ struct ServeCommand: AsyncParsableCommand {
             }
             access.privateCollections = Set(TokenCommand.list(privateCollections))
             let retention = Int64(retentionDays) * 86_400
-            let server = try DeltaSnapServer(
+            let server = try await DeltaSnapServer.open(
                 configuration: .init(
                     databasePath: db, writeToken: token, maximumWriteBodyBytes: maxBodyBytes, access: access,
                     pushRetention: PushRetention(results: retention, history: retention), logNotModified: logNotModified,
                     compaction: compactionSchedule, signingKeys: try signingKey.map { try IndexSigningKey(contentsOf: $0) },
-                    indexMaxAge: indexMaxAge, indexLifetime: indexLifetime),
+                    indexMaxAge: indexMaxAge, indexLifetime: indexLifetime, readDatabase: readDb),
                 logger: logger)
             // Anything else in the process that reports through swift-metrics lands on the same /metrics.
             MetricsSystem.bootstrap(server.service.metrics.factory)
@@ -138,7 +155,7 @@ struct ServeCommand: AsyncParsableCommand {
             try await server.run(host: host, port: port) { boundPort in
                 // One parseable line on stdout: scripts and tests wait for it.
                 // Written straight to the file handle: print() would sit in stdio's buffer.
-                StandardOutput().write(Array("deltasnap: serving \(db) on http://\(host):\(boundPort) (writes \(writes ? "enabled" : "disabled"))\n".utf8))
+                StandardOutput().write(Array("deltasnap: serving \(displayedDB) on http://\(host):\(boundPort) (writes \(writes ? "enabled" : "disabled"))\n".utf8))
             }
         }
     }

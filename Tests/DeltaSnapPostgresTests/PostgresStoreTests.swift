@@ -127,7 +127,7 @@ import Testing
             let unknown = try CLI.run(["export", "--db", cluster.url, "--collection", "nope"])
             #expect(unknown.status == 1 && unknown.stderr.contains("does not exist"))
             let unreachable = try CLI.run(["import", "--db", "postgres://u@127.0.0.1:1/db", "--collection", "items", input])
-            #expect(unreachable.status == 1 && unreachable.stderr.hasPrefix("deltasnap: cannot connect"))
+            #expect(unreachable.status == 1 && unreachable.stderr.hasPrefix("deltasnap: cannot reach PostgreSQL"))
         }
     }
 }

@@ -9,7 +9,7 @@ import Testing
 /// connection (opened without SQLite's mutex) and crashed the server.
 @Suite struct BodyStreamerTests {
     @Test(arguments: [false, true])
-    func aFinishedBodyReturnsItsConnectionWithNoLiveStatement(_ delta: Bool) throws {
+    func aFinishedBodyReturnsItsConnectionWithNoLiveStatement(_ delta: Bool) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
@@ -17,9 +17,9 @@ import Testing
         try Fixtures.importText(Fixtures.ndjson(0..<500), into: store, collection: "items")
         try Fixtures.importText(Fixtures.ndjson(0..<5, revision: 1), into: store, collection: "items")
         let pool = StorePool(path: db)
-        let streamer = try BodyStreamer(
-            pool: pool, collection: "items", sinceVersion: delta ? 1 : nil, base: delta ? "x" : nil, gzipLevel: 1)
-        let bytes = try streamer.readAll()
+        let source = try SQLiteRecordSource(pool: pool, collection: "items", after: delta ? 1 : nil)
+        let streamer = try BodyStreamer(source: source, base: delta ? "x" : nil, gzipLevel: 1)
+        let bytes = try await streamer.readAll()
         // The streamer is still alive (as it is until the response is released)…
         #expect(streamer.header.count == (delta ? 5 : 500))
         // …yet its connection is back in the pool, clean.
@@ -29,15 +29,15 @@ import Testing
         #expect(try !GzipDecompressor.decompress(bytes).isEmpty)
     }
 
-    @Test func aStreamerDroppedMidwayReturnsItsConnectionClean() throws {
+    @Test func aStreamerDroppedMidwayReturnsItsConnectionClean() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
         try Fixtures.importText(Fixtures.ndjson(0..<2000), into: try Store(path: db), collection: "items")
         let pool = StorePool(path: db)
         do {
-            let streamer = try BodyStreamer(pool: pool, collection: "items", sinceVersion: nil, base: nil, gzipLevel: nil)
-            _ = try streamer.nextChunk()  // a client that went away after the first chunk
+            let streamer = try BodyStreamer(source: try SQLiteRecordSource(pool: pool, collection: "items", after: nil), base: nil, gzipLevel: nil)
+            _ = try await streamer.nextChunk()  // a client that went away after the first chunk
             #expect(pool.idleStores.isEmpty)
         }
         #expect(pool.idleStores.count == 1)

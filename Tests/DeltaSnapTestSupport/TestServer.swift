@@ -17,18 +17,20 @@ public final class TestServer: Sendable {
         databasePath: String, writeToken: String? = TestServer.writeToken,
         maximumWriteBodyBytes: Int = 1024 * 1024, fullBodyCacheMaximumRecords: Int = 100_000,
         access: AccessPolicy = AccessPolicy(), logNotModified: Bool = false, logger: Logger? = nil,
-        compaction: CompactionSchedule? = nil, port: Int = 0, signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30
+        compaction: CompactionSchedule? = nil, port: Int = 0, signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30,
+        readDatabase: String? = nil
     ) async throws -> TestServer {
         let logger = logger ?? {
             var quiet = Logger(label: "test-server")
             quiet.logLevel = .warning
             return quiet
         }()
-        let server = try DeltaSnapServer(
+        let server = try await DeltaSnapServer.open(
             configuration: .init(
                 databasePath: databasePath, writeToken: writeToken, maximumWriteBodyBytes: maximumWriteBodyBytes,
                 fullBodyCacheMaximumRecords: fullBodyCacheMaximumRecords, changePollInterval: .milliseconds(20),
-                access: access, logNotModified: logNotModified, compaction: compaction, signingKeys: signingKeys, indexMaxAge: indexMaxAge),
+                access: access, logNotModified: logNotModified, compaction: compaction, signingKeys: signingKeys, indexMaxAge: indexMaxAge,
+                readDatabase: readDatabase),
             logger: logger)
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let task = Task {

@@ -1,0 +1,81 @@
+import DeltaSnapCore
+import DeltaSnapPostgres
+import DeltaSnapStore
+import Foundation
+
+/// The two stores a server can run on, for tests that run on both.
+public enum TestBackend: String, CaseIterable, Sendable, CustomStringConvertible {
+    case sqlite, postgres
+    public var description: String { rawValue }
+}
+
+/// A store of either backend, fresh for one test: an SQLite file, or a throwaway PostgreSQL
+/// cluster on a free loopback port (stopped by PID in ``stop()``).
+///
+/// ```swift
+/// let database = try await TestDatabase.make(.postgres, in: dir)
+/// defer { database.stop() }
+/// let server = try await TestServer.start(databasePath: database.url)
+/// ```
+public final class TestDatabase: @unchecked Sendable {
+    public let backend: TestBackend
+    /// What `--db` takes: the SQLite path or the PostgreSQL URL.
+    public let url: String
+    public let cluster: PostgresCluster?
+    private let postgres: PostgresStore?
+
+    private init(backend: TestBackend, url: String, cluster: PostgresCluster?, postgres: PostgresStore?) {
+        self.backend = backend
+        self.url = url
+        self.cluster = cluster
+        self.postgres = postgres
+    }
+
+    public static func make(_ backend: TestBackend, in dir: TemporaryDirectory, configuration: StoreConfiguration = StoreConfiguration()) async throws -> TestDatabase {
+        switch backend {
+        case .sqlite:
+            let path = dir.file("s.sqlite")
+            _ = try Store(path: path, configuration: configuration)
+            return TestDatabase(backend: backend, url: path, cluster: nil, postgres: nil)
+        case .postgres:
+            let cluster = try PostgresCluster.start(in: dir.path)
+            do {
+                let store = try await PostgresStore.connect(cluster.url, configuration: configuration)
+                return TestDatabase(backend: backend, url: cluster.url, cluster: cluster, postgres: store)
+            } catch {
+                cluster.stop()
+                throw error
+            }
+        }
+    }
+
+    /// Imports NDJSON text straight into the store (another process's import, as far as a
+    /// server can tell).
+    @discardableResult
+    public func importText(_ text: String, collection: String, replace: Bool = false, configuration: StoreConfiguration = StoreConfiguration()) async throws -> WriteResult {
+        if let postgres {
+            return try await postgres.importRecords(from: RecordStream(source: ChunkSources.bytes(Array(text.utf8)), name: "test"), into: collection, replace: replace)
+        }
+        return try Fixtures.importText(text, into: try Store(path: url, configuration: configuration), collection: collection, replace: replace)
+    }
+
+    public func head(of collection: String) async throws -> CollectionHead? {
+        if let postgres { return try await postgres.head(of: collection) }
+        return try Store(path: url, readOnly: true).head(of: collection)
+    }
+
+    /// The visible records as `export` prints them (NDJSON, id order).
+    public func export(_ collection: String) async throws -> String {
+        if let postgres {
+            var out = ""
+            try await postgres.forEachVisibleRecord(in: collection) { out += String(decoding: $0, as: UTF8.self) + "\n" }
+            return out
+        }
+        return try Fixtures.export(try Store(path: url, readOnly: true), collection)
+    }
+
+    public func stop() async {
+        await postgres?.close()
+        cluster?.stop()
+    }
+}

@@ -56,6 +56,26 @@ public final class PostgresCluster: @unchecked Sendable {
         return try launch(bin: bin, directory: directory, settings: settings)
     }
 
+    /// A streaming replica of this cluster (`pg_basebackup -R`), started on its own free
+    /// port: read-only, replaying what the primary commits.
+    public func startReplica(in parent: String, name: String = "replica") throws -> PostgresCluster {
+        guard let bin = Self.binDirectory else { throw RawHTTPClient.Failure(description: "PostgreSQL is not installed") }
+        let directory = (parent as NSString).appendingPathComponent(name)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let asRoot = getuid() == 0
+        if asRoot { try Self.run("/bin/chown", ["-R", "postgres:postgres", directory]) }
+        try Self.runAsServerUser(asRoot, "\(bin)/pg_basebackup", [
+            "-h", "127.0.0.1", "-p", "\(port)", "-U", "deltasnap", "-D", directory + "/data", "-R", "-X", "stream", "--no-sync",
+        ])
+        return try Self.launch(bin: bin, directory: directory, settings: ["hot_standby=on"])
+    }
+
+    /// Runs one SQL statement with `psql` (e.g. `SELECT pg_wal_replay_pause()` on a replica).
+    public func sql(_ statement: String) throws {
+        guard let bin = Self.binDirectory else { throw RawHTTPClient.Failure(description: "PostgreSQL is not installed") }
+        try Self.run("\(bin)/psql", ["-h", "127.0.0.1", "-p", "\(port)", "-U", "deltasnap", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-qAt", "-c", statement])
+    }
+
     /// Starts the server of an existing data directory (again, after ``stop()``).
     public func restarted(settings: [String] = []) throws -> PostgresCluster {
         guard let bin = Self.binDirectory else { throw RawHTTPClient.Failure(description: "PostgreSQL is not installed") }
@@ -85,7 +105,8 @@ public final class PostgresCluster: @unchecked Sendable {
         if !FileManager.default.fileExists(atPath: logPath) { FileManager.default.createFile(atPath: logPath, contents: nil) }
         if asRoot { _ = chmod(logPath, 0o666) }
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
-        log.seekToEndOfFile()
+        // A restart appends to the log: look for readiness only in what this start writes.
+        let startOffset = Int(log.seekToEndOfFile())
         process.standardOutput = log
         process.standardError = log
         process.standardInput = FileHandle.nullDevice
@@ -94,8 +115,8 @@ public final class PostgresCluster: @unchecked Sendable {
         let cluster = PostgresCluster(port: port, directory: directory, process: process)
         // Ready when it accepts a connection and is past recovery ("ready to accept").
         for _ in 0..<600 {
-            let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
-            if text.contains("ready to accept") || text.contains("ready to accept read-only") { return cluster }
+            let text = String(decoding: ((try? Data(contentsOf: URL(fileURLWithPath: logPath))) ?? Data()).dropFirst(startOffset), as: UTF8.self)
+            if text.contains("ready to accept") { return cluster }
             guard process.isRunning else { break }
             usleep(50_000)
         }

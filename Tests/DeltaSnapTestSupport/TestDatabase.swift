@@ -23,9 +23,11 @@ public final class TestDatabase: @unchecked Sendable {
     public let url: String
     public let cluster: PostgresCluster?
     private let postgres: PostgresStore?
+    private let configuration: StoreConfiguration
 
-    private init(backend: TestBackend, url: String, cluster: PostgresCluster?, postgres: PostgresStore?) {
+    private init(backend: TestBackend, url: String, cluster: PostgresCluster?, postgres: PostgresStore?, configuration: StoreConfiguration) {
         self.backend = backend
+        self.configuration = configuration
         self.url = url
         self.cluster = cluster
         self.postgres = postgres
@@ -36,12 +38,12 @@ public final class TestDatabase: @unchecked Sendable {
         case .sqlite:
             let path = dir.file("s.sqlite")
             _ = try Store(path: path, configuration: configuration)
-            return TestDatabase(backend: backend, url: path, cluster: nil, postgres: nil)
+            return TestDatabase(backend: backend, url: path, cluster: nil, postgres: nil, configuration: configuration)
         case .postgres:
             let cluster = try PostgresCluster.start(in: dir.path)
             do {
                 let store = try await PostgresStore.connect(cluster.url, configuration: configuration)
-                return TestDatabase(backend: backend, url: cluster.url, cluster: cluster, postgres: store)
+                return TestDatabase(backend: backend, url: cluster.url, cluster: cluster, postgres: store, configuration: configuration)
             } catch {
                 cluster.stop()
                 throw error
@@ -49,10 +51,16 @@ public final class TestDatabase: @unchecked Sendable {
         }
     }
 
+    /// A handle on a running cluster (after a restart), owning nothing: ``stop()`` closes
+    /// the connection only.
+    public static func reconnect(to cluster: PostgresCluster) async throws -> TestDatabase {
+        TestDatabase(backend: .postgres, url: cluster.url, cluster: nil, postgres: try await PostgresStore.connect(cluster.url), configuration: StoreConfiguration())
+    }
+
     /// Imports NDJSON text straight into the store (another process's import, as far as a
     /// server can tell).
     @discardableResult
-    public func importText(_ text: String, collection: String, replace: Bool = false, configuration: StoreConfiguration = StoreConfiguration()) async throws -> WriteResult {
+    public func importText(_ text: String, collection: String, replace: Bool = false) async throws -> WriteResult {
         if let postgres {
             return try await postgres.importRecords(from: RecordStream(source: ChunkSources.bytes(Array(text.utf8)), name: "test"), into: collection, replace: replace)
         }

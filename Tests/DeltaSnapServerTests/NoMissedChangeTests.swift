@@ -20,7 +20,9 @@ import Testing
         var servers: [TestServer] = []
         for _ in 0..<(backend == .postgres ? 3 : 1) { servers.append(try await TestServer.start(databasePath: database.url)) }
         let instances = servers
+        // At least 3 s and 40 writes per writer (a loaded machine is slower, not shorter).
         let deadline = Date().addingTimeInterval(3)
+        let writersLeft = Locked(4)
         let pollers = (0..<8).map { _ in ProtocolPoller() }
         let auth = ["Authorization": "Bearer \(TestServer.writeToken)"]
         let generator = SyntheticRecords(seed: 9)
@@ -34,7 +36,8 @@ import Testing
                         var random = SplitMix64(seed: UInt64(writer + 1))
                         let connection = try instances[writer % instances.count].connect()
                         var writes = 0
-                        while Date() < deadline && writes < 150 {
+                        defer { writersLeft.withLock { $0 -= 1 } }
+                        while (Date() < deadline || writes < 40) && writes < 150 {
                             let index = Int(random.next() % 260)
                             let id = SyntheticRecords.id(index)
                             let response: RawHTTPClient.Response
@@ -54,7 +57,8 @@ import Testing
             group.addTask {
                 var random = SplitMix64(seed: 4)
                 var writes = 0
-                while Date() < deadline && writes < 150 {
+                defer { writersLeft.withLock { $0 -= 1 } }
+                while (Date() < deadline || writes < 40) && writes < 150 {
                     let index = Int(random.next() % 260)
                     let line = random.next() % 4 == 0
                         ? #"{"id":"\#(SyntheticRecords.id(index))","hidden":true}"#
@@ -68,7 +72,7 @@ import Testing
                 group.addTask {
                     try await offPool {
                         var turn = number
-                        while Date() < deadline {
+                        while Date() < deadline || writersLeft.current > 0 {
                             try poller.sync(try instances[turn % instances.count].connect())
                             turn += 1
                             Thread.sleep(forTimeInterval: 0.01)

@@ -10,10 +10,11 @@ PORT ?= 8080
 SAMPLE_EPOCH := 00000000005a3b1e
 SAMPLE_DATE := 1767225600
 
-.PHONY: deps build build-release run serve demo test conformance soak bench bench-http fuzz snapshots check-snapshots clean help
+.PHONY: deps build build-release run run-postgres serve demo test conformance soak bench bench-http bench-postgres fuzz snapshots check-snapshots clean help
 
 help:
 	@echo "make run         import the sample into $(DB) if absent, bake it, and serve it on $(HOST):$(PORT)"
+	@echo "make run-postgres the scale-out set-up on one machine: PostgreSQL, two serve instances, nginx on $(HOST):$(PORT)"
 	@echo "make test        the whole test suite: Swift tests, snapshots rebake identically, OpenAPI conformance,"
 	@echo "                 a short soak and a short fuzz run (what CI runs)"
 	@echo "make conformance openapi-spec-validator + schemathesis against a live server (MAX_EXAMPLES)"
@@ -21,6 +22,7 @@ help:
 	@echo "make demo        an end-to-end walk: serve, offline first start, 304, delta, reset"
 	@echo "make bench       micro-benchmarks (ordo-one/benchmark, release)"
 	@echo "make bench-http  wrk against deltasnap serve and nginx serving the same bytes"
+	@echo "make bench-postgres  SQLite vs two instances on PostgreSQL behind nginx, import rates, a 1M full body"
 	@echo "make fuzz        libFuzzer on every parser, FUZZ_SECONDS (60) per target"
 	@echo "make snapshots   rebake Snapshots/ from Snapshots/sample/ (reproducible)"
 
@@ -40,6 +42,10 @@ run: build-release
 	$(RELEASE_BIN) inspect var/snapshots/countries.snapshot
 	$(RELEASE_BIN) serve --db $(DB) --host $(HOST) --port $(PORT)
 
+# PostgreSQL + two stateless instances + nginx in front (see docs/ARCHITECTURE.md).
+run-postgres: build-release
+	HOST=$(HOST) PORT=$(PORT) BIN=$(RELEASE_BIN) .ci/run-postgres.sh
+
 # Serves $(DB) as it is (writes enabled when DELTASNAP_WRITE_TOKEN is set).
 serve: build-release
 	$(RELEASE_BIN) serve --db $(DB) --host $(HOST) --port $(PORT)
@@ -52,6 +58,10 @@ bench: deps
 
 bench-http: deps
 	Benchmarks/bench-http.sh
+
+# SQLite vs 2 instances on PostgreSQL behind nginx; import rates; a 1M full body (MILLION=0 skips it).
+bench-postgres: deps
+	MILLION=$${MILLION:-1} Benchmarks/bench-postgres.sh
 
 # libFuzzer + ASan on the JSON reader, record scanner, body reader, gzip, HTTP dates and
 # validators; a crash leaves its input in .build/fuzz/artifacts/.

@@ -42,3 +42,31 @@ cleanup() {
     done
     rm -rf "$TMP"
 }
+
+# Runs wrk for $DURATION and appends "NAME req/s p50ms p99ms non-2xx/3xx" to $RESULTS;
+# stops the run when a server in WATCH_PIDS died meanwhile.
+run_wrk() { # NAME URL [header...]
+    local name="$1" url="$2"; shift 2
+    local args=()
+    for h in "$@"; do args+=(-H "$h"); done
+    say "wrk $name"
+    wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "${args[@]}" "$url" >"$TMP/wrk-$name.txt" || true
+    local pid
+    for pid in "${WATCH_PIDS[@]:-}"; do
+        [[ -z "$pid" ]] || kill -0 "$pid" 2>/dev/null && continue
+        echo "a server (pid $pid) died during '$name'; stderr:" >&2
+        head -40 "$TMP"/serve*.err >&2 || true
+        exit 1
+    done
+    awk -v name="$name" '
+        function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
+        /Requests\/sec/ { rps = $2 }
+        $1 == "50.000%" { p50 = ms($2) }
+        $1 == "99.000%" { p99 = ms($2) }
+        $1 == "50%" { p50 = ms($2) }
+        $1 == "99%" { p99 = ms($2) }
+        /Non-2xx or 3xx/ { bad = $NF }
+        /Socket errors/ { err = $0 }
+        END { printf "%s\t%s\t%.2f\t%.2f\t%s\n", name, rps, p50, p99, (bad == "" ? 0 : bad) }
+    ' "$TMP/wrk-$name.txt" >>"$RESULTS"
+}

@@ -140,30 +140,7 @@ SNAP_BYTES=$(stat -c %s "$SNAPSHOT")
 # ---------------------------------------------------------------- wrk
 RESULTS="$TMP/results.tsv"
 : >"$RESULTS"
-run_wrk() { # NAME URL [header...]
-    local name="$1" url="$2"; shift 2
-    local args=()
-    for h in "$@"; do args+=(-H "$h"); done
-    say "wrk $name"
-    wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "${args[@]}" "$url" >"$TMP/wrk-$name.txt" || true
-    if ! kill -0 "$DS_PID" 2>/dev/null; then
-        echo "deltasnap serve (pid $DS_PID) died during '$name'; its stderr:" >&2
-        head -40 "$TMP/serve.err" >&2
-        exit 1
-    fi
-    awk -v name="$name" '
-        function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
-        /Requests\/sec/ { rps = $2 }
-        $1 == "50.000%" { p50 = ms($2) }
-        $1 == "99.000%" { p99 = ms($2) }
-        $1 == "50%" { p50 = ms($2) }
-        $1 == "99%" { p99 = ms($2) }
-        /Non-2xx or 3xx/ { bad = $NF }
-        /Socket errors/ { err = $0 }
-        END { printf "%s\t%s\t%.2f\t%.2f\t%s\n", name, rps, p50, p99, (bad == "" ? 0 : bad) }
-    ' "$TMP/wrk-$name.txt" >>"$RESULTS"
-}
-
+WATCH_PIDS=("$DS_PID")
 run_wrk ds-304 "$DS_URL" "If-None-Match: $DS_ETAG"
 run_wrk ng-304 "$NG_URL" "If-None-Match: $NG_ETAG"
 run_wrk ds-delta12 "$DS_URL" "If-None-Match: $DS_ETAG_OLD" "Accept-Encoding: gzip"

@@ -78,23 +78,42 @@ extension PostgresStore {
                 FROM deltasnap_incoming i LEFT JOIN deltasnap_records r ON r.cid = $1 AND r.id = i.id
                 WHERE \(changedWhere)
                 """, binds: Self.binds(locked.cid)), logger: logger)
-            for try await (id, isHidden, hash, body, wasHidden, oldHash, oldBody) in changes.decode(
-                (String, Bool, Int64, ByteBuffer, Bool?, Int64?, ByteBuffer?).self)
-            {
-                if let wasHidden, !wasHidden, let oldHash, let oldBody {
-                    checksum.remove(hash: UInt64(bitPattern: oldHash))
-                    digest.remove(collection: collection, id: id, canonical: Array(oldBody.readableBytesView))
-                    visible -= 1
+            // The state digest moves by every changed record's old and new value: LtHash is
+            // additive, so batches are hashed on other cores while rows keep arriving.
+            var batch = DigestBatch(collection: collection)
+            digest.add(try await withThrowingTaskGroup(of: StateDigest.self) { group in
+                var sum = StateDigest.empty
+                var inFlight = 0
+                for try await (id, isHidden, hash, body, wasHidden, oldHash, oldBody) in changes.decode(
+                    (String, Bool, Int64, ByteBuffer, Bool?, Int64?, ByteBuffer?).self)
+                {
+                    if let wasHidden, !wasHidden, let oldHash, let oldBody {
+                        checksum.remove(hash: UInt64(bitPattern: oldHash))
+                        batch.removed.append((id, Array(oldBody.readableBytesView)))
+                        visible -= 1
+                    }
+                    if isHidden {
+                        hidden += 1
+                    } else {
+                        checksum.add(hash: UInt64(bitPattern: hash))
+                        batch.added.append((id, Array(body.readableBytesView)))
+                        visible += 1
+                        upserted += 1
+                    }
+                    guard batch.isFull else { continue }
+                    if inFlight >= 4, let done = try await group.next() {
+                        sum.add(done)
+                        inFlight -= 1
+                    }
+                    let full = batch
+                    group.addTask { full.digest() }
+                    inFlight += 1
+                    batch = DigestBatch(collection: collection)
                 }
-                if isHidden {
-                    hidden += 1
-                } else {
-                    checksum.add(hash: UInt64(bitPattern: hash))
-                    digest.add(collection: collection, id: id, canonical: Array(body.readableBytesView))
-                    visible += 1
-                    upserted += 1
-                }
-            }
+                sum.add(batch.digest())
+                for try await done in group { sum.add(done) }
+                return sum
+            })
             // Tombstones for records a replace did not mention are changes, not input.
             let unchanged = stream.count - upserted - (hidden - absentCount)
             let previous = locked.head > 0
@@ -202,6 +221,22 @@ extension PostgresStore {
                 }
             }
         }
+    }
+}
+
+/// Changed records whose digest contributions are computed together, off the row loop.
+struct DigestBatch: Sendable {
+    let collection: String
+    var added: [(String, [UInt8])] = []
+    var removed: [(String, [UInt8])] = []
+    var isFull: Bool { added.count + removed.count >= 2048 }
+
+    /// The digest change this batch makes: its new values in, its old values out.
+    func digest() -> StateDigest {
+        var digest = StateDigest.empty
+        for (id, body) in added { digest.add(collection: collection, id: id, canonical: body) }
+        for (id, body) in removed { digest.remove(collection: collection, id: id, canonical: body) }
+        return digest
     }
 }
 

@@ -29,7 +29,7 @@ import Testing
             let sqlite = try Store(path: dir.file("s.sqlite"), configuration: Self.configuration)
             let postgres = try await PostgresStore.connect(cluster.url, configuration: Self.configuration)
             let writes: [(String, Bool)] = [
-                (Fixtures.ndjson(0..<300), false),
+                (Fixtures.ndjson(0..<5000), false),  // more than one digest batch (2,048)
                 (Fixtures.ndjson(200..<400, revision: 1), false),
                 (#"{"id":"r0000005","hidden":true}"# + "\n" + #"{"id":"r0000006","hidden":true}"# + "\n" + #"{"id":"nope","hidden":true}"#, false),
                 (Fixtures.ndjson(0..<10) + #"{"id":"tab\there","é":"ü"}"# + "\n", false),

@@ -13,153 +13,184 @@ extension PostgresStore {
         from stream: RecordStream, into collection: String, replace: Bool = false, progress: ((Int) -> Void)? = nil
     ) async throws -> WriteResult {
         try CollectionName.validate(collection)
-        let epochForNew = configuration.epochForNewCollections ?? ServerToken.randomEpoch()
-        let commitTime = configuration.fixedCommitTime ?? Int64(Date().timeIntervalSince1970)
         return try await transaction { connection in
-            try await connection.query("""
-                INSERT INTO deltasnap_collections(name, epoch, head, checksum, visible) VALUES (\(collection), \(epochForNew), 0, 0, 0)
-                ON CONFLICT (name) DO NOTHING
-                """, logger: logger)
-            // The row lock every writer of this collection queues on: versions in commit order.
-            var locked: (cid: Int64, epoch: String, head: Int64, checksum: Int64, visible: Int64, floor: Int64, digest: ByteBuffer?)?
-            let rows = try await connection.query("""
-                SELECT cid, epoch, head, checksum, visible, floor, digest FROM deltasnap_collections WHERE name = \(collection) FOR UPDATE
-                """, logger: logger)
-            for try await row in rows.decode((Int64, String, Int64, Int64, Int64, Int64, ByteBuffer?).self) { locked = row }
-            guard let locked else { throw PostgresStoreError.unknownCollection(collection) }
-            var previousCommit: Int64 = .min
-            for try await at in try await connection.query(
-                "SELECT committed_at FROM deltasnap_versions WHERE cid = \(locked.cid) AND version = \(locked.head)", logger: logger
-            ).decode(Int64.self) { previousCommit = at }
+            let locked = try await lock(collection, on: connection)
+            return try await merge(stream, into: locked, replace: replace, progress: progress, on: connection)
+        }
+    }
 
-            try await connection.query("""
-                CREATE TEMP TABLE deltasnap_incoming(id TEXT COLLATE "C" NOT NULL, hidden BOOLEAN NOT NULL, hash BIGINT NOT NULL, body BYTEA NOT NULL)
-                ON COMMIT DROP
-                """, logger: logger)
-            var seen = Set<String>()
-            var absentCount = 0
+    /// A collection's row, locked (`SELECT … FOR UPDATE`) in the caller's transaction: the
+    /// lock every writer of the collection queues on, so versions follow commit order.
+    struct LockedCollection {
+        var name: String
+        var cid: Int64
+        var epoch: String
+        var head: Int64
+        var checksum: Int64
+        var visible: Int64
+        var floor: Int64
+        var digest: ByteBuffer?
+        var previousCommit: Int64
+    }
+
+    /// Locks `collection`'s row, creating it (with no version yet) when it is new.
+    func lock(_ collection: String, on connection: PostgresConnection) async throws -> LockedCollection {
+        let epochForNew = configuration.epochForNewCollections ?? ServerToken.randomEpoch()
+        try await connection.query("""
+            INSERT INTO deltasnap_collections(name, epoch, head, checksum, visible) VALUES (\(collection), \(epochForNew), 0, 0, 0)
+            ON CONFLICT (name) DO NOTHING
+            """, logger: logger)
+        var locked: LockedCollection?
+        let rows = try await connection.query("""
+            SELECT cid, epoch, head, checksum, visible, floor, digest FROM deltasnap_collections WHERE name = \(collection) FOR UPDATE
+            """, logger: logger)
+        for try await (cid, epoch, head, checksum, visible, floor, digest) in rows.decode((Int64, String, Int64, Int64, Int64, Int64, ByteBuffer?).self) {
+            locked = LockedCollection(
+                name: collection, cid: cid, epoch: epoch, head: head, checksum: checksum, visible: visible, floor: floor, digest: digest,
+                previousCommit: .min)
+        }
+        guard var locked else { throw PostgresStoreError.unknownCollection(collection) }
+        for try await at in try await connection.query(
+            "SELECT committed_at FROM deltasnap_versions WHERE cid = \(locked.cid) AND version = \(locked.head)", logger: logger
+        ).decode(Int64.self) { locked.previousCommit = at }
+        return locked
+    }
+
+    /// Writes what `stream` changes in the locked collection as its next version (none when
+    /// nothing changed), in the caller's transaction.
+    func merge(
+        _ stream: RecordStream, into locked: LockedCollection, replace: Bool, progress: ((Int) -> Void)?, on connection: PostgresConnection
+    ) async throws -> WriteResult {
+        let collection = locked.name
+        let commitTime = configuration.fixedCommitTime ?? Int64(Date().timeIntervalSince1970)
+        let previousCommit = locked.previousCommit
+        try await connection.query("""
+            CREATE TEMP TABLE deltasnap_incoming(id TEXT COLLATE "C" NOT NULL, hidden BOOLEAN NOT NULL, hash BIGINT NOT NULL, body BYTEA NOT NULL)
+            ON COMMIT DROP
+            """, logger: logger)
+        var seen = Set<String>()
+        var absentCount = 0
+        try await copy(into: connection) { rows in
+            while let record = try stream.next() {
+                guard seen.insert(record.id).inserted else { throw stream.failure(PostgresStoreError.duplicateID(record.id).description) }
+                rows.append(record)
+                if stream.count % 100_000 == 0 { progress?(stream.count) }
+                if rows.isFull { return true }
+            }
+            return false
+        }
+        if replace {
+            try Importer.refuseEmptyReplace(stream)
+            var absent: [Record] = []
+            for try await id in try await connection.query("""
+                SELECT r.id FROM deltasnap_records r
+                WHERE r.cid = \(locked.cid) AND NOT r.hidden AND NOT EXISTS (SELECT 1 FROM deltasnap_incoming i WHERE i.id = r.id)
+                """, logger: logger).decode(String.self) { absent.append(Record.tombstone(id: id)) }
+            absentCount = absent.count
+            var next = absent.makeIterator()
             try await copy(into: connection) { rows in
-                while let record = try stream.next() {
-                    guard seen.insert(record.id).inserted else { throw stream.failure(PostgresStoreError.duplicateID(record.id).description) }
-                    rows.append(record)
-                    if stream.count % 100_000 == 0 { progress?(stream.count) }
+                while let tombstone = next.next() {
+                    rows.append(tombstone)
                     if rows.isFull { return true }
                 }
                 return false
             }
-            if replace {
-                try Importer.refuseEmptyReplace(stream)
-                var absent: [Record] = []
-                for try await id in try await connection.query("""
-                    SELECT r.id FROM deltasnap_records r
-                    WHERE r.cid = \(locked.cid) AND NOT r.hidden AND NOT EXISTS (SELECT 1 FROM deltasnap_incoming i WHERE i.id = r.id)
-                    """, logger: logger).decode(String.self) { absent.append(Record.tombstone(id: id)) }
-                absentCount = absent.count
-                var next = absent.makeIterator()
-                try await copy(into: connection) { rows in
-                    while let tombstone = next.next() {
-                        rows.append(tombstone)
-                        if rows.isFull { return true }
-                    }
-                    return false
-                }
-            }
-
-            // What changes, with the values it replaces: the checksum and the digest move by
-            // exactly these records.
-            let changedWhere = "(r.id IS NULL AND NOT i.hidden) OR (r.id IS NOT NULL AND r.body <> i.body)"
-            var checksum = StateChecksum(value: UInt64(bitPattern: locked.checksum))
-            var digest = locked.digest.flatMap { StateDigest(bytes: $0.readableBytesView) } ?? .empty
-            var visible = Int(locked.visible)
-            var upserted = 0
-            var hidden = 0
-            let changes = try await connection.query(PostgresQuery(unsafeSQL: """
-                SELECT i.id, i.hidden, i.hash, i.body, r.hidden, r.hash, r.body
-                FROM deltasnap_incoming i LEFT JOIN deltasnap_records r ON r.cid = $1 AND r.id = i.id
-                WHERE \(changedWhere)
-                """, binds: Self.binds(locked.cid)), logger: logger)
-            // The state digest moves by every changed record's old and new value: LtHash is
-            // additive, so batches are hashed on other cores while rows keep arriving.
-            var batch = DigestBatch(collection: collection)
-            digest.add(try await withThrowingTaskGroup(of: StateDigest.self) { group in
-                var sum = StateDigest.empty
-                var inFlight = 0
-                for try await (id, isHidden, hash, body, wasHidden, oldHash, oldBody) in changes.decode(
-                    (String, Bool, Int64, ByteBuffer, Bool?, Int64?, ByteBuffer?).self)
-                {
-                    if let wasHidden, !wasHidden, let oldHash, let oldBody {
-                        checksum.remove(hash: UInt64(bitPattern: oldHash))
-                        batch.removed.append((id, Array(oldBody.readableBytesView)))
-                        visible -= 1
-                    }
-                    if isHidden {
-                        hidden += 1
-                    } else {
-                        checksum.add(hash: UInt64(bitPattern: hash))
-                        batch.added.append((id, Array(body.readableBytesView)))
-                        visible += 1
-                        upserted += 1
-                    }
-                    guard batch.isFull else { continue }
-                    if inFlight >= 4, let done = try await group.next() {
-                        sum.add(done)
-                        inFlight -= 1
-                    }
-                    let full = batch
-                    group.addTask { full.digest() }
-                    inFlight += 1
-                    batch = DigestBatch(collection: collection)
-                }
-                sum.add(batch.digest())
-                for try await done in group { sum.add(done) }
-                return sum
-            })
-            // Tombstones for records a replace did not mention are changes, not input.
-            let unchanged = stream.count - upserted - (hidden - absentCount)
-            let previous = locked.head > 0
-                ? CollectionHead(
-                    name: collection, epoch: locked.epoch, version: UInt64(locked.head),
-                    checksum: StateChecksum(value: UInt64(bitPattern: locked.checksum)), count: Int(locked.visible),
-                    committedAt: previousCommit, floor: UInt64(locked.floor))
-                : nil
-            guard upserted + hidden > 0 else {
-                // Nothing changed: no version. A collection created by this call goes again.
-                if previous == nil { try await connection.query("DELETE FROM deltasnap_collections WHERE cid = \(locked.cid)", logger: logger) }
-                return WriteResult(collection: collection, committed: false, head: previous, upserted: 0, hidden: 0, unchanged: unchanged)
-            }
-
-            let version = locked.head + 1
-            // Commit times never go backwards, so the version <-> time map stays monotone.
-            let committedAt = max(commitTime, previousCommit)
-            try await connection.query(PostgresQuery(unsafeSQL: """
-                INSERT INTO deltasnap_records(cid, id, version, hidden, hash, body)
-                SELECT $1, i.id, $2, i.hidden, i.hash, i.body
-                FROM deltasnap_incoming i LEFT JOIN deltasnap_records r ON r.cid = $1 AND r.id = i.id
-                WHERE \(changedWhere)
-                ON CONFLICT (cid, id) DO UPDATE SET
-                    version = excluded.version, hidden = excluded.hidden, hash = excluded.hash, body = excluded.body
-                """, binds: Self.binds(locked.cid, version)), logger: logger)
-            try await connection.query(
-                "INSERT INTO deltasnap_versions(cid, version, committed_at) VALUES (\(locked.cid), \(version), \(committedAt))", logger: logger)
-            let digestBytes = ByteBuffer(bytes: digest.bytes)
-            let checksumBits = Int64(bitPattern: checksum.value)
-            try await connection.query("""
-                UPDATE deltasnap_collections SET head = \(version), checksum = \(checksumBits), visible = \(Int64(visible)), digest = \(digestBytes)
-                WHERE cid = \(locked.cid)
-                """, logger: logger)
-            // The same rule as SQLite's store: max(previous + 1, commit time in µs).
-            let floorSequence = Int64(max(0, committedAt)) &* 1_000_000
-            try await connection.query("""
-                INSERT INTO deltasnap_publication(id, sequence) VALUES (1, \(floorSequence))
-                ON CONFLICT (id) DO UPDATE SET sequence = GREATEST(deltasnap_publication.sequence + 1, EXCLUDED.sequence)
-                """, logger: logger)
-            // Delivered to every listening instance when (and only if) this transaction commits.
-            try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \("\(collection) \(version)"))", logger: logger)
-            let head = CollectionHead(
-                name: collection, epoch: locked.epoch, version: UInt64(version), checksum: checksum, count: visible,
-                committedAt: committedAt, floor: UInt64(locked.floor))
-            return WriteResult(collection: collection, committed: true, head: head, upserted: upserted, hidden: hidden, unchanged: unchanged)
         }
+
+        // What changes, with the values it replaces: the checksum and the digest move by
+        // exactly these records.
+        let changedWhere = "(r.id IS NULL AND NOT i.hidden) OR (r.id IS NOT NULL AND r.body <> i.body)"
+        var checksum = StateChecksum(value: UInt64(bitPattern: locked.checksum))
+        var digest = locked.digest.flatMap { StateDigest(bytes: $0.readableBytesView) } ?? .empty
+        var visible = Int(locked.visible)
+        var upserted = 0
+        var hidden = 0
+        let changes = try await connection.query(PostgresQuery(unsafeSQL: """
+            SELECT i.id, i.hidden, i.hash, i.body, r.hidden, r.hash, r.body
+            FROM deltasnap_incoming i LEFT JOIN deltasnap_records r ON r.cid = $1 AND r.id = i.id
+            WHERE \(changedWhere)
+            """, binds: Self.binds(locked.cid)), logger: logger)
+        // The state digest moves by every changed record's old and new value: LtHash is
+        // additive, so batches are hashed on other cores while rows keep arriving.
+        var batch = DigestBatch(collection: collection)
+        digest.add(try await withThrowingTaskGroup(of: StateDigest.self) { group in
+            var sum = StateDigest.empty
+            var inFlight = 0
+            for try await (id, isHidden, hash, body, wasHidden, oldHash, oldBody) in changes.decode(
+                (String, Bool, Int64, ByteBuffer, Bool?, Int64?, ByteBuffer?).self)
+            {
+                if let wasHidden, !wasHidden, let oldHash, let oldBody {
+                    checksum.remove(hash: UInt64(bitPattern: oldHash))
+                    batch.removed.append((id, Array(oldBody.readableBytesView)))
+                    visible -= 1
+                }
+                if isHidden {
+                    hidden += 1
+                } else {
+                    checksum.add(hash: UInt64(bitPattern: hash))
+                    batch.added.append((id, Array(body.readableBytesView)))
+                    visible += 1
+                    upserted += 1
+                }
+                guard batch.isFull else { continue }
+                if inFlight >= 4, let done = try await group.next() {
+                    sum.add(done)
+                    inFlight -= 1
+                }
+                let full = batch
+                group.addTask { full.digest() }
+                inFlight += 1
+                batch = DigestBatch(collection: collection)
+            }
+            sum.add(batch.digest())
+            for try await done in group { sum.add(done) }
+            return sum
+        })
+        // Tombstones for records a replace did not mention are changes, not input.
+        let unchanged = stream.count - upserted - (hidden - absentCount)
+        let previous = locked.head > 0
+            ? CollectionHead(
+                name: collection, epoch: locked.epoch, version: UInt64(locked.head),
+                checksum: StateChecksum(value: UInt64(bitPattern: locked.checksum)), count: Int(locked.visible),
+                committedAt: previousCommit, floor: UInt64(locked.floor))
+            : nil
+        guard upserted + hidden > 0 else {
+            // Nothing changed: no version. A collection created by this call goes again.
+            if previous == nil { try await connection.query("DELETE FROM deltasnap_collections WHERE cid = \(locked.cid)", logger: logger) }
+            return WriteResult(collection: collection, committed: false, head: previous, upserted: 0, hidden: 0, unchanged: unchanged)
+        }
+
+        let version = locked.head + 1
+        // Commit times never go backwards, so the version <-> time map stays monotone.
+        let committedAt = max(commitTime, previousCommit)
+        try await connection.query(PostgresQuery(unsafeSQL: """
+            INSERT INTO deltasnap_records(cid, id, version, hidden, hash, body)
+            SELECT $1, i.id, $2, i.hidden, i.hash, i.body
+            FROM deltasnap_incoming i LEFT JOIN deltasnap_records r ON r.cid = $1 AND r.id = i.id
+            WHERE \(changedWhere)
+            ON CONFLICT (cid, id) DO UPDATE SET
+                version = excluded.version, hidden = excluded.hidden, hash = excluded.hash, body = excluded.body
+            """, binds: Self.binds(locked.cid, version)), logger: logger)
+        try await connection.query(
+            "INSERT INTO deltasnap_versions(cid, version, committed_at) VALUES (\(locked.cid), \(version), \(committedAt))", logger: logger)
+        let digestBytes = ByteBuffer(bytes: digest.bytes)
+        let checksumBits = Int64(bitPattern: checksum.value)
+        try await connection.query("""
+            UPDATE deltasnap_collections SET head = \(version), checksum = \(checksumBits), visible = \(Int64(visible)), digest = \(digestBytes)
+            WHERE cid = \(locked.cid)
+            """, logger: logger)
+        // The same rule as SQLite's store: max(previous + 1, commit time in µs).
+        let floorSequence = Int64(max(0, committedAt)) &* 1_000_000
+        try await connection.query("""
+            INSERT INTO deltasnap_publication(id, sequence) VALUES (1, \(floorSequence))
+            ON CONFLICT (id) DO UPDATE SET sequence = GREATEST(deltasnap_publication.sequence + 1, EXCLUDED.sequence)
+            """, logger: logger)
+        // Delivered to every listening instance when (and only if) this transaction commits.
+        try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \("\(collection) \(version)"))", logger: logger)
+        let head = CollectionHead(
+            name: collection, epoch: locked.epoch, version: UInt64(version), checksum: checksum, count: visible,
+            committedAt: committedAt, floor: UInt64(locked.floor))
+        return WriteResult(collection: collection, committed: true, head: head, upserted: upserted, hidden: hidden, unchanged: unchanged)
     }
 
     /// Deletes tombstones of versions up to `version` and raises the collection's floor to

@@ -24,7 +24,7 @@ import PostgresNIO
 public final class PostgresStore: @unchecked Sendable {
     /// Version of the `deltasnap_*` tables this release creates and reads; recorded in
     /// `deltasnap_schema`, so a later release can migrate step by step.
-    public static let schemaVersion = 1
+    public static let schemaVersion = 2
 
     /// The channel every commit notifies (payload `NAME VERSION`), delivered at commit.
     public static let notificationChannel = "deltasnap_heads"
@@ -77,9 +77,10 @@ public final class PostgresStore: @unchecked Sendable {
                 found = max(found, version)
             }
             guard found <= Self.schemaVersion else { throw PostgresStoreError.newerSchema(found: found, supported: Self.schemaVersion) }
-            if found < 1 {
-                for statement in Self.schemaV1 { try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger) }
-                try await connection.query("INSERT INTO deltasnap_schema(version) VALUES (1)", logger: logger)
+            // Each step once, in order: a store made by an older release is brought forward.
+            for (version, statements) in [(1, Self.schemaV1), (2, Self.schemaV2)] where found < version {
+                for statement in statements { try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger) }
+                try await connection.query("INSERT INTO deltasnap_schema(version) VALUES (\(version))", logger: logger)
             }
         }
     }
@@ -103,6 +104,28 @@ public final class PostgresStore: @unchecked Sendable {
             cid BIGINT NOT NULL, version BIGINT NOT NULL, committed_at BIGINT NOT NULL, PRIMARY KEY(cid, version))
         """,
         "CREATE TABLE deltasnap_publication(id INTEGER PRIMARY KEY CHECK (id = 1), sequence BIGINT NOT NULL)",
+    ]
+
+    /// Two-way sync, as SQLite's schema v2: each client's last write number, recent push
+    /// results (a retried batch gets the same answer) and the values writes replaced.
+    private static let schemaV2 = [
+        """
+        CREATE TABLE deltasnap_push_clients(
+            collection TEXT NOT NULL, client TEXT NOT NULL, last_seq BIGINT NOT NULL, PRIMARY KEY(collection, client))
+        """,
+        """
+        CREATE TABLE deltasnap_push_results(
+            collection TEXT NOT NULL, client TEXT NOT NULL, seq BIGINT NOT NULL, version BIGINT, error TEXT, message TEXT,
+            at BIGINT NOT NULL, PRIMARY KEY(collection, client, seq))
+        """,
+        "CREATE INDEX deltasnap_push_results_by_time ON deltasnap_push_results(collection, at)",
+        """
+        CREATE TABLE deltasnap_history(
+            collection TEXT NOT NULL, id TEXT COLLATE "C" NOT NULL, replaced_in BIGINT NOT NULL, version BIGINT NOT NULL,
+            replaced_at BIGINT NOT NULL, client TEXT NOT NULL, body BYTEA NOT NULL, kept_at BIGINT NOT NULL,
+            PRIMARY KEY(collection, id, replaced_in))
+        """,
+        "CREATE INDEX deltasnap_history_by_age ON deltasnap_history(collection, kept_at)",
     ]
 
     /// Runs `body` in one transaction on a pooled connection.

@@ -66,11 +66,11 @@ final class PostgresBackend: ServerBackend {
     }
 
     func push(_ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention) async throws -> PushOutcome {
-        throw Self.notOnPostgres("pushes (two-way sync)")
+        try await answering { try await primary.push(mutations, from: client, user: user, to: collection, retention: retention) }
     }
 
     func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry] {
-        throw Self.notOnPostgres("record history")
+        try await answering { try await reader.history(of: id, in: collection, limit: limit) }
     }
 
     func compact(_ collection: String, policy: CompactionPolicy) async throws -> CompactionResult? {
@@ -152,10 +152,6 @@ final class PostgresBackend: ServerBackend {
         case .badURL, .newerSchema, .database:
             return error
         }
-    }
-
-    private static func notOnPostgres(_ what: String) -> APIError {
-        APIError(.notImplemented, "not_supported_on_postgres", "\(what) are not available on a PostgreSQL store yet; serve an SQLite store for them")
     }
 }
 

@@ -30,6 +30,11 @@ public struct PushOutcome: Sendable, Equatable {
     public var response: PushResponse
     /// The collection's head after the batch (nil while it has no version).
     public var head: CollectionHead?
+
+    public init(response: PushResponse, head: CollectionHead?) {
+        self.response = response
+        self.head = head
+    }
 }
 
 /// A value a write replaced, kept so a user can recover what lost a conflict.
@@ -45,6 +50,14 @@ public struct HistoryEntry: Sendable, Equatable {
     /// The client id whose push replaced it (never the user's name: history is as public
     /// as the collection).
     public var replacedBy: String
+
+    public init(value: [UInt8], version: UInt64, replacedIn: UInt64, replacedAt: Int64, replacedBy: String) {
+        self.value = value
+        self.version = version
+        self.replacedIn = replacedIn
+        self.replacedAt = replacedAt
+        self.replacedBy = replacedBy
+    }
 }
 
 extension Store {
@@ -70,42 +83,20 @@ extension Store {
             let ledger = PushLedger(db: db, collection: collection, client: user.map { "\($0)/\(client)" } ?? client, displayName: client)
             let lastSeq = try ledger.lastSeq()
             let writer = try CollectionWriter(db: db, collection: collection, configuration: configuration)
-            var batch = BatchMerge()
-            var results: [MutationResult] = []
-            results.reserveCapacity(mutations.count)
-            var appliedIndexes: [Int] = []
-            for parsed in mutations {
-                if parsed.seq <= lastSeq {
-                    results.append(MutationResult(seq: parsed.seq, status: try ledger.storedStatus(seq: parsed.seq) ?? .duplicate))
-                    continue
-                }
-                guard let mutation = parsed.mutation else {
-                    results.append(MutationResult(seq: parsed.seq, status: .refused(parsed.refusal ?? MutationRefusal(code: "invalid_mutation", message: "unreadable write"))))
-                    continue
-                }
-                if !batch.knows(mutation.id) { batch.remember(mutation.id, stored: try writer.stored(id: mutation.id)) }
-                do throws(MutationRefusal) {
-                    try batch.apply(mutation)
-                    appliedIndexes.append(results.count)
-                    results.append(MutationResult(seq: parsed.seq, status: .applied(version: 0)))
-                } catch {
-                    results.append(MutationResult(seq: parsed.seq, status: .refused(error)))
-                }
-            }
-            for (id, final) in batch.finalValues() {
+            let plan = try PushPlan(
+                mutations, lastSeq: lastSeq, storedStatus: { try ledger.storedStatus(seq: $0) }, stored: { try writer.stored(id: $0) })
+            for (id, final) in plan.finalValues {
                 try writer.put(final ?? Record.tombstone(id: id))
             }
             let written = try writer.commit()
-            let version = written.head?.version ?? 0
-            for index in appliedIndexes { results[index].status = .applied(version: version) }
+            let results = plan.results(committedAs: written.head?.version ?? 0)
             if written.committed, let head = written.head {
-                try ledger.recordHistory(batch.replacedValues(), replacedIn: head.version, at: head.committedAt, keptAt: now)
+                try ledger.recordHistory(plan.replacedValues, replacedIn: head.version, at: head.committedAt, keptAt: now)
             }
-            let newLast = max(lastSeq, mutations.last?.seq ?? 0)
-            try ledger.save(lastSeq: newLast, results: results.filter { $0.seq > lastSeq }, at: now)
+            try ledger.save(lastSeq: plan.newLastSeq, results: results.filter { $0.seq > lastSeq }, at: now)
             try ledger.prune(resultsBefore: now - retention.results, historyBefore: now - retention.history)
             let response = PushResponse(
-                collection: collection, client: client, lastSeq: newLast, committed: written.committed,
+                collection: collection, client: client, lastSeq: plan.newLastSeq, committed: written.committed,
                 token: written.head?.token.description, results: results)
             return PushOutcome(response: response, head: written.head)
         }
@@ -129,6 +120,65 @@ extension Store {
             }
             return entries
         }
+    }
+}
+
+/// What a push does, whichever store holds the collection: each write checked against the
+/// client's ledger (a retried `seq` gets its stored answer), merged per field in order into
+/// its record's value, or refused on its own. The store then writes ``finalValues`` as one
+/// version and keeps ``replacedValues`` as history.
+///
+/// ```swift
+/// let plan = try PushPlan(mutations, lastSeq: 3, storedStatus: { ledger[$0] }, stored: { records[$0] })
+/// for (id, value) in plan.finalValues { try writer.put(value ?? .tombstone(id: id)) }
+/// let results = plan.results(committedAs: head.version)
+/// ```
+public struct PushPlan {
+    private var batch = BatchMerge()
+    private var planned: [MutationResult] = []
+    private var appliedIndexes: [Int] = []
+    /// The client's last `seq` once this push is recorded.
+    public let newLastSeq: UInt64
+
+    /// `storedStatus(seq)`: the answer kept for an already-seen write; `stored(id)`: the
+    /// record's committed value and the version that wrote it.
+    public init(
+        _ mutations: [ParsedMutation], lastSeq: UInt64,
+        storedStatus: (UInt64) throws -> MutationResult.Status?, stored: (String) throws -> (record: Record, version: UInt64)?
+    ) throws {
+        newLastSeq = max(lastSeq, mutations.last?.seq ?? 0)
+        planned.reserveCapacity(mutations.count)
+        for parsed in mutations {
+            if parsed.seq <= lastSeq {
+                planned.append(MutationResult(seq: parsed.seq, status: try storedStatus(parsed.seq) ?? .duplicate))
+                continue
+            }
+            guard let mutation = parsed.mutation else {
+                planned.append(MutationResult(seq: parsed.seq, status: .refused(parsed.refusal ?? MutationRefusal(code: "invalid_mutation", message: "unreadable write"))))
+                continue
+            }
+            if !batch.knows(mutation.id) { batch.remember(mutation.id, stored: try stored(mutation.id)) }
+            do throws(MutationRefusal) {
+                try batch.apply(mutation)
+                appliedIndexes.append(planned.count)
+                planned.append(MutationResult(seq: parsed.seq, status: .applied(version: 0)))
+            } catch {
+                planned.append(MutationResult(seq: parsed.seq, status: .refused(error)))
+            }
+        }
+    }
+
+    /// Each touched record's value after the batch (`nil`: absent), in first-touched order.
+    public var finalValues: [(id: String, value: Record?)] { batch.finalValues() }
+
+    /// Visible values the batch changed or removed, with the version that wrote them.
+    public var replacedValues: [(record: Record, version: UInt64)] { batch.replacedValues() }
+
+    /// Every write's answer, the applied ones in version `version`.
+    public func results(committedAs version: UInt64) -> [MutationResult] {
+        var results = planned
+        for index in appliedIndexes { results[index].status = .applied(version: version) }
+        return results
     }
 }
 

@@ -7,25 +7,28 @@ import Crypto
 import JWTKit
 import Testing
 
-/// `POST /mutations`, `GET …/history` and per-user tokens, against a real server on 127.0.0.1.
+/// `POST /mutations`, `GET …/history` and per-user tokens, against a real server on 127.0.0.1,
+/// on each store (SQLite, and a throwaway PostgreSQL cluster).
 @Suite struct PushEndpointTests {
     static let secret = "push-endpoint-test-secret"
 
     func withServer(
-        access: AccessPolicy = AccessPolicy(jwtSecret: PushEndpointTests.secret),
-        _ body: @escaping @Sendable (TestServer, Store) async throws -> Void
+        _ backend: TestBackend, access: AccessPolicy = AccessPolicy(jwtSecret: PushEndpointTests.secret),
+        _ body: @escaping @Sendable (TestServer, TestDatabase) async throws -> Void
     ) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
-        try Fixtures.importText(#"{"id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: store, collection: "notes")
-        try Fixtures.importText(#"{"id":"s1"}"#, into: store, collection: "secret")
-        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), access: access)
+        let store = try await TestDatabase.make(backend, in: dir)
+        try await store.importText(#"{"id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, collection: "notes")
+        try await store.importText(#"{"id":"s1"}"#, collection: "secret")
+        let server = try await TestServer.start(databasePath: store.url, access: access)
         do { try await body(server, store) } catch {
             await server.stop()
+            await store.stop()
             throw error
         }
         await server.stop()
+        await store.stop()
     }
 
     func token(_ subject: String = "alice", write: [String] = ["notes"], read: [String] = [], expiresIn: TimeInterval = 600, secret: String = PushEndpointTests.secret) async throws -> String {
@@ -46,9 +49,9 @@ import Testing
 
     static let oneWrite = #"{"client":"c1","mutations":[{"seq":1,"op":"patch","id":"n1","value":{"title":"A"}}]}"#
 
-    @Test func aPushIsAnsweredPerWriteAndServedAsADelta() async throws {
-        try await withServer { server, store in
-            let before = try #require(try store.head(of: "notes"))
+    @Test(arguments: TestBackend.allCases) func aPushIsAnsweredPerWriteAndServedAsADelta(_ backend: TestBackend) async throws {
+        try await withServer(backend) { server, store in
+            let before = try #require(try await store.head(of: "notes"))
             let response = try await push(server, token: try await token(), """
                 {"client":"c1","mutations":[{"seq":1,"op":"patch","id":"n1","value":{"title":"A"}},{"seq":2,"op":"insert","id":"n2","value":{}}]}
                 """)
@@ -65,13 +68,13 @@ import Testing
                 {"client":"c1","mutations":[{"seq":1,"op":"patch","id":"n1","value":{"title":"A"}},{"seq":2,"op":"insert","id":"n2","value":{}}]}
                 """)
             #expect(PushResponse.parse(retried.body)?.results == answer.results)
-            #expect(try store.head(of: "notes")?.version == before.version + 1)
+            #expect(try await store.head(of: "notes")?.version == before.version + 1)
         }
     }
 
-    @Test func refusedTokensCommitNothing() async throws {
-        try await withServer { server, store in
-            let before = try store.head(of: "notes")
+    @Test(arguments: TestBackend.allCases) func refusedTokensCommitNothing(_ backend: TestBackend) async throws {
+        try await withServer(backend) { server, store in
+            let before = try await store.head(of: "notes")
             let none = try await push(server, token: nil, Self.oneWrite)
             #expect(none.status == 401 && error(none) == "unauthorized" && none.header("WWW-Authenticate") != nil)
             let expired = try await push(server, token: try await token(expiresIn: -60), Self.oneWrite)
@@ -83,7 +86,7 @@ import Testing
             #expect(garbage.status == 401 && error(garbage) == "invalid_token")
             let otherCollection = try await push(server, token: try await token(write: ["other"]), Self.oneWrite)
             #expect(otherCollection.status == 403 && error(otherCollection) == "forbidden")
-            #expect(try store.head(of: "notes") == before)
+            #expect(try await store.head(of: "notes") == before)
             // The owner's write API is for the admin token only: a user's token cannot bypass
             // the ledger and history (or hide every record with ?replace=true).
             let user = try await token(write: ["*"])
@@ -91,7 +94,7 @@ import Testing
                 try server.connect().request("POST", "/v1/collections/notes/records?replace=true", headers: ["Authorization": "Bearer \(user)"], body: Array("{\"id\":\"z\"}".utf8))
             }
             #expect(replace.status == 403 && error(replace) == "owner_only")
-            #expect(try store.head(of: "notes") == before)
+            #expect(try await store.head(of: "notes") == before)
             // The admin token may write anything.
             let admin = try await push(server, token: TestServer.writeToken, Self.oneWrite)
             #expect(admin.status == 200)
@@ -110,8 +113,8 @@ import Testing
         return input + "." + base64URL(mac)
     }
 
-    @Test func tokensSignedElsewhereWithAShortSecretAndStringClaimsAreAccepted() async throws {
-        try await withServer { server, _ in
+    @Test(arguments: TestBackend.allCases) func tokensSignedElsewhereWithAShortSecretAndStringClaimsAreAccepted(_ backend: TestBackend) async throws {
+        try await withServer(backend) { server, _ in
             let exp = Int(Date().timeIntervalSince1970) + 600
             let good = Self.handSigned(#"{"sub":"carol","exp":\#(exp),"write":"other notes"}"#, secret: Self.secret)
             #expect(try await push(server, token: good, Self.oneWrite).status == 200)
@@ -121,10 +124,10 @@ import Testing
         }
     }
 
-    @Test func anEd25519SignedTokenIsAccepted() async throws {
+    @Test(arguments: TestBackend.allCases) func anEd25519SignedTokenIsAccepted(_ backend: TestBackend) async throws {
         let privateKey = try EdDSA.PrivateKey(curve: .ed25519)
         let pem = privateKey.publicKey.pemRepresentation
-        try await withServer(access: AccessPolicy(jwtPublicKeyPEM: pem)) { server, _ in
+        try await withServer(backend, access: AccessPolicy(jwtPublicKeyPEM: pem)) { server, _ in
             let keys = JWTKeyCollection()
             await keys.add(eddsa: privateKey)
             let claims = AccessClaims(subject: "bob", expires: Date().addingTimeInterval(600), write: ["*"], read: [])
@@ -135,8 +138,8 @@ import Testing
         }
     }
 
-    @Test func privateCollectionsNeedAReadClaim() async throws {
-        try await withServer(access: AccessPolicy(jwtSecret: Self.secret, privateCollections: ["secret"])) { server, _ in
+    @Test(arguments: TestBackend.allCases) func privateCollectionsNeedAReadClaim(_ backend: TestBackend) async throws {
+        try await withServer(backend, access: AccessPolicy(jwtSecret: Self.secret, privateCollections: ["secret"])) { server, _ in
             let anonymous = try await offPool { try server.connect().request("GET", "/v1/collections/secret") }
             #expect(anonymous.status == 401)
             let list = try await offPool { try server.connect().request("GET", "/v1/collections") }
@@ -152,9 +155,9 @@ import Testing
         }
     }
 
-    @Test func badBatchesAreFourHundredsWithJSONBodies() async throws {
-        try await withServer { server, store in
-            let before = try store.head(of: "notes")
+    @Test(arguments: TestBackend.allCases) func badBatchesAreFourHundredsWithJSONBodies(_ backend: TestBackend) async throws {
+        try await withServer(backend) { server, store in
+            let before = try await store.head(of: "notes")
             let jwt = try await token()
             for body in [#"{"client":"c1"}"#, "[]", #"{"client":"c1","mutations":[{"seq":1}, {"seq":1}]}"#, "{"] {
                 let response = try await push(server, token: jwt, body)
@@ -165,12 +168,12 @@ import Testing
             #expect(tooLarge.status == 413 && error(tooLarge) == "body_too_large")
             let get = try await offPool { try server.connect().request("GET", "/v1/collections/notes/mutations") }
             #expect(get.status == 405)
-            #expect(try store.head(of: "notes") == before)
+            #expect(try await store.head(of: "notes") == before)
         }
     }
 
-    @Test func historyListsReplacedValuesNewestFirst() async throws {
-        try await withServer { server, _ in
+    @Test(arguments: TestBackend.allCases) func historyListsReplacedValuesNewestFirst(_ backend: TestBackend) async throws {
+        try await withServer(backend) { server, _ in
             _ = try await push(server, token: try await token("alice"), Self.oneWrite)
             _ = try await push(server, token: try await token("bob"), #"{"client":"c9","mutations":[{"seq":1,"op":"delete","id":"n1"}]}"#)
             let response = try await offPool { try server.connect().request("GET", "/v1/collections/notes/records/n1/history") }

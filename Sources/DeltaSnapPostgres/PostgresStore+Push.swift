@@ -1,0 +1,113 @@
+import DeltaSnapCore
+import DeltaSnapStore
+import Foundation
+import PostgresNIO
+
+extension PostgresStore {
+    /// One client's ordered batch of offline writes, committed as at most one version under
+    /// the collection's row lock — the same plan (``DeltaSnapStore/PushPlan``), ledger and
+    /// history as the SQLite store's `push`, so a client cannot tell the stores apart.
+    ///
+    /// ```swift
+    /// let (client, mutations) = try PushRequest.parse(body)
+    /// let outcome = try await store.push(mutations, from: client, to: "notes")
+    /// ```
+    public func push(
+        _ mutations: [ParsedMutation], from client: String, user: String? = nil, to collection: String, retention: PushRetention = PushRetention()
+    ) async throws -> PushOutcome {
+        try CollectionName.validate(collection)
+        let ledgerClient = user.map { "\($0)/\(client)" } ?? client
+        return try await transaction { connection in
+            // Retention runs on the real clock (see the SQLite store).
+            let now = Int64(Date().timeIntervalSince1970)
+            let locked = try await lock(collection, on: connection)
+            var lastSeq: UInt64 = 0
+            for try await seq in try await connection.query(
+                "SELECT last_seq FROM deltasnap_push_clients WHERE collection = \(collection) AND client = \(ledgerClient)", logger: logger
+            ).decode(Int64.self) { lastSeq = UInt64(seq) }
+
+            // What the plan may ask for, read in two queries rather than one per write.
+            var statuses: [UInt64: MutationResult.Status] = [:]
+            let retried = mutations.filter { $0.seq <= lastSeq }.map { Int64($0.seq) }
+            if !retried.isEmpty {
+                for try await (seq, version, error, message) in try await connection.query("""
+                    SELECT seq, version, error, message FROM deltasnap_push_results
+                    WHERE collection = \(collection) AND client = \(ledgerClient) AND seq = ANY(\(retried))
+                    """, logger: logger).decode((Int64, Int64?, String?, String?).self)
+                {
+                    statuses[UInt64(seq)] = error.map { .refused(MutationRefusal(code: $0, message: message ?? "")) } ?? .applied(version: UInt64(version ?? 0))
+                }
+            }
+            var stored: [String: (record: Record, version: UInt64)] = [:]
+            let ids = Array(Set(mutations.compactMap { $0.mutation?.id }))
+            if !ids.isEmpty {
+                for try await (id, hidden, version, body) in try await connection.query("""
+                    SELECT id, hidden, version, body FROM deltasnap_records WHERE cid = \(locked.cid) AND id = ANY(\(ids))
+                    """, logger: logger).decode((String, Bool, Int64, ByteBuffer).self)
+                {
+                    stored[id] = (hidden ? Record.tombstone(id: id) : try Record.parse(Array(body.readableBytesView)), UInt64(version))
+                }
+            }
+
+            let plan = try PushPlan(mutations, lastSeq: lastSeq, storedStatus: { statuses[$0] }, stored: { stored[$0] })
+            let records = plan.finalValues.map { $0.value ?? Record.tombstone(id: $0.id) }
+            let written = try await merge(RecordStream(records: records, name: "push"), into: locked, replace: false, progress: nil, on: connection)
+            let results = plan.results(committedAs: written.head?.version ?? 0)
+            if written.committed, let head = written.head {
+                for (record, version) in plan.replacedValues {
+                    try await connection.query("""
+                        INSERT INTO deltasnap_history(collection, id, replaced_in, version, replaced_at, client, body, kept_at)
+                        VALUES (\(collection), \(record.id), \(Int64(head.version)), \(Int64(version)), \(head.committedAt), \(client),
+                                \(ByteBuffer(bytes: record.bytes)), \(now))
+                        ON CONFLICT (collection, id, replaced_in) DO UPDATE SET version = EXCLUDED.version,
+                            replaced_at = EXCLUDED.replaced_at, client = EXCLUDED.client, body = EXCLUDED.body, kept_at = EXCLUDED.kept_at
+                        """, logger: logger)
+                }
+            }
+            try await connection.query("""
+                INSERT INTO deltasnap_push_clients(collection, client, last_seq) VALUES (\(collection), \(ledgerClient), \(Int64(plan.newLastSeq)))
+                ON CONFLICT (collection, client) DO UPDATE SET last_seq = EXCLUDED.last_seq
+                """, logger: logger)
+            for result in results where result.seq > lastSeq {
+                let version: Int64?
+                let refusal: MutationRefusal?
+                switch result.status {
+                case .applied(let applied): (version, refusal) = (Int64(applied), nil)
+                case .refused(let refused): (version, refusal) = (nil, refused)
+                case .duplicate: continue
+                }
+                try await connection.query("""
+                    INSERT INTO deltasnap_push_results(collection, client, seq, version, error, message, at)
+                    VALUES (\(collection), \(ledgerClient), \(Int64(result.seq)), \(version), \(refusal?.code), \(refusal?.message), \(now))
+                    ON CONFLICT (collection, client, seq) DO UPDATE SET version = EXCLUDED.version, error = EXCLUDED.error,
+                        message = EXCLUDED.message, at = EXCLUDED.at
+                    """, logger: logger)
+            }
+            try await connection.query(
+                "DELETE FROM deltasnap_push_results WHERE collection = \(collection) AND at < \(now - retention.results)", logger: logger)
+            try await connection.query(
+                "DELETE FROM deltasnap_history WHERE collection = \(collection) AND kept_at < \(now - retention.history)", logger: logger)
+            let response = PushResponse(
+                collection: collection, client: client, lastSeq: plan.newLastSeq, committed: written.committed,
+                token: written.head?.token.description, results: results)
+            return PushOutcome(response: response, head: written.head)
+        }
+    }
+
+    /// The values writes replaced in record `id`, newest first.
+    public func history(of id: String, in collection: String, limit: Int = 100) async throws -> [HistoryEntry] {
+        try await pool.withConnection { connection in
+            var entries: [HistoryEntry] = []
+            for try await (body, version, replacedIn, replacedAt, client) in try await connection.query("""
+                SELECT body, version, replaced_in, replaced_at, client FROM deltasnap_history
+                WHERE collection = \(collection) AND id = \(id) ORDER BY replaced_in DESC LIMIT \(Int64(limit))
+                """, logger: logger).decode((ByteBuffer, Int64, Int64, Int64, String).self)
+            {
+                entries.append(HistoryEntry(
+                    value: Array(body.readableBytesView), version: UInt64(version), replacedIn: UInt64(replacedIn),
+                    replacedAt: replacedAt, replacedBy: client))
+            }
+            return entries
+        }
+    }
+}

@@ -82,8 +82,13 @@ http {
     upstream deltasnap { server 127.0.0.1:$PG1_PORT; server 127.0.0.1:$PG2_PORT; keepalive 64; }
     server {
         listen 127.0.0.1:$LB_PORT;
-        # Streamed through, as the instances stream: no spooling of bodies to temporary files.
-        location / { proxy_pass http://deltasnap; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }
+        # Bodies buffered in memory (64 KiB reads, never spooled to temporary files): nginx's
+        # defaults (4 KiB buffers and temp files, or unbuffered 4 KiB writes) cut full-body
+        # throughput by 5–10× here.
+        location / {
+            proxy_pass http://deltasnap; proxy_http_version 1.1; proxy_set_header Connection "";
+            proxy_buffers 32 64k; proxy_buffer_size 64k; proxy_busy_buffers_size 128k; proxy_max_temp_file_size 0;
+        }
     }
     server {
         listen 127.0.0.1:$STATIC_PORT;

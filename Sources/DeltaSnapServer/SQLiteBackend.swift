@@ -61,15 +61,17 @@ final class SQLiteBackend: ServerBackend {
 
     /// Polls SQLite's `data_version`, which changes whenever another connection commits.
     func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async {
-        guard let watcher = try? Store(path: path, readOnly: true) else { return }
-        var lastDataVersion = try? watcher.dataVersion()
+        // Runs until cancelled, whatever happens: the server stops when its watcher returns.
+        var watcher: Store?
+        var lastDataVersion: Int64?
         while !Task.isCancelled {
             do {
                 try await Task.sleep(for: interval)
             } catch {
                 return
             }
-            guard let version = try? watcher.dataVersion(), version != lastDataVersion else { continue }
+            if watcher == nil { watcher = try? Store(path: path, readOnly: true) }
+            guard let watcher, let version = try? watcher.dataVersion(), version != lastDataVersion else { continue }
             lastDataVersion = version
             if let heads = try? watcher.collections() { onChange(heads) }
         }

@@ -72,9 +72,14 @@ fuzz: deps
 # CI's fuzzing budget per target (`make fuzz` searches longer).
 CI_FUZZ_SECONDS ?= 20
 
+# At most TEST_WIDTH tests at once: each test server holds a few SQLite descriptors, and
+# with ~1,300 open at once Foundation's Process.run (the CLI tests) crashed copying
+# /proc/self/fd; unbounded, Swift Testing starts every test together.
+TEST_WIDTH ?= 12
+
 test: deps
 	$(SWIFT) build --build-tests
-	$(SWIFT) test
+	$(SWIFT) test --experimental-maximum-parallelization-width $(TEST_WIDTH)
 	$(MAKE) --no-print-directory check-snapshots
 	@# The server as a third party sees it: its description validated, and schemathesis
 	@# finding no server error and no response that departs from it.

@@ -70,10 +70,16 @@ extension PostgresStore {
             """, logger: logger)
         var seen = Set<String>()
         var absentCount = 0
+        // A collection with no version yet holds no record: everything visible in the input is
+        // new, so its checksum and digest are summed here while the input streams (hashed in
+        // batches on other cores) and no row has to come back from the server.
+        let fresh = locked.head == 0
+        var freshSums = FreshSums(collection: collection)
         try await copy(into: connection) { rows in
             while let record = try stream.next() {
-                guard seen.insert(record.id).inserted else { throw stream.failure(PostgresStoreError.duplicateID(record.id).description) }
+                guard seen.insert(record.id).inserted else { throw stream.failure(StoreError.duplicateID(record.id).description) }
                 rows.append(record)
+                if fresh && !record.isHidden { await freshSums.add(record) }
                 if stream.count % 100_000 == 0 { progress?(stream.count) }
                 if rows.isFull { return true }
             }
@@ -105,47 +111,52 @@ extension PostgresStore {
         var visible = Int(locked.visible)
         var upserted = 0
         var hidden = 0
-        let changes = try await connection.query(PostgresQuery(unsafeSQL: """
-            SELECT i.id, i.hidden, i.hash, i.body, r.hidden, r.hash, r.body
-            FROM deltasnap_incoming i LEFT JOIN deltasnap_records r ON r.cid = $1 AND r.id = i.id
-            WHERE \(changedWhere)
-            """, binds: Self.binds(locked.cid)), logger: logger)
-        // The state digest moves by every changed record's old and new value: LtHash is
-        // additive, so batches are hashed on other cores while rows keep arriving.
-        var batch = DigestBatch(collection: collection)
-        digest.add(try await withThrowingTaskGroup(of: StateDigest.self) { group in
-            var sum = StateDigest.empty
-            var inFlight = 0
-            for try await (id, isHidden, hash, body, wasHidden, oldHash, oldBody) in changes.decode(
-                (String, Bool, Int64, ByteBuffer, Bool?, Int64?, ByteBuffer?).self)
-            {
-                if let wasHidden, !wasHidden, let oldHash, let oldBody {
-                    checksum.remove(hash: UInt64(bitPattern: oldHash))
-                    batch.removed.append((id, Array(oldBody.readableBytesView)))
-                    visible -= 1
+        if fresh {
+            (checksum, digest) = (freshSums.checksum, await freshSums.digest())
+            (visible, upserted) = (freshSums.count, freshSums.count)
+        } else {
+            let changes = try await connection.query(PostgresQuery(unsafeSQL: """
+                SELECT i.id, i.hidden, i.hash, i.body, r.hidden, r.hash, r.body
+                FROM deltasnap_incoming i LEFT JOIN deltasnap_records r ON r.cid = $1 AND r.id = i.id
+                WHERE \(changedWhere)
+                """, binds: Self.binds(locked.cid)), logger: logger)
+            // The state digest moves by every changed record's old and new value: LtHash is
+            // additive, so batches are hashed on other cores while rows keep arriving.
+            var batch = DigestBatch(collection: collection)
+            digest.add(try await withThrowingTaskGroup(of: StateDigest.self) { group in
+                var sum = StateDigest.empty
+                var inFlight = 0
+                for try await (id, isHidden, hash, body, wasHidden, oldHash, oldBody) in changes.decode(
+                    (String, Bool, Int64, ByteBuffer, Bool?, Int64?, ByteBuffer?).self)
+                {
+                    if let wasHidden, !wasHidden, let oldHash, let oldBody {
+                        checksum.remove(hash: UInt64(bitPattern: oldHash))
+                        batch.removed.append((id, Array(oldBody.readableBytesView)))
+                        visible -= 1
+                    }
+                    if isHidden {
+                        hidden += 1
+                    } else {
+                        checksum.add(hash: UInt64(bitPattern: hash))
+                        batch.added.append((id, Array(body.readableBytesView)))
+                        visible += 1
+                        upserted += 1
+                    }
+                    guard batch.isFull else { continue }
+                    if inFlight >= 4, let done = try await group.next() {
+                        sum.add(done)
+                        inFlight -= 1
+                    }
+                    let full = batch
+                    group.addTask { full.digest() }
+                    inFlight += 1
+                    batch = DigestBatch(collection: collection)
                 }
-                if isHidden {
-                    hidden += 1
-                } else {
-                    checksum.add(hash: UInt64(bitPattern: hash))
-                    batch.added.append((id, Array(body.readableBytesView)))
-                    visible += 1
-                    upserted += 1
-                }
-                guard batch.isFull else { continue }
-                if inFlight >= 4, let done = try await group.next() {
-                    sum.add(done)
-                    inFlight -= 1
-                }
-                let full = batch
-                group.addTask { full.digest() }
-                inFlight += 1
-                batch = DigestBatch(collection: collection)
-            }
-            sum.add(batch.digest())
-            for try await done in group { sum.add(done) }
-            return sum
-        })
+                sum.add(batch.digest())
+                for try await done in group { sum.add(done) }
+                return sum
+            })
+        }
         // Tombstones for records a replace did not mention are changes, not input.
         let unchanged = stream.count - upserted - (hidden - absentCount)
         let previous = locked.head > 0
@@ -240,18 +251,52 @@ extension PostgresStore {
 
     /// Streams rows into `deltasnap_incoming` with `COPY … FROM STDIN` (text format), in
     /// chunks of about 256 KiB. `fill` appends rows until the chunk is full (true: call again).
-    private func copy(into connection: PostgresConnection, _ fill: (inout CopyRows) throws -> Bool) async throws {
+    private func copy(into connection: PostgresConnection, _ fill: (inout CopyRows) async throws -> Bool) async throws {
         try await connection.copyFrom(table: "deltasnap_incoming", columns: ["id", "hidden", "hash", "body"], logger: logger) { writer in
             var rows = CopyRows()
             var more = true
             while more {
-                more = try fill(&rows)
+                more = try await fill(&rows)
                 if !rows.buffer.isEmpty {
                     try await writer.write(ByteBuffer(bytes: rows.buffer))
                     rows.buffer.removeAll(keepingCapacity: true)
                 }
             }
         }
+    }
+}
+
+/// The checksum and digest of the visible records streamed into a brand-new collection;
+/// digest batches are hashed by tasks of their own, at most four waiting at a time, so
+/// memory stays bounded whatever the input's size.
+struct FreshSums {
+    private(set) var checksum = StateChecksum.empty
+    private(set) var count = 0
+    private var batch: DigestBatch
+    private var pending: [Task<StateDigest, Never>] = []
+    private var sum = StateDigest.empty
+
+    init(collection: String) {
+        batch = DigestBatch(collection: collection)
+    }
+
+    mutating func add(_ record: Record) async {
+        checksum.add(hash: record.hash)
+        count += 1
+        batch.added.append((record.id, record.bytes))
+        guard batch.isFull else { return }
+        let full = batch
+        pending.append(Task { full.digest() })
+        batch = DigestBatch(collection: batch.collection)
+        if pending.count > 4 { sum.add(await pending.removeFirst().value) }
+    }
+
+    /// The digest of everything added.
+    mutating func digest() async -> StateDigest {
+        sum.add(batch.digest())
+        batch.added.removeAll()
+        while !pending.isEmpty { sum.add(await pending.removeFirst().value) }
+        return sum
     }
 }
 

@@ -6,7 +6,6 @@ public enum PostgresStoreError: Error, Equatable, Sendable, CustomStringConverti
     /// The server cannot be reached, is shutting down or restarting: retry shortly.
     case unreachable(String, String)
     case newerSchema(found: Int, supported: Int)
-    case duplicateID(String)
     case unknownCollection(String)
     case database(String)
 
@@ -15,7 +14,6 @@ public enum PostgresStoreError: Error, Equatable, Sendable, CustomStringConverti
         case .badURL(let url, let reason): "invalid database URL \(url): \(reason)"
         case .unreachable(let url, let reason): "cannot reach PostgreSQL at \(url): \(reason)"
         case .newerSchema(let found, let supported): "the database holds DeltaSnap schema version \(found), newer than this release's \(supported); upgrade deltasnap"
-        case .duplicateID(let id): "record \"\(id)\" appears twice in one write"
         case .unknownCollection(let name): "collection \"\(name)\" does not exist"
         case .database(let message): "PostgreSQL: \(message)"
         }

@@ -147,8 +147,6 @@ final class PostgresBackend: ServerBackend {
             return APIError(.serviceUnavailable, "database_unavailable", "the database is out of reach (\(error)); retry shortly", headers: [.retryAfter: "1"])
         case .unknownCollection(let name):
             return APIError.unknownCollection(name)
-        case .duplicateID:
-            return APIError(.badRequest, "invalid_record", error.description)
         case .badURL, .newerSchema, .database:
             return error
         }

@@ -82,6 +82,34 @@ public final class TestDatabase: @unchecked Sendable {
         return try Fixtures.export(try Store(path: url, readOnly: true), collection)
     }
 
+    /// Every record changed after `version` (tombstones included), canonical bytes, id order.
+    public func changes(after version: UInt64, in collection: String) async throws -> [String] {
+        if let postgres {
+            let cursor = try await postgres.openRecords(in: collection, after: version)
+            var out: [String] = []
+            while try await cursor.next({ out.append(String(decoding: $0, as: UTF8.self)) }) {}
+            await cursor.close()
+            return out
+        }
+        return try Store(path: url, readOnly: true).read { reader in
+            var out: [String] = []
+            try reader.forEachChange(in: collection, after: version) { out.append(String(decoding: $0, as: UTF8.self)) }
+            return out
+        }
+    }
+
+    /// Deletes tombstones up to `version` and raises the floor; how many went.
+    @discardableResult
+    public func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int {
+        if let postgres { return try await postgres.compact(collection, throughVersion: version) }
+        return try Store(path: url, configuration: configuration).compact(collection, throughVersion: version)
+    }
+
+    public func collections() async throws -> [CollectionHead] {
+        if let postgres { return try await postgres.collections() }
+        return try Store(path: url, readOnly: true).collections()
+    }
+
     public func stop() async {
         await postgres?.close()
         cluster?.stop()

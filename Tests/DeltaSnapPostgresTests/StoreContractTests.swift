@@ -1,0 +1,149 @@
+import DeltaSnapCore
+import DeltaSnapStore
+import DeltaSnapSynthetic
+import DeltaSnapTestSupport
+import Foundation
+import Testing
+
+/// The store's behaviour, one suite run on each backend (SQLite, and a throwaway PostgreSQL
+/// cluster on 127.0.0.1): versions, diffs, hides, replaces, refusals, checksums, compaction.
+@Suite struct StoreContractTests {
+    func withDatabase(_ backend: TestBackend, configuration: StoreConfiguration = StoreConfiguration(), _ body: (TestDatabase) async throws -> Void) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let database = try await TestDatabase.make(backend, in: dir, configuration: configuration)
+        do { try await body(database) } catch {
+            await database.stop()
+            throw error
+        }
+        await database.stop()
+    }
+
+    /// The checksum and count of what `export` shows, recomputed from scratch.
+    func recomputed(_ database: TestDatabase, _ collection: String) async throws -> (StateChecksum, Int) {
+        var checksum = StateChecksum.empty
+        let lines = try await database.export(collection).split(separator: "\n")
+        for line in lines { checksum.add(hash: XXH64.hash(Array(line.utf8))) }
+        return (checksum, lines.count)
+    }
+
+    @Test(arguments: TestBackend.allCases)
+    func oneImportMakesOneVersionAndANoOpReimportMakesNone(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            let text = Fixtures.ndjson(0..<100)
+            let first = try await database.importText(text, collection: "items")
+            #expect(first.committed && first.head?.version == 1 && first.upserted == 100)
+            let again = try await database.importText(text, collection: "items")
+            #expect(!again.committed && again.unchanged == 100)
+            // The same data in another key order and spacing is the same canonical record.
+            try await database.importText(#"{ "name" : "x", "id":"k" }"# + "\n", collection: "items")
+            #expect(try await !database.importText(#"{"id":"k","name":"x"}"#, collection: "items").committed)
+            #expect(try await database.head(of: "items")?.version == 2)
+            // An empty first import creates no collection.
+            #expect(try await !database.importText("", collection: "empty").committed)
+            #expect(try await database.head(of: "empty") == nil)
+            #expect(try await database.collections().map(\.name) == ["items"])
+        }
+    }
+
+    @Test(arguments: TestBackend.allCases)
+    func diffWritesOnlyChangedRecordsAndHidesAndUnhides(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            try await database.importText(#"{"id":"a","v":1}{"id":"b","v":1}{"id":"c","v":1}"#, collection: "c")
+            let second = try await database.importText(#"{"id":"a","v":2}{"id":"b","v":1}{"id":"c","hidden":true}{"id":"d","v":1}"#, collection: "c")
+            #expect(second.upserted == 2 && second.hidden == 1 && second.unchanged == 1)
+            #expect(try await database.changes(after: 1, in: "c").sorted() == [#"{"hidden":true,"id":"c"}"#, #"{"id":"a","v":2}"#, #"{"id":"d","v":1}"#])
+            #expect(try await database.export("c") == "{\"id\":\"a\",\"v\":2}\n{\"id\":\"b\",\"v\":1}\n{\"id\":\"d\",\"v\":1}\n")
+            // Hiding again, or hiding what never existed, is no change.
+            #expect(try await !database.importText(#"{"id":"c","hidden":true}{"id":"zz","hidden":true}"#, collection: "c").committed)
+            let unhide = try await database.importText(#"{"id":"c","v":9}"#, collection: "c")
+            #expect(unhide.upserted == 1 && unhide.head?.count == 4)
+            #expect(try await database.changes(after: 2, in: "c") == [#"{"id":"c","v":9}"#])
+        }
+    }
+
+    @Test(arguments: TestBackend.allCases)
+    func replaceHidesRecordsAbsentFromTheInput(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            try await database.importText(Fixtures.ndjson(0..<5_000), collection: "c")
+            let replaced = try await database.importText(Fixtures.ndjson(10..<20), collection: "c", replace: true)
+            #expect(replaced.hidden == 4_990 && replaced.upserted == 0 && replaced.unchanged == 10 && replaced.head?.count == 10)
+            #expect(try await database.export("c") == Fixtures.ndjson(10..<20))
+            #expect(try await recomputed(database, "c").0 == database.head(of: "c")?.checksum)
+            // A replace with no record at all is refused: it would hide everything.
+            do {
+                try await database.importText("", collection: "c", replace: true)
+                Issue.record("an empty replace was accepted")
+            } catch is ImportError {}
+            let head = try await database.head(of: "c")
+            #expect(head?.count == 10)
+        }
+    }
+
+    @Test(arguments: TestBackend.allCases)
+    func badInputIsRefusedWithItsLineAndNothingIsCommitted(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            for (text, line) in [("{\"id\":\"a\"}\n{\"id\":\"b\"}\n{\"id\":\"a\"}\n", 3), ("{\"id\":\"a\"}\n[1]\n", 2)] {
+                do {
+                    try await database.importText(text, collection: "c")
+                    Issue.record("accepted: \(text)")
+                } catch let error as ImportError {
+                    #expect(error.line == line && error.source == "test")
+                    if line == 3 { #expect(error.reason == StoreError.duplicateID("a").description) }
+                }
+            }
+            let head = try await database.head(of: "c")
+            #expect(head == nil)
+        }
+    }
+
+    @Test(arguments: TestBackend.allCases)
+    func incrementalChecksumEqualsARecomputationAfterRandomImports(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            var random = SplitMix64(seed: 7)
+            let generator = SyntheticRecords(seed: 3)
+            for round in 0..<30 {
+                var lines: [String] = []
+                var ids = Set<Int>()
+                for _ in 0..<Int(random.next() % 40) {
+                    let index = Int(random.next() % 60)
+                    guard ids.insert(index).inserted else { continue }
+                    if random.next() % 4 == 0 {
+                        lines.append(#"{"id":"\#(SyntheticRecords.id(index))","hidden":true}"#)
+                    } else {
+                        lines.append(String(decoding: generator.json(index: index, revision: Int(random.next() % 3)), as: UTF8.self))
+                    }
+                }
+                let replace = round % 7 == 6 && !lines.isEmpty
+                _ = try await database.importText(lines.joined(separator: "\n"), collection: "c", replace: replace)
+                if let head = try await database.head(of: "c") {
+                    let (checksum, count) = try await recomputed(database, "c")
+                    #expect(checksum == head.checksum && count == head.count, "round \(round)")
+                }
+            }
+        }
+    }
+
+    @Test(arguments: TestBackend.allCases)
+    func compactionRaisesTheFloorAndDropsOldTombstones(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            try await database.importText(#"{"id":"a"}{"id":"b"}"#, collection: "c")
+            try await database.importText(#"{"id":"a","hidden":true}"#, collection: "c")
+            try await database.importText(#"{"id":"c"}"#, collection: "c")
+            #expect(try await database.compact("c", throughVersion: 2) == 1)
+            let head = try #require(try await database.head(of: "c"))
+            #expect(head.floor == 2 && head.version == 3 && head.count == 2)
+            #expect(try await database.changes(after: 0, in: "c").count == 2)
+        }
+    }
+
+    @Test(arguments: TestBackend.allCases)
+    func aPinnedConfigurationPinsEpochAndCommitTime(_ backend: TestBackend) async throws {
+        let configuration = StoreConfiguration(epochForNewCollections: "00000000000000a1", fixedCommitTime: 1_700_000_000)
+        try await withDatabase(backend, configuration: configuration) { database in
+            let result = try await database.importText(#"{"id":"a"}"#, collection: "c")
+            #expect(result.token?.description == "00000000000000a1.1")
+            #expect(result.head?.lastModified == "Tue, 14 Nov 2023 22:13:20 GMT")
+        }
+    }
+}

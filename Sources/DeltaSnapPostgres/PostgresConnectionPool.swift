@@ -1,3 +1,4 @@
+import DeltaSnapStore
 import Foundation
 import Logging
 import PostgresNIO
@@ -9,20 +10,24 @@ import PostgresNIO
 /// HTTP response writer, which `PostgresClient.withConnection`'s closure-scoped lease cannot
 /// express; and because a closed connection (a restarted server) must surface at once as
 /// "database unavailable" rather than wait in the pool's queue. At most `maximumOpen`
-/// connections are open at a time; further callers wait their turn.
+/// connections are open at a time; further callers wait their turn, at most
+/// `checkoutTimeout` (then the request is answered `503`, never left hanging).
 final class PostgresConnectionPool: @unchecked Sendable {
     let url: PostgresURL
     private let logger: Logger
     private let lock = NSLock()
     private var idle: [PostgresConnection] = []
     private var open = 0
-    private var waiters: [CheckedContinuation<Void, Never>] = []
+    /// Callers waiting for a connection: resumed with true to try again, false on timeout.
+    private var waiters: [(id: Int, continuation: CheckedContinuation<Bool, Never>)] = []
     private var nextID = 1
     private let maximumOpen: Int
+    private let checkoutTimeout: Duration
 
-    init(url: PostgresURL, maximumOpen: Int = 24, logger: Logger) {
+    init(url: PostgresURL, maximumOpen: Int = 24, checkoutTimeout: Duration = .seconds(10), logger: Logger) {
         self.url = url
         self.maximumOpen = maximumOpen
+        self.checkoutTimeout = checkoutTimeout
         self.logger = logger
     }
 
@@ -51,14 +56,22 @@ final class PostgresConnectionPool: @unchecked Sendable {
                     throw PostgresStoreError.unreachable(url.description, PostgresStoreError.reason(error))
                 }
             case .wait:
-                await withCheckedContinuation { continuation in
-                    let runNow = lock.withLock {
+                let granted = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                    let id: Int? = lock.withLock {
                         // A connection may have come back between the decision and here.
-                        if !idle.isEmpty || open < maximumOpen { return true }
-                        waiters.append(continuation)
-                        return false
+                        if !idle.isEmpty || open < maximumOpen { return nil }
+                        nextID += 1
+                        waiters.append((nextID, continuation))
+                        return nextID
                     }
-                    if runNow { continuation.resume() }
+                    guard let id else { return continuation.resume(returning: true) }
+                    Task { [checkoutTimeout] in
+                        try? await Task.sleep(for: checkoutTimeout)
+                        self.timeOut(waiter: id)
+                    }
+                }
+                guard granted else {
+                    throw PostgresStoreError.unreachable(url.description, "all \(maximumOpen) connections stayed busy for \(checkoutTimeout)")
                 }
             }
         }
@@ -66,7 +79,7 @@ final class PostgresConnectionPool: @unchecked Sendable {
 
     /// Returns a connection; a closed one (the server went away) is dropped.
     func checkin(_ connection: PostgresConnection) {
-        let waiter: CheckedContinuation<Void, Never>? = lock.withLock {
+        let waiter = lock.withLock {
             if connection.isClosed {
                 open -= 1
             } else {
@@ -74,7 +87,15 @@ final class PostgresConnectionPool: @unchecked Sendable {
             }
             return waiters.isEmpty ? nil : waiters.removeFirst()
         }
-        waiter?.resume()
+        waiter?.continuation.resume(returning: true)
+    }
+
+    private func timeOut(waiter id: Int) {
+        let waiter = lock.withLock { () -> (id: Int, continuation: CheckedContinuation<Bool, Never>)? in
+            guard let index = waiters.firstIndex(where: { $0.id == id }) else { return nil }
+            return waiters.remove(at: index)
+        }
+        waiter?.continuation.resume(returning: false)
     }
 
     /// Closes a connection whose state is unknown (an abandoned stream) instead of reusing it.
@@ -84,11 +105,11 @@ final class PostgresConnectionPool: @unchecked Sendable {
     }
 
     private func release() {
-        let waiter: CheckedContinuation<Void, Never>? = lock.withLock {
+        let waiter = lock.withLock {
             open -= 1
             return waiters.isEmpty ? nil : waiters.removeFirst()
         }
-        waiter?.resume()
+        waiter?.continuation.resume(returning: true)
     }
 
     /// Runs `body` with a pooled connection.
@@ -98,8 +119,13 @@ final class PostgresConnectionPool: @unchecked Sendable {
             let result = try await body(connection)
             checkin(connection)
             return result
-        } catch {
+        } catch let error as ImportError {
+            // Refused input: the transaction rolled back cleanly, the connection is fine.
             checkin(connection)
+            throw error
+        } catch {
+            // Anything else may have left it mid-transaction or mid-stream: never reuse it.
+            await discard(connection)
             throw PostgresStore.mapped(error)
         }
     }

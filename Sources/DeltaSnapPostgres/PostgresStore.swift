@@ -158,8 +158,10 @@ public final class PostgresStore: @unchecked Sendable {
             case .server:
                 let state = error.serverInfo?[.sqlState] ?? ""
                 // 08: connection exception, 57: operator intervention (shutdown, restart),
-                // 53: insufficient resources (too many connections).
-                if state.hasPrefix("08") || state.hasPrefix("57") || state.hasPrefix("53") {
+                // 53: insufficient resources (too many connections); 40001/40P01: a read
+                // cancelled by a replica's replay, a deadlock; 25006: a write that reached a
+                // standby (a failover in progress). All pass; the client retries.
+                if state.hasPrefix("08") || state.hasPrefix("57") || state.hasPrefix("53") || ["40001", "40P01", "25006"].contains(state) {
                     return PostgresStoreError.unreachable("the database", PostgresStoreError.reason(error))
                 }
                 return PostgresStoreError.database(PostgresStoreError.reason(error))

@@ -89,15 +89,42 @@ extension DeltaSnapService {
             metrics.countBytes(cached.body.readableBytes, for: .delta)
             return Response(status: .ok, headers: bodyHeaders(for: cached.head, gzip: gzip), body: .init(byteBuffer: cached.body))
         }
-        if let entry = try await smallDelta(name: name, sinceVersion: sinceVersion, base: base, gzip: gzip) {
-            if let target { try requireCurrent(target, head: entry.head) }
-            // Cached under the head it was read at: a later head is another key.
-            deltas.store(entry, for: DeltaCache.Key(collection: name, base: base, headVersion: entry.head.version, gzip: gzip))
-            metrics.countOutcome(.delta, since: start)
-            metrics.countBytes(entry.body.readableBytes, for: .delta)
-            return Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: gzip), body: .init(byteBuffer: entry.body))
+        do {
+            if let entry = try await smallDelta(name: name, sinceVersion: sinceVersion, base: base, gzip: gzip) {
+                if let target { try requireCurrent(target, head: entry.head) }
+                // Cached under the head it was read at: a later head is another key.
+                deltas.store(entry, for: DeltaCache.Key(collection: name, base: base, headVersion: entry.head.version, gzip: gzip))
+                metrics.countOutcome(.delta, since: start)
+                metrics.countBytes(entry.body.readableBytes, for: .delta)
+                return Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: gzip), body: .init(byteBuffer: entry.body))
+            }
+            return try await streamed(name: name, sinceVersion: sinceVersion, base: base, gzip: gzip, outcome: .delta, since: start, target: target)
+        } catch let unavailable as DeltaUnavailable {
+            // The read transaction saw another state than the heads in memory did.
+            if let target { try requireCurrent(target, head: unavailable.head) }
+            switch unavailable {
+            case .clientIsAhead:
+                // A replica behind the client: it keeps its newer state (never an older one).
+                metrics.countOutcome(.notModified, since: start)
+                return Response(status: .notModified, headers: ServedHead(head: unavailable.head).validatorHeaders)
+            case .belowFloor(let head):
+                // Compacted (or a new epoch) since the decision: tombstones the client needs are gone.
+                return try await fullResponse(head: head, gzip: gzip, since: start)
+            }
         }
-        return try await streamed(name: name, sinceVersion: sinceVersion, base: base, gzip: gzip, outcome: .delta, since: start, target: target)
+    }
+
+    /// Why a delta decided from the heads in memory cannot be served from the state the read
+    /// transaction sees (another instance compacted, or a replica lags behind the client).
+    enum DeltaUnavailable: Error {
+        case clientIsAhead(CollectionHead)
+        case belowFloor(CollectionHead)
+
+        var head: CollectionHead {
+            switch self {
+            case .clientIsAhead(let head), .belowFloor(let head): head
+            }
+        }
     }
 
     /// A delta read and encoded in full when it is small (at most 1,000 records), so it can be
@@ -124,6 +151,12 @@ extension DeltaSnapService {
     private func openBody(name: String, sinceVersion: UInt64?, base: String?, gzipLevel: Int32?) async throws -> BodyStreamer {
         let source = try await backend.openRecords(in: name, after: sinceVersion)
         do {
+            if let sinceVersion, let base {
+                let head = source.head
+                if ServerToken(base)?.epoch != head.epoch || sinceVersion < head.floor { throw DeltaUnavailable.belowFloor(head) }
+                // Equal is an empty delta (exact for a cacheable URL); ahead would go backwards.
+                if sinceVersion > head.version { throw DeltaUnavailable.clientIsAhead(head) }
+            }
             let streamer = try BodyStreamer(source: source, base: sinceVersion == nil ? nil : base, gzipLevel: gzipLevel)
             heads.update(streamer.head)
             return streamer

@@ -47,11 +47,12 @@ final class HeadCache: @unchecked Sendable {
         lock.withLock { heads.values.sorted { $0.head.name.utf8Precedes($1.head.name) } }
     }
 
-    /// Installs a fresh read of every head. A head never moves backwards within its epoch:
-    /// the fresh read may come from a replica behind a head this server already answered.
+    /// Installs a fresh read of every head. A head never moves backwards within its epoch,
+    /// and a collection the read lacks is kept (collections are never deleted): the read may
+    /// come from a replica behind a head this server already answered.
     func replace(with fresh: [CollectionHead]) {
         lock.withLock {
-            var next: [String: ServedHead] = [:]
+            var next = heads
             for head in fresh {
                 if let current = heads[head.name], current.head.epoch == head.epoch, current.head.version > head.version
                     || (current.head.version == head.version && current.head.floor >= head.floor)

@@ -51,8 +51,10 @@ final class PostgresBackend: ServerBackend {
         try await answering { try await reader.firstVersion(in: collection, committedAtOrAfter: seconds) }
     }
 
+    /// From the primary: the index's sequence must never go down, whichever instance (and
+    /// replica) a client asks; a target a lagging replica cannot serve yet is a retryable 404.
     func publishedState(including included: @escaping @Sendable (String) -> Bool) async throws -> (sequence: UInt64, entries: [SignedIndex.Entry]) {
-        try await answering { try await reader.publishedState(including: included) }
+        try await answering { try await primary.publishedState(including: included) }
     }
 
     func write(_ records: [Record], to collection: String) async throws -> WriteResult {

@@ -20,12 +20,17 @@ struct ExportCommand: AsyncParsableCommand {
         try await reportingErrors {
             if PostgresURL.matches(db) {
                 let store = try await PostgresStore.connect(db)
-                defer { Task { await store.close() } }
-                guard try await store.head(of: collection) != nil else { throw StoreError.unknownCollection(collection) }
-                let output = StandardOutput()
-                var writer = NDJSONWriter { output.write($0) }
-                try await store.forEachVisibleRecord(in: collection) { try writer.append(line: $0) }
-                try writer.flush()
+                do {
+                    guard try await store.head(of: collection) != nil else { throw StoreError.unknownCollection(collection) }
+                    let output = StandardOutput()
+                    var writer = NDJSONWriter { output.write($0) }
+                    try await store.forEachVisibleRecord(in: collection) { try writer.append(line: $0) }
+                    try writer.flush()
+                } catch {
+                    await store.close()
+                    throw error
+                }
+                await store.close()
                 return
             }
             let store = try Store(path: db, readOnly: true)

@@ -7,6 +7,16 @@ PIDS=()
 
 say() { printf '== %s\n' "$*" >&2; }
 
+# Peak and current resident memory of a process, in MB.
+vmhwm_mb() { awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+vmrss_mb() { awk '/VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+
+# The ETag a URL answers with (extra curl arguments after the URL).
+etag_of() {
+    local url="$1"; shift
+    curl -s -o /dev/null -D - "$@" "$url" | tr -d '\r' | awk -F': ' 'tolower($1) == "etag" { print $2 }'
+}
+
 # Installs the Debian packages whose commands are missing.
 need() {
     local missing=()

@@ -49,13 +49,7 @@ stop_pid() {
     wait "$pid" 2>/dev/null || true
 }
 
-vmhwm_mb() { awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
-vmrss_mb() { awk '/VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 
-etag_of() { # URL [extra curl args...]
-    local url="$1"; shift
-    curl -s -o /dev/null -D - "$@" "$url" | tr -d '\r' | awk -F': ' 'tolower($1) == "etag" { print $2 }'
-}
 
 if ((RUN_MEMORY)); then
     SKIP_BUILD=1 "$ROOT/Benchmarks/bench-memory.sh"

@@ -18,7 +18,6 @@ done
 build_release
 make_workspace bench-memory
 
-vmhwm_mb() { awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 maxrss_mb() { awk -F': ' '/Maximum resident set size/ { printf "%.1f", $2 / 1024 }' "$1"; }
 elapsed_of() { awk -F': ' '/Elapsed \(wall clock\)/ { print $2 }' "$1"; }
 secs() { awk -v t="$1" 'BEGIN { n = split(t, p, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + p[i]; print s }'; }

@@ -25,9 +25,7 @@ build_release
 make_workspace bench-postgres
 trap 'stop_postgres_cluster; cleanup' EXIT
 
-vmhwm_mb() { awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 rate_of() { sed -n 's/.*, \([0-9]*\) records\/s\].*/\1/p' | tail -1; }
-etag_of() { curl -s -o /dev/null -D - "$@" | tr -d '\r' | awk -F': ' 'tolower($1) == "etag" { print $2 }'; }
 
 # Starts `deltasnap serve --db DB` on a free port; sets SERVE_PORT and SERVE_PID.
 start_serve() { # NAME DB

@@ -230,14 +230,9 @@ extension PostgresStore {
     /// Compacts `collection` as far as `policy` allows; nil when the floor would not rise.
     public func compact(_ collection: String, policy: CompactionPolicy, now: Int64 = Int64(Date().timeIntervalSince1970)) async throws -> CompactionResult? {
         guard let head = try await head(of: collection) else { throw PostgresStoreError.unknownCollection(collection) }
-        let target: UInt64
-        switch policy {
-        case .keepVersions(let kept):
-            target = head.version > kept ? head.version - kept : 0
-        case .olderThan(let seconds):
-            let firstKept = try await firstVersion(in: collection, committedAtOrAfter: now - seconds)
-            target = (firstKept ?? head.version + 1) - 1
-        }
+        var firstKept: UInt64?
+        if let since = policy.keptSince(now: now) { firstKept = try await firstVersion(in: collection, committedAtOrAfter: since) }
+        let target = policy.floor(for: head, firstVersionKept: firstKept)
         guard target > head.floor else { return nil }
         let removed = try await compact(collection, throughVersion: target)
         return CompactionResult(collection: collection, previousFloor: head.floor, floor: target, tombstonesRemoved: removed)

@@ -252,9 +252,7 @@ public final class PostgresStore: @unchecked Sendable {
                 var entries: [SignedIndex.Entry] = []
                 for head in try await Self.heads(on: connection, name: nil, logger: logger) where included(head.name) {
                     guard let digest = try await Self.digest(of: head.name, on: connection, logger: logger) else { continue }
-                    entries.append(SignedIndex.Entry(
-                        collection: head.name, token: head.token.description, version: head.version, count: head.count,
-                        floor: head.floor, digest: digest.fingerprint, lastModified: head.lastModified))
+                    entries.append(SignedIndex.Entry(head: head, digest: digest))
                 }
                 let sequence = try await Self.publicationSequence(on: connection, logger: logger)
                 try await connection.query("COMMIT", logger: logger)

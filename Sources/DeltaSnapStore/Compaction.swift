@@ -14,6 +14,23 @@ public enum CompactionPolicy: Sendable, Equatable {
     case olderThan(seconds: Int64)
 }
 
+extension CompactionPolicy {
+    /// For `.olderThan`, the commit time from which versions are kept (their first version is
+    /// what ``floor(for:firstVersionKept:)`` needs); nil for `.keepVersions`.
+    public func keptSince(now: Int64) -> Int64? {
+        if case .olderThan(let seconds) = self { return now - seconds }
+        return nil
+    }
+
+    /// The floor this policy allows for a collection at `head` (whichever store holds it).
+    public func floor(for head: CollectionHead, firstVersionKept: UInt64?) -> UInt64 {
+        switch self {
+        case .keepVersions(let kept): head.version > kept ? head.version - kept : 0
+        case .olderThan: (firstVersionKept ?? head.version + 1) - 1
+        }
+    }
+}
+
 /// What one compaction did.
 public struct CompactionResult: Sendable, Equatable {
     public var collection: String
@@ -33,14 +50,8 @@ extension Store {
     /// Compacts `collection` as far as `policy` allows; nil when the floor would not rise.
     public func compact(_ collection: String, policy: CompactionPolicy, now: Int64 = Int64(Date().timeIntervalSince1970)) throws -> CompactionResult? {
         guard let head = try head(of: collection) else { throw StoreError.unknownCollection(collection) }
-        let target: UInt64
-        switch policy {
-        case .keepVersions(let kept):
-            target = head.version > kept ? head.version - kept : 0
-        case .olderThan(let seconds):
-            let firstKept = try read { try $0.firstVersion(in: collection, committedAtOrAfter: now - seconds) }
-            target = (firstKept ?? head.version + 1) - 1
-        }
+        let firstKept = try policy.keptSince(now: now).flatMap { since in try read { try $0.firstVersion(in: collection, committedAtOrAfter: since) } }
+        let target = policy.floor(for: head, firstVersionKept: firstKept)
         guard target > head.floor else { return nil }
         let removed = try compact(collection, throughVersion: target)
         return CompactionResult(collection: collection, previousFloor: head.floor, floor: target, tombstonesRemoved: removed)

@@ -11,11 +11,18 @@ extension StoreReader {
     public func publishedState(including included: (String) -> Bool = { _ in true }) throws -> (sequence: UInt64, entries: [SignedIndex.Entry]) {
         var entries: [SignedIndex.Entry] = []
         for head in try collections() where included(head.name) {
-            let digest = try digest(of: head.name) ?? recomputedDigest(of: head.name)
-            entries.append(SignedIndex.Entry(
-                collection: head.name, token: head.token.description, version: head.version, count: head.count,
-                floor: head.floor, digest: digest.fingerprint, lastModified: head.lastModified))
+            entries.append(SignedIndex.Entry(head: head, digest: try digest(of: head.name) ?? recomputedDigest(of: head.name)))
         }
         return (try publicationSequence(), entries)
+    }
+}
+
+extension SignedIndex.Entry {
+    /// What the index states about a collection at `head` whose state digest is `digest`
+    /// (the same entry from either store).
+    public init(head: CollectionHead, digest: StateDigest) {
+        self.init(
+            collection: head.name, token: head.token.description, version: head.version, count: head.count,
+            floor: head.floor, digest: digest.fingerprint, lastModified: head.lastModified)
     }
 }

@@ -65,9 +65,9 @@ import Testing
     @Test(arguments: TestBackend.allCases)
     func replaceHidesRecordsAbsentFromTheInput(_ backend: TestBackend) async throws {
         try await withDatabase(backend) { database in
-            try await database.importText(Fixtures.ndjson(0..<5_000), collection: "c")
+            try await database.importText(Fixtures.ndjson(0..<25_000), collection: "c")
             let replaced = try await database.importText(Fixtures.ndjson(10..<20), collection: "c", replace: true)
-            #expect(replaced.hidden == 4_990 && replaced.upserted == 0 && replaced.unchanged == 10 && replaced.head?.count == 10)
+            #expect(replaced.hidden == 24_990 && replaced.upserted == 0 && replaced.unchanged == 10 && replaced.head?.count == 10)
             #expect(try await database.export("c") == Fixtures.ndjson(10..<20))
             #expect(try await recomputed(database, "c").0 == database.head(of: "c")?.checksum)
             // A replace with no record at all is refused: it would hide everything.

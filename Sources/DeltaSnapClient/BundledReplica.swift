@@ -22,6 +22,8 @@ public enum BundledReplica {
         public var checksum: StateChecksum
         /// Count and checksum recomputed from every record equal the stored ones.
         public var verified: Bool
+        /// The collection URL a replica that has synced is bound to (nil for a fresh bundle).
+        public var server: String? = nil
     }
 
     /// Why a bundled replica cannot be used.
@@ -88,7 +90,7 @@ public enum BundledReplica {
         guard state.hasData, let token = state.token else { throw Unusable(path: path, reason: "holds no data") }
         return Summary(
             collection: collection, token: token, lastModified: state.lastModified, count: state.count,
-            checksum: state.checksum, verified: false)
+            checksum: state.checksum, verified: false, server: state.server)
     }
 
     static let collectionKey = "collection"

@@ -12,11 +12,17 @@ extension DeltaSnapReplica {
     /// batch; `404`/`410` settle its deletes (what they deleted is gone) and keep the rest;
     /// another `4xx` with the server's JSON refusal refuses the batch's writes, one without
     /// it (a proxy's page) keeps them.
-    func pushPending(now: Date, ignoringBackoff: Bool) async -> PushReport {
+    func pushPending(now: Date, waits: WaitPolicy) async -> PushReport {
         var report = PushReport()
         guard let queued = try? storage.pendingCount(acknowledged: false), queued > 0 else { return report }
-        if !ignoringBackoff, let pushNotBefore, now < pushNotBefore {
-            report.failure = "push deferred by backoff until \(pushNotBefore)"
+        let waitingUntil: Date? = switch waits {
+        case .none: nil
+        case .serverRequested: state.serverNotBefore
+        case .all: [pushNotBefore, state.serverNotBefore].compactMap { $0 }.max()
+        }
+        if let waitingUntil, now < waitingUntil {
+            report.failure = "deferred until \(HTTPDate.format(Int64(waitingUntil.timeIntervalSince1970.rounded(.up))))"
+            report.failureKind = .unavailable
             report.stillQueued = queued
             return report
         }
@@ -40,7 +46,8 @@ extension DeltaSnapReplica {
                 do {
                     response = try await transport.fetch(SyncRequest(url: pushURL, method: "POST", headers: headers, body: body, timeout: timeout))
                 } catch {
-                    report.failure = "push failed: \(Self.describe(error))"
+                    report.failure = Self.describe(error)
+                    report.failureKind = .unavailable
                     break
                 }
                 report.batches += 1
@@ -50,7 +57,7 @@ extension DeltaSnapReplica {
                 switch response.status {
                 case 200:
                     guard let parsed = PushResponse.parse(answer), parsed.client == client else {
-                        report.failure = "push answer unreadable; the writes stay queued"
+                        report.failure = "the answer is unreadable; the writes stay queued"
                         break pushing
                     }
                     // The server has processed numbers this replica never gave out: its numbers
@@ -75,7 +82,8 @@ extension DeltaSnapReplica {
                     // Split until the write that does not fit (or cannot be read) is alone.
                     batchLimit = max(1, batch.count / 2)
                 case 401, 408, 429, 500...599:
-                    report.failure = "push got status \(response.status)\(error.map { ": \($0.message)" } ?? "")"
+                    report.failure = "status \(response.status)\(error.map { ": \($0.message)" } ?? "")"
+                    if Self.isUnavailable(status: response.status) { report.failureKind = .unavailable }
                     break pushing
                 case 404, 410:
                     // A delete of what is gone did what the user wanted. For the other writes a
@@ -83,7 +91,7 @@ extension DeltaSnapReplica {
                     let deletes = batch.filter { $0.operation == .delete }
                     _ = try settle(deletes, with: deletes.map { MutationResult(seq: $0.seq, status: .applied(version: 0)) }, into: &report)
                     if deletes.count < batch.count {
-                        report.failure = "push got status \(response.status); the writes other than deletes stay queued"
+                        report.failure = "status \(response.status); the writes other than deletes stay queued"
                         break pushing
                     }
                 case 400...499:
@@ -91,19 +99,20 @@ extension DeltaSnapReplica {
                     // (a proxy's HTML page, a setting such as writes_disabled, a broken
                     // transfer) is not the writes' fault, so they stay queued.
                     guard let error, !Self.notTheWritesFault.contains(error.code) else {
-                        report.failure = "push got status \(response.status)\(error.map { ": \($0.message)" } ?? ""); the writes stay queued"
+                        report.failure = "status \(response.status)\(error.map { ": \($0.message)" } ?? ""); the writes stay queued"
                         break pushing
                     }
                     _ = try settle(batch, with: batch.map { MutationResult(seq: $0.seq, status: .refused(error)) }, into: &report)
                 default:
-                    report.failure = "push got unexpected status \(response.status)"
+                    report.failure = "unexpected status \(response.status)"
                     break pushing
                 }
             }
         } catch {
-            report.failure = "push failed locally: \(Self.describe(error))"
+            report.failure = "local error: \(Self.describe(error))"
         }
         report.stillQueued = (try? storage.pendingCount(acknowledged: false)) ?? 0
+        if report.failure != nil && report.failureKind == nil { report.failureKind = .rejected }
         recordPushOutcome(failed: report.failure != nil, serverAsked: serverAsked, now: now)
         return report
     }
@@ -139,6 +148,13 @@ extension DeltaSnapReplica {
     }
 
     private func recordPushOutcome(failed: Bool, serverAsked: Double?, now: Date) {
+        // What the server asked for holds every request after this one, in this run and the
+        // next (a tool started again at once): it is kept with the replica.
+        let serverNotBefore = serverAsked.map { now.addingTimeInterval($0) }
+        if serverNotBefore != nil || state.serverNotBefore != nil {
+            state.serverNotBefore = serverNotBefore
+            try? storage.writeTransaction { try storage.save(state) }
+        }
         if failed {
             consecutivePushFailures += 1
             let delay = retryPolicy.delay(afterFailures: consecutivePushFailures, serverAsked: serverAsked, random: Double.random(in: 0..<1))

@@ -13,17 +13,16 @@ extension DeltaSnapReplica {
     /// `…/v1/index`, next to `…/v1/collections/{name}`.
     var indexURL: URL { url.deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("index") }
 
-    func deltaURL(from base: String, to target: String) -> URL {
-        url.appendingPathComponent("deltas").appendingPathComponent(base).appendingPathComponent(target)
-    }
+    func deltaURL(from base: String, to target: String) -> URL { url.appendingSegments("deltas", base, target) }
 
-    func snapshotURL(_ token: String) -> URL { url.appendingPathComponent("snapshots").appendingPathComponent(token) }
+    func snapshotURL(_ token: String) -> URL { url.appendingSegments("snapshots", token) }
 
     func signedSync(now: Date, droppingAcknowledgedThrough settled: UInt64?) async -> SyncOutcome {
         var entry: SignedIndex.Entry
         switch await verifiedEntry(now: now, revalidating: false) {
         case .success(let verified): entry = verified
-        case .failure(let failure): return recordFailure(failure.reason, retryable: true, serverAsked: failure.serverAsked, now: now)
+        case .failure(let failure):
+            return recordFailure(failure.reason, retryable: true, serverAsked: failure.serverAsked, now: now, unavailable: failure.unavailable)
         }
         if let token = state.token, token == entry.token, heldDigestFingerprint() == entry.digest {
             return recordSuccess(.notModified, etag: nil, lastModified: nil, serverAsked: nil, now: now, droppingAcknowledgedThrough: settled)
@@ -36,17 +35,20 @@ extension DeltaSnapReplica {
                 response.bodyFile.map { try? FileManager.default.removeItem(at: $0) }
                 switch await verifiedEntry(now: now, revalidating: true) {
                 case .success(let fresher): entry = fresher
-                case .failure(let failure): return recordFailure(failure.reason, retryable: true, serverAsked: failure.serverAsked, now: now)
+                case .failure(let failure):
+                    return recordFailure(failure.reason, retryable: true, serverAsked: failure.serverAsked, now: now, unavailable: failure.unavailable)
                 }
                 response = try await fetchSignedBody(for: entry)
             }
         } catch {
-            return recordFailure("request failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now)
+            return recordFailure("request failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now, unavailable: true)
         }
         defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
         let serverAsked = RetryPolicy.serverDelay(retryAfter: response.header("Retry-After"), backoff: response.header("Backoff"), now: now)
         guard response.status == 200 else {
-            return recordFailure("\(response.status) for the signed state \(entry.token)", retryable: true, serverAsked: serverAsked, now: now)
+            return recordFailure(
+                "\(response.status) for the signed state \(entry.token)", retryable: true, serverAsked: serverAsked, now: now,
+                unavailable: Self.isUnavailable(status: response.status))
         }
         do {
             let result = try apply(response, droppingAcknowledgedThrough: settled, expected: entry)
@@ -62,11 +64,13 @@ extension DeltaSnapReplica {
         do {
             response = try await transport.fetch(SyncRequest(url: snapshotURL(entry.token), headers: requestHeaders(), timeout: timeout))
         } catch {
-            return recordFailure("\(reason); full fetch failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now)
+            return recordFailure("\(reason); full fetch failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now, unavailable: true)
         }
         defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
         guard response.status == 200 else {
-            return recordFailure("\(reason); full fetch got status \(response.status)", retryable: true, serverAsked: nil, now: now)
+            return recordFailure(
+                "\(reason); full fetch got status \(response.status)", retryable: true, serverAsked: nil, now: now,
+                unavailable: Self.isUnavailable(status: response.status))
         }
         do {
             let result = try apply(response, expectFull: true, droppingAcknowledgedThrough: settled, expected: entry)
@@ -103,6 +107,8 @@ extension DeltaSnapReplica {
     struct IndexFailure: Error {
         var reason: String
         var serverAsked: Double?
+        /// No answer, or `408`/`429`/`5xx` (see ``recordFailure(_:retryable:serverAsked:now:unavailable:)``).
+        var unavailable = false
     }
 
     /// Fetches and verifies the index; on success the held sequence and expiry move up at
@@ -115,22 +121,33 @@ extension DeltaSnapReplica {
         do {
             response = try await transport.fetch(SyncRequest(url: indexURL, headers: headers, timeout: timeout))
         } catch {
-            return .failure(IndexFailure(reason: "index request failed: \(Self.describe(error))"))
+            return .failure(IndexFailure(reason: "index request failed: \(Self.describe(error))", unavailable: true))
         }
         defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
         let serverAsked = RetryPolicy.serverDelay(retryAfter: response.header("Retry-After"), backoff: response.header("Backoff"), now: now)
         guard response.status == 200, let file = response.bodyFile else {
-            return .failure(IndexFailure(reason: "index: unexpected status \(response.status)", serverAsked: serverAsked))
+            return .failure(IndexFailure(
+                reason: "index: unexpected status \(response.status)", serverAsked: serverAsked, unavailable: Self.isUnavailable(status: response.status)))
         }
         do {
             let index = try SignedIndex.parse(try Self.readSmallBody(file))
             try index.verify(trusting: trustedKeys, now: Int64(now.timeIntervalSince1970), heldSequence: state.indexSequence)
             guard let entry = index.entry(for: collection) else { throw TrustError.collectionNotListed(collection) }
-            state.indexSequence = index.sequence
-            state.indexExpires = Date(timeIntervalSince1970: TimeInterval(index.expires))
+            state.acceptIndex(sequence: index.sequence, expires: Date(timeIntervalSince1970: TimeInterval(index.expires)))
             return .success(entry)
         } catch {
             return .failure(IndexFailure(reason: "index refused: \(Self.describe(error))", serverAsked: serverAsked))
         }
+    }
+}
+
+extension URL {
+    /// This URL with `segments` appended, each percent-encoded as one path segment: tokens
+    /// are opaque and may hold any character (docs/PROTOCOL.md §8.3).
+    func appendingSegments(_ segments: String...) -> URL {
+        var text = absoluteString
+        while text.hasSuffix("/") { text.removeLast() }
+        for segment in segments { text += "/" + segment.percentEncodedPathSegment }
+        return URL(string: text) ?? self
     }
 }

@@ -45,20 +45,29 @@ public actor DeltaSnapReplica {
     let storage: ReplicaStorage
     var state: ReplicaState
     private var continuations: [UUID: AsyncStream<SyncOutcome>.Continuation] = [:]
-    private var runningSync: (task: Task<SyncOutcome, Never>, pushing: Bool, ignoringBackoff: Bool)?
-    /// No push before this time after a failed one (in memory: a restarted app retries at once).
+    private var runningSync: (task: Task<SyncOutcome, Never>, pushing: Bool, waits: WaitPolicy)?
+    /// No push before this time after a failed one (in memory: a restarted app retries at
+    /// once, unless the server asked it to wait: that is ``ReplicaState/serverNotBefore``).
     var pushNotBefore: Date?
     var consecutivePushFailures = 0
+    /// Why the last sync failed (nil when it did not): whether trying later can help.
+    public internal(set) var lastFailureKind: SyncFailureKind?
 
     /// Opens (or creates) the replica at `path`. When it holds no data yet and
     /// `bundledSnapshot` is given, the bundle is used first: a gzip `.snapshot` is loaded
     /// and verified (a corrupt one throws and leaves the replica empty); a `.replica` (from
     /// `deltasnap bake --replica`) is read in place until the first write copies it to
     /// `path`, so a first start costs the same for a thousand records or a million.
+    ///
+    /// A replica remembers the collection and the collection URL of its first sync and
+    /// refuses to open for another (``ReplicaBindingError``): its queued writes belong to that
+    /// server's collection. When the app's server really moved (a new host for the same
+    /// data), pass `acceptingServerChange: true` once.
     public init(
         path: String, collection: String, url: URL, bundledSnapshot: String? = nil,
         transport: any SyncTransport = URLSessionTransport(), retryPolicy: RetryPolicy = RetryPolicy(),
-        timeout: Duration = .seconds(30), accessToken: String? = nil, pushBatchSize: Int = 500, trustedKeys: [TrustedKey] = []
+        timeout: Duration = .seconds(30), accessToken: String? = nil, pushBatchSize: Int = 500, trustedKeys: [TrustedKey] = [],
+        acceptingServerChange: Bool = false
     ) throws {
         try CollectionName.validate(collection)
         self.trustedKeys = trustedKeys
@@ -78,6 +87,7 @@ public actor DeltaSnapReplica {
         }
         storage = try ReplicaStorage(path: path)
         state = try storage.loadState()
+        try ReplicaBindingError.check(state, path: path, collection: collection, url: url, acceptingServerChange: acceptingServerChange)
         if !state.hasData, let bundledSnapshot {
             if bundledReplica {
                 _ = try Self.checkBundledReplica(bundledSnapshot, storage: try ReplicaStorage(borrowing: bundledSnapshot, copyingTo: path), collection: collection)
@@ -206,35 +216,69 @@ public actor DeltaSnapReplica {
     /// accepted and refused. A sync called while another runs waits for that one.
     @discardableResult
     public func sync(now: Date = Date(), ignoringBackoff: Bool = false) async -> SyncOutcome {
-        await run(now: now, ignoringBackoff: ignoringBackoff, pushing: true)
+        await run(now: now, waits: ignoringBackoff ? .none : .all, pushing: true)
+    }
+
+    /// Like ``sync(now:ignoringBackoff:)``, respecting exactly the waits `waits` names: a
+    /// command a person runs again after a network error uses ``WaitPolicy/serverRequested``
+    /// (retry now, but not before the server said).
+    @discardableResult
+    public func sync(now: Date = Date(), waits: WaitPolicy) async -> SyncOutcome {
+        await run(now: now, waits: waits, pushing: true)
     }
 
     /// Like ``sync(now:ignoringBackoff:)`` without the push: queued writes stay queued (and
     /// visible), for a tool that only reads, or a moment with no right to write.
     @discardableResult
     public func pull(now: Date = Date(), ignoringBackoff: Bool = false) async -> SyncOutcome {
-        await run(now: now, ignoringBackoff: ignoringBackoff, pushing: false)
+        await run(now: now, waits: ignoringBackoff ? .none : .all, pushing: false)
     }
 
-    private func run(now: Date, ignoringBackoff: Bool, pushing: Bool) async -> SyncOutcome {
+    /// Like ``pull(now:ignoringBackoff:)``, respecting exactly the waits `waits` names.
+    @discardableResult
+    public func pull(now: Date = Date(), waits: WaitPolicy) async -> SyncOutcome {
+        await run(now: now, waits: waits, pushing: false)
+    }
+
+    private func run(now: Date, waits: WaitPolicy, pushing: Bool) async -> SyncOutcome {
         // One sync at a time. A request the running one covers (it pushes if this one would,
-        // and ignores backoff if this one does) shares its outcome; a stronger one runs after.
+        // and respects no more waits than this one) shares its outcome; a stronger one runs after.
         while let running = runningSync {
             let outcome = await running.task.value
-            if (running.pushing || !pushing) && (running.ignoringBackoff || !ignoringBackoff) { return outcome }
+            if (running.pushing || !pushing) && running.waits <= waits { return outcome }
         }
-        let task = Task { await self.pushThenPull(now: now, ignoringBackoff: ignoringBackoff, pushing: pushing) }
-        runningSync = (task, pushing, ignoringBackoff)
+        let task = Task { await self.pushThenPull(now: now, waits: waits, pushing: pushing) }
+        runningSync = (task, pushing, waits)
         let outcome = await task.value
         runningSync = nil
         for continuation in continuations.values { continuation.yield(outcome) }
         return outcome
     }
 
-    private func pushThenPull(now: Date, ignoringBackoff: Bool, pushing: Bool) async -> SyncOutcome {
+    /// The time before which `waits` allows no request, if it is still ahead of `now`.
+    private func waitingUntil(_ now: Date, _ waits: WaitPolicy) -> Date? {
+        let until: Date? = switch waits {
+        case .none: nil
+        case .serverRequested: state.serverNotBefore
+        case .all: [state.notBefore, state.serverNotBefore].compactMap { $0 }.max()
+        }
+        guard let until, now < until else { return nil }
+        return until
+    }
+
+    private func pushThenPull(now: Date, waits: WaitPolicy, pushing: Bool) async -> SyncOutcome {
         lastSyncBytesReceived = 0
-        if !ignoringBackoff, let notBefore = state.notBefore, now < notBefore { return .deferred(until: notBefore) }
-        lastPushReport = pushing ? await pushPending(now: now, ignoringBackoff: ignoringBackoff) : PushReport()
+        if let until = waitingUntil(now, waits) {
+            lastPushReport = PushReport()
+            lastFailureKind = .unavailable
+            return .deferred(until: until)
+        }
+        lastPushReport = pushing ? await pushPending(now: now, waits: waits) : PushReport()
+        // A push answer that asked for a wait (`Retry-After`, `Backoff`) holds the pull too.
+        if let until = waitingUntil(now, waits == .none ? .none : .serverRequested) {
+            lastFailureKind = .unavailable
+            return .deferred(until: until)
+        }
         // Writes accepted so far are in the state the pull will bring: they leave the queue
         // in the pull's own transaction (never before, so they never flicker out of view).
         let settled = try? storage.lastAcknowledgedSeq()
@@ -259,7 +303,7 @@ public actor DeltaSnapReplica {
         do {
             first = try await transport.fetch(SyncRequest(url: url, headers: headers, timeout: timeout))
         } catch {
-            return recordFailure("request failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now)
+            return recordFailure("request failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now, unavailable: true)
         }
         defer { first.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
         let serverAsked = RetryPolicy.serverDelay(retryAfter: first.header("Retry-After"), backoff: first.header("Backoff"), now: now)
@@ -278,9 +322,11 @@ public actor DeltaSnapReplica {
                 return await resetWithFullFetch(reason: Self.describe(error), now: now, droppingAcknowledgedThrough: settled)
             }
         case 500...599:
-            return recordFailure("server error \(first.status)", retryable: true, serverAsked: serverAsked, now: now)
+            return recordFailure("server error \(first.status)", retryable: true, serverAsked: serverAsked, now: now, unavailable: true)
         default:
-            return recordFailure("unexpected status \(first.status)", retryable: first.status == 429 || first.status == 408, serverAsked: serverAsked, now: now)
+            return recordFailure(
+                "unexpected status \(first.status)", retryable: first.status == 429 || first.status == 408, serverAsked: serverAsked, now: now,
+                unavailable: Self.isUnavailable(status: first.status))
         }
     }
 
@@ -289,12 +335,14 @@ public actor DeltaSnapReplica {
         do {
             response = try await transport.fetch(SyncRequest(url: url, headers: requestHeaders(), timeout: timeout))
         } catch {
-            return recordFailure("\(reason); full fetch failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now)
+            return recordFailure("\(reason); full fetch failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now, unavailable: true)
         }
         defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
         let serverAsked = RetryPolicy.serverDelay(retryAfter: response.header("Retry-After"), backoff: response.header("Backoff"), now: now)
         guard response.status == 200 else {
-            return recordFailure("\(reason); full fetch got status \(response.status)", retryable: response.status >= 500, serverAsked: serverAsked, now: now)
+            return recordFailure(
+                "\(reason); full fetch got status \(response.status)", retryable: response.status >= 500, serverAsked: serverAsked, now: now,
+                unavailable: Self.isUnavailable(status: response.status))
         }
         do {
             let result = try apply(response, expectFull: true, droppingAcknowledgedThrough: settled)
@@ -333,7 +381,12 @@ public actor DeltaSnapReplica {
     func recordSuccess(
         _ outcome: SyncOutcome, etag: String?, lastModified: String?, serverAsked: Double?, now: Date, droppingAcknowledgedThrough settled: UInt64? = nil
     ) -> SyncOutcome {
+        lastFailureKind = nil
         var next = state
+        // Bound at the first successful sync (a mistyped URL that failed binds nothing).
+        next.collection = collection
+        next.server = url.absoluteString
+        next.serverNotBefore = serverAsked.map { now.addingTimeInterval($0) }
         // A 304 may carry fresh validators; store them exactly as received.
         if let etag { next.etag = etag }
         if let lastModified { next.lastModified = lastModified }
@@ -346,8 +399,12 @@ public actor DeltaSnapReplica {
         return outcome
     }
 
-    func recordFailure(_ reason: String, retryable: Bool, serverAsked: Double?, now: Date) -> SyncOutcome {
+    /// Records a failed sync. `unavailable`: the server could not be reached or asked to be
+    /// left alone (no answer, `408`, `429`, `5xx`): trying later is all a caller can do.
+    func recordFailure(_ reason: String, retryable: Bool, serverAsked: Double?, now: Date, unavailable: Bool = false) -> SyncOutcome {
+        lastFailureKind = unavailable ? .unavailable : .rejected
         var next = state
+        next.serverNotBefore = serverAsked.map { now.addingTimeInterval($0) } ?? next.serverNotBefore
         next.lastError = reason
         next.failingSince = next.failingSince ?? now
         next.consecutiveFailures += 1
@@ -368,6 +425,9 @@ public actor DeltaSnapReplica {
         }
         state = next
     }
+
+    /// `408`, `429` and `5xx`: the server is there but cannot answer now.
+    static func isUnavailable(status: Int) -> Bool { status == 408 || status == 429 || status >= 500 }
 
     static func describe(_ error: any Error) -> String {
         // URLSession's errors print as nested NSError dumps; their own sentence is enough.

@@ -68,6 +68,11 @@ public actor DeltaSnapReplicaSet {
     /// answer `.notModified` without a request. When the index cannot be had, every
     /// collection is pulled on its own (each still verified).
     public func pull(now: Date = Date(), ignoringBackoff: Bool = false) async -> [String: SyncOutcome] {
+        await pull(now: now, waits: ignoringBackoff ? .none : .all)
+    }
+
+    /// Like ``pull(now:ignoringBackoff:)``, each replica respecting exactly the waits `waits` names.
+    public func pull(now: Date = Date(), waits: WaitPolicy) async -> [String: SyncOutcome] {
         let tokens = await publishedTokens()
         var outcomes: [String: SyncOutcome] = [:]
         for name in collections {
@@ -76,7 +81,7 @@ public actor DeltaSnapReplicaSet {
                 outcomes[name] = .notModified
                 continue
             }
-            outcomes[name] = await replica.pull(now: now, ignoringBackoff: ignoringBackoff)
+            outcomes[name] = await replica.pull(now: now, waits: waits)
         }
         return outcomes
     }

@@ -40,6 +40,9 @@ public struct PushReport: Sendable, Equatable {
     public var batches: Int = 0
     /// Why pushing stopped early (the writes stay queued and are retried), or nil.
     public var failure: String?
+    /// With ``failure``: whether the server was out of reach or asked to wait (try later),
+    /// or refused the request.
+    public var failureKind: SyncFailureKind?
     /// Writes still waiting to be pushed after this step.
     public var stillQueued: Int = 0
 

@@ -132,7 +132,8 @@ final class ReplicaStorage {
             failingSince: date("failingSince"), consecutiveFailures: values["consecutiveFailures"].flatMap(Int.init) ?? 0,
             notBefore: date("notBefore"),
             digest: values["digest"].flatMap { Data(base64Encoded: $0) }.flatMap { StateDigest(bytes: $0) },
-            indexSequence: values["indexSequence"].flatMap { UInt64($0) }, indexExpires: date("indexExpires"))
+            indexSequence: values["indexSequence"].flatMap { UInt64($0) }, indexExpires: date("indexExpires"),
+            serverNotBefore: date("serverNotBefore"), collection: values["collection"], server: values["server"])
     }
 
     /// Writes `state` (inside the caller's transaction when there is one).
@@ -146,10 +147,13 @@ final class ReplicaStorage {
             "notBefore": text(state.notBefore),
             "digest": state.digest.map { Data($0.bytes).base64EncodedString() },
             "indexSequence": state.indexSequence.map { String($0) }, "indexExpires": text(state.indexExpires),
+            "serverNotBefore": text(state.serverNotBefore),
         ]
+        // The binding is only ever set, never cleared (a bundled replica's `collection` too).
+        let binding: [String: String?] = ["collection": state.collection, "server": state.server]
         let upsert = try db.prepare("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
         let delete = try db.prepare("DELETE FROM state WHERE key = ?")
-        for (key, value) in values {
+        for (key, value) in values.merging(binding.filter { $0.value != nil }, uniquingKeysWith: { $1 }) {
             if let value {
                 try upsert.bind(1, key)
                 try upsert.bind(2, value)

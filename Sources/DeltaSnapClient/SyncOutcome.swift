@@ -27,3 +27,28 @@ public enum SyncOutcome: Sendable, Equatable {
         }
     }
 }
+
+/// Why a sync failed, for a caller deciding what to do next (the CLI's exit code).
+public enum SyncFailureKind: Sendable, Equatable {
+    /// Try later: no answer (network, timeout), `408`, `429` or `5xx`, or a wait the server
+    /// asked for (`Retry-After`, `Backoff`) is still running.
+    case unavailable
+    /// The answer could not be used (another `4xx`, a body or index that does not verify):
+    /// the same request later gives the same answer until something changes.
+    case rejected
+}
+
+/// Which waits a sync respects before it sends a request. Ordered from the fewest to the most.
+public enum WaitPolicy: Int, Sendable, Comparable {
+    /// None: sync now (an operator overriding, `--ignore-backoff`).
+    case none
+    /// Only what the server asked for with `Retry-After` or `Backoff`, kept across restarts:
+    /// a person running a command again retries a network error at once, but never sooner
+    /// than the server said.
+    case serverRequested
+    /// Those and the replica's own exponential backoff after failures (an app syncing in the
+    /// background).
+    case all
+
+    public static func < (lhs: WaitPolicy, rhs: WaitPolicy) -> Bool { lhs.rawValue < rhs.rawValue }
+}

@@ -13,13 +13,15 @@ public struct ServerToken: Hashable, Sendable, CustomStringConvertible {
         self.version = version
     }
 
-    /// Parses a token; `nil` for anything not of this format (a client may send garbage).
+    /// Parses a token; `nil` for anything not of this format (a client may send garbage),
+    /// and for version 0: versions start at 1, so no server ever issued `<epoch>.0`
+    /// (docs/PROTOCOL.md §8.3 answers it `bad_token`; §5.1 a full body).
     public init?(_ text: some StringProtocol) {
         let parts = text.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 2, Self.isEpoch(parts[0]),
               parts[1].utf8.count <= 20, parts[1].utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
               // No leading zeros: a parsed token must print back to the same bytes.
-              parts[1] == "0" || !parts[1].hasPrefix("0"),
+              !parts[1].hasPrefix("0"),
               let version = UInt64(parts[1])
         else { return nil }
         self.epoch = String(parts[0])

@@ -210,11 +210,11 @@ extension PostgresStore {
     @discardableResult
     public func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int {
         try await transaction { connection in
-            var locked: (Int64, Int64)?
+            var locked: (Int64, Int64, Int64)?
             for try await row in try await connection.query(
-                "SELECT cid, head FROM deltasnap_collections WHERE name = \(collection) AND head > 0 FOR UPDATE", logger: logger
-            ).decode((Int64, Int64).self) { locked = row }
-            guard let (cid, head) = locked else { throw PostgresStoreError.unknownCollection(collection) }
+                "SELECT cid, head, floor FROM deltasnap_collections WHERE name = \(collection) AND head > 0 FOR UPDATE", logger: logger
+            ).decode((Int64, Int64, Int64).self) { locked = row }
+            guard let (cid, head, floor) = locked else { throw PostgresStoreError.unknownCollection(collection) }
             let target = min(Int64(clamping: version), head)
             var removed = 0
             for try await count in try await connection.query("""
@@ -222,6 +222,10 @@ extension PostgresStore {
                 SELECT count(*) FROM gone
                 """, logger: logger).decode(Int64.self) { removed = Int(count) }
             try await connection.query("UPDATE deltasnap_collections SET floor = GREATEST(floor, \(target)) WHERE cid = \(cid)", logger: logger)
+            // As on SQLite: a raised floor is published under a new sequence.
+            if target > floor {
+                try await connection.query("UPDATE deltasnap_publication SET sequence = sequence + 1 WHERE id = 1", logger: logger)
+            }
             try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \("\(collection) \(head)"))", logger: logger)
             return removed
         }

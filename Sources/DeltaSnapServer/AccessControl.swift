@@ -49,9 +49,11 @@ public struct AccessClaims: JWTPayload, Equatable {
     public var write: [String]?
     public var read: [String]?
 
+    /// `expires` is rounded down to a whole second: RFC 7519 allows a fractional `exp`, but
+    /// many JWT libraries read only integers.
     public init(subject: String, expires: Date, write: [String], read: [String]) {
         sub = SubjectClaim(value: subject)
-        exp = ExpirationClaim(value: expires)
+        exp = ExpirationClaim(value: Date(timeIntervalSince1970: expires.timeIntervalSince1970.rounded(.down)))
         self.write = write.isEmpty ? nil : write
         self.read = read.isEmpty ? nil : read
     }
@@ -93,7 +95,10 @@ public struct AccessClaims: JWTPayload, Equatable {
     ///     .signed(secret: "dev-secret")
     /// ```
     public func signed(secret: String) async throws -> String {
-        let keys = JWTKeyCollection()
+        // Whole seconds on the wire (`"exp":1795456797`): JWTKit's default writes a Double.
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .integerSecondsSince1970
+        let keys = JWTKeyCollection(defaultJWTSerializer: DefaultJWTSerializer(jsonEncoder: encoder))
         await keys.add(hmac: AccessControl.hmacKey(secret), digestAlgorithm: .sha256)
         return try await keys.sign(self)
     }

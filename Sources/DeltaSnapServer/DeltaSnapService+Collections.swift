@@ -108,7 +108,9 @@ extension DeltaSnapService {
                 metrics.countOutcome(.notModified, since: start)
                 return Response(status: .notModified, headers: ServedHead(head: unavailable.head).validatorHeaders)
             case .belowFloor(let head):
-                // Compacted (or a new epoch) since the decision: tombstones the client needs are gone.
+                // Compacted (or a new epoch) since the decision: tombstones the client needs
+                // are gone. A cacheable delta URL redirects instead (its caller decides).
+                if target != nil { throw unavailable }
                 return try await fullResponse(head: head, gzip: gzip, since: start)
             }
         }

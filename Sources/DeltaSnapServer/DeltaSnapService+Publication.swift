@@ -54,23 +54,43 @@ extension DeltaSnapService {
         let start = ContinuousClock.now
         let name = try context.parameters.require("name")
         let head = try publishedHead(name)
-        let base = try context.parameters.require("base")
-        let target = try context.parameters.require("target")
+        // The rows of docs/PROTOCOL.md §8.3 in their order: tokens that cannot be ours, then
+        // the target (superseded or not known yet), then the base.
+        let base = try Self.token(in: context, "base")
+        let target = try Self.token(in: context, "target")
         guard let baseToken = ServerToken(base) else { throw APIError.badToken(base) }
         try requireCurrent(target, head: head)
         if baseToken.epoch != head.epoch || baseToken.version < head.floor {
-            // Below the floor stays below the floor (it only rises): the redirect is as
-            // permanent as the delta it stands for.
-            return Response(status: .permanentRedirect, headers: [
-                .location: "/v1/collections/\(name)/snapshots/\(target)", .cacheControl: Self.immutable,
-            ])
+            return Self.redirectToSnapshot(name: name, target: target)
         }
         guard baseToken.version <= head.version else {
             throw APIError(.notFound, "unknown_base", "token \(base) is newer than \(target); no delta leads back in time")
         }
         let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
-        return Self.cacheable(try await deltaResponse(
-            name: name, headVersion: head.version, sinceVersion: baseToken.version, base: base, gzip: gzip, since: start, target: target))
+        do {
+            return Self.cacheable(try await deltaResponse(
+                name: name, headVersion: head.version, sinceVersion: baseToken.version, base: base, gzip: gzip, since: start, target: target))
+        } catch DeltaUnavailable.belowFloor {
+            // Compacted by another process since the heads in memory were read: the read
+            // transaction knows the new floor, and a delta URL never answers a full body.
+            return Self.redirectToSnapshot(name: name, target: target)
+        }
+    }
+
+    /// Below the floor stays below the floor (it only rises): the redirect is as permanent as
+    /// the delta it stands for.
+    private static func redirectToSnapshot(name: String, target: String) -> Response {
+        Response(status: .permanentRedirect, headers: [
+            .location: "/v1/collections/\(name)/snapshots/\(target.percentEncodedPathSegment)", .cacheControl: immutable,
+        ])
+    }
+
+    /// A token from a path segment, percent-decoded (docs/PROTOCOL.md §8.3: clients encode
+    /// every byte outside RFC 3986's unreserved characters).
+    private static func token(in context: some RequestContext, _ parameter: String) throws -> String {
+        let raw = try context.parameters.require(parameter)
+        guard let token = raw.removingPercentEncoding else { throw APIError.badToken(raw) }
+        return token
     }
 
     /// `GET /v1/collections/{name}/snapshots/{token}`: the full body of the head `token`,
@@ -79,7 +99,7 @@ extension DeltaSnapService {
         let start = ContinuousClock.now
         let name = try context.parameters.require("name")
         let head = try publishedHead(name)
-        let target = try context.parameters.require("token")
+        let target = try Self.token(in: context, "token")
         try requireCurrent(target, head: head)
         let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
         return Self.cacheable(try await fullResponse(head: head, gzip: gzip, since: start, target: target))

@@ -211,6 +211,9 @@ public final class Store {
             try update.bind(1, target)
             try update.bind(2, collection)
             try update.run()
+            // A raised floor is published (the signed index lists it): a new sequence, so two
+            // indexes with one sequence always state the same thing (docs/PROTOCOL.md §8.1).
+            if target > head.floor { try db.execute("UPDATE publication SET sequence = sequence + 1 WHERE id = 1") }
             return removed
         }
     }

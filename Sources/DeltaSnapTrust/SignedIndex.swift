@@ -54,16 +54,18 @@ public struct SignedIndex: Sendable, Equatable {
     }
 
     /// Never decreases for a publication; a client refuses an index below one it verified.
-    public var sequence: UInt64
+    public var sequence: UInt64 { didSet { parsedIndexValue = nil } }
     /// Seconds since 1970.
-    public var issued: Int64
+    public var issued: Int64 { didSet { parsedIndexValue = nil } }
     /// Seconds since 1970; a client refuses the index after this (plus ``allowedClockSkew``).
-    public var expires: Int64
+    public var expires: Int64 { didSet { parsedIndexValue = nil } }
     /// Sorted by collection name.
     public private(set) var entries: [Entry]
     public private(set) var signatures: [Signature] = []
-    /// Members of the index object this release does not know: signed, kept, ignored.
-    private var unknownMembers: [JSONMember] = []
+    /// The `index` object exactly as parsed (canonical), when this index was read from a
+    /// document: its signatures cover it as it is, members this release does not know
+    /// included, at any depth. Nil for an index built here, or once a field is changed.
+    private var parsedIndexValue: JSONValue?
 
     public init(sequence: UInt64, issued: Int64, expires: Int64, entries: [Entry]) {
         self.sequence = sequence
@@ -74,8 +76,35 @@ public struct SignedIndex: Sendable, Equatable {
 
     public func entry(for collection: String) -> Entry? { entries.first { $0.collection == collection } }
 
+    /// Equal when they sign the same bytes with the same signatures (an index parsed from a
+    /// document equals the one that wrote it).
+    public static func == (lhs: SignedIndex, rhs: SignedIndex) -> Bool {
+        lhs.signedMessage == rhs.signedMessage && lhs.signatures == rhs.signatures
+    }
+
     /// The bytes a signature covers: the domain line, then the canonical index object.
     public var signedMessage: [UInt8] { Self.signingDomain + CanonicalJSON.bytes(indexValue) }
+
+    /// The signed bytes of a served document cut out as docs/PROTOCOL.md §8.1 tells a
+    /// verifier that does not re-serialise: after the fixed prefix `{"index":`, up to the
+    /// **last** `,"signatures":`. The signatures array holds only hex key ids and base64, so
+    /// that occurrence is the separator even when a collection is named `signatures`.
+    /// Nil when the document is not in the layout the server writes.
+    ///
+    /// ```swift
+    /// let signed = SignedIndex.signedBytes(of: document)   // == CanonicalJSON bytes of "index"
+    /// ```
+    public static func signedBytes(of document: [UInt8]) -> ArraySlice<UInt8>? {
+        let prefix = Array(#"{"index":"#.utf8)
+        let separator = Array(#","signatures":"#.utf8)
+        guard document.starts(with: prefix), document.count >= prefix.count + separator.count else { return nil }
+        var start = document.count - separator.count
+        while start >= prefix.count {
+            if document[start..<start + separator.count].elementsEqual(separator) { return document[prefix.count..<start] }
+            start -= 1
+        }
+        return nil
+    }
 
     /// This index signed by every key in `keys` (several during a key rotation).
     public func signed(with keys: [IndexSigningKey]) -> SignedIndex {
@@ -98,6 +127,7 @@ public struct SignedIndex: Sendable, Equatable {
     }
 
     private var indexValue: JSONValue {
+        if let parsedIndexValue { return parsedIndexValue }
         let collections = JSONValue.object(entries.map { entry in
             JSONMember(entry.collection, .object([
                 JSONMember("count", .number(String(entry.count))),
@@ -108,15 +138,13 @@ public struct SignedIndex: Sendable, Equatable {
                 JSONMember("version", .number(String(entry.version))),
             ]))
         })
-        var members = [
+        return .object([
             JSONMember("collections", collections),
             JSONMember("expires", .number(String(expires))),
             JSONMember("format", .number(String(Self.format))),
             JSONMember("issued", .number(String(issued))),
             JSONMember("sequence", .number(String(sequence))),
-        ] + unknownMembers
-        members.sort { $0.key.utf8Precedes($1.key) }
-        return .object(members)
+        ])
     }
 
     // MARK: - Reading and verifying
@@ -129,7 +157,7 @@ public struct SignedIndex: Sendable, Equatable {
             value = try reader.readValue()
             guard try reader.isAtEnd() else { throw TrustError.malformedIndex("bytes after the document") }
         } catch let error as TrustError { throw error } catch { throw .malformedIndex("not JSON: \(error)") }
-        guard case .object(let members)? = value["index"] else { throw .malformedIndex("no \"index\" object") }
+        guard let indexValue = value["index"], case .object(let members) = indexValue else { throw .malformedIndex("no \"index\" object") }
         guard let format = members.integer("format"), format == UInt64(Self.format) else {
             throw .malformedIndex("unsupported or missing \"format\" (this client reads format \(Self.format))")
         }
@@ -148,8 +176,9 @@ public struct SignedIndex: Sendable, Equatable {
                 collection: member.key, token: token, version: version, count: Int(count), floor: floor, digest: digest, lastModified: lastModified))
         }
         var index = SignedIndex(sequence: sequence, issued: Int64(issued), expires: Int64(expires), entries: entries)
-        let known: Set = ["collections", "expires", "format", "issued", "sequence"]
-        index.unknownMembers = members.filter { !known.contains($0.key) }
+        // The reader returns canonical values (members sorted, numbers as written), so this
+        // is byte for byte what the server signed, whatever the layout it was served in.
+        index.parsedIndexValue = indexValue
         guard case .array(let signatures)? = value["signatures"] else { throw .malformedIndex("no \"signatures\" array") }
         for signature in signatures {
             guard case .string(let keyID)? = signature["key"], case .string(let base64)? = signature["signature"],

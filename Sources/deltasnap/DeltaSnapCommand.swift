@@ -11,6 +11,10 @@ struct DeltaSnapCommand: AsyncParsableCommand {
             304, a delta or a full body; `pull` keeps a local replica fresh; `local` writes to
             a replica offline and `sync` pushes those writes, then pulls.
 
+            Exit codes: 0 done; 1 error; 2 usage error; 3 `sync`: some writes refused;
+            4 not done now, try later (server unreachable, 408/429/5xx, or a wait it asked
+            for still running).
+
             Reproducible builds: set SOURCE_DATE_EPOCH (commit times) and DELTASNAP_EPOCH
             (16 hex digits, the epoch of new collections) so a store built afresh from the
             same input bakes byte-identical snapshots.
@@ -21,4 +25,23 @@ struct DeltaSnapCommand: AsyncParsableCommand {
             GenerateCommand.self, KeygenCommand.self,
         ]
     )
+
+    /// ArgumentParser's own entry point, with one change: a usage error exits 2 (as most Unix
+    /// tools do), not 64, so every command follows the one scheme of ``Exit``.
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            if exitCode(for: error) == .validationFailure {
+                printError(fullMessage(for: error))
+                exit(withError: Exit.usage)
+            }
+            exit(withError: error)
+        }
+    }
 }

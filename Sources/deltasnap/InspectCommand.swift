@@ -47,6 +47,7 @@ extension InspectCommand {
         print("count: \(summary.count)")
         print("checksum: \(summary.checksum) (verified)")
         print("format: replica")
+        if let server = summary.server { print("server: \(server)") }
     }
 }
 

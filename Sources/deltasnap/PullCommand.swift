@@ -10,10 +10,16 @@ struct PullCommand: AsyncParsableCommand {
         abstract: "Sync a local replica from a DeltaSnap server, loading a bundled snapshot first if it is empty.",
         discussion: """
             Prints one line per sync: outcome, token, record count, body bytes received
-            (after HTTP decoding), milliseconds. Exits non-zero only when the replica holds no usable
-            data. A one-shot pull syncs at once; with --watch, failures back off exponentially
-            and the server's Retry-After/Backoff are honoured. Queued local writes are not
-            pushed (that is `deltasnap sync`); they stay visible on top of what is pulled.
+            (after HTTP decoding), milliseconds. A one-shot pull retries a network error at
+            once, but a wait the server asked for (Retry-After, Backoff) is kept in the replica
+            and honoured by later runs too ("deferred", unless --ignore-backoff); with --watch,
+            failures also back off exponentially. Queued local writes are not pushed (that is
+            `deltasnap sync`); they stay visible on top of what is pulled. The replica is bound
+            to the collection and URL of its first sync (a moved server: --rebind).
+
+            Exit codes: 0 done; 1 error (no usable data, an answer that could not be used,
+            another collection…); 2 usage; 4 not done now, try later (server unreachable,
+            408/429/5xx, or its wait still running). With --collections, the worst of all.
 
             With --trusted-key (signing.pub from `deltasnap keygen`), the pull goes through the
             server's signed index and cacheable URLs, and commits only data a trusted key
@@ -53,6 +59,8 @@ struct PullCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Request timeout in seconds.")
     var timeout: Double = 30
 
+    @OptionGroup var waits: WaitOptions
+
     func validate() throws {
         guard URL(string: url)?.scheme?.hasPrefix("http") == true else { throw ValidationError("--url must be an http(s) URL") }
         guard interval > 0, timeout > 0 else { throw ValidationError("--interval and --timeout must be positive") }
@@ -64,21 +72,19 @@ struct PullCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        try await reportingErrors {
+        let code = try await reportingErrors { () async throws -> ExitCode? in
             let keys = try TrustedKeys.load(trustedKey)
-            if let collections {
-                try await pullSeveral(TokenCommand.list(collections), keys: keys)
-                return
-            }
+            if let collections { return try await pullSeveral(TokenCommand.list(collections), keys: keys) }
             let collectionURL = URL(string: url)!
             let name = collectionURL.lastPathComponent
             let replica = try DeltaSnapReplica(
                 path: self.replica, collection: name, url: collectionURL, bundledSnapshot: snapshot,
-                timeout: .milliseconds(Int(timeout * 1000)), accessToken: token, trustedKeys: keys)
+                timeout: .milliseconds(Int(timeout * 1000)), accessToken: token, trustedKeys: keys, acceptingServerChange: waits.rebind)
+            var outcome: SyncOutcome
             repeat {
                 let started = ContinuousClock.now
-                // A one-shot pull is a person asking now; --watch honours backoff like an app.
-                let outcome = await replica.pull(ignoringBackoff: !watch)
+                // A one-shot pull is a person asking now; --watch backs off like an app.
+                outcome = await replica.pull(waits: watch && !waits.ignoreBackoff ? .all : waits.policy)
                 print(await PullLine.describe(outcome, replica: replica, since: started))
                 if watch {
                     var wait = interval
@@ -89,27 +95,34 @@ struct PullCommand: AsyncParsableCommand {
             guard await replica.currentState.hasData else {
                 throw PullFailure(message: "the replica holds no data: \(await replica.lastError ?? "nothing was fetched")")
             }
+            await PullLine.noteDeferral(outcome)
+            return await PullLine.exitCode(for: outcome, replica: replica)
         }
+        if let code { throw code }
     }
 }
 
 extension PullCommand {
-    private func pullSeveral(_ names: [String], keys: [TrustedKey]) async throws {
+    private func pullSeveral(_ names: [String], keys: [TrustedKey]) async throws -> ExitCode? {
         let set = try DeltaSnapReplicaSet(
             directory: replica, baseURL: URL(string: url)!, collections: names, bundledSnapshots: snapshot,
             timeout: .milliseconds(Int(timeout * 1000)), accessToken: token, trustedKeys: keys)
+        var codes: [ExitCode?] = []
         repeat {
             let started = ContinuousClock.now
-            let outcomes = await set.pull(ignoringBackoff: !watch)
+            let outcomes = await set.pull(waits: watch && !waits.ignoreBackoff ? .all : waits.policy)
+            codes = []
             for name in names {
                 guard let outcome = outcomes[name], let replica = set[name] else { continue }
                 print("\(name): \(await PullLine.describe(outcome, replica: replica, since: started))")
+                codes.append(await PullLine.exitCode(for: outcome, replica: replica))
             }
             if watch { try await Task.sleep(for: .milliseconds(Int(interval * 1000))) }
         } while watch
         var empty: [String] = []
         for name in names where await set[name]?.currentState.hasData != true { empty.append(name) }
         guard empty.isEmpty else { throw PullFailure(message: "no data for \(empty.joined(separator: ", "))") }
+        return Exit.combined(codes)
     }
 }
 

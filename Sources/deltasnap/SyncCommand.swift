@@ -16,8 +16,17 @@ struct SyncCommand: AsyncParsableCommand {
             pulled: OUTCOME token=… records=… bytes=… ms=…   as `deltasnap pull` prints it
 
             Retries are safe: every write carries this replica's client id and write number,
-            so the server never applies one twice. Exits non-zero only when the replica holds
-            no usable data.
+            so the server never applies one twice. A wait the server asked for (Retry-After,
+            Backoff) is kept in the replica and honoured by the next run too: nothing is sent
+            before it ends (the lines say "deferred"), unless --ignore-backoff.
+
+            The replica is bound to the collection and URL of its first sync: another --url
+            is refused (a moved server: --rebind).
+
+            Exit codes: 0 done; 1 error (the replica holds no data, an answer could not be
+            used, another collection…); 2 usage; 3 some writes refused; 4 not done now, try
+            later (server unreachable, 408/429/5xx, or its wait still running). When several
+            apply, the first of 1, 4, 3 wins.
             """
     )
 
@@ -39,21 +48,24 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(name: .long, help: "A public key (signing.pub) whose signature pulled data must carry; repeat it while keys rotate.")
     var trustedKey: [String] = []
 
+    @OptionGroup var waits: WaitOptions
+
     func validate() throws {
         guard URL(string: url)?.scheme?.hasPrefix("http") == true else { throw ValidationError("--url must be an http(s) URL") }
         guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
     }
 
     func run() async throws {
-        try await reportingErrors {
+        let code = try await reportingErrors {
             let collectionURL = URL(string: url)!
             let replica = try DeltaSnapReplica(
                 path: self.replica, collection: collectionURL.lastPathComponent, url: collectionURL, bundledSnapshot: snapshot,
                 timeout: .milliseconds(Int(timeout * 1000)), accessToken: token ?? ProcessInfo.processInfo.environment["DELTASNAP_TOKEN"],
-                trustedKeys: try TrustedKeys.load(trustedKey))
+                trustedKeys: try TrustedKeys.load(trustedKey), acceptingServerChange: waits.rebind)
             let started = ContinuousClock.now
-            // A person ran this command: sync now, whatever backoff an earlier run left.
-            let outcome = await replica.sync(ignoringBackoff: true)
+            // A person ran this command: a network error is retried now, but never sooner
+            // than the server asked (unless --ignore-backoff).
+            let outcome = await replica.sync(waits: waits.policy)
             let push = await replica.lastPushReport
             var lines: [String] = []
             if push.batches > 0 || push.failure != nil {
@@ -69,8 +81,27 @@ struct SyncCommand: AsyncParsableCommand {
             guard await replica.currentState.hasData else {
                 throw PullFailure(message: "the replica holds no data: \(await replica.lastError ?? "nothing was fetched")")
             }
+            await PullLine.noteDeferral(outcome)
+            return Exit.combined([
+                await PullLine.exitCode(for: outcome, replica: replica),
+                push.failure == nil ? nil : (push.failureKind == .unavailable ? Exit.unavailable : Exit.error),
+                push.refused.isEmpty ? nil : Exit.writesRefused,
+            ])
         }
+        if let code { throw code }
     }
+}
+
+/// `--ignore-backoff` and `--rebind`, shared by `pull` and `sync`.
+struct WaitOptions: ParsableArguments {
+    @Flag(name: .long, help: "Send requests now, even while a wait the server asked for (Retry-After, Backoff) is running.")
+    var ignoreBackoff = false
+
+    @Flag(name: .long, help: "The server moved: accept this --url for a replica that synced with another one.")
+    var rebind = false
+
+    /// One-shot commands retry a network error at once but respect the server's waits.
+    var policy: WaitPolicy { ignoreBackoff ? .none : .serverRequested }
 }
 
 /// The one-line summary of a pull that `pull` and `sync` print.
@@ -86,10 +117,25 @@ enum PullLine {
         case .applied(let result): line += " changed=\(result.changed)"
         case .reset(let result, let reason): line += " changed=\(result.changed) reason=\"\(reason)\""
         case .failed(let reason, _): line += " error=\"\(reason)\""
-        case .deferred(let until): line += " until=\(Int(until.timeIntervalSinceNow))s"
+        case .deferred(let until): line += " until=\(Int(until.timeIntervalSinceNow.rounded(.up)))s"
         case .notModified: break
         }
         return line
+    }
+
+    /// `nil` (done), ``Exit/unavailable`` or ``Exit/error`` for a pull's outcome.
+    static func exitCode(for outcome: SyncOutcome, replica: DeltaSnapReplica) async -> ExitCode? {
+        switch outcome {
+        case .notModified, .applied, .reset: nil
+        case .deferred: Exit.unavailable
+        case .failed: await replica.lastFailureKind == .unavailable ? Exit.unavailable : Exit.error
+        }
+    }
+
+    /// Says on stderr why nothing was sent, when a wait was still running.
+    static func noteDeferral(_ outcome: SyncOutcome) async {
+        guard case .deferred(let until) = outcome else { return }
+        printError("deltasnap: deferred: waiting until \(HTTPDate.format(Int64(until.timeIntervalSince1970.rounded(.up)))) as the server asked; --ignore-backoff sends now")
     }
 }
 
@@ -124,7 +170,7 @@ struct HistoryCommand: AsyncParsableCommand {
     func run() async throws {
         try await reportingErrors {
             // The id is one path segment: escape everything but unreserved characters ("/" too).
-            let segment = id.addingPercentEncoding(withAllowedCharacters: CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")) ?? id
+            let segment = id.percentEncodedPathSegment
             guard let historyURL = URL(string: "\(url.hasSuffix("/") ? String(url.dropLast()) : url)/records/\(segment)/history?limit=\(limit)") else {
                 throw ValidationError("cannot build a URL from --url \(url)")
             }

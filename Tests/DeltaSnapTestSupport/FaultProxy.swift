@@ -19,6 +19,8 @@ public final class FaultProxy: @unchecked Sendable {
         case forward
         case dropResponse
         case respond(status: Int, body: String)
+        /// Like ``respond(status:body:)`` with extra header fields (e.g. `Retry-After`).
+        case respondWith(status: Int, headers: [String: String], body: String)
         case delay(seconds: Double)
     }
 
@@ -97,6 +99,10 @@ public final class FaultProxy: @unchecked Sendable {
         switch fault {
         case .respond(let status, let text):
             response = RawHTTPClient.Response(status: status, headers: [("Content-Type", "application/json")], body: Array(text.utf8))
+        case .respondWith(let status, let extra, let text):
+            response = RawHTTPClient.Response(
+                status: status, headers: [("Content-Type", "application/json")] + extra.sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
+                body: Array(text.utf8))
         case .forward, .dropResponse, .delay:
             if case .delay(let seconds) = fault { Thread.sleep(forTimeInterval: seconds) }
             guard let upstream = try? RawHTTPClient(port: upstreamPort),

@@ -18,7 +18,7 @@ public final class TestServer: Sendable {
         maximumWriteBodyBytes: Int = 1024 * 1024, fullBodyCacheMaximumRecords: Int = 100_000,
         access: AccessPolicy = AccessPolicy(), logNotModified: Bool = false, logger: Logger? = nil,
         compaction: CompactionSchedule? = nil, port: Int = 0, signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30,
-        readDatabase: String? = nil
+        readDatabase: String? = nil, changePollInterval: Duration = .milliseconds(20)
     ) async throws -> TestServer {
         let logger = logger ?? {
             var quiet = Logger(label: "test-server")
@@ -28,7 +28,7 @@ public final class TestServer: Sendable {
         let server = try await DeltaSnapServer.open(
             configuration: .init(
                 databasePath: databasePath, writeToken: writeToken, maximumWriteBodyBytes: maximumWriteBodyBytes,
-                fullBodyCacheMaximumRecords: fullBodyCacheMaximumRecords, changePollInterval: .milliseconds(20),
+                fullBodyCacheMaximumRecords: fullBodyCacheMaximumRecords, changePollInterval: changePollInterval,
                 access: access, logNotModified: logNotModified, compaction: compaction, signingKeys: signingKeys, indexMaxAge: indexMaxAge,
                 readDatabase: readDatabase),
             logger: logger)

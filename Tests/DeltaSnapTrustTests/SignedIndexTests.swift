@@ -28,6 +28,36 @@ import Testing
         #expect(Array("deltasnap-index-v1\n".utf8) + Array(object[..<end.lowerBound].utf8) == index.signedMessage)
     }
 
+    /// docs/PROTOCOL.md §8.1: cut after `{"index":` and before the **last** `,"signatures":`;
+    /// the Ed25519 signature verifies over the domain line and those bytes, even when a
+    /// collection named `signatures` puts that text inside the signed part.
+    @Test func theDocumentedCutVerifiesWithACollectionNamedSignatures() throws {
+        let key = IndexSigningKey.generate()
+        var named = entry
+        named.collection = "signatures"
+        let index = SignedIndex(sequence: 7, issued: 10, expires: 20, entries: [entry, named]).signed(with: [key, IndexSigningKey.generate()])
+        let document = index.document
+        let cut = try #require(SignedIndex.signedBytes(of: document))
+        #expect(String(decoding: cut, as: UTF8.self).contains(#","signatures":{"#))
+        let signature = try #require(SignedIndex.parse(document).signatures.first)
+        #expect(key.publicKey.isValidSignature(signature.bytes, for: SignedIndex.signingDomain + Array(cut)))
+        #expect(SignedIndex.signedBytes(of: Array(#"{"other":1}"#.utf8)) == nil)
+        #expect(SignedIndex.signedBytes(of: Array(#"{"index":{}}"#.utf8)) == nil)
+    }
+
+    /// A verifier re-serialises what it parsed, members it does not know included, at any
+    /// depth (a later server may add some to an entry).
+    @Test func unknownMembersInsideAnEntryStaySigned() throws {
+        let key = IndexSigningKey.generate()
+        let base = String(decoding: SignedIndex(sequence: 1, issued: 10, expires: 20, entries: [entry]).document, as: UTF8.self)
+        let extended = base.replacingOccurrences(of: #""count":249,"#, with: #""count":249,"cursor":"x1","#)
+        let unsigned = try SignedIndex.parse(Array(extended.utf8))
+        let signed = unsigned.signed(with: [key])
+        let reparsed = try SignedIndex.parse(signed.document)
+        try reparsed.verify(trusting: [key.publicKey], now: 15, heldSequence: nil)
+        #expect(String(decoding: signed.document, as: UTF8.self).contains(#""cursor":"x1""#))
+    }
+
     @Test func refusals() throws {
         let key = IndexSigningKey.generate()
         let other = IndexSigningKey.generate()

@@ -63,8 +63,10 @@ public struct PushRequest: Sendable, Equatable {
         parsed.reserveCapacity(elements.count)
         var previous: UInt64 = 0
         for (index, element) in elements.enumerated() {
-            guard case .number(let literal)? = element["seq"], let seq = UInt64(literal), seq > 0 else {
-                throw PushRequestError("mutations[\(index)]: \"seq\" must be a positive integer")
+            // Below 2^63: PostgreSQL keeps write numbers in a BIGINT (and 2^63 − 1 writes from one
+            // client id is no limit in practice).
+            guard case .number(let literal)? = element["seq"], let seq = UInt64(literal), seq > 0, seq <= UInt64(Int64.max) else {
+                throw PushRequestError("mutations[\(index)]: \"seq\" must be a positive integer below 2^63")
             }
             guard seq > previous else { throw PushRequestError("mutations[\(index)]: \"seq\" \(seq) does not increase (the one before is \(previous))") }
             previous = seq

@@ -50,7 +50,7 @@ final class MalformedRequestHandler: ChannelDuplexHandler, RemovableChannelHandl
         var buffer = context.channel.allocator.buffer(capacity: body.count)
         buffer.writeBytes(body)
         let head = HTTPResponse(status: .badRequest, headerFields: [
-            .contentType: "application/json", .contentLength: String(body.count), .connection: "close",
+            .contentType: "application/json", .contentLength: String(body.count), .connection: "close", .cacheControl: "no-store",
         ])
         metrics.countResponse(route: "malformed", status: 400)
         context.write(wrapOutboundOut(.head(head)), promise: nil)

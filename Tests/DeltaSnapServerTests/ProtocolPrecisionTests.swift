@@ -209,6 +209,24 @@ import Testing
         }
     }
 
+    /// §5.5: write numbers are below 2^63 (PostgreSQL keeps them in a BIGINT): a larger one is
+    /// a `400 invalid_batch` on every store, never a server failure.
+    @Test func aWriteNumberFrom2To63IsRefused() async throws {
+        try await withFixture { f in
+            func push(_ seq: String) async throws -> RawHTTPClient.Response {
+                let body = #"{"client":"c1","mutations":[{"id":"a","op":"put","seq":\#(seq),"value":{"v":1}}]}"#
+                return try await offPool {
+                    try f.server.connect().request(
+                        "POST", "/v1/collections/items/mutations",
+                        headers: ["Authorization": "Bearer \(TestServer.writeToken)", "Content-Type": "application/json"], body: Array(body.utf8))
+                }
+            }
+            let tooLarge = try await push("9223372036854775808")
+            #expect(tooLarge.status == 400 && tooLarge.text.contains("invalid_batch") && tooLarge.text.contains("2^63"), "\(tooLarge.text)")
+            #expect(try await push("9223372036854775807").status == 200)
+        }
+    }
+
     /// §8.1: a compaction raises the published sequence (one sequence, one statement); a
     /// commit to a private collection leaves the index and its ETag as they are.
     @Test func theSequenceMovesWithEveryPublishedChangeOnly() async throws {

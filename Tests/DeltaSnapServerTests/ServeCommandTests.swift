@@ -42,6 +42,15 @@ import Glibc
         #expect(result.0 == 0, "exit status after SIGTERM")
     }
 
+    /// docs/PROTOCOL.md §8.1: an index lifetime under 60 seconds is refused at start, as a
+    /// usage error (exit 2) that says the limit.
+    @Test func anIndexLifetimeUnderAMinuteIsAUsageError() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let short = try await offPool { try CLI.run(["serve", "--db", dir.file("s.sqlite"), "--port", "0", "--index-lifetime", "59"]) }
+        #expect(short.status == 2 && short.stderr.contains("at least 60 seconds"), "\(short.stderr)")
+    }
+
     @Test func aBusyPortIsAOneLineError() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }

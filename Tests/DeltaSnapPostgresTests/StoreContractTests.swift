@@ -130,10 +130,17 @@ import Testing
             try await database.importText(#"{"id":"a"}{"id":"b"}"#, collection: "c")
             try await database.importText(#"{"id":"a","hidden":true}"#, collection: "c")
             try await database.importText(#"{"id":"c"}"#, collection: "c")
+            let sequence = try await database.publishedSequence()
             #expect(try await database.compact("c", throughVersion: 2) == 1)
             let head = try #require(try await database.head(of: "c"))
             #expect(head.floor == 2 && head.version == 3 && head.count == 2)
             #expect(try await database.changes(after: 0, in: "c").count == 2)
+            // A raised floor is published under a new sequence (docs/PROTOCOL.md §8.1); a
+            // compaction that raises nothing changes nothing.
+            let raised = try await database.publishedSequence()
+            #expect(raised > sequence)
+            _ = try await database.compact("c", throughVersion: 2)
+            #expect(try await database.publishedSequence() == raised)
         }
     }
 

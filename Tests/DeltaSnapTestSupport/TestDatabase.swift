@@ -105,6 +105,12 @@ public final class TestDatabase: @unchecked Sendable {
         return try Store(path: url, configuration: configuration).compact(collection, throughVersion: version)
     }
 
+    /// The sequence the signed index would carry now.
+    public func publishedSequence() async throws -> UInt64 {
+        if let postgres { return try await postgres.publishedState().sequence }
+        return try Store(path: url, readOnly: true).read { try $0.publishedState().sequence }
+    }
+
     public func collections() async throws -> [CollectionHead] {
         if let postgres { return try await postgres.collections() }
         return try Store(path: url, readOnly: true).collections()

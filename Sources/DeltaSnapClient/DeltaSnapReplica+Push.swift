@@ -28,10 +28,15 @@ extension DeltaSnapReplica {
         }
         var serverAsked: Double?
         do {
+            // The queued writes belong to this collection on this server: bind before the
+            // first of them leaves (the first successful pull would be too late).
+            try bindIfUnbound()
             var client = try storage.clientID()
             var rotated = false
             var batchLimit = pushBatchSize
             pushing: while true {
+                // A wait the server asked for holds the next batch too.
+                guard serverAsked == nil else { break }
                 var batch = try storage.pendingWrites(includeAcknowledged: false, limit: batchLimit)
                 guard !batch.isEmpty else { break }
                 var body = PushRequest(client: client, mutations: batch.map(\.mutation)).bytes

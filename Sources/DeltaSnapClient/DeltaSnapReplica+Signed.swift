@@ -19,22 +19,32 @@ extension DeltaSnapReplica {
 
     func signedSync(now: Date, droppingAcknowledgedThrough settled: UInt64?) async -> SyncOutcome {
         var entry: SignedIndex.Entry
+        let indexAsked: Double?
         switch await verifiedEntry(now: now, revalidating: false) {
-        case .success(let verified): entry = verified
+        case .success(let verified): (entry, indexAsked) = (verified.entry, verified.serverAsked)
         case .failure(let failure):
             return recordFailure(failure.reason, retryable: true, serverAsked: failure.serverAsked, now: now, unavailable: failure.unavailable)
         }
         if let token = state.token, token == entry.token, heldDigestFingerprint() == entry.digest {
-            return recordSuccess(.notModified, etag: nil, lastModified: nil, serverAsked: nil, now: now, droppingAcknowledgedThrough: settled)
+            return recordSuccess(.notModified, etag: nil, lastModified: nil, serverAsked: indexAsked, now: now, droppingAcknowledgedThrough: settled)
+        }
+        // The index asked for a wait (`Backoff` on its 200): the body waits too.
+        if let indexAsked {
+            let until = now.addingTimeInterval(indexAsked)
+            noteServerWait(until: until)
+            lastFailureKind = .unavailable
+            return .deferred(until: until)
         }
         var response: SyncResponse
         do {
             response = try await fetchSignedBody(for: entry)
-            if response.status == 404 {
-                // The index was older than the server (a cache's copy): ask for a fresh one once.
+            let notYet = RetryPolicy.serverDelay(retryAfter: response.header("Retry-After"), backoff: response.header("Backoff"), now: now)
+            if response.status == 404 && notYet == nil {
+                // `superseded`: the index was older than the server (a cache's copy): ask for
+                // a fresh one once. (`unknown_target` carries Retry-After: wait as asked.)
                 response.bodyFile.map { try? FileManager.default.removeItem(at: $0) }
                 switch await verifiedEntry(now: now, revalidating: true) {
-                case .success(let fresher): entry = fresher
+                case .success(let fresher): entry = fresher.entry
                 case .failure(let failure):
                     return recordFailure(failure.reason, retryable: true, serverAsked: failure.serverAsked, now: now, unavailable: failure.unavailable)
                 }
@@ -48,7 +58,7 @@ extension DeltaSnapReplica {
         guard response.status == 200 else {
             return recordFailure(
                 "\(response.status) for the signed state \(entry.token)", retryable: true, serverAsked: serverAsked, now: now,
-                unavailable: Self.isUnavailable(status: response.status))
+                unavailable: Self.isUnavailable(status: response.status) || serverAsked != nil)
         }
         do {
             let result = try apply(response, droppingAcknowledgedThrough: settled, expected: entry)
@@ -111,9 +121,15 @@ extension DeltaSnapReplica {
         var unavailable = false
     }
 
+    /// A verified index's entry for this collection, and the wait its answer asked for.
+    struct VerifiedEntry {
+        var entry: SignedIndex.Entry
+        var serverAsked: Double?
+    }
+
     /// Fetches and verifies the index; on success the held sequence and expiry move up at
     /// once (a verified index is authentic even if its data then fails to arrive).
-    func verifiedEntry(now: Date, revalidating: Bool) async -> Result<SignedIndex.Entry, IndexFailure> {
+    func verifiedEntry(now: Date, revalidating: Bool) async -> Result<VerifiedEntry, IndexFailure> {
         var headers = requestHeaders()
         // RFC 9111 §5.2.1.4: a cache must revalidate with the origin before answering.
         if revalidating { headers["Cache-Control"] = "no-cache" }
@@ -134,7 +150,7 @@ extension DeltaSnapReplica {
             try index.verify(trusting: trustedKeys, now: Int64(now.timeIntervalSince1970), heldSequence: state.indexSequence)
             guard let entry = index.entry(for: collection) else { throw TrustError.collectionNotListed(collection) }
             state.acceptIndex(sequence: index.sequence, expires: Date(timeIntervalSince1970: TimeInterval(index.expires)))
-            return .success(entry)
+            return .success(VerifiedEntry(entry: entry, serverAsked: serverAsked))
         } catch {
             return .failure(IndexFailure(reason: "index refused: \(Self.describe(error))", serverAsked: serverAsked))
         }
@@ -142,12 +158,15 @@ extension DeltaSnapReplica {
 }
 
 extension URL {
-    /// This URL with `segments` appended, each percent-encoded as one path segment: tokens
-    /// are opaque and may hold any character (docs/PROTOCOL.md §8.3).
+    /// This URL with `segments` appended to its path, each percent-encoded as one path
+    /// segment (tokens are opaque and may hold any character: docs/PROTOCOL.md §8.3); a
+    /// query string stays where it is.
     func appendingSegments(_ segments: String...) -> URL {
-        var text = absoluteString
-        while text.hasSuffix("/") { text.removeLast() }
-        for segment in segments { text += "/" + segment.percentEncodedPathSegment }
-        return URL(string: text) ?? self
+        guard var components = URLComponents(url: self, resolvingAgainstBaseURL: true) else { return self }
+        var path = components.percentEncodedPath
+        while path.hasSuffix("/") { path.removeLast() }
+        for segment in segments { path += "/" + segment.percentEncodedPathSegment }
+        components.percentEncodedPath = path
+        return components.url ?? self
     }
 }

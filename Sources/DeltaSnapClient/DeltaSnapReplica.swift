@@ -255,6 +255,25 @@ public actor DeltaSnapReplica {
         return outcome
     }
 
+    /// Binds an unbound replica to this collection and server (see the initializer).
+    func bindIfUnbound() throws {
+        guard state.collection == nil || state.server == nil else { return }
+        state.collection = collection
+        state.server = url.absoluteString
+        try storage.writeTransaction { try storage.save(state) }
+    }
+
+    /// When the server's own wait (`Retry-After`, `Backoff`) ends, if it is still ahead of `now`.
+    public func serverWait(at now: Date) -> Date? { waitingUntil(now, .serverRequested) }
+
+    /// Records a wait the server asked for on a request made for this replica by someone
+    /// else (``DeltaSnapReplicaSet``'s index request): kept like one of its own.
+    func noteServerWait(until: Date) {
+        guard state.serverNotBefore.map({ $0 < until }) ?? true else { return }
+        state.serverNotBefore = until
+        try? storage.writeTransaction { try storage.save(state) }
+    }
+
     /// The time before which `waits` allows no request, if it is still ahead of `now`.
     private func waitingUntil(_ now: Date, _ waits: WaitPolicy) -> Date? {
         let until: Date? = switch waits {

@@ -32,7 +32,7 @@ public actor DeltaSnapReplicaSet {
     public init(
         directory: String, baseURL: URL, collections: [String], bundledSnapshots: String? = nil,
         transport: any SyncTransport = URLSessionTransport(), timeout: Duration = .seconds(30), accessToken: String? = nil,
-        trustedKeys: [TrustedKey] = []
+        trustedKeys: [TrustedKey] = [], acceptingServerChange: Bool = false
     ) throws {
         guard !collections.isEmpty else { throw ApplyError.decode("no collection given") }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -49,7 +49,8 @@ public actor DeltaSnapReplicaSet {
             replicas[name] = try DeltaSnapReplica(
                 path: (directory as NSString).appendingPathComponent(name + ".sqlite"), collection: name,
                 url: baseURL.appendingPathComponent("v1").appendingPathComponent("collections").appendingPathComponent(name),
-                bundledSnapshot: bundle, transport: transport, timeout: timeout, accessToken: accessToken, trustedKeys: trustedKeys)
+                bundledSnapshot: bundle, transport: transport, timeout: timeout, accessToken: accessToken, trustedKeys: trustedKeys,
+                acceptingServerChange: acceptingServerChange)
         }
         self.replicas = replicas
     }
@@ -73,8 +74,22 @@ public actor DeltaSnapReplicaSet {
 
     /// Like ``pull(now:ignoringBackoff:)``, each replica respecting exactly the waits `waits` names.
     public func pull(now: Date = Date(), waits: WaitPolicy) async -> [String: SyncOutcome] {
-        let tokens = await publishedTokens()
         var outcomes: [String: SyncOutcome] = [:]
+        // One server: a wait it asked any replica for holds the index request too (each
+        // replica then answers `.deferred` itself).
+        var waiting = false
+        if waits != .none {
+            for replica in replicas.values where await replica.serverWait(at: now) != nil { waiting = true }
+        }
+        let (tokens, asked) = waiting ? (nil, nil) : await publishedTokens(now: now)
+        if let asked, waits != .none {
+            let until = now.addingTimeInterval(asked)
+            for name in collections {
+                await replicas[name]?.noteServerWait(until: until)
+                outcomes[name] = .deferred(until: until)
+            }
+            return outcomes
+        }
         for name in collections {
             guard let replica = replicas[name] else { continue }
             if let tokens, let published = tokens[name], await replica.token == published {
@@ -88,19 +103,20 @@ public actor DeltaSnapReplicaSet {
 
     /// Each listed collection's token from `GET /v1/index`, signature-checked when keys are
     /// pinned (each replica then checks expiry and sequence against what it holds); nil when
-    /// the index is unavailable or refused.
-    private func publishedTokens() async -> [String: String]? {
+    /// the index is unavailable or refused. Also the wait the answer asked for, if any.
+    private func publishedTokens(now: Date) async -> (tokens: [String: String]?, serverAsked: Double?) {
         var headers = ["Accept-Encoding": "gzip"]
         if let accessToken { headers["Authorization"] = "Bearer \(accessToken)" }
         let url = baseURL.appendingPathComponent("v1").appendingPathComponent("index")
-        guard let response = try? await transport.fetch(SyncRequest(url: url, headers: headers, timeout: timeout)) else { return nil }
+        guard let response = try? await transport.fetch(SyncRequest(url: url, headers: headers, timeout: timeout)) else { return (nil, nil) }
         defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
+        let asked = RetryPolicy.serverDelay(retryAfter: response.header("Retry-After"), backoff: response.header("Backoff"), now: now)
         guard response.status == 200, let file = response.bodyFile, let document = try? DeltaSnapReplica.readSmallBody(file),
               let index = try? SignedIndex.parse(document)
-        else { return nil }
+        else { return (nil, asked) }
         if !trustedKeys.isEmpty {
-            do { try index.verify(trusting: trustedKeys, now: nil, heldSequence: nil) } catch { return nil }
+            do { try index.verify(trusting: trustedKeys, now: nil, heldSequence: nil) } catch { return (nil, asked) }
         }
-        return Dictionary(index.entries.map { ($0.collection, $0.token) }, uniquingKeysWith: { first, _ in first })
+        return (Dictionary(index.entries.map { ($0.collection, $0.token) }, uniquingKeysWith: { first, _ in first }), asked)
     }
 }

@@ -92,10 +92,8 @@ struct PullCommand: AsyncParsableCommand {
                     try await Task.sleep(for: .milliseconds(Int(wait * 1000)))
                 }
             } while watch
-            guard await replica.currentState.hasData else {
-                throw PullFailure(message: "the replica holds no data: \(await replica.lastError ?? "nothing was fetched")")
-            }
             await PullLine.noteDeferral(outcome)
+            try await PullLine.requireData(replica, outcome: outcome)
             return await PullLine.exitCode(for: outcome, replica: replica)
         }
         if let code { throw code }
@@ -106,7 +104,7 @@ extension PullCommand {
     private func pullSeveral(_ names: [String], keys: [TrustedKey]) async throws -> ExitCode? {
         let set = try DeltaSnapReplicaSet(
             directory: replica, baseURL: URL(string: url)!, collections: names, bundledSnapshots: snapshot,
-            timeout: .milliseconds(Int(timeout * 1000)), accessToken: token, trustedKeys: keys)
+            timeout: .milliseconds(Int(timeout * 1000)), accessToken: token, trustedKeys: keys, acceptingServerChange: waits.rebind)
         var codes: [ExitCode?] = []
         repeat {
             let started = ContinuousClock.now
@@ -117,11 +115,21 @@ extension PullCommand {
                 print("\(name): \(await PullLine.describe(outcome, replica: replica, since: started))")
                 codes.append(await PullLine.exitCode(for: outcome, replica: replica))
             }
+            if let deferred = outcomes.values.first(where: { if case .deferred = $0 { true } else { false } }) {
+                await PullLine.noteDeferral(deferred)
+            }
             if watch { try await Task.sleep(for: .milliseconds(Int(interval * 1000))) }
         } while watch
         var empty: [String] = []
         for name in names where await set[name]?.currentState.hasData != true { empty.append(name) }
-        guard empty.isEmpty else { throw PullFailure(message: "no data for \(empty.joined(separator: ", "))") }
+        guard empty.isEmpty else {
+            // Nothing to show for them yet: try later if that is all that went wrong.
+            if Exit.combined(codes) == Exit.unavailable {
+                printError("deltasnap: no data yet for \(empty.joined(separator: ", ")); try again later")
+                throw Exit.unavailable
+            }
+            throw PullFailure(message: "no data for \(empty.joined(separator: ", "))")
+        }
         return Exit.combined(codes)
     }
 }

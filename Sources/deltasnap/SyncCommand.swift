@@ -78,10 +78,8 @@ struct SyncCommand: AsyncParsableCommand {
             }
             lines.append("pulled: " + (await PullLine.describe(outcome, replica: replica, since: started)))
             print(lines.joined(separator: "\n"))
-            guard await replica.currentState.hasData else {
-                throw PullFailure(message: "the replica holds no data: \(await replica.lastError ?? "nothing was fetched")")
-            }
             await PullLine.noteDeferral(outcome)
+            try await PullLine.requireData(replica, outcome: outcome)
             return Exit.combined([
                 await PullLine.exitCode(for: outcome, replica: replica),
                 push.failure == nil ? nil : (push.failureKind == .unavailable ? Exit.unavailable : Exit.error),
@@ -130,6 +128,18 @@ enum PullLine {
         case .deferred: Exit.unavailable
         case .failed: await replica.lastFailureKind == .unavailable ? Exit.unavailable : Exit.error
         }
+    }
+
+    /// Throws unless the replica holds data: exit 4 when trying later can bring it (no
+    /// answer, 408/429/5xx, a wait still running), else exit 1.
+    static func requireData(_ replica: DeltaSnapReplica, outcome: SyncOutcome) async throws {
+        guard await !replica.currentState.hasData else { return }
+        let reason = await replica.lastError ?? "nothing was fetched"
+        if await exitCode(for: outcome, replica: replica) == Exit.unavailable {
+            printError("deltasnap: the replica holds no data yet: \(reason); try again later")
+            throw Exit.unavailable
+        }
+        throw PullFailure(message: "the replica holds no data: \(reason)")
     }
 
     /// Says on stderr why nothing was sent, when a wait was still running.

@@ -1,4 +1,4 @@
-import DeltaSnapClient
+@testable import DeltaSnapClient
 import DeltaSnapCore
 import DeltaSnapServer
 import DeltaSnapStore
@@ -135,6 +135,65 @@ import Testing
             // An answer that cannot be used: exit 1.
             let unknown = try await w.run(["pull", "--url", w.url("missing"), "--replica", w.dir.file("m.sqlite")])
             #expect(unknown.status == 1, "\(unknown.stdout)")
+        }
+    }
+
+    /// Through a proxy: a rejected answer on a replica that holds data is 1; refused writes
+    /// and then a pull the server cannot answer is 4 (try later wins over refused writes).
+    @Test func exitCodePrecedence() async throws {
+        try await withWorld { w in
+            let pulls = Locked<Int>(0)
+            let status = Locked<Int>(0)
+            let proxy = try FaultProxy(upstreamPort: w.server.port) { _, method, _ in
+                guard method == "GET" else { return .forward }
+                let answer = status.current
+                pulls.withLock { $0 += 1 }
+                return answer == 0 ? .forward : .respond(status: answer, body: #"{"error":"x","message":"scripted"}"#)
+            }
+            defer { proxy.stop() }
+            let replica = w.dir.file("r.sqlite")
+            let url = w.url("notes", port: proxy.port)
+            #expect(try await w.run(["pull", "--url", url, "--replica", replica]).status == 0)
+            status.withLock { $0 = 410 }
+            let gone = try await w.run(["pull", "--url", url, "--replica", replica])
+            #expect(gone.status == 1 && gone.stdout.hasPrefix("failed"), "\(gone.stdout)")
+            try Fixtures.importText(#"{"id":"n9"}"#, into: w.store, collection: "notes")
+            #expect(try await w.run(["local", "insert", "--replica", replica, "n9", "{}"]).status == 0)
+            status.withLock { $0 = 503 }
+            let both = try await w.run(["sync", "--url", url, "--replica", replica, "--token", TestServer.writeToken])
+            #expect(both.stdout.contains("refused 1") && both.stdout.contains("pulled: failed"), "\(both.stdout)")
+            #expect(both.status == 4, "\(both.stdout)")
+        }
+    }
+
+    /// Tokens go into URL path segments percent-encoded; a query string stays a query string.
+    @Test func cacheableURLsEncodeTokensAsPathSegments() throws {
+        let url = URL(string: "https://cdn.example.com/data/v1/collections/notes?key=abc")!
+        let built = url.appendingSegments("deltas", "a/b c", "e.1")
+        #expect(built.absoluteString == "https://cdn.example.com/data/v1/collections/notes/deltas/a%2Fb%20c/e.1?key=abc")
+        #expect(URL(string: "http://h/v1/collections/n/")!.appendingSegments("snapshots", "t.2").absoluteString == "http://h/v1/collections/n/snapshots/t.2")
+    }
+
+    /// Several collections: a wait the index's answer asks for holds every replica, across runs.
+    @Test func aReplicaSetHonoursTheIndexWait() async throws {
+        try await withWorld { w in
+            let requests = Locked<[String]>([])
+            let proxy = try FaultProxy(upstreamPort: w.server.port) { _, method, path in
+                requests.withLock { $0.append("\(method) \(path)") }
+                return path.hasPrefix("/v1/index")
+                    ? .respondWith(status: 503, headers: ["Retry-After": "30"], body: #"{"error":"database_unavailable","message":"later"}"#)
+                    : .forward
+            }
+            defer { proxy.stop() }
+            let pull = ["pull", "--url", "http://127.0.0.1:\(proxy.port)", "--collections", "notes,other", "--replica", w.dir.file("set")]
+            let first = try await w.run(pull)
+            #expect(first.status == 4 && first.stdout.contains("notes: deferred") && first.stdout.contains("other: deferred"), "\(first.stdout)\(first.stderr)")
+            #expect(requests.current == ["GET /v1/index"])
+            let second = try await w.run(pull)
+            #expect(second.status == 4 && second.stderr.contains("--ignore-backoff"), "\(second.stdout)\(second.stderr)")
+            #expect(requests.current == ["GET /v1/index"], "nothing is sent while the wait runs: \(requests.current)")
+            let forced = try await w.run(pull + ["--ignore-backoff"])
+            #expect(forced.status == 0 && forced.stdout.contains("notes: full"), "\(forced.stdout)\(forced.stderr)")
         }
     }
 

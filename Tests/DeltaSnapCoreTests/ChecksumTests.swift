@@ -48,7 +48,8 @@ import Testing
         let token = ServerToken(epoch: "0123456789abcdef", version: 42)
         #expect(token.description == "0123456789abcdef.42")
         #expect(ServerToken("0123456789abcdef.42") == token)
-        for garbage in ["", "x", "0123456789abcdef", "0123456789ABCDEF.1", "0123456789abcdef.-1", "0123456789abcdef.1.2", "0123456789abcdef.99999999999999999999999", "0123456789abcdef.007"] {
+        for garbage in ["", "x", "0123456789abcdef", "0123456789ABCDEF.1", "0123456789abcdef.-1", "0123456789abcdef.1.2", "0123456789abcdef.99999999999999999999999", "0123456789abcdef.007",
+                        "0123456789abcdef.0"] {  // versions start at 1: no server issued .0
             #expect(ServerToken(garbage) == nil, "\(garbage)")
         }
     }

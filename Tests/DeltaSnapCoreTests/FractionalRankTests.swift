@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapSynthetic
 import Testing
 
 /// Rank keys byte for byte as rocicorp's `fractional-indexing` makes them (its published test
@@ -43,7 +44,7 @@ import Testing
     /// A thousand inserts at random places: every key between its neighbours, the list sorted
     /// by bytes; jittered keys too.
     @Test func randomInsertsStaySortedByBytes() throws {
-        var generator = SplitMix(seed: 7)
+        var generator = SplitMix64(seed: 7)
         var list: [String] = []
         for round in 0..<1000 {
             let position = Int.random(in: 0...list.count, using: &generator)
@@ -59,24 +60,11 @@ import Testing
 
     /// Two devices inserting at the same place with jitter rarely pick the same key.
     @Test func jitterSpreadsKeysInsertedAtOnePlace() throws {
-        var generator = SplitMix(seed: 1)
+        var generator = SplitMix64(seed: 1)
         let keys = try (0..<200).map { _ in try FractionalRank.between("a0", "a1", jitter: &generator) }
         // 200 draws among 29,791 gaps: under one collision expected.
         #expect(Set(keys).count >= 196, "\(200 - Set(keys).count) collisions")
         #expect(keys.allSatisfy { $0.utf8.count <= 8 }, "\(keys.map(\.utf8.count).max() ?? 0) characters")
         #expect(keys.allSatisfy { $0 > "a0" && $0 < "a1" })
-    }
-}
-
-/// A seeded generator, so a failure replays.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

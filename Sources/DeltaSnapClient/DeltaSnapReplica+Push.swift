@@ -15,12 +15,7 @@ extension DeltaSnapReplica {
     func pushPending(now: Date, waits: WaitPolicy) async -> PushReport {
         var report = PushReport()
         guard let queued = try? storage.pendingCount(acknowledged: false), queued > 0 else { return report }
-        let waitingUntil: Date? = switch waits {
-        case .none: nil
-        case .serverRequested: state.serverNotBefore
-        case .all: [pushNotBefore, state.serverNotBefore].compactMap { $0 }.max()
-        }
-        if let waitingUntil, now < waitingUntil {
+        if let waitingUntil = waitingUntil(now, waits, ownBackoff: pushNotBefore) {
             report.failure = "deferred until \(HTTPDate.format(Int64(waitingUntil.timeIntervalSince1970.rounded(.up))))"
             report.failureKind = .unavailable
             report.stillQueued = queued
@@ -30,7 +25,7 @@ extension DeltaSnapReplica {
         do {
             // The queued writes belong to this collection on this server: bind before the
             // first of them leaves (the first successful pull would be too late).
-            try bindIfUnbound()
+            bindIfUnbound()
             var client = try storage.clientID()
             var rotated = false
             var batchLimit = pushBatchSize
@@ -157,8 +152,9 @@ extension DeltaSnapReplica {
         // next (a tool started again at once): it is kept with the replica.
         let serverNotBefore = serverAsked.map { now.addingTimeInterval($0) }
         if serverNotBefore != nil || state.serverNotBefore != nil {
-            state.serverNotBefore = serverNotBefore
-            try? storage.writeTransaction { try storage.save(state) }
+            var next = state
+            next.serverNotBefore = serverNotBefore
+            persist(next)
         }
         if failed {
             consecutivePushFailures += 1

@@ -256,30 +256,33 @@ public actor DeltaSnapReplica {
     }
 
     /// Binds an unbound replica to this collection and server (see the initializer).
-    func bindIfUnbound() throws {
+    func bindIfUnbound() {
         guard state.collection == nil || state.server == nil else { return }
-        state.collection = collection
-        state.server = url.absoluteString
-        try storage.writeTransaction { try storage.save(state) }
+        var next = state
+        next.collection = collection
+        next.server = url.absoluteString
+        persist(next)
     }
 
     /// When the server's own wait (`Retry-After`, `Backoff`) ends, if it is still ahead of `now`.
-    public func serverWait(at now: Date) -> Date? { waitingUntil(now, .serverRequested) }
+    public func serverWait(at now: Date) -> Date? { waitingUntil(now, .serverRequested, ownBackoff: nil) }
 
     /// Records a wait the server asked for on a request made for this replica by someone
     /// else (``DeltaSnapReplicaSet``'s index request): kept like one of its own.
     func noteServerWait(until: Date) {
         guard state.serverNotBefore.map({ $0 < until }) ?? true else { return }
-        state.serverNotBefore = until
-        try? storage.writeTransaction { try storage.save(state) }
+        var next = state
+        next.serverNotBefore = until
+        persist(next)
     }
 
     /// The time before which `waits` allows no request, if it is still ahead of `now`.
-    private func waitingUntil(_ now: Date, _ waits: WaitPolicy) -> Date? {
+    /// `ownBackoff` is the replica's own backoff after failures (the pull's or the push's).
+    func waitingUntil(_ now: Date, _ waits: WaitPolicy, ownBackoff: Date?) -> Date? {
         let until: Date? = switch waits {
         case .none: nil
         case .serverRequested: state.serverNotBefore
-        case .all: [state.notBefore, state.serverNotBefore].compactMap { $0 }.max()
+        case .all: [ownBackoff, state.serverNotBefore].compactMap { $0 }.max()
         }
         guard let until, now < until else { return nil }
         return until
@@ -287,14 +290,14 @@ public actor DeltaSnapReplica {
 
     private func pushThenPull(now: Date, waits: WaitPolicy, pushing: Bool) async -> SyncOutcome {
         lastSyncBytesReceived = 0
-        if let until = waitingUntil(now, waits) {
+        if let until = waitingUntil(now, waits, ownBackoff: state.notBefore) {
             lastPushReport = PushReport()
             lastFailureKind = .unavailable
             return .deferred(until: until)
         }
         lastPushReport = pushing ? await pushPending(now: now, waits: waits) : PushReport()
         // A push answer that asked for a wait (`Retry-After`, `Backoff`) holds the pull too.
-        if let until = waitingUntil(now, waits == .none ? .none : .serverRequested) {
+        if let until = waitingUntil(now, waits == .none ? .none : .serverRequested, ownBackoff: nil) {
             lastFailureKind = .unavailable
             return .deferred(until: until)
         }
@@ -435,7 +438,8 @@ public actor DeltaSnapReplica {
         return .failed(reason: reason, retryAfter: retryable ? next.notBefore : nil)
     }
 
-    private func persist(_ next: ReplicaState, droppingAcknowledgedThrough settled: UInt64? = nil) {
+    /// Stores `next` as the replica's state (with the queue settled after a pull, when given).
+    func persist(_ next: ReplicaState, droppingAcknowledgedThrough settled: UInt64? = nil) {
         // Bookkeeping only: if it cannot be written the data is still intact, so keep going.
         try? storage.writeTransaction {
             // A 304 after a push: the state held already has the accepted writes.

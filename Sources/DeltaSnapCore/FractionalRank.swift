@@ -128,54 +128,35 @@ public enum FractionalRank {
         if key.count > integer.count, key.last == alphabet.zero { throw .invalidKey(text(key)) }
     }
 
-    /// The next integer part, or nil past the largest (`z` and 27 last digits).
-    static func increment(_ integer: [UInt8], _ alphabet: Alphabet) throws(FractionalRankError) -> [UInt8]? {
+    /// The next integer part (`up`) or the previous one, or nil past the largest (`z` and 26
+    /// last digits) or below the smallest (`A` and 26 zeros). The two directions mirror each
+    /// other: a carry wraps a digit to zero going up and to the last digit going down, and
+    /// the head moves towards longer integers away from the `Z`/`a` boundary.
+    static func step(_ integer: [UInt8], up: Bool, _ alphabet: Alphabet) throws(FractionalRankError) -> [UInt8]? {
         guard integer.count == (try integerLength(integer[0])) else { throw .invalidKey(text(integer)) }
         let head = integer[0]
+        let wrapped = up ? alphabet.zero : alphabet.last
         var digits = Array(integer.dropFirst())
         var carry = true
         var index = digits.count - 1
         while carry && index >= 0 {
-            let next = try alphabet.value(digits[index]) + 1
-            if next == alphabet.digits.count {
-                digits[index] = alphabet.zero
+            let value = try alphabet.value(digits[index]) + (up ? 1 : -1)
+            if value == (up ? alphabet.digits.count : -1) {
+                digits[index] = wrapped
             } else {
-                digits[index] = alphabet.digits[next]
+                digits[index] = alphabet.digits[value]
                 carry = false
             }
             index -= 1
         }
         guard carry else { return [head] + digits }
-        if head == UInt8(ascii: "Z") { return [UInt8(ascii: "a"), alphabet.zero] }
-        if head == UInt8(ascii: "z") { return nil }
-        let nextHead = head + 1
-        if nextHead > UInt8(ascii: "a") { digits.append(alphabet.zero) } else { digits.removeLast() }
+        // Across the boundary between negative (`A`–`Z`) and positive (`a`–`z`) heads.
+        if up && head == UInt8(ascii: "Z") { return [UInt8(ascii: "a"), alphabet.zero] }
+        if !up && head == UInt8(ascii: "a") { return [UInt8(ascii: "Z"), alphabet.last] }
+        if head == (up ? UInt8(ascii: "z") : UInt8(ascii: "A")) { return nil }
+        let nextHead = up ? head + 1 : head - 1
+        if up ? nextHead > UInt8(ascii: "a") : nextHead < UInt8(ascii: "Z") { digits.append(wrapped) } else { digits.removeLast() }
         return [nextHead] + digits
-    }
-
-    /// The previous integer part, or nil below the smallest (`A` and 26 zeros).
-    static func decrement(_ integer: [UInt8], _ alphabet: Alphabet) throws(FractionalRankError) -> [UInt8]? {
-        guard integer.count == (try integerLength(integer[0])) else { throw .invalidKey(text(integer)) }
-        let head = integer[0]
-        var digits = Array(integer.dropFirst())
-        var borrow = true
-        var index = digits.count - 1
-        while borrow && index >= 0 {
-            let previous = try alphabet.value(digits[index]) - 1
-            if previous == -1 {
-                digits[index] = alphabet.last
-            } else {
-                digits[index] = alphabet.digits[previous]
-                borrow = false
-            }
-            index -= 1
-        }
-        guard borrow else { return [head] + digits }
-        if head == UInt8(ascii: "a") { return [UInt8(ascii: "Z"), alphabet.last] }
-        if head == UInt8(ascii: "A") { return nil }
-        let previousHead = head - 1
-        if previousHead < UInt8(ascii: "Z") { digits.append(alphabet.last) } else { digits.removeLast() }
-        return [previousHead] + digits
     }
 
     static func keyBetween(_ a: [UInt8]?, _ b: [UInt8]?, _ alphabet: Alphabet) throws(FractionalRankError) -> [UInt8] {
@@ -188,18 +169,18 @@ public enum FractionalRank {
             let fraction = Array(b.dropFirst(integer.count))
             if isSmallestInteger(integer, alphabet) { return integer + (try midpoint([], fraction, alphabet)) }
             if precedes(integer, b) { return integer }
-            guard let previous = try decrement(integer, alphabet) else { throw .exhausted }
+            guard let previous = try step(integer, up: false, alphabet) else { throw .exhausted }
             return previous
         }
         let integerA = try integerPart(a)
         let fractionA = Array(a.dropFirst(integerA.count))
         guard let b else {
-            guard let next = try increment(integerA, alphabet) else { return integerA + (try midpoint(fractionA, nil, alphabet)) }
+            guard let next = try step(integerA, up: true, alphabet) else { return integerA + (try midpoint(fractionA, nil, alphabet)) }
             return next
         }
         let integerB = try integerPart(b)
         if integerA == integerB { return integerA + (try midpoint(fractionA, Array(b.dropFirst(integerB.count)), alphabet)) }
-        guard let next = try increment(integerA, alphabet) else { throw .exhausted }
+        guard let next = try step(integerA, up: true, alphabet) else { throw .exhausted }
         if precedes(next, b) { return next }
         return integerA + (try midpoint(fractionA, nil, alphabet))
     }

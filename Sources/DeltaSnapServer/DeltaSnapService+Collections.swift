@@ -59,7 +59,13 @@ extension DeltaSnapService {
         case .full:
             return try await fullResponse(head: served.head, gzip: gzip, since: start)
         case .delta(let since, let base):
-            return try await deltaResponse(name: name, headVersion: served.head.version, sinceVersion: since, base: base, gzip: gzip, since: start)
+            do {
+                return try await deltaResponse(name: name, headVersion: served.head.version, sinceVersion: since, base: base, gzip: gzip, since: start)
+            } catch DeltaUnavailable.belowFloor(let head) {
+                // Compacted (or a new epoch) since the decision: tombstones the client needs
+                // are gone, so the whole state.
+                return try await fullResponse(head: head, gzip: gzip, since: start)
+            }
         }
     }
 
@@ -78,7 +84,9 @@ extension DeltaSnapService {
     }
 
     /// A delta since `sinceVersion`: from the cache of small deltas, read and cached when it
-    /// is small, else streamed. With `target` it must lead exactly to that token.
+    /// is small, else streamed. With `target` it must lead exactly to that token. Throws
+    /// ``DeltaUnavailable/belowFloor(_:)`` when the read finds the base below the floor: the
+    /// caller answers it (a full body at the collection endpoint, a `308` at a delta URL).
     func deltaResponse(
         name: String, headVersion: UInt64, sinceVersion: UInt64, base: String, gzip: Bool, since start: ContinuousClock.Instant,
         target: String? = nil
@@ -107,11 +115,8 @@ extension DeltaSnapService {
                 // A replica behind the client: it keeps its newer state (never an older one).
                 metrics.countOutcome(.notModified, since: start)
                 return Response(status: .notModified, headers: ServedHead(head: unavailable.head).validatorHeaders)
-            case .belowFloor(let head):
-                // Compacted (or a new epoch) since the decision: tombstones the client needs
-                // are gone. A cacheable delta URL redirects instead (its caller decides).
-                if target != nil { throw unavailable }
-                return try await fullResponse(head: head, gzip: gzip, since: start)
+            case .belowFloor:
+                throw unavailable
             }
         }
     }

@@ -85,12 +85,10 @@ extension DeltaSnapService {
         ])
     }
 
-    /// A token from a path segment, percent-decoded (docs/PROTOCOL.md §8.3: clients encode
-    /// every byte outside RFC 3986's unreserved characters).
+    /// A token from a path segment (docs/PROTOCOL.md §8.3: clients encode every byte outside
+    /// RFC 3986's unreserved characters).
     private static func token(in context: some RequestContext, _ parameter: String) throws -> String {
-        let raw = try context.parameters.require(parameter)
-        guard let token = raw.removingPercentEncoding else { throw APIError.badToken(raw) }
-        return token
+        try percentDecodedParameter(parameter, in: context, invalid: APIError.badToken)
     }
 
     /// `GET /v1/collections/{name}/snapshots/{token}`: the full body of the head `token`,

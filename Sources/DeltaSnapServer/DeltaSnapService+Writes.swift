@@ -82,13 +82,23 @@ extension DeltaSnapService {
 
     /// The record id in the path, percent-decoded.
     func recordID(_ context: some RequestContext) throws -> String {
-        let rawID = try context.parameters.require("id")
-        guard let id = rawID.removingPercentEncoding else {
-            throw APIError(.badRequest, "invalid_record", "the record id in the path is not valid percent-encoded UTF-8")
+        let id = try Self.percentDecodedParameter("id", in: context) { _ in
+            APIError(.badRequest, "invalid_record", "the record id in the path is not valid percent-encoded UTF-8")
         }
         guard !id.isEmpty else { throw APIError(.badRequest, "invalid_record", RecordError.emptyID.description) }
         guard !id.utf8.contains(0) else { throw APIError(.badRequest, "invalid_record", RecordError.idContainsNUL.description) }
         return id
+    }
+
+    /// Path parameter `name` percent-decoded: Hummingbird hands parameters over as sent, and
+    /// record ids and tokens are opaque, so clients encode them (docs/PROTOCOL.md §8.3).
+    /// `invalid` makes the error for a segment that is not valid percent-encoded UTF-8.
+    static func percentDecodedParameter(
+        _ name: String, in context: some RequestContext, invalid: (String) -> APIError
+    ) throws -> String {
+        let raw = try context.parameters.require(name)
+        guard let decoded = raw.removingPercentEncoding else { throw invalid(raw) }
+        return decoded
     }
 
     func collect(_ request: inout Request, limit: Int? = nil) async throws -> [UInt8] {

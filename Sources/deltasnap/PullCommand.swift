@@ -123,12 +123,7 @@ extension PullCommand {
         var empty: [String] = []
         for name in names where await set[name]?.currentState.hasData != true { empty.append(name) }
         guard empty.isEmpty else {
-            // Nothing to show for them yet: try later if that is all that went wrong.
-            if Exit.combined(codes) == Exit.unavailable {
-                printError("deltasnap: no data yet for \(empty.joined(separator: ", ")); try again later")
-                throw Exit.unavailable
-            }
-            throw PullFailure(message: "no data for \(empty.joined(separator: ", "))")
+            try PullLine.noData("no data for \(empty.joined(separator: ", "))", tryLater: Exit.combined(codes) == Exit.unavailable)
         }
         return Exit.combined(codes)
     }

@@ -134,12 +134,16 @@ enum PullLine {
     /// answer, 408/429/5xx, a wait still running), else exit 1.
     static func requireData(_ replica: DeltaSnapReplica, outcome: SyncOutcome) async throws {
         guard await !replica.currentState.hasData else { return }
-        let reason = await replica.lastError ?? "nothing was fetched"
-        if await exitCode(for: outcome, replica: replica) == Exit.unavailable {
-            printError("deltasnap: the replica holds no data yet: \(reason); try again later")
-            throw Exit.unavailable
-        }
-        throw PullFailure(message: "the replica holds no data: \(reason)")
+        try noData(
+            "the replica holds no data: \(await replica.lastError ?? "nothing was fetched")",
+            tryLater: await exitCode(for: outcome, replica: replica) == Exit.unavailable)
+    }
+
+    /// `what` on stderr and exit 4 when trying later can bring the data, else exit 1.
+    static func noData(_ what: String, tryLater: Bool) throws -> Never {
+        guard tryLater else { throw PullFailure(message: what) }
+        printError("deltasnap: \(what); try again later")
+        throw Exit.unavailable
     }
 
     /// Says on stderr why nothing was sent, when a wait was still running.

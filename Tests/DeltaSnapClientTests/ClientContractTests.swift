@@ -31,11 +31,7 @@ import Testing
         try Fixtures.importText(#"{"id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: store, collection: "notes")
         try Fixtures.importText(#"{"id":"o1"}"#, into: store, collection: "other")
         let server = try await TestServer.start(databasePath: dir.file("s.sqlite"))
-        do { try await body(World(dir: dir, store: store, server: server)) } catch {
-            await server.stop()
-            throw error
-        }
-        await server.stop()
+        try await server.stopping { try await body(World(dir: dir, store: store, server: server)) }
     }
 
     /// A replica remembers its collection: syncing it with another collection's URL is refused

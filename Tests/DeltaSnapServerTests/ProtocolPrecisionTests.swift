@@ -40,12 +40,7 @@ import Testing
         let key = IndexSigningKey.generate()
         let server = try await TestServer.start(
             databasePath: dir.file("s.sqlite"), access: access, signingKeys: [key], changePollInterval: changePollInterval)
-        let fixture = Fixture(dir: dir, store: store, server: server, key: key)
-        do { try await body(fixture) } catch {
-            await server.stop()
-            throw error
-        }
-        await server.stop()
+        try await server.stopping { try await body(Fixture(dir: dir, store: store, server: server, key: key)) }
     }
 
     /// §4: the metadata and `[` on the first line, one record per line, each record line but
@@ -79,30 +74,31 @@ import Testing
         try Fixtures.importText(#"{"id":"s1","note":"},\"signatures\":"}"#, into: store, collection: "signatures")
         let key = IndexSigningKey.generate()
         let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), signingKeys: [key])
-        defer { Task { await server.stop() } }
-        let document = try await offPool { try server.connect().request("GET", "/v1/index") }.body
-        let text = String(decoding: document, as: UTF8.self)
-        // The ambiguity is real: the name occurs inside the signed part.
-        let first = try #require(text.range(of: #","signatures":"#))
-        let last = try #require(text.range(of: #","signatures":"#, options: .backwards))
-        #expect(first.lowerBound < last.lowerBound)
+        try await server.stopping {
+            let document = try await offPool { try server.connect().request("GET", "/v1/index") }.body
+            let text = String(decoding: document, as: UTF8.self)
+            // The ambiguity is real: the name occurs inside the signed part.
+            let first = try #require(text.range(of: #","signatures":"#))
+            let last = try #require(text.range(of: #","signatures":"#, options: .backwards))
+            #expect(first.lowerBound < last.lowerBound)
 
-        let cut = try #require(SignedIndex.signedBytes(of: document))
-        let parsed = try JSONReader(bytes: document).readValue()
-        #expect(Array(cut) == CanonicalJSON.bytes(try #require(parsed["index"])))
-        let index = try SignedIndex.parse(document)
-        #expect(index.signedMessage == SignedIndex.signingDomain + Array(cut))
-        try index.verify(trusting: [key.publicKey], now: Int64(Date().timeIntervalSince1970), heldSequence: nil)
-        #expect(index.entries.map(\.collection) == ["countries", "signatures"])
-        // A cut at the first occurrence would sign something else.
-        let naive = Array(document[9..<text.utf8.distance(from: text.utf8.startIndex, to: first.lowerBound)])
-        #expect(naive != Array(cut))
+            let cut = try #require(SignedIndex.signedBytes(of: document))
+            let parsed = try JSONReader(bytes: document).readValue()
+            #expect(Array(cut) == CanonicalJSON.bytes(try #require(parsed["index"])))
+            let index = try SignedIndex.parse(document)
+            #expect(index.signedMessage == SignedIndex.signingDomain + Array(cut))
+            try index.verify(trusting: [key.publicKey], now: Int64(Date().timeIntervalSince1970), heldSequence: nil)
+            #expect(index.entries.map(\.collection) == ["countries", "signatures"])
+            // A cut at the first occurrence would sign something else.
+            let naive = Array(document[9..<text.utf8.distance(from: text.utf8.startIndex, to: first.lowerBound)])
+            #expect(naive != Array(cut))
 
-        let replica = try DeltaSnapReplica(
-            path: dir.file("r.sqlite"), collection: "signatures", url: URL(string: "\(server.baseURL)/v1/collections/signatures")!,
-            trustedKeys: [key.publicKey])
-        #expect(await replica.sync().name == "full")
-        #expect(try await replica.record(id: "s1")?["note"] == .string(#"},"signatures":"#))
+            let replica = try DeltaSnapReplica(
+                path: dir.file("r.sqlite"), collection: "signatures", url: URL(string: "\(server.baseURL)/v1/collections/signatures")!,
+                trustedKeys: [key.publicKey])
+            #expect(await replica.sync().name == "full")
+            #expect(try await replica.record(id: "s1")?["note"] == .string(#"},"signatures":"#))
+        }
     }
 
     /// §8.3: the rows apply in their documented order.
@@ -189,18 +185,14 @@ import Testing
         try await withFixture { f in
             let head = try f.token()
             let bases = (1..<head.version).map { ServerToken(epoch: head.epoch, version: $0).description }
-            let compactedAt = Locked<ContinuousClock.Instant?>(nil)
-            let compaction = Task.detached { [store = f.store] in
-                try await Task.sleep(for: .milliseconds(30))
-                let removed = try store.compact("items", throughVersion: 2)
-                compactedAt.withLock { $0 = .now }
-                return removed
-            }
+            // Another writer, as `deltasnap compact` would be: its own connection, on a thread
+            // of its own (blocking SQLite work), racing the polls.
+            let path = f.dir.file("s.sqlite")
+            let compaction = Task { try await offPool { try Store(path: path).compact("items", throughVersion: 2) } }
             var answers: [Int: Int] = [:]
-            let started = ContinuousClock.now
-            // Until well after the compaction (the server's watcher polls every 20 ms), bounded.
-            while ContinuousClock.now - started < .seconds(10) {
-                if let done = compactedAt.current, ContinuousClock.now - done > .milliseconds(300) { break }
+            // Until the server has seen the new floor (its watcher polls every 20 ms), bounded.
+            let deadline = ContinuousClock.now + .seconds(60)
+            while ContinuousClock.now < deadline && answers[308, default: 0] == 0 {
                 for base in bases {
                     let response = try await f.get("/v1/collections/items/deltas/\(base)/\(head)", ["Accept-Encoding": "gzip"])
                     answers[response.status, default: 0] += 1
@@ -211,7 +203,7 @@ import Testing
                     }
                 }
             }
-            _ = try await compaction.value
+            #expect(try await compaction.value == 1)
             #expect(answers[308, default: 0] > 0 && answers[200, default: 0] > 0, "\(answers)")
         }
     }

@@ -43,12 +43,7 @@ import Testing
         access.privateCollections = ["secret"]
         let key = IndexSigningKey.generate()
         let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), access: access, signingKeys: signed ? [key] : [])
-        let fixture = Fixture(dir: dir, store: store, server: server, key: key)
-        do { try await body(fixture) } catch {
-            await server.stop()
-            throw error
-        }
-        await server.stop()
+        try await server.stopping { try await body(Fixture(dir: dir, store: store, server: server, key: key)) }
     }
 
     @Test func theIndexIsSignedCacheableAndRevalidates() async throws {

@@ -53,6 +53,23 @@ public final class TestServer: Sendable {
         self.task = task
     }
 
+    /// Runs `body`, then stops the server — also when `body` throws.
+    ///
+    /// ```swift
+    /// let server = try await TestServer.start(databasePath: db)
+    /// try await server.stopping { try await body(server) }
+    /// ```
+    public func stopping<T>(after body: () async throws -> T) async throws -> T {
+        do {
+            let result = try await body()
+            await stop()
+            return result
+        } catch {
+            await stop()
+            throw error
+        }
+    }
+
     /// Stops the server and waits for it to finish.
     public func stop() async {
         task.cancel()

@@ -188,23 +188,17 @@ public enum FractionalRank {
     static func keysBetween(_ a: [UInt8]?, _ b: [UInt8]?, count: Int, _ alphabet: Alphabet) throws(FractionalRankError) -> [[UInt8]] {
         if count <= 0 { return [] }
         if count == 1 { return [try keyBetween(a, b, alphabet)] }
-        if b == nil {
-            var key = try keyBetween(a, nil, alphabet)
+        if a == nil || b == nil {
+            // An open end: consecutive integers walking away from the closed one (up from `a`
+            // when `b` is open, also when both are).
+            let upward = b == nil
+            var key = try keyBetween(a, b, alphabet)
             var keys = [key]
             for _ in 1..<count {
-                key = try keyBetween(key, nil, alphabet)
+                key = upward ? try keyBetween(key, nil, alphabet) : try keyBetween(nil, key, alphabet)
                 keys.append(key)
             }
-            return keys
-        }
-        if a == nil {
-            var key = try keyBetween(nil, b, alphabet)
-            var keys = [key]
-            for _ in 1..<count {
-                key = try keyBetween(nil, key, alphabet)
-                keys.append(key)
-            }
-            return keys.reversed()
+            return upward ? keys : keys.reversed()
         }
         let half = count / 2
         let middle = try keyBetween(a, b, alphabet)

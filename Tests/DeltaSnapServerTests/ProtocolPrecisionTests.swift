@@ -12,18 +12,7 @@ import Testing
 /// of the cacheable URLs' answers, version-0 and percent-encoded tokens, and a compaction by
 /// another process racing polls (§8.3).
 @Suite struct ProtocolPrecisionTests {
-    struct Fixture: @unchecked Sendable {
-        let dir: TemporaryDirectory
-        let store: Store
-        let server: TestServer
-        let key: IndexSigningKey
-
-        func get(_ path: String, _ headers: [String: String] = [:]) async throws -> RawHTTPClient.Response {
-            try await offPool { try server.connect().request("GET", path, headers: headers) }
-        }
-
-        func token(_ collection: String = "items") throws -> ServerToken { try #require(try store.head(of: collection)).token }
-    }
+    typealias Fixture = PublicationEndpointTests.Fixture
 
     /// `items` (versions 1–3, two records hidden on the way) and `notes`, committed before the
     /// server starts; `private` is private.
@@ -57,7 +46,7 @@ import Testing
             #expect(records.count == 4 && lines[lines.count - 2] == "]}" && lines.last == "")
             #expect(records.dropLast().allSatisfy { $0.hasSuffix("},") && !$0.hasPrefix(",") })
             #expect(records.last?.hasSuffix("}") == true && records.last?.hasSuffix(",") == false)
-            let head = try f.token().description
+            let head = try f.headToken().description
             let empty = try await f.get("/v1/collections/items/deltas/\(head)/\(head)")
             #expect(String(decoding: empty.body, as: UTF8.self).hasSuffix(#""count":0,"records":[]}"# + "\n"))
         }
@@ -104,7 +93,7 @@ import Testing
     /// §8.3: the rows apply in their documented order.
     @Test func theCacheableURLsAnswerInTheDocumentedOrder() async throws {
         try await withFixture { f in
-            let head = try f.token()
+            let head = try f.headToken()
             let v1 = ServerToken(epoch: head.epoch, version: 1).description
             let v2 = ServerToken(epoch: head.epoch, version: 2).description
             let ahead = ServerToken(epoch: head.epoch, version: head.version + 5).description
@@ -136,7 +125,7 @@ import Testing
     /// the collection endpoint a full body.
     @Test func aVersionZeroTokenIsOneTheServerNeverIssued() async throws {
         try await withFixture { f in
-            let head = try f.token()
+            let head = try f.headToken()
             let zero = ServerToken(epoch: head.epoch, version: 0).description
             let delta = try await f.get("/v1/collections/items/deltas/\(zero)/\(head)")
             #expect(delta.status == 400 && delta.text.contains("bad_token"))
@@ -150,7 +139,7 @@ import Testing
     /// §8.3: tokens in path segments are percent-decoded; `%2E` is `.`.
     @Test func tokensInPathSegmentsArePercentDecoded() async throws {
         try await withFixture { f in
-            let head = try f.token()
+            let head = try f.headToken()
             let v1 = ServerToken(epoch: head.epoch, version: 1).description
             let plain = try await f.get("/v1/collections/items/deltas/\(v1)/\(head)")
             let encoded = try await f.get("/v1/collections/items/deltas/\(v1.replacingOccurrences(of: ".", with: "%2E"))/\(head.description.replacingOccurrences(of: ".", with: "%2e"))")
@@ -171,7 +160,7 @@ import Testing
     /// server's delta cache there).
     @Test func aCompactionByAnotherWriterNeverTurnsADeltaURLIntoAFullBody() async throws {
         try await withFixture(changePollInterval: .seconds(60)) { f in
-            let head = try f.token()
+            let head = try f.headToken()
             let v1 = ServerToken(epoch: head.epoch, version: 1).description
             try #require(try f.store.compact("items", throughVersion: 2) == 1)
             let answer = try await f.get("/v1/collections/items/deltas/\(v1)/\(head)", ["Accept-Encoding": "gzip"])
@@ -183,7 +172,7 @@ import Testing
             #expect(polled.status == 200 && polled.text.contains(#""kind":"full""#) && polled.header("Cache-Control") == "no-cache")
         }
         try await withFixture { f in
-            let head = try f.token()
+            let head = try f.headToken()
             let bases = (1..<head.version).map { ServerToken(epoch: head.epoch, version: $0).description }
             // Another writer, as `deltasnap compact` would be: its own connection, on a thread
             // of its own (blocking SQLite work), racing the polls.
@@ -250,4 +239,9 @@ import Testing
             #expect(index.sequence > sequence)
         }
     }
+}
+
+extension PublicationEndpointTests.Fixture {
+    /// The head of `collection` as the store has it.
+    func headToken(_ collection: String = "items") throws -> ServerToken { try #require(try store.head(of: collection)).token }
 }

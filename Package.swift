@@ -30,6 +30,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1"),
         // The store on PostgreSQL (scale-out): the maintained client, no hand-written wire protocol.
         .package(url: "https://github.com/vapor/postgres-nio.git", exact: "1.33.2"),
+        // Already in the graph through Hummingbird; named to shut the server down gracefully
+        // when its task is cancelled (see DeltaSnapServer.run).
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
     ],
     targets: [
         // System libraries. Both are Debian -dev packages; `make` installs them when missing.
@@ -66,6 +69,7 @@ let package = Package(
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         // The same store on a PostgreSQL server, behind every `--db postgres://…`.

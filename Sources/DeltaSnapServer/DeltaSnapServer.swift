@@ -1,6 +1,7 @@
 import Hummingbird
 import HummingbirdCore
 import Logging
+import ServiceLifecycle
 
 /// Runs a DeltaSnap server: the routes of ``DeltaSnapService`` on Hummingbird, plus the
 /// watcher that notices other processes' commits.
@@ -51,12 +52,33 @@ public struct DeltaSnapServer: Sendable {
                 group.addTask { [logger] in await service.runCompaction(schedule, logger: logger) }
             }
             group.addTask {
-                if handleSignals { try await app.runService() } else { try await app.run() }
+                if handleSignals { try await app.runService() } else { try await Self.runUntilCancelled(app, logger: logger) }
             }
             // Whichever ends first (the server, normally) ends the other.
             defer { group.cancelAll() }
             try await group.next()
         }
         await service.shutdown()
+    }
+
+    /// Runs `app` until this task is cancelled, then shuts it down gracefully, at most
+    /// `grace` long before cancelling it. Cancelling the serving task outright can drop a
+    /// connection accepted at that instant without closing its `NIOAsyncChannel`, which
+    /// traps ("Deinited NIOAsyncWriter without calling finish()", swift-nio#2637); a graceful
+    /// shutdown serves and closes it. The bound keeps a connection held open by a client from
+    /// delaying a stop for ever.
+    static func runUntilCancelled(_ app: some Service, logger: Logger, grace: Duration = .seconds(2)) async throws {
+        let services = ServiceGroup(configuration: .init(services: [app], logger: logger))
+        // Unstructured, so the caller's cancellation reaches it only as a graceful shutdown.
+        let running = Task { try await services.run() }
+        try await withTaskCancellationHandler {
+            try await running.value
+        } onCancel: {
+            Task {
+                await services.triggerGracefulShutdown()
+                try? await Task.sleep(for: grace)
+                running.cancel()
+            }
+        }
     }
 }

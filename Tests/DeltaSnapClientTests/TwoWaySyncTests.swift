@@ -364,13 +364,19 @@ import Testing
 
     @Test func anEditMadeDuringAPushIsPushedAgainWithItsOwnFields() async throws {
         try await withWorld { world in
-            let proxy = try FaultProxy(upstreamPort: world.server.port) { _, method, _ in method == "POST" ? .delay(seconds: 0.5) : .forward }
+            let pushesSeen = Locked(0)
+            let proxy = try FaultProxy(upstreamPort: world.server.port) { _, method, _ in
+                guard method == "POST" else { return .forward }
+                pushesSeen.withLock { $0 += 1 }
+                return .delay(seconds: 0.5)
+            }
             defer { proxy.stop() }
             let replica = try world.replica("r", url: world.proxyURL(proxy))
             await replica.sync()
             try await replica.patch(id: "n1", json: #"{"title":"first"}"#)
             async let syncing = replica.sync(ignoringBackoff: true)
-            try await Task.sleep(for: .milliseconds(200))
+            // The second edit while the first push is on the wire (however slow the machine).
+            while pushesSeen.current == 0 { try await Task.sleep(for: .milliseconds(5)) }
             try await replica.patch(id: "n1", json: #"{"body":"second"}"#)
             // Once the first push has landed, someone else retitles the note. The second push
             // must carry only its own field, so it cannot undo that.

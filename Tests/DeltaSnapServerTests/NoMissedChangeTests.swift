@@ -16,9 +16,23 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let database = try await TestDatabase.make(backend, in: dir)
-        try await database.importText(Fixtures.ndjson(0..<200), collection: "items")
         var servers: [TestServer] = []
-        for _ in 0..<(backend == .postgres ? 3 : 1) { servers.append(try await TestServer.start(databasePath: database.url)) }
+        do {
+            try await database.importText(Fixtures.ndjson(0..<200), collection: "items")
+            for _ in 0..<(backend == .postgres ? 3 : 1) { servers.append(try await TestServer.start(databasePath: database.url)) }
+            try await writeAndPoll(database, servers)
+        } catch {
+            // A failure is reported as one, not as a crash: PostgreSQL connections left open
+            // when the store is released trap.
+            for server in servers { await server.stop() }
+            await database.stop()
+            throw error
+        }
+        for server in servers { await server.stop() }
+        await database.stop()
+    }
+
+    private func writeAndPoll(_ database: TestDatabase, _ servers: [TestServer]) async throws {
         let instances = servers
         // At least 3 s and 40 writes per writer (a loaded machine is slower, not shorter).
         let deadline = Date().addingTimeInterval(3)
@@ -94,7 +108,5 @@ import Testing
             #expect(poller.applied.delta > 0, "poller \(index) saw no delta: \(poller.applied)")
         }
         #expect(head.version > 20)
-        for server in servers { await server.stop() }
-        await database.stop()
     }
 }

@@ -7,6 +7,8 @@ let package = Package(
     products: [
         .library(name: "DeltaSnapCore", targets: ["DeltaSnapCore"]),
         .library(name: "DeltaSnapStore", targets: ["DeltaSnapStore"]),
+        .library(name: "DeltaSnapPostgres", targets: ["DeltaSnapPostgres"]),
+        .library(name: "DeltaSnapStores", targets: ["DeltaSnapStores"]),
         .library(name: "DeltaSnapServer", targets: ["DeltaSnapServer"]),
         .library(name: "DeltaSnapClient", targets: ["DeltaSnapClient"]),
         .library(name: "DeltaSnapSynthetic", targets: ["DeltaSnapSynthetic"]),
@@ -21,6 +23,8 @@ let package = Package(
         // Already in the graph through Hummingbird; named for NIOTooManyBytesError.
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        // In the graph through postgres-nio; named for TLS to PostgreSQL (`?sslmode=`).
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         // Also in the graph through Hummingbird; named for the HTTP part types of a channel handler.
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
         // Per-user tokens for two-way sync: HS256, EdDSA and ES256 JWTs.
@@ -46,7 +50,8 @@ let package = Package(
         .target(name: "DeltaSnapTrust", dependencies: ["DeltaSnapCore", .product(name: "Crypto", package: "swift-crypto")]),
         // A thin, fast sqlite3 layer shared by the store and the client replica.
         .target(name: "DeltaSnapSQLite", dependencies: ["CSQLite"]),
-        // The server-side source of truth: versions, import, export, bake.
+        // The server-side source of truth: the CollectionStore protocol, the SQLite store
+        // (versions, import, push, compaction; blocking work on queues of its own), export, bake.
         .target(
             name: "DeltaSnapStore",
             dependencies: [
@@ -54,11 +59,12 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
-        // The HTTP server (Hummingbird). Mountable in a user's own Hummingbird app.
+        // The HTTP server (Hummingbird) on any CollectionStore. Mountable in a user's own
+        // Hummingbird app; links no database client of its own.
         .target(
             name: "DeltaSnapServer",
             dependencies: [
-                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapTrust", "DeltaSnapPostgres",
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapTrust",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -78,8 +84,14 @@ let package = Package(
             dependencies: [
                 "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapTrust",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ]
+        ),
+        // The one place that turns `--db` into a store (SQLite or PostgreSQL).
+        .target(
+            name: "DeltaSnapStores",
+            dependencies: ["DeltaSnapStore", "DeltaSnapPostgres", .product(name: "Logging", package: "swift-log")]
         ),
         // What an app links: Foundation, SQLite and swift-crypto (CryptoKit on Apple platforms)
         // only (no NIO, no Hummingbird), so it builds for iOS.
@@ -89,8 +101,7 @@ let package = Package(
         .executableTarget(
             name: "deltasnap",
             dependencies: [
-                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapSynthetic", "DeltaSnapTrust",
-                "DeltaSnapPostgres",
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapStores", "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapSynthetic", "DeltaSnapTrust",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -99,8 +110,7 @@ let package = Package(
         .target(
             name: "DeltaSnapTestSupport",
             dependencies: [
-                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapSynthetic", "DeltaSnapServer", "DeltaSnapTrust", "DeltaSnapClient",
-                "DeltaSnapPostgres",
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapStores", "DeltaSnapSynthetic", "DeltaSnapServer", "DeltaSnapTrust", "DeltaSnapClient",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
             ],
@@ -108,7 +118,7 @@ let package = Package(
         ),
         .testTarget(name: "DeltaSnapCoreTests", dependencies: ["DeltaSnapCore", "DeltaSnapSynthetic"]),
         .testTarget(name: "DeltaSnapTrustTests", dependencies: ["DeltaSnapTrust", "DeltaSnapSynthetic"]),
-        .testTarget(name: "DeltaSnapPostgresTests", dependencies: ["DeltaSnapPostgres", "DeltaSnapStore", "DeltaSnapTestSupport"]),
+        .testTarget(name: "DeltaSnapPostgresTests", dependencies: ["DeltaSnapPostgres", "DeltaSnapStore", "DeltaSnapStores", "DeltaSnapTestSupport"]),
         .testTarget(name: "DeltaSnapStoreTests", dependencies: ["DeltaSnapStore", "DeltaSnapSQLite", "DeltaSnapTestSupport"]),
         .testTarget(
             name: "DeltaSnapServerTests",

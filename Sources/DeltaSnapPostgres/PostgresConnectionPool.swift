@@ -14,6 +14,8 @@ import PostgresNIO
 /// `checkoutTimeout` (then the request is answered `503`, never left hanging).
 final class PostgresConnectionPool: @unchecked Sendable {
     let url: PostgresURL
+    /// Built once: a TLS context loads the system's trust roots.
+    let connectionConfiguration: PostgresConnection.Configuration
     private let logger: Logger
     private let lock = NSLock()
     private var idle: [PostgresConnection] = []
@@ -24,8 +26,13 @@ final class PostgresConnectionPool: @unchecked Sendable {
     private let maximumOpen: Int
     private let checkoutTimeout: Duration
 
-    init(url: PostgresURL, maximumOpen: Int = 24, checkoutTimeout: Duration = .seconds(10), logger: Logger) {
+    init(url: PostgresURL, maximumOpen: Int = 24, checkoutTimeout: Duration = .seconds(10), logger: Logger) throws {
         self.url = url
+        do {
+            connectionConfiguration = try url.configuration
+        } catch {
+            throw StoreError.badLocation(url.description, "cannot set up TLS: \(error)")
+        }
         self.maximumOpen = maximumOpen
         self.checkoutTimeout = checkoutTimeout
         self.logger = logger
@@ -50,10 +57,10 @@ final class PostgresConnectionPool: @unchecked Sendable {
                 return connection
             case .connect(let id):
                 do {
-                    return try await PostgresConnection.connect(configuration: url.configuration, id: id, logger: logger)
+                    return try await PostgresConnection.connect(configuration: connectionConfiguration, id: id, logger: logger)
                 } catch {
                     release()
-                    throw PostgresStoreError.unreachable(url.description, PostgresStoreError.reason(error))
+                    throw StoreError.unavailable(url.description, PostgresStore.reason(error))
                 }
             case .wait:
                 let granted = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
@@ -71,7 +78,7 @@ final class PostgresConnectionPool: @unchecked Sendable {
                     }
                 }
                 guard granted else {
-                    throw PostgresStoreError.unreachable(url.description, "all \(maximumOpen) connections stayed busy for \(checkoutTimeout)")
+                    throw StoreError.unavailable(url.description, "all \(maximumOpen) connections stayed busy for \(checkoutTimeout)")
                 }
             }
         }

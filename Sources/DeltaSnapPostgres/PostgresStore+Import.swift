@@ -49,7 +49,7 @@ extension PostgresStore {
                 name: collection, cid: cid, epoch: epoch, head: head, checksum: checksum, visible: visible, floor: floor, digest: digest,
                 previousCommit: .min)
         }
-        guard var locked else { throw PostgresStoreError.unknownCollection(collection) }
+        guard var locked else { throw StoreError.unknownCollection(collection) }
         for try await at in try await connection.query(
             "SELECT committed_at FROM deltasnap_versions WHERE cid = \(locked.cid) AND version = \(locked.head)", logger: logger
         ).decode(Int64.self) { locked.previousCommit = at }
@@ -214,7 +214,7 @@ extension PostgresStore {
             for try await row in try await connection.query(
                 "SELECT cid, head, floor FROM deltasnap_collections WHERE name = \(collection) AND head > 0 FOR UPDATE", logger: logger
             ).decode((Int64, Int64, Int64).self) { locked = row }
-            guard let (cid, head, floor) = locked else { throw PostgresStoreError.unknownCollection(collection) }
+            guard let (cid, head, floor) = locked else { throw StoreError.unknownCollection(collection) }
             let target = min(Int64(clamping: version), head)
             var removed = 0
             for try await count in try await connection.query("""
@@ -229,17 +229,6 @@ extension PostgresStore {
             try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \("\(collection) \(head)"))", logger: logger)
             return removed
         }
-    }
-
-    /// Compacts `collection` as far as `policy` allows; nil when the floor would not rise.
-    public func compact(_ collection: String, policy: CompactionPolicy, now: Int64 = Int64(Date().timeIntervalSince1970)) async throws -> CompactionResult? {
-        guard let head = try await head(of: collection) else { throw PostgresStoreError.unknownCollection(collection) }
-        var firstKept: UInt64?
-        if let since = policy.keptSince(now: now) { firstKept = try await firstVersion(in: collection, committedAtOrAfter: since) }
-        let target = policy.floor(for: head, firstVersionKept: firstKept)
-        guard target > head.floor else { return nil }
-        let removed = try await compact(collection, throughVersion: target)
-        return CompactionResult(collection: collection, previousFloor: head.floor, floor: target, tombstonesRemoved: removed)
     }
 
     private static func binds(_ values: Int64...) -> PostgresBindings {

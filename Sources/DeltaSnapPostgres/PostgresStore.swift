@@ -5,7 +5,8 @@ import Foundation
 import Logging
 import PostgresNIO
 
-/// The store on a PostgreSQL server: the same collections, versions, checksums and state
+/// The connection-level store on a PostgreSQL server (``PostgresCollectionStore`` is the
+/// public face): the same collections, versions, checksums and state
 /// digests as the SQLite ``DeltaSnapStore/Store``, so exports and bakes are byte-identical.
 ///
 /// A collection's next version is assigned inside the committing transaction while its row
@@ -21,7 +22,7 @@ import PostgresNIO
 /// print(result.token!)   // 5f3c9a0e12ab34cd.1
 /// await store.close()
 /// ```
-public final class PostgresStore: @unchecked Sendable {
+final class PostgresStore: @unchecked Sendable {
     /// Version of the `deltasnap_*` tables this release creates and reads; recorded in
     /// `deltasnap_schema`, so a later release can migrate step by step.
     public static let schemaVersion = 2
@@ -34,11 +35,11 @@ public final class PostgresStore: @unchecked Sendable {
     let pool: PostgresConnectionPool
     let logger: Logger
 
-    private init(url: PostgresURL, configuration: StoreConfiguration, logger: Logger) {
+    private init(url: PostgresURL, configuration: StoreConfiguration, logger: Logger) throws {
         self.url = url
         self.configuration = configuration
         self.logger = logger
-        pool = PostgresConnectionPool(url: url, logger: logger)
+        pool = try PostgresConnectionPool(url: url, logger: logger)
     }
 
     /// Connects and creates (or checks) the schema. `migrate: false` is for a read replica,
@@ -47,7 +48,7 @@ public final class PostgresStore: @unchecked Sendable {
         _ text: String, configuration: StoreConfiguration = StoreConfiguration(), migrate: Bool = true,
         logger: Logger = Logger(label: "deltasnap.postgres")
     ) async throws -> PostgresStore {
-        let store = PostgresStore(url: try PostgresURL(text), configuration: configuration, logger: logger)
+        let store = try PostgresStore(url: try PostgresURL(text), configuration: configuration, logger: logger)
         do {
             if migrate {
                 try await store.migrate()
@@ -76,7 +77,7 @@ public final class PostgresStore: @unchecked Sendable {
             for try await version in try await connection.query("SELECT version FROM deltasnap_schema", logger: logger).decode(Int.self) {
                 found = max(found, version)
             }
-            guard found <= Self.schemaVersion else { throw PostgresStoreError.newerSchema(found: found, supported: Self.schemaVersion) }
+            guard found <= Self.schemaVersion else { throw StoreError.newerSchema(found: found, supported: Self.schemaVersion) }
             // Each step once, in order: a store made by an older release is brought forward.
             for (version, statements) in [(1, Self.schemaV1), (2, Self.schemaV2)] where found < version {
                 for statement in statements { try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger) }
@@ -136,7 +137,7 @@ public final class PostgresStore: @unchecked Sendable {
             } catch let error as PostgresTransactionError {
                 if let closureError = error.closureError { throw Self.mapped(closureError) }
                 if let failure = error.beginError ?? error.commitError ?? error.rollbackError { throw Self.mapped(failure) }
-                throw PostgresStoreError.database(String(describing: error))
+                throw StoreError.database(String(describing: error))
             }
         }
     }
@@ -150,9 +151,18 @@ public final class PostgresStore: @unchecked Sendable {
         }
     }
 
-    /// Store errors as they are; a lost or refused connection as ``PostgresStoreError/unreachable(_:_:)``.
+    /// A one-line reason for `error`, without postgres-nio's multi-line dumps.
+    static func reason(_ error: any Error) -> String {
+        if let error = error as? PSQLError {
+            if let message = error.serverInfo?[.message] { return message }
+            return error.code.description
+        }
+        return String(describing: error)
+    }
+
+    /// Store errors as they are; a lost or refused connection as ``DeltaSnapStore/StoreError/unavailable(_:_:)``.
     static func mapped(_ error: any Error) -> any Error {
-        if error is PostgresStoreError || error is ImportError || error is CancellationError { return error }
+        if error is StoreError || error is ImportError || error is CancellationError { return error }
         if let error = error as? PSQLError {
             switch error.code {
             case .server:
@@ -162,16 +172,16 @@ public final class PostgresStore: @unchecked Sendable {
                 // cancelled by a replica's replay, a deadlock; 25006: a write that reached a
                 // standby (a failover in progress). All pass; the client retries.
                 if state.hasPrefix("08") || state.hasPrefix("57") || state.hasPrefix("53") || ["40001", "40P01", "25006"].contains(state) {
-                    return PostgresStoreError.unreachable("the database", PostgresStoreError.reason(error))
+                    return StoreError.unavailable("the database", PostgresStore.reason(error))
                 }
-                return PostgresStoreError.database(PostgresStoreError.reason(error))
+                return StoreError.database(PostgresStore.reason(error))
             case .clientClosedConnection, .serverClosedConnection, .connectionError, .uncleanShutdown, .poolClosed:
-                return PostgresStoreError.unreachable("the database", error.code.description)
+                return StoreError.unavailable("the database", error.code.description)
             default:
-                return PostgresStoreError.database(PostgresStoreError.reason(error))
+                return StoreError.database(PostgresStore.reason(error))
             }
         }
-        if error is ChannelError || error is IOError { return PostgresStoreError.unreachable("the database", String(describing: error)) }
+        if error is ChannelError || error is IOError { return StoreError.unavailable("the database", String(describing: error)) }
         return error
     }
 
@@ -245,7 +255,7 @@ public final class PostgresStore: @unchecked Sendable {
 
     /// What a signed index states about the collections `included` accepts, read in one
     /// repeatable-read transaction so each digest belongs to the token next to it.
-    public func publishedState(including included: @Sendable (String) -> Bool = { _ in true }) async throws -> (sequence: UInt64, entries: [SignedIndex.Entry]) {
+    public func publishedState(including included: @Sendable (String) -> Bool = { _ in true }) async throws -> PublishedState {
         try await pool.withConnection { connection in
             try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
             do {
@@ -256,24 +266,11 @@ public final class PostgresStore: @unchecked Sendable {
                 }
                 let sequence = try await Self.publicationSequence(on: connection, logger: logger)
                 try await connection.query("COMMIT", logger: logger)
-                return (sequence, entries)
+                return PublishedState(sequence: sequence, entries: entries)
             } catch {
                 _ = try? await connection.query("ROLLBACK", logger: logger)
                 throw error
             }
-        }
-    }
-
-    /// Calls `body` with each visible record's canonical bytes, sorted by id (byte-wise),
-    /// streamed from one query.
-    public func forEachVisibleRecord(in collection: String, _ body: ([UInt8]) throws -> Void) async throws {
-        let cursor = try await openRecords(in: collection, after: nil)
-        do {
-            while try await cursor.next({ try body(Array($0)) }) {}
-            await cursor.close()
-        } catch {
-            await cursor.close()
-            throw error
         }
     }
 
@@ -302,7 +299,7 @@ public final class PostgresStore: @unchecked Sendable {
         do {
             try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
             guard let head = try await Self.heads(on: connection, name: collection, logger: logger).first else {
-                throw PostgresStoreError.unknownCollection(collection)
+                throw StoreError.unknownCollection(collection)
             }
             let count: Int
             let rows: PostgresRowSequence
@@ -342,9 +339,9 @@ public final class PostgresStore: @unchecked Sendable {
     public func listenForCommits(onListening: () async -> Void, onCommit: (String, UInt64) async -> Void) async throws {
         let connection: PostgresConnection
         do {
-            connection = try await PostgresConnection.connect(configuration: url.configuration, id: 0, logger: logger)
+            connection = try await PostgresConnection.connect(configuration: pool.connectionConfiguration, id: 0, logger: logger)
         } catch {
-            throw PostgresStoreError.unreachable(url.description, PostgresStoreError.reason(error))
+            throw StoreError.unavailable(url.description, PostgresStore.reason(error))
         }
         do {
             try await connection.listen(on: Self.notificationChannel) { notifications in
@@ -356,7 +353,7 @@ public final class PostgresStore: @unchecked Sendable {
                 }
             }
             try? await connection.close()
-            throw PostgresStoreError.unreachable(url.description, "the notification stream ended")
+            throw StoreError.unavailable(url.description, "the notification stream ended")
         } catch {
             try? await connection.close()
             throw Self.mapped(error)
@@ -365,7 +362,7 @@ public final class PostgresStore: @unchecked Sendable {
 }
 
 /// One read transaction's records, streamed (see ``PostgresStore/openRecords(in:after:)``).
-public final class PostgresRecordCursor: @unchecked Sendable {
+final class PostgresRecordCursor: RecordSource, @unchecked Sendable {
     /// The collection's head in this transaction: the records belong to exactly it.
     public let head: CollectionHead
     /// How many records the cursor yields.

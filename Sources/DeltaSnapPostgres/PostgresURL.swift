@@ -1,39 +1,78 @@
+import DeltaSnapStore
+import Foundation
+import NIOSSL
 import PostgresNIO
 
-/// `postgres://user[:password]@host[:port]/database` (or `postgresql://…`), as every `--db`
-/// option accepts besides an SQLite path.
+/// `postgres://user[:password]@host[:port]/database[?sslmode=MODE]` (or `postgresql://…`),
+/// as every `--db` option accepts besides an SQLite path.
+///
+/// `sslmode` follows libpq: `prefer` (the default, as PostgresNIO's and libpq's own:
+/// TLS when the server offers it, without checking its certificate), `disable`, `require`
+/// (TLS or no connection, certificate unchecked) and `verify-full` (TLS with the
+/// certificate checked against the system's roots and the host name).
 public struct PostgresURL: Sendable, Equatable, CustomStringConvertible {
     public var user: String
     public var password: String?
     public var host: String
     public var port: Int
     public var database: String
+    public var tlsMode: TLSMode
 
-    /// Whether `text` names a PostgreSQL server rather than an SQLite file.
-    public static func matches(_ text: String) -> Bool {
-        text.hasPrefix("postgres://") || text.hasPrefix("postgresql://")
+    /// How the connection uses TLS (`?sslmode=`).
+    public enum TLSMode: String, Sendable, CaseIterable {
+        case disable, prefer, require
+        case verifyFull = "verify-full"
     }
 
-    public init(_ text: String) throws(PostgresStoreError) {
-        guard Self.matches(text), let components = URLComponents(string: text), let host = components.host, !host.isEmpty else {
-            throw .badURL(text, "expected postgres://user@host:port/database")
+    public init(_ text: String) throws(StoreError) {
+        guard text.hasPrefix("postgres://") || text.hasPrefix("postgresql://"),
+            let components = URLComponents(string: text), let host = components.host, !host.isEmpty
+        else {
+            throw .badLocation(text, "expected postgres://user@host:port/database")
         }
-        guard let user = components.user, !user.isEmpty else { throw .badURL(text, "no user name") }
+        guard let user = components.user, !user.isEmpty else { throw .badLocation(text, "no user name") }
         let database = String(components.path.drop { $0 == "/" })
-        guard !database.isEmpty, !database.contains("/") else { throw .badURL(text, "no database name") }
+        guard !database.isEmpty, !database.contains("/") else { throw .badLocation(text, "no database name") }
+        var tlsMode = TLSMode.prefer
+        for item in components.queryItems ?? [] {
+            guard item.name == "sslmode", let value = item.value, let mode = TLSMode(rawValue: value) else {
+                throw .badLocation(
+                    StoreLocation.withoutPassword(text),
+                    "unknown parameter \(item.name)=\(item.value ?? ""); the one accepted is sslmode=\(TLSMode.allCases.map(\.rawValue).joined(separator: "|"))")
+            }
+            tlsMode = mode
+        }
         self.user = user.removingPercentEncoding ?? user
         password = components.password.map { $0.removingPercentEncoding ?? $0 }
         self.host = host
         port = components.port ?? 5432
         self.database = database
+        self.tlsMode = tlsMode
     }
 
     /// The URL without its password, for messages.
     public var description: String { "postgres://\(user)@\(host):\(port)/\(database)" }
 
     var configuration: PostgresConnection.Configuration {
-        PostgresConnection.Configuration(host: host, port: port, username: user, password: password, database: database, tls: .disable)
+        get throws {
+            PostgresConnection.Configuration(host: host, port: port, username: user, password: password, database: database, tls: try tls)
+        }
+    }
+
+    private var tls: PostgresConnection.Configuration.TLS {
+        get throws {
+            var configuration = TLSConfiguration.makeClientConfiguration()
+            switch tlsMode {
+            case .disable:
+                return .disable
+            case .prefer, .require:
+                // As libpq's prefer/require: encrypted, but the certificate is not checked
+                // (a server's default certificate is usually self-signed).
+                configuration.certificateVerification = .none
+                return tlsMode == .prefer ? .prefer(try NIOSSLContext(configuration: configuration)) : .require(try NIOSSLContext(configuration: configuration))
+            case .verifyFull:
+                return .require(try NIOSSLContext(configuration: configuration))
+            }
+        }
     }
 }
-
-import Foundation

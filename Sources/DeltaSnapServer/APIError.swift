@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapStore
 import Foundation
 import Hummingbird
 
@@ -41,6 +42,24 @@ public struct APIError: Error, HTTPResponseError, Sendable {
         CanonicalJSON.write(.object([JSONMember("error", .string(code)), JSONMember("message", .string(message))]), into: &out)
         out.append(UInt8(ascii: "\n"))
         return out
+    }
+
+    /// The one answer for each store failure: a missing collection is `404`, a database out
+    /// of reach (restarting, shutting down, every connection busy) `503` with `Retry-After`
+    /// — never a `500` for what retrying mends.
+    init(_ error: StoreError) {
+        switch error {
+        case .unknownCollection(let name):
+            self = .unknownCollection(name)
+        case .duplicateID:
+            self.init(.badRequest, "invalid_record", error.description)
+        case .unavailable, .busy:
+            self.init(.serviceUnavailable, "database_unavailable", "\(error); retry shortly", headers: [.retryAfter: "1"])
+        case .readOnly:
+            self.init(.forbidden, "read_only_store", error.description)
+        case .invalidEpoch, .notADeltaSnapStore, .badLocation, .newerSchema, .database:
+            self.init(.internalServerError, "internal_error", "the server failed to answer: \(error)")
+        }
     }
 
     static func badCollectionName(_ name: String) -> APIError {

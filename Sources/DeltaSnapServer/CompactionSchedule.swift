@@ -5,7 +5,7 @@ import Logging
 /// `policy` allows (`serve --compact-keep-versions N` or `--compact-older-than DAYS`).
 ///
 /// ```swift
-/// var configuration = DeltaSnapServerConfiguration(databasePath: "deltasnap.sqlite")
+/// var configuration = DeltaSnapServerConfiguration()
 /// configuration.compaction = CompactionSchedule(policy: .keepVersions(1_000), interval: .seconds(3_600))
 /// ```
 public struct CompactionSchedule: Sendable {
@@ -32,7 +32,7 @@ extension DeltaSnapService {
             for served in heads.all {
                 let name = served.head.name
                 do {
-                    guard let result = try await backend.compact(name, policy: schedule.policy) else { continue }
+                    guard let result = try await store.compact(name, policy: schedule.policy) else { continue }
                     logger.info("compacted", metadata: [
                         "collection": .string(name), "floor": .stringConvertible(result.floor),
                         "previous_floor": .stringConvertible(result.previousFloor), "tombstones_removed": .stringConvertible(result.tombstonesRemoved),

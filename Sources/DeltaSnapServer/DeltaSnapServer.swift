@@ -1,3 +1,4 @@
+import DeltaSnapStore
 import Hummingbird
 import HummingbirdCore
 import Logging
@@ -7,26 +8,25 @@ import ServiceLifecycle
 /// watcher that notices other processes' commits.
 ///
 /// ```swift
-/// let server = try await DeltaSnapServer.open(configuration: .init(databasePath: "deltasnap.sqlite", writeToken: "s3cret"))
+/// let store = try SQLiteCollectionStore(path: "deltasnap.sqlite")
+/// let server = try await DeltaSnapServer(store: store, configuration: .init(writeToken: "s3cret"))
 /// try await server.run(host: "127.0.0.1", port: 8080)   // until SIGINT or SIGTERM
 /// ```
 public struct DeltaSnapServer: Sendable {
     public let service: DeltaSnapService
     public var logger: Logger
 
-    /// A server on an SQLite store.
-    public init(configuration: DeltaSnapServerConfiguration, logger: Logger = Logger(label: "deltasnap")) throws {
-        service = try DeltaSnapService(configuration: configuration)
+    /// A server on `store` (any ``DeltaSnapStore/CollectionStore``; it owns it from now on).
+    public init(
+        store: any CollectionStore, configuration: DeltaSnapServerConfiguration = DeltaSnapServerConfiguration(),
+        logger: Logger = Logger(label: "deltasnap")
+    ) async throws {
+        service = try await DeltaSnapService(store: store, configuration: configuration)
         self.logger = logger
     }
 
-    /// A server on the store `configuration.databasePath` names: an SQLite path or a
-    /// PostgreSQL URL.
-    public static func open(configuration: DeltaSnapServerConfiguration, logger: Logger = Logger(label: "deltasnap")) async throws -> DeltaSnapServer {
-        DeltaSnapServer(service: try await DeltaSnapService.open(configuration: configuration, logger: logger), logger: logger)
-    }
-
-    init(service: DeltaSnapService, logger: Logger) {
+    /// A server on an existing service.
+    public init(service: DeltaSnapService, logger: Logger = Logger(label: "deltasnap")) {
         self.service = service
         self.logger = logger
     }

@@ -44,7 +44,7 @@ extension DeltaSnapService {
             ifModifiedSince: request.headers[.ifModifiedSince])
         let decision: ServeDecision
         if case .modifiedSince(let seconds) = conditional {
-            let first = try await backend.firstVersion(in: name, committedAtOrAfter: seconds)
+            let first = try await store.firstVersion(in: name, committedAtOrAfter: seconds)
             decision = ServeDecision.decide(conditional, head: served.head) { _ in first }
         } else {
             // Never consulted without If-Modified-Since: the 304 path touches no database.
@@ -75,7 +75,7 @@ extension DeltaSnapService {
         guard gzip && head.count <= configuration.fullBodyCacheMaximumRecords else {
             return try await streamed(name: head.name, sinceVersion: nil, base: nil, gzip: gzip, outcome: .full, since: start, target: target)
         }
-        let entry = try await fullBodies.body(for: head, backend: backend)
+        let entry = try await fullBodies.body(for: head, store: store)
         if let target { try requireCurrent(target, head: entry.head) }
         heads.update(entry.head)
         metrics.countOutcome(.full, since: start)
@@ -156,7 +156,7 @@ extension DeltaSnapService {
     /// seen yet: its head is installed at once, so the server never answers 304 to a token
     /// older than one it has served.
     private func openBody(name: String, sinceVersion: UInt64?, base: String?, gzipLevel: Int32?) async throws -> BodyStreamer {
-        let source = try await backend.openRecords(in: name, after: sinceVersion)
+        let source = try await store.openRecords(in: name, after: sinceVersion)
         do {
             if let sinceVersion, let base {
                 let head = source.head

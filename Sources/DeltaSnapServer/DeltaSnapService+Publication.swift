@@ -33,7 +33,7 @@ extension DeltaSnapService {
 
     /// `GET /v1/index`: every public collection's token, floor and state digest, signed.
     func index(_ request: Request) async throws -> Response {
-        let published = try await publication.current(heads: heads.all.map(\.head), backend: backend, now: Int64(Date().timeIntervalSince1970))
+        let published = try await publication.current(heads: heads.all.map(\.head), store: store, now: Int64(Date().timeIntervalSince1970))
         let maxAge = configuration.indexMaxAge
         let headers: HTTPFields = [
             .contentType: "application/json",

@@ -20,7 +20,7 @@ extension DeltaSnapService {
             throw APIError(.badRequest, "invalid_batch", error.description)
         }
         // Write numbers are per client *of a user*: one user cannot advance another's.
-        let outcome = try await backend.push(
+        let outcome = try await store.push(
             mutations, from: client, user: principal.isAdmin ? nil : principal.subject, to: name, retention: configuration.pushRetention)
         if let head = outcome.head { heads.update(head) }
         let response = outcome.response
@@ -44,7 +44,7 @@ extension DeltaSnapService {
             }
             limit = number
         }
-        let entries = try await backend.history(of: id, in: name, limit: limit)
+        let entries = try await store.history(of: id, in: name, limit: limit)
         var out = Array(#"{"collection":"#.utf8)
         CanonicalJSON.writeString(name, into: &out)
         out.append(contentsOf: Array(#","history":["#.utf8))

@@ -51,7 +51,7 @@ extension DeltaSnapService {
         let body = try await collect(&request)
         let replace = request.uri.queryParameters.get("replace").map { $0 == "true" || $0 == "1" } ?? false
         do {
-            return written(try await backend.importBatch(body, into: name, replace: replace))
+            return written(try await store.importBatch(body, into: name, replace: replace))
         } catch let error as ImportError where error.isEmptyReplace {
             // A dropped body must not read as "the collection is now empty" and hide everything.
             throw APIError(.badRequest, "empty_batch", "a ?replace=true batch with no records would hide every record; send at least one, or hide them explicitly")
@@ -119,9 +119,9 @@ extension DeltaSnapService {
 
     private func commit(_ record: Record, to name: String) async throws -> Response {
         do {
-            return written(try await backend.write([record], to: name))
-        } catch let error as StoreError {
-            throw APIError(.badRequest, "invalid_record", error.description)
+            return written(try await store.write([record], to: name))
+        } catch let error as ImportError {
+            throw APIError(.badRequest, "invalid_record", error.reason)
         }
     }
 

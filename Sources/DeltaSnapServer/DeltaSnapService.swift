@@ -1,5 +1,4 @@
 import DeltaSnapCore
-import DeltaSnapPostgres
 import DeltaSnapStore
 import DeltaSnapTrust
 import Foundation
@@ -7,14 +6,8 @@ import Hummingbird
 import Logging
 import NIOCore
 
-/// Settings of a DeltaSnap server.
+/// Settings of a DeltaSnap server (the store it serves is given next to them).
 public struct DeltaSnapServerConfiguration: Sendable {
-    /// The store: an SQLite path (created if missing) or a PostgreSQL URL
-    /// (`postgres://user@host:port/db`, schema created on first use; open it with
-    /// ``DeltaSnapService/open(configuration:logger:)``).
-    public var databasePath: String
-    /// A PostgreSQL streaming replica to read from (writes still go to ``databasePath``).
-    public var readDatabase: String?
     /// The bearer token the write API requires; `nil` disables writes (403).
     public var writeToken: String?
     /// The largest write body accepted (413 above).
@@ -44,14 +37,12 @@ public struct DeltaSnapServerConfiguration: Sendable {
     public var indexLifetime: Int
 
     public init(
-        databasePath: String, writeToken: String? = nil, maximumWriteBodyBytes: Int = 32 * 1024 * 1024,
+        writeToken: String? = nil, maximumWriteBodyBytes: Int = 32 * 1024 * 1024,
         fullBodyCacheMaximumRecords: Int = 100_000, changePollInterval: Duration = .milliseconds(100),
         access: AccessPolicy = AccessPolicy(), maximumPushBodyBytes: Int = 1024 * 1024, pushRetention: PushRetention = PushRetention(),
         logNotModified: Bool = false, compaction: CompactionSchedule? = nil,
-        signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30, indexLifetime: Int = 24 * 3600, readDatabase: String? = nil
+        signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30, indexLifetime: Int = 24 * 3600
     ) {
-        self.databasePath = databasePath
-        self.readDatabase = readDatabase
         self.writeToken = writeToken
         self.maximumWriteBodyBytes = maximumWriteBodyBytes
         self.fullBodyCacheMaximumRecords = fullBodyCacheMaximumRecords
@@ -67,11 +58,13 @@ public struct DeltaSnapServerConfiguration: Sendable {
     }
 }
 
-/// The DeltaSnap endpoints and their state (heads in memory, cached full bodies, read
-/// connections, the writer). Mount them in your own Hummingbird app with ``addRoutes(to:)``.
+/// The DeltaSnap endpoints and their state (heads in memory, cached full bodies) on any
+/// ``DeltaSnapStore/CollectionStore``. Mount them in your own Hummingbird app with
+/// ``addRoutes(to:)``.
 ///
 /// ```swift
-/// let service = try await DeltaSnapService.open(configuration: .init(databasePath: "deltasnap.sqlite"))
+/// let store = try SQLiteCollectionStore(path: "deltasnap.sqlite")
+/// let service = try await DeltaSnapService(store: store)
 /// let router = Router()
 /// service.addRoutes(to: router)            // next to your own routes
 /// let app = Application(router: router)
@@ -82,41 +75,27 @@ public final class DeltaSnapService: Sendable {
     public let configuration: DeltaSnapServerConfiguration
     public let metrics = ServerMetrics()
     let heads: HeadCache
-    let backend: any ServerBackend
+    /// Owned: ``shutdown()`` closes it.
+    let store: any CollectionStore
     let fullBodies = FullBodyCache()
     let deltas = DeltaCache()
     let accessControl: AccessControl
     let publication: IndexPublisher
 
-    /// A service on an SQLite store (``open(configuration:logger:)`` opens either kind).
-    public convenience init(configuration: DeltaSnapServerConfiguration) throws {
-        guard !PostgresURL.matches(configuration.databasePath) else {
-            throw PostgresStoreError.badURL(configuration.databasePath, "a PostgreSQL store is opened with DeltaSnapService.open(configuration:)")
-        }
-        let backend = try SQLiteBackend(path: configuration.databasePath)
-        try self.init(configuration: configuration, backend: backend, heads: backend.pool.withStore { try $0.collections() })
-    }
-
-    /// A service on the store `configuration.databasePath` names: an SQLite path or a
-    /// PostgreSQL URL (then `readDatabase` may name a streaming replica to read from).
-    public static func open(configuration: DeltaSnapServerConfiguration, logger: Logger = Logger(label: "deltasnap")) async throws -> DeltaSnapService {
-        guard PostgresURL.matches(configuration.databasePath) else { return try DeltaSnapService(configuration: configuration) }
-        let backend = try await PostgresBackend.connect(url: configuration.databasePath, readURL: configuration.readDatabase, logger: logger)
-        do {
-            return try DeltaSnapService(configuration: configuration, backend: backend, heads: try await backend.reader.collections())
-        } catch {
-            await backend.shutdown()
-            throw error
-        }
-    }
-
-    init(configuration: DeltaSnapServerConfiguration, backend: any ServerBackend, heads initial: [CollectionHead]) throws {
+    /// A service on `store`, which it owns from now on (``shutdown()`` closes it; so does a
+    /// failed init).
+    public init(store: any CollectionStore, configuration: DeltaSnapServerConfiguration = DeltaSnapServerConfiguration()) async throws {
         self.configuration = configuration
         var policy = configuration.access
         policy.adminToken = configuration.writeToken ?? policy.adminToken
-        accessControl = try AccessControl(policy: policy)
-        self.backend = backend
-        heads = HeadCache(initial)
+        do {
+            accessControl = try AccessControl(policy: policy)
+            heads = HeadCache(try await store.collections())
+        } catch {
+            await store.close()
+            throw error
+        }
+        self.store = store
         publication = IndexPublisher(
             keys: configuration.signingKeys, lifetime: Int64(configuration.indexLifetime),
             excluded: configuration.access.privateCollections)
@@ -124,12 +103,12 @@ public final class DeltaSnapService: Sendable {
 
     /// Picks up commits made by other processes or instances; runs until cancelled.
     public func watchForChanges() async {
-        await backend.watchForChanges(every: configuration.changePollInterval) { [heads] fresh in heads.replace(with: fresh) }
+        await store.watchForChanges(every: configuration.changePollInterval) { [heads] fresh in heads.replace(with: fresh) }
     }
 
     /// Closes the store's connections (after the server stopped).
     public func shutdown() async {
-        await backend.shutdown()
+        await store.close()
     }
 
     /// The channel handlers to put between Hummingbird's HTTP codec and its router: polls

@@ -1,3 +1,4 @@
+import DeltaSnapStore
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -19,6 +20,12 @@ struct ErrorAndMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
             response = try await next(request, context)
         } catch let error as APIError {
             response = try error.response(from: request, context: context)
+        } catch let error as StoreError {
+            let answer = APIError(error)
+            if answer.status == .internalServerError {
+                context.logger.error("request failed", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
+            }
+            response = try answer.response(from: request, context: context)
         } catch let error as HTTPError {
             // Hummingbird's own errors: an unmatched route, a body over the limit, …
             let code = switch error.status {

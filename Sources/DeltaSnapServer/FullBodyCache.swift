@@ -17,11 +17,11 @@ final class FullBodyCache: @unchecked Sendable {
 
     /// The body of `collection` at `head`'s version, building it (outside the lock) when
     /// missing or stale. Two first requests may both build; either result is correct.
-    func body(for head: CollectionHead, backend: any ServerBackend) async throws -> Entry {
+    func body(for head: CollectionHead, store: any CollectionStore) async throws -> Entry {
         if let entry = lock.withLock({ entries[head.name] }), entry.head.version >= head.version, entry.head.epoch == head.epoch {
             return entry
         }
-        let source = try await backend.openRecords(in: head.name, after: nil)
+        let source = try await store.openRecords(in: head.name, after: nil)
         let streamer: BodyStreamer
         do {
             streamer = try BodyStreamer(source: source, base: nil, gzipLevel: 6)

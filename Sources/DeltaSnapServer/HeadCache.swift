@@ -29,8 +29,8 @@ struct ServedHead: Sendable {
 }
 
 /// The heads of all collections, as the server answers polls with them: installed at once
-/// after the server's own commits and bodies, and replaced whenever the backend reports
-/// another writer's commit (``ServerBackend/watchForChanges(every:onChange:)``).
+/// after the server's own commits and bodies, and replaced whenever the store reports
+/// another writer's commit (``DeltaSnapStore/CollectionStore/watchForChanges(every:onChange:)``).
 final class HeadCache: @unchecked Sendable {
     private let lock = NSLock()
     private var heads: [String: ServedHead] = [:]

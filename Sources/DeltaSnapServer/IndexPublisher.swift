@@ -33,12 +33,12 @@ final class IndexPublisher: @unchecked Sendable {
     }
 
     /// The current document; `heads` are the heads the server answers polls with.
-    func current(heads: [CollectionHead], backend: any ServerBackend, now: Int64) async throws -> Published {
+    func current(heads: [CollectionHead], store: any CollectionStore, now: Int64) async throws -> Published {
         let key = heads.filter { !excluded.contains($0.name) }.map { "\($0.name) \($0.token) \($0.floor)" }
         if let published = lock.withLock({ published }), published.key == key, now - published.issued < lifetime / 4 {
             return published
         }
-        let built = try await build(backend: backend, now: now)
+        let built = try await build(store: store, now: now)
         lock.withLock {
             // Two requests may build at once; keep the newer one.
             if published == nil || published!.issued <= built.issued { published = built }
@@ -46,10 +46,10 @@ final class IndexPublisher: @unchecked Sendable {
         return built
     }
 
-    private func build(backend: any ServerBackend, now: Int64) async throws -> Published {
-        let (sequence, entries) = try await backend.publishedState { [excluded] in !excluded.contains($0) }
-        let index = SignedIndex(sequence: sequence, issued: now, expires: now + lifetime, entries: entries)
-        let key = entries.map { "\($0.collection) \($0.token) \($0.floor)" }
+    private func build(store: any CollectionStore, now: Int64) async throws -> Published {
+        let published = try await store.publishedState { [excluded] in !excluded.contains($0) }
+        let index = SignedIndex(sequence: published.sequence, issued: now, expires: now + lifetime, entries: published.entries)
+        let key = published.entries.map { "\($0.collection) \($0.token) \($0.floor)" }
         let document = index.signed(with: keys).document
         let etag = "\"" + SHA256.hash(data: document).prefix(12).map { String(format: "%02x", $0) }.joined() + "\""
         return Published(key: key, issued: now, document: ByteBuffer(bytes: document), etag: etag)

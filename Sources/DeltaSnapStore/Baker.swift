@@ -31,11 +31,12 @@ public struct ManifestEntry: Sendable, Equatable {
 /// Bakes a collection into a deterministic, gzip-compressed snapshot file plus a manifest.
 ///
 /// The same store state always gives byte-identical files: records in id order, a fixed
-/// body layout, and a gzip header with no time or name. Records are streamed from SQLite
-/// through zlib to disk, so a million records use bounded memory.
+/// body layout, and a gzip header with no time or name. Records are streamed from the store
+/// through zlib to disk, so a million records use bounded memory. A store bakes with
+/// ``CollectionStore/bake(_:into:level:)``; these are the file formats it writes.
 ///
 /// ```swift
-/// let entry = try Baker.bake(store: store, collection: "countries", into: "Snapshots")
+/// let entry = try await store.bake("countries", into: "Snapshots")
 /// print(entry.sha256, entry.bytes)
 /// ```
 public enum Baker {
@@ -43,16 +44,6 @@ public enum Baker {
     /// How long a bundled index stays valid. A client does not check a bundled index's
     /// expiry (the app binary carried it); the field is there for tools that inspect it.
     public static let bundledIndexLifetime: Int64 = 10 * 365 * 86_400
-
-    /// Writes `DIRECTORY/COLLECTION.index`: the signed index an app bundles next to the
-    /// snapshot, so the bundle itself is verified. Deterministic for a store state: issued
-    /// at the collection's last commit.
-    @discardableResult
-    public static func writeSignedIndex(store: Store, collection: String, keys: [IndexSigningKey], into directory: String) throws -> SignedIndex {
-        let (sequence, entries) = try store.read { try $0.publishedState { $0 == collection } }
-        guard let entry = entries.first, let head = try store.head(of: collection) else { throw StoreError.unknownCollection(collection) }
-        return try writeSignedIndex(sequence: sequence, entry: entry, head: head, keys: keys, into: directory)
-    }
 
     /// Writes `DIRECTORY/COLLECTION.index` for a state read from any store (one transaction).
     @discardableResult
@@ -69,23 +60,6 @@ public enum Baker {
             throw FileError(path: path, reason: "cannot be replaced")
         }
         return index
-    }
-
-    /// Writes `DIRECTORY/COLLECTION.snapshot` (atomically, via a temporary file and a
-    /// rename) and updates `DIRECTORY/manifest.json`.
-    @discardableResult
-    public static func bake(store: Store, collection: String, into directory: String, level: Int32 = 6) throws -> ManifestEntry {
-        try store.read { reader in
-            guard let head = try reader.head(of: collection) else { throw StoreError.unknownCollection(collection) }
-            let file = try SnapshotFile(head: head, into: directory, level: level)
-            do {
-                try reader.forEachVisibleRecord(in: collection) { try file.append($0) }
-                return try file.finish()
-            } catch {
-                file.abandon()
-                throw error
-            }
-        }
     }
 
     /// A snapshot being written: the records of one read of any store go in, in id order;

@@ -4,8 +4,8 @@ import Foundation
 /// the new floor get a full body.
 ///
 /// ```swift
-/// try store.compact("countries", policy: .keepVersions(100))   // deltas for the last 100 versions
-/// try store.compact("countries", policy: .olderThan(seconds: 30 * 86_400))
+/// try await store.compact("countries", policy: .keepVersions(100))   // deltas for the last 100 versions
+/// try await store.compact("countries", policy: .olderThan(seconds: 30 * 86_400))
 /// ```
 public enum CompactionPolicy: Sendable, Equatable {
     /// Keep deltas for tokens of the last N versions.
@@ -43,17 +43,5 @@ public struct CompactionResult: Sendable, Equatable {
         self.previousFloor = previousFloor
         self.floor = floor
         self.tombstonesRemoved = tombstonesRemoved
-    }
-}
-
-extension Store {
-    /// Compacts `collection` as far as `policy` allows; nil when the floor would not rise.
-    public func compact(_ collection: String, policy: CompactionPolicy, now: Int64 = Int64(Date().timeIntervalSince1970)) throws -> CompactionResult? {
-        guard let head = try head(of: collection) else { throw StoreError.unknownCollection(collection) }
-        let firstKept = try policy.keptSince(now: now).flatMap { since in try read { try $0.firstVersion(in: collection, committedAtOrAfter: since) } }
-        let target = policy.floor(for: head, firstVersionKept: firstKept)
-        guard target > head.floor else { return nil }
-        let removed = try compact(collection, throughVersion: target)
-        return CompactionResult(collection: collection, previousFloor: head.floor, floor: target, tombstonesRemoved: removed)
     }
 }

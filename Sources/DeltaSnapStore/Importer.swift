@@ -45,8 +45,12 @@ public struct Importer {
 
     /// Reads every record from `source` (named `name` in errors) and commits them.
     public func run(source: @escaping ChunkSource, name: String) throws -> WriteResult {
-        let stream = RecordStream(source: source, name: name)
-        return try store.write(to: collection) { writer in
+        try run(stream: RecordStream(source: source, name: name))
+    }
+
+    /// Reads every record `stream` yields and commits them.
+    public func run(stream: RecordStream) throws -> WriteResult {
+        try store.write(to: collection) { writer in
             while let record = try stream.next() {
                 do {
                     try writer.put(record)

@@ -10,7 +10,10 @@ import DeltaSnapCore
 /// let stream = RecordStream(source: try ChunkSources.file(at: "countries.ndjson"), name: "countries.ndjson")
 /// while let record = try stream.next() { try writer.put(record) }
 /// ```
-public final class RecordStream {
+///
+/// `@unchecked Sendable`: a stream is handed once from its caller to the store that reads
+/// it (SQLite's writer queue, a PostgreSQL `COPY`), and used by that one reader only.
+public final class RecordStream: @unchecked Sendable {
     private let reader: JSONReader
     private let name: String
     private var line = 1

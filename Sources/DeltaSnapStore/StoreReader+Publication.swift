@@ -6,14 +6,14 @@ extension StoreReader {
     /// transaction so each digest belongs to the token next to it.
     ///
     /// ```swift
-    /// let (sequence, entries) = try store.read { try $0.publishedState { $0 == "countries" } }
+    /// let published = try store.read { try $0.publishedState { $0 == "countries" } }
     /// ```
-    public func publishedState(including included: (String) -> Bool = { _ in true }) throws -> (sequence: UInt64, entries: [SignedIndex.Entry]) {
+    public func publishedState(including included: (String) -> Bool = { _ in true }) throws -> PublishedState {
         var entries: [SignedIndex.Entry] = []
         for head in try collections() where included(head.name) {
             entries.append(SignedIndex.Entry(head: head, digest: try digest(of: head.name) ?? recomputedDigest(of: head.name)))
         }
-        return (try publicationSequence(), entries)
+        return PublishedState(sequence: try publicationSequence(), entries: entries)
     }
 }
 

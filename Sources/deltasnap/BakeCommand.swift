@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
 import DeltaSnapClient
-import DeltaSnapPostgres
 import DeltaSnapStore
+import DeltaSnapStores
 import DeltaSnapTrust
 
 struct BakeCommand: AsyncParsableCommand {
@@ -37,22 +37,10 @@ struct BakeCommand: AsyncParsableCommand {
         try await reportingErrors {
             let keys = try signingKey.map { try IndexSigningKey(contentsOf: $0) }
             let started = ContinuousClock.now
-            let entry: ManifestEntry
-            var index: SignedIndex?
-            if PostgresURL.matches(db) {
-                let store = try await PostgresStore.connect(db)
-                do {
-                    entry = try await store.bake(collection: collection, into: out)
-                    if !keys.isEmpty { index = try await store.writeSignedIndex(collection: collection, keys: keys, into: out) }
-                    await store.close()
-                } catch {
-                    await store.close()
-                    throw error
-                }
-            } else {
-                let store = try Store(path: db, readOnly: true)
-                entry = try Baker.bake(store: store, collection: collection, into: out)
-                if !keys.isEmpty { index = try Baker.writeSignedIndex(store: store, collection: collection, keys: keys, into: out) }
+            let (entry, index) = try await StoreFactory.withStore(db, readOnly: true) { store in
+                let entry = try await store.bake(collection, into: out)
+                let index = keys.isEmpty ? nil : try await store.writeSignedIndex(collection, keys: keys, into: out)
+                return (entry, index)
             }
             print("\(out)/\(collection).snapshot: \(entry.count) records, token \(entry.token), checksum \(entry.checksum), \(entry.bytes) bytes, sha256 \(entry.sha256) [\(rate(entry.count, since: started))]")
             if let index {

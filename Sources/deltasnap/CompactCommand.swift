@@ -1,6 +1,6 @@
 import ArgumentParser
-import DeltaSnapPostgres
 import DeltaSnapStore
+import DeltaSnapStores
 import Foundation
 
 struct CompactCommand: AsyncParsableCommand {
@@ -42,22 +42,8 @@ struct CompactCommand: AsyncParsableCommand {
     func run() async throws {
         try await reportingErrors {
             let policy: CompactionPolicy = keepVersions.map { .keepVersions(UInt64($0)) } ?? .olderThan(seconds: Int64((olderThan ?? 0) * 86_400))
-            let result: CompactionResult?
-            let head: CollectionHead?
-            if PostgresURL.matches(db) {
-                let store = try await PostgresStore.connect(db)
-                do {
-                    result = try await store.compact(collection, policy: policy)
-                    head = try await store.head(of: collection)
-                    await store.close()
-                } catch {
-                    await store.close()
-                    throw error
-                }
-            } else {
-                let store = try Store(path: db)
-                result = try store.compact(collection, policy: policy)
-                head = try store.head(of: collection)
+            let (result, head) = try await StoreFactory.withStore(db) { store in
+                (try await store.compact(collection, policy: policy), try await store.head(of: collection))
             }
             guard let result else {
                 print("\(collection): nothing to compact (floor stays at version \(head?.floor ?? 0), head is version \(head?.version ?? 0))")

@@ -1,7 +1,7 @@
 import ArgumentParser
 import DeltaSnapCore
-import DeltaSnapPostgres
 import DeltaSnapStore
+import DeltaSnapStores
 
 struct ExportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -18,24 +18,10 @@ struct ExportCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
-            if PostgresURL.matches(db) {
-                let store = try await PostgresStore.connect(db)
-                do {
-                    guard try await store.head(of: collection) != nil else { throw StoreError.unknownCollection(collection) }
-                    let output = StandardOutput()
-                    var writer = NDJSONWriter { output.write($0) }
-                    try await store.forEachVisibleRecord(in: collection) { try writer.append(line: $0) }
-                    try writer.flush()
-                } catch {
-                    await store.close()
-                    throw error
-                }
-                await store.close()
-                return
-            }
-            let store = try Store(path: db, readOnly: true)
             let output = StandardOutput()
-            try Exporter.export(store: store, collection: collection) { output.write($0) }
+            try await StoreFactory.withStore(db, readOnly: true) { store in
+                try await store.export(collection) { output.write($0) }
+            }
         }
     }
 }

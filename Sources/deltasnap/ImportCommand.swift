@@ -1,7 +1,7 @@
 import ArgumentParser
 import DeltaSnapCore
-import DeltaSnapPostgres
 import DeltaSnapStore
+import DeltaSnapStores
 import Foundation
 
 struct ImportCommand: AsyncParsableCommand {
@@ -37,29 +37,13 @@ struct ImportCommand: AsyncParsableCommand {
             try CollectionName.validate(collection)
             let started = ContinuousClock.now
             let quiet = self.quiet
-            let progress: (Int) -> Void = { count in
+            let progress: @Sendable (Int) -> Void = { count in
                 if !quiet { printError("import: \(count) records read (\(rate(count, since: started)))") }
             }
             let name = file == "-" ? "<stdin>" : file
             func openSource() throws -> ChunkSource { file == "-" ? ChunkSources.standardInput() : try ChunkSources.file(at: file) }
-            let result: WriteResult
-            if PostgresURL.matches(db) {
-                let source = try openSource()
-                let store = try await PostgresStore.connect(db, configuration: .fromEnvironment())
-                do {
-                    result = try await store.importRecords(
-                        from: RecordStream(source: source, name: name), into: collection, replace: replace, progress: progress)
-                } catch {
-                    await store.close()
-                    throw error
-                }
-                await store.close()
-            } else {
-                let store = try Store(path: db, configuration: .fromEnvironment())
-                let source = try openSource()
-                var importer = Importer(store: store, collection: collection, replace: replace)
-                importer.progress = progress
-                result = try importer.run(source: source, name: name)
+            let result = try await StoreFactory.withStore(db) { store in
+                try await store.importRecords(from: RecordStream(source: try openSource(), name: name), into: collection, replace: replace, progress: progress)
             }
             let total = result.upserted + result.hidden + result.unchanged
             if result.committed, let head = result.head {

@@ -1,8 +1,8 @@
 import ArgumentParser
 import DeltaSnapCore
-import DeltaSnapPostgres
 import DeltaSnapServer
 import DeltaSnapStore
+import DeltaSnapStores
 import DeltaSnapTrust
 import Foundation
 import Logging
@@ -109,8 +109,10 @@ struct ServeCommand: AsyncParsableCommand {
         guard compactEvery > 0 else { throw ValidationError("--compact-every must be positive") }
         guard indexMaxAge > 0 else { throw ValidationError("--index-max-age must be positive") }
         guard indexLifetime >= 60 else { throw ValidationError("--index-lifetime must be at least 60 seconds") }
-        if let readDb {
-            guard PostgresURL.matches(readDb), PostgresURL.matches(db) else {
+        if readDb != nil {
+            do {
+                _ = try StoreLocation(db, readReplica: readDb)
+            } catch {
                 throw ValidationError("--read-db takes a postgres:// URL, and needs --db postgres://… (the primary) too")
             }
         }
@@ -120,11 +122,6 @@ struct ServeCommand: AsyncParsableCommand {
         let policy: CompactionPolicy? = compactKeepVersions.map { .keepVersions(UInt64($0)) }
             ?? compactOlderThan.map { .olderThan(seconds: Int64($0 * 86_400)) }
         return policy.map { CompactionSchedule(policy: $0, interval: .milliseconds(Int(compactEvery * 60_000))) }
-    }
-
-    /// The store as printed: a URL without its password.
-    private var displayedDB: String {
-        PostgresURL.matches(db) ? ((try? PostgresURL(db))?.description ?? db) : db
     }
 
     func run() async throws {
@@ -141,13 +138,13 @@ struct ServeCommand: AsyncParsableCommand {
             }
             access.privateCollections = Set(TokenCommand.list(privateCollections))
             let retention = Int64(retentionDays) * 86_400
-            let server = try await DeltaSnapServer.open(
-                configuration: .init(
-                    databasePath: db, writeToken: token, maximumWriteBodyBytes: maxBodyBytes, access: access,
-                    pushRetention: PushRetention(results: retention, history: retention), logNotModified: logNotModified,
-                    compaction: compactionSchedule, signingKeys: try signingKey.map { try IndexSigningKey(contentsOf: $0) },
-                    indexMaxAge: indexMaxAge, indexLifetime: indexLifetime, readDatabase: readDb),
-                logger: logger)
+            let configuration = DeltaSnapServerConfiguration(
+                writeToken: token, maximumWriteBodyBytes: maxBodyBytes, access: access,
+                pushRetention: PushRetention(results: retention, history: retention), logNotModified: logNotModified,
+                compaction: compactionSchedule, signingKeys: try signingKey.map { try IndexSigningKey(contentsOf: $0) },
+                indexMaxAge: indexMaxAge, indexLifetime: indexLifetime)
+            let location = try StoreLocation(db, readReplica: readDb)
+            let server = try await DeltaSnapServer(store: try await StoreFactory.open(location, logger: logger), configuration: configuration, logger: logger)
             // Anything else in the process that reports through swift-metrics lands on the same /metrics.
             MetricsSystem.bootstrap(server.service.metrics.factory)
             let writes = token != nil || access.jwtSecret != nil || access.jwtPublicKeyPEM != nil
@@ -155,7 +152,7 @@ struct ServeCommand: AsyncParsableCommand {
             try await server.run(host: host, port: port) { boundPort in
                 // One parseable line on stdout: scripts and tests wait for it.
                 // Written straight to the file handle: print() would sit in stdio's buffer.
-                StandardOutput().write(Array("deltasnap: serving \(displayedDB) on http://\(host):\(boundPort) (writes \(writes ? "enabled" : "disabled"))\n".utf8))
+                StandardOutput().write(Array("deltasnap: serving \(location) on http://\(host):\(boundPort) (writes \(writes ? "enabled" : "disabled"))\n".utf8))
             }
         }
     }

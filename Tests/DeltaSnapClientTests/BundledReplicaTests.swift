@@ -10,10 +10,10 @@ import Testing
 /// in place at first start and copied on the first write — the bundle itself never changes.
 @Suite struct BundledReplicaTests {
     /// A store with `count` records, its snapshot and its replica in `dir`.
-    func baked(_ dir: TemporaryDirectory, count: Int = 200) throws -> Store {
+    func baked(_ dir: TemporaryDirectory, count: Int = 200) async throws -> Store {
         let store = try Store(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<count), into: store, collection: "items")
-        try Baker.bake(store: store, collection: "items", into: dir.path)
+        try await Fixtures.bake(store.path, "items", into: dir.path)
         try BundledReplica.bake(snapshot: dir.file("items.snapshot"), collection: "items", to: dir.file("items.replica"))
         return store
     }
@@ -26,10 +26,10 @@ import Testing
 
     func bytes(_ path: String) throws -> Data { try Data(contentsOf: URL(fileURLWithPath: path)) }
 
-    @Test func bakingIsDeterministicAndInspectVerifiesIt() throws {
+    @Test func bakingIsDeterministicAndInspectVerifiesIt() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try baked(dir)
+        let store = try await baked(dir)
         let first = try bytes(dir.file("items.replica"))
         try BundledReplica.bake(snapshot: dir.file("items.snapshot"), collection: "items", to: dir.file("items.replica"))
         #expect(try bytes(dir.file("items.replica")) == first)
@@ -48,7 +48,7 @@ import Testing
     @Test func firstStartReadsTheBundleInPlaceAndTheFirstWriteCopiesIt() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try baked(dir)
+        let store = try await baked(dir)
         let bundle = try bytes(dir.file("items.replica"))
         let server = try await TestServer.start(databasePath: dir.file("s.sqlite"))
         let path = dir.file("app/items.sqlite")
@@ -84,7 +84,7 @@ import Testing
     @Test func aLocalWriteOnTheBundleCopiesItFirst() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        _ = try baked(dir, count: 20)
+        _ = try await baked(dir, count: 20)
         let bundle = try bytes(dir.file("items.replica"))
         let path = dir.file("r.sqlite")
         let replica = try DeltaSnapReplica(
@@ -100,7 +100,7 @@ import Testing
     @Test func anEmptyReplicaFileLoadsTheBundleAndKeepsItsQueuedWrites() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        _ = try baked(dir, count: 30)
+        _ = try await baked(dir, count: 30)
         let url = URL(string: "http://127.0.0.1:9/v1/collections/items")!
         // An earlier start created the file but never got data; the app wrote offline.
         let first = try DeltaSnapReplica(path: dir.file("r.sqlite"), collection: "items", url: url)
@@ -117,7 +117,7 @@ import Testing
     @Test func aBundleOfAnotherCollectionOrWithoutMetadataIsRefused() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        _ = try baked(dir, count: 5)
+        _ = try await baked(dir, count: 5)
         let url = URL(string: "http://127.0.0.1:9/v1/collections/other")!
         #expect(throws: BundledReplica.Unusable.self) {
             _ = try DeltaSnapReplica(path: dir.file("other.sqlite"), collection: "other", url: url, bundledSnapshot: dir.file("items.replica"))

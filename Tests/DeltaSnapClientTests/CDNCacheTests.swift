@@ -146,7 +146,7 @@ import Testing
         try await waitForToken(origin.server, store)
         #expect(try await converge(recent, to: store).contains("delta"))  // caches delta(v2 → v3)
 
-        _ = try store.compact("items", policy: .keepVersions(0))
+        _ = try store.compact("items", throughVersion: .max)
         try await Task.sleep(for: .milliseconds(200))  // the server notices the new floor
         let outcomes = try await converge(sleeper, to: store)
         #expect(outcomes.contains("full") && !outcomes.contains("delta"), "below the floor: \(outcomes)")

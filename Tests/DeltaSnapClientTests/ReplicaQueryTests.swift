@@ -12,7 +12,7 @@ import Testing
     func replica(_ dir: TemporaryDirectory, count: Int = 500) async throws -> DeltaSnapReplica {
         let store = try Store(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<count), into: store, collection: "items")
-        try Baker.bake(store: store, collection: "items", into: dir.path)
+        try await Fixtures.bake(store.path, "items", into: dir.path)
         return try DeltaSnapReplica(
             path: dir.file("r.sqlite"), collection: "items", url: URL(string: "http://127.0.0.1:9/v1/collections/items")!,
             bundledSnapshot: dir.file("items.snapshot"), timeout: .seconds(1))

@@ -20,7 +20,7 @@ import Testing
         defer { dir.remove() }
         let store = try Store(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<100), into: store, collection: "items")
-        try Baker.bake(store: store, collection: "items", into: dir.path)
+        try await Fixtures.bake(store.path, "items", into: dir.path)
         // Nothing listens on port 9: no server is reachable.
         let replica = try DeltaSnapReplica(
             path: dir.file("r.sqlite"), collection: "items", url: URL(string: "http://127.0.0.1:9/v1/collections/items")!,

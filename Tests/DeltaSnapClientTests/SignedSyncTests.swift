@@ -270,8 +270,8 @@ import Testing
         try Fixtures.importText(Fixtures.ndjson(0..<30), into: store, collection: "items")
         let key = IndexSigningKey.generate()
         let bundle = dir.file("bundle")
-        try Baker.bake(store: store, collection: "items", into: bundle)
-        let index = try Baker.writeSignedIndex(store: store, collection: "items", keys: [key], into: bundle)
+        try await Fixtures.bake(store.path, "items", into: bundle)
+        let index = try await SQLiteCollectionStore(path: store.path, readOnly: true).writeSignedIndex("items", keys: [key], into: bundle)
         let snapshot = bundle + "/items.snapshot"
         let url = URL(string: "http://127.0.0.1:9/v1/collections/items")!
         let replica = try DeltaSnapReplica(path: dir.file("a.sqlite"), collection: "items", url: url, bundledSnapshot: snapshot, trustedKeys: [key.publicKey])

@@ -1,5 +1,5 @@
 import DeltaSnapCore
-import DeltaSnapPostgres
+@testable import DeltaSnapPostgres
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
@@ -42,10 +42,10 @@ import Testing
                 #expect(got == expected, "write \(index)")
             }
             var exported: [UInt8] = []
-            try await postgres.forEachVisibleRecord(in: "items") { exported += $0 + [0x0A] }
-            var expected: [UInt8] = []
-            try Exporter.export(store: sqlite, collection: "items") { expected += $0 }
-            #expect(exported == expected)
+            let cursor = try await postgres.openRecords(in: "items", after: nil)
+            while try await cursor.next({ exported += Array($0) + [0x0A] }) {}
+            await cursor.close()
+            #expect(exported == Array(try Fixtures.export(sqlite, "items").utf8))
             #expect(try await postgres.head(of: "items") == (try sqlite.head(of: "items")))
             let digest = try await postgres.digest(of: "items")
             #expect(digest == (try sqlite.read { try $0.digest(of: "items") }))
@@ -106,9 +106,9 @@ import Testing
             #expect(try await again.head(of: "items")?.count == 5)
             await again.close()
             for bad in ["postgres://", "postgres://127.0.0.1/db", "postgres://u@host", "mysql://u@h/db"] {
-                #expect(throws: PostgresStoreError.self, "\(bad)") { _ = try PostgresURL(bad) }
+                #expect(throws: StoreError.self, "\(bad)") { _ = try PostgresURL(bad) }
             }
-            await #expect(throws: PostgresStoreError.self) { _ = try await PostgresStore.connect("postgres://u@127.0.0.1:1/db") }
+            await #expect(throws: StoreError.self) { _ = try await PostgresStore.connect("postgres://u@127.0.0.1:1/db") }
         }
     }
 

@@ -1,6 +1,6 @@
 @testable import DeltaSnapServer
 import DeltaSnapCore
-import DeltaSnapStore
+@testable import DeltaSnapStore
 import DeltaSnapTestSupport
 import Testing
 
@@ -16,7 +16,7 @@ import Testing
         let store = try Store(path: db)
         try Fixtures.importText(Fixtures.ndjson(0..<500), into: store, collection: "items")
         try Fixtures.importText(Fixtures.ndjson(0..<5, revision: 1), into: store, collection: "items")
-        let pool = StorePool(path: db)
+        let pool = SQLiteReadPool(path: db)
         let source = try SQLiteRecordSource(pool: pool, collection: "items", after: delta ? 1 : nil)
         let streamer = try BodyStreamer(source: source, base: delta ? "x" : nil, gzipLevel: 1)
         let bytes = try await streamer.readAll()
@@ -34,7 +34,7 @@ import Testing
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
         try Fixtures.importText(Fixtures.ndjson(0..<2000), into: try Store(path: db), collection: "items")
-        let pool = StorePool(path: db)
+        let pool = SQLiteReadPool(path: db)
         do {
             let streamer = try BodyStreamer(source: try SQLiteRecordSource(pool: pool, collection: "items", after: nil), base: nil, gzipLevel: nil)
             _ = try await streamer.nextChunk()  // a client that went away after the first chunk

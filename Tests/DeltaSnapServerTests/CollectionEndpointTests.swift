@@ -64,7 +64,7 @@ import Testing
             // The cached gzip body is the snapshot bake writes for the same state.
             let dir = try TemporaryDirectory()
             defer { dir.remove() }
-            try Baker.bake(store: try Store(path: db), collection: "items", into: dir.path)
+            try await Fixtures.bake(db, "items", into: dir.path)
             #expect(gzip.body == [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir.file("items.snapshot")))))
         }
     }

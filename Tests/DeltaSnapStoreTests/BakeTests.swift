@@ -27,13 +27,13 @@ import Testing
             == FileManager.default.contents(atPath: dir.file("out-two/manifest.json")))
     }
 
-    @Test func bakeRoundTripsThroughInspectAndMatchesTheStore() throws {
+    @Test func bakeRoundTripsThroughInspectAndMatchesTheStore() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let store = try Store(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<500), into: store, collection: "items")
         try Fixtures.importText(#"{"id":"r0000003","hidden":true}"#, into: store, collection: "items")
-        let entry = try Baker.bake(store: store, collection: "items", into: dir.file("snap"))
+        let entry = try await Fixtures.bake(store.path, "items", into: dir.file("snap"))
         let head = try #require(try store.head(of: "items"))
         #expect(entry.count == 499 && entry.token == head.token.description && entry.checksum == head.checksum.description)
 
@@ -94,12 +94,12 @@ import Testing
         #expect(refused.status == 1 && refused.stderr.split(separator: "\n").count == 1, "\(refused.stdout) \(refused.stderr)")
     }
 
-    @Test func truncatedAndBitFlippedSnapshotsAreRejected() throws {
+    @Test func truncatedAndBitFlippedSnapshotsAreRejected() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let store = try Store(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<300), into: store, collection: "items")
-        try Baker.bake(store: store, collection: "items", into: dir.path)
+        try await Fixtures.bake(store.path, "items", into: dir.path)
         let good = [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir.file("items.snapshot"))))
 
         var cases: [(String, [UInt8])] = [("truncated", Array(good.prefix(good.count / 2))), ("cut trailer", Array(good.dropLast(4)))]

@@ -31,7 +31,7 @@ import Testing
         try check()
         try Fixtures.importText(Fixtures.ndjson(50..<60), into: store, collection: "items", replace: true)  // hides the rest
         try check()
-        _ = try store.compact("items", policy: .keepVersions(0))  // tombstones go; the visible state stays
+        _ = try store.compact("items", throughVersion: .max)  // tombstones go; the visible state stays
         try check()
         #expect(zip(sequences, sequences.dropFirst()).allSatisfy { $0 <= $1 })
         #expect(Set(sequences.dropLast()).count == sequences.count - 1)  // every commit raised it; compaction did not

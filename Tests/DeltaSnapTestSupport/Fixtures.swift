@@ -28,10 +28,20 @@ public enum Fixtures {
             .run(source: ChunkSources.bytes(Array(text.utf8)), name: "test")
     }
 
-    /// The store's `export` output as text.
+    /// The store's `export` output as text, read through one connection.
     public static func export(_ store: Store, _ collection: String) throws -> String {
-        var out: [UInt8] = []
-        try Exporter.export(store: store, collection: collection) { out.append(contentsOf: $0) }
-        return String(decoding: out, as: UTF8.self)
+        try store.read { reader in
+            guard try reader.head(of: collection) != nil else { throw StoreError.unknownCollection(collection) }
+            var out = ""
+            try reader.forEachVisibleRecord(in: collection) { out += String(decoding: $0, as: UTF8.self) + "\n" }
+            return out
+        }
+    }
+
+    /// Bakes `collection` of the SQLite store at `path` into `directory`, as `deltasnap bake` does.
+    @discardableResult
+    public static func bake(_ path: String, _ collection: String, into directory: String) async throws -> ManifestEntry {
+        let store = try SQLiteCollectionStore(path: path, readOnly: true)
+        return try await store.bake(collection, into: directory)
     }
 }

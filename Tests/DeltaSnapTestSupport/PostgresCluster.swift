@@ -11,7 +11,7 @@ import Glibc
 /// ```swift
 /// let cluster = try PostgresCluster.start(in: dir.path)
 /// defer { cluster.stop() }
-/// let store = try await PostgresStore.connect(cluster.url)
+/// let store = try await PostgresCollectionStore.connect(url: cluster.url)
 /// ```
 public final class PostgresCluster: @unchecked Sendable {
     public let port: Int

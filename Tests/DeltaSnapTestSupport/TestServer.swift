@@ -1,4 +1,6 @@
 import DeltaSnapServer
+import DeltaSnapStore
+import DeltaSnapStores
 import DeltaSnapTrust
 import Foundation
 import Logging
@@ -25,12 +27,13 @@ public final class TestServer: Sendable {
             quiet.logLevel = .warning
             return quiet
         }()
-        let server = try await DeltaSnapServer.open(
+        let store = try await StoreFactory.open(try StoreLocation(databasePath, readReplica: readDatabase), logger: logger)
+        let server = try await DeltaSnapServer(
+            store: store,
             configuration: .init(
-                databasePath: databasePath, writeToken: writeToken, maximumWriteBodyBytes: maximumWriteBodyBytes,
+                writeToken: writeToken, maximumWriteBodyBytes: maximumWriteBodyBytes,
                 fullBodyCacheMaximumRecords: fullBodyCacheMaximumRecords, changePollInterval: changePollInterval,
-                access: access, logNotModified: logNotModified, compaction: compaction, signingKeys: signingKeys, indexMaxAge: indexMaxAge,
-                readDatabase: readDatabase),
+                access: access, logNotModified: logNotModified, compaction: compaction, signingKeys: signingKeys, indexMaxAge: indexMaxAge),
             logger: logger)
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let task = Task {

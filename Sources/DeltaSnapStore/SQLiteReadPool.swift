@@ -1,11 +1,10 @@
-import DeltaSnapStore
 import Foundation
 
-/// Read connections to the store, reused across requests.
+/// Read-only connections to an SQLite store, reused across reads.
 ///
-/// SQLite in WAL mode lets any number of readers run beside one writer; each request takes
-/// a connection of its own for the length of its read transaction.
-final class StorePool: @unchecked Sendable {
+/// SQLite in WAL mode lets any number of readers run beside one writer; each read takes a
+/// connection of its own for the length of its read transaction.
+final class SQLiteReadPool: @unchecked Sendable {
     let path: String
     private let lock = NSLock()
     private var idle: [Store] = []

@@ -1,0 +1,101 @@
+import DeltaSnapCore
+import DeltaSnapTrust
+import Foundation
+
+/// What every store does the same way, written once on top of ``CollectionStore``.
+extension CollectionStore {
+    /// Upserts or hides `records` as one version (a `PUT`, a `DELETE`): the import rule.
+    ///
+    /// ```swift
+    /// let result = try await store.write([record], to: "countries")
+    /// ```
+    public func write(_ records: [Record], to collection: String) async throws -> WriteResult {
+        try await importRecords(from: RecordStream(records: records, name: "request"), into: collection, replace: false, progress: nil)
+    }
+
+    /// Imports NDJSON or a JSON array held in memory (a write API body) as one version.
+    public func importBatch(_ body: [UInt8], into collection: String, replace: Bool = false) async throws -> WriteResult {
+        try await importRecords(from: RecordStream(source: ChunkSources.bytes(body), name: "body"), into: collection, replace: replace, progress: nil)
+    }
+
+    /// Compacts `collection` as far as `policy` allows; nil when the floor would not rise.
+    ///
+    /// ```swift
+    /// try await store.compact("countries", policy: .keepVersions(100))
+    /// ```
+    public func compact(
+        _ collection: String, policy: CompactionPolicy, now: Int64 = Int64(Date().timeIntervalSince1970)
+    ) async throws -> CompactionResult? {
+        guard let head = try await head(of: collection) else { throw StoreError.unknownCollection(collection) }
+        var firstKept: UInt64?
+        if let since = policy.keptSince(now: now) { firstKept = try await firstVersion(in: collection, committedAtOrAfter: since) }
+        let target = policy.floor(for: head, firstVersionKept: firstKept)
+        guard target > head.floor else { return nil }
+        let removed = try await compact(collection, throughVersion: target)
+        return CompactionResult(collection: collection, previousFloor: head.floor, floor: target, tombstonesRemoved: removed)
+    }
+
+    /// Reads every record of `collection` from one transaction: the visible ones (`after`
+    /// nil) or the changes since `after`. The source is closed whatever `body` does.
+    public func withRecords<T>(
+        in collection: String, after version: UInt64? = nil, _ body: (any RecordSource) async throws -> T
+    ) async throws -> T {
+        let source = try await openRecords(in: collection, after: version)
+        do {
+            let result = try await body(source)
+            await source.close()
+            return result
+        } catch {
+            await source.close()
+            throw error
+        }
+    }
+
+    /// Writes the visible records as NDJSON sorted by id, one canonical record a line, in
+    /// chunks of about 64 KiB: what `deltasnap export` prints, byte for byte what the
+    /// client's `dump` prints for the same state.
+    public func export(_ collection: String, write: @escaping ([UInt8]) throws -> Void) async throws {
+        try await withRecords(in: collection) { source in
+            var writer = NDJSONWriter(write: write)
+            while try await source.next({ try writer.append(line: $0) }) {}
+            try writer.flush()
+        }
+    }
+
+    /// Writes `DIRECTORY/COLLECTION.snapshot` (atomically) from one read and updates
+    /// `DIRECTORY/manifest.json`. Deterministic: the same state gives the same bytes,
+    /// whichever store holds it.
+    ///
+    /// ```swift
+    /// let entry = try await store.bake("countries", into: "Snapshots")
+    /// ```
+    @discardableResult
+    public func bake(_ collection: String, into directory: String, level: Int32 = 6) async throws -> ManifestEntry {
+        try await withRecords(in: collection) { source in
+            let file = try Baker.SnapshotFile(head: source.head, into: directory, level: level)
+            do {
+                while try await source.next({ try file.append($0) }) {}
+                return try file.finish()
+            } catch {
+                file.abandon()
+                throw error
+            }
+        }
+    }
+
+    /// Writes `DIRECTORY/COLLECTION.index`, signed, for the collection's current state
+    /// (issued at its last commit, so the file is deterministic too).
+    @discardableResult
+    public func writeSignedIndex(_ collection: String, keys: [IndexSigningKey], into directory: String) async throws -> SignedIndex {
+        // The head and the published entry come from two reads: retry until they agree.
+        for _ in 0..<10 {
+            let published = try await publishedState { $0 == collection }
+            guard let entry = published.entries.first, let head = try await head(of: collection) else {
+                throw StoreError.unknownCollection(collection)
+            }
+            guard head.token.description == entry.token else { continue }
+            return try Baker.writeSignedIndex(sequence: published.sequence, entry: entry, head: head, keys: keys, into: directory)
+        }
+        throw StoreError.busy("collection \(collection) kept changing while its index was written; retry")
+    }
+}

@@ -1,0 +1,84 @@
+import DeltaSnapCore
+import DeltaSnapTrust
+
+/// The one interface to a DeltaSnap store, whichever database holds it: what the server,
+/// the CLI, bake and the tests use.
+///
+/// Two conformances: ``SQLiteCollectionStore`` (one file, the embedded default) and
+/// `PostgresCollectionStore` in DeltaSnapPostgres (a shared server many stateless instances
+/// use at once). Both produce the same records in the same order, so every body, snapshot
+/// and export is byte-identical between them. What can be written once on top of the
+/// requirements is (see `CollectionStore+Operations.swift`): writes of parsed records,
+/// compaction by policy, export, bake and the bundled signed index.
+///
+/// Every requirement throws ``StoreError`` for what a caller can act on (an unknown
+/// collection, a store out of reach) and ``ImportError`` for bad input.
+///
+/// ```swift
+/// let store = try SQLiteCollectionStore(path: "deltasnap.sqlite")
+/// let result = try await store.write([try Record(json: Array(#"{"id":"AD","name":"Andorra"}"#.utf8))], to: "countries")
+/// try await store.export("countries") { chunk in FileHandle.standardOutput.write(Data(chunk)) }
+/// await store.close()
+/// ```
+public protocol CollectionStore: Sendable {
+    /// Every collection's head as committed now, sorted by name.
+    func collections() async throws -> [CollectionHead]
+    /// One collection's head, or nil when it does not exist.
+    func head(of collection: String) async throws -> CollectionHead?
+    /// A full body's records (`after` nil: the visible ones) or a delta's since `after`
+    /// (tombstones included), in id order, from one read transaction.
+    /// Throws ``StoreError/unknownCollection(_:)``.
+    func openRecords(in collection: String, after version: UInt64?) async throws -> any RecordSource
+    /// The first version committed at or after `seconds` (for `If-Modified-Since`).
+    func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64?
+    /// What a signed index states (the publication sequence and one entry per included
+    /// collection, with its digest), read in one transaction.
+    func publishedState(including included: @escaping @Sendable (String) -> Bool) async throws -> PublishedState
+    /// Imports every record `stream` yields into `collection` as one new version (none when
+    /// nothing changed): only records whose canonical bytes change are written; a hidden
+    /// record hides; with `replace`, records the input does not mention are hidden. Any bad
+    /// record aborts the whole import (``ImportError`` naming its line): nothing is committed.
+    func importRecords(
+        from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?
+    ) async throws -> WriteResult
+    /// One client's batch of offline writes (two-way sync), idempotent by sequence number.
+    func push(
+        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention
+    ) async throws -> PushOutcome
+    /// The values writes replaced, newest first.
+    func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry]
+    /// Deletes tombstones of versions up to `version` (at most the head) and raises the
+    /// floor to it; a raised floor is published under a new sequence. Returns how many went.
+    func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int
+    /// Calls `onChange` with every head whenever another writer (process or instance) may
+    /// have committed, until the task is cancelled.
+    func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async
+    /// Closes the store's connections. Call once, when done.
+    func close() async
+}
+
+/// What a signed index states: the publication sequence and the entries, from one read.
+public struct PublishedState: Sendable, Equatable {
+    /// Raised by every commit that changes what is published; never lowered.
+    public var sequence: UInt64
+    public var entries: [SignedIndex.Entry]
+
+    public init(sequence: UInt64, entries: [SignedIndex.Entry]) {
+        self.sequence = sequence
+        self.entries = entries
+    }
+}
+
+/// One consistent read of a collection (a read transaction): its head, and the records of a
+/// full body or of a delta, in id order. Owned by one response at a time; close it.
+public protocol RecordSource: AnyObject, Sendable {
+    /// The head in this transaction: the records belong to exactly it.
+    var head: CollectionHead { get }
+    /// How many records ``next(_:)`` yields.
+    var count: Int { get }
+    /// Calls `body` with the next record's canonical bytes (valid only inside `body`);
+    /// false when there are no more.
+    func next(_ body: (UnsafeRawBufferPointer) throws -> Void) async throws -> Bool
+    /// Ends the transaction and returns the connection; safe to call twice.
+    func close() async
+}

@@ -1,0 +1,193 @@
+import DeltaSnapCore
+import DeltaSnapTrust
+import Foundation
+
+/// The embedded default store: one SQLite file, read by pooled read-only connections (WAL
+/// lets them run beside the writer) and written by one connection at a time.
+///
+/// Every blocking call runs on the store's own dispatch queues (``BlockingQueue``): writes
+/// on a serial one — which is also what keeps them one at a time — and reads on a
+/// concurrent one. Stepping an open cursor is the exception: one step is a few
+/// microseconds of in-memory work, and a hop per record would cost more than it saves.
+///
+/// ```swift
+/// let store = try SQLiteCollectionStore(path: "deltasnap.sqlite")
+/// let result = try await store.importBatch(Array(#"{"id":"AD","name":"Andorra"}"#.utf8), into: "countries")
+/// print(result.token ?? "no change")
+/// ```
+public final class SQLiteCollectionStore: CollectionStore {
+    public let path: String
+    let pool: SQLiteReadPool
+    /// Nil when opened read-only.
+    private let writer: WriterConnection?
+    private let writes = BlockingQueue(label: "deltasnap.sqlite.writer")
+    private let reads = BlockingQueue(label: "deltasnap.sqlite.readers", concurrent: true)
+
+    /// Opens (and creates, or upgrades) the store at `path`. `readOnly` opens no writer and
+    /// creates nothing: a missing file is an error, and writes throw.
+    public init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false) throws {
+        pool = SQLiteReadPool(path: path)
+        self.path = path
+        if readOnly {
+            // Fails now, on a missing or foreign file, rather than at the first read.
+            try pool.checkin(pool.checkout())
+            writer = nil
+        } else {
+            // The writer creates the schema, so read-only connections can open the file.
+            writer = WriterConnection(try Store(path: path, configuration: configuration))
+        }
+    }
+
+    public func collections() async throws -> [CollectionHead] {
+        try await reading { try $0.collections() }
+    }
+
+    public func head(of collection: String) async throws -> CollectionHead? {
+        try await reading { try $0.head(of: collection) }
+    }
+
+    public func openRecords(in collection: String, after version: UInt64?) async throws -> any RecordSource {
+        let pool = self.pool
+        return try await reads.run { try SQLiteRecordSource(pool: pool, collection: collection, after: version) }
+    }
+
+    public func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
+        try await reading { store in try store.read { try $0.firstVersion(in: collection, committedAtOrAfter: seconds) } }
+    }
+
+    public func publishedState(including included: @escaping @Sendable (String) -> Bool) async throws -> PublishedState {
+        try await reading { store in try store.read { try $0.publishedState(including: included) } }
+    }
+
+    public func importRecords(
+        from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?
+    ) async throws -> WriteResult {
+        try await writing { store in
+            try Importer(store: store, collection: collection, replace: replace, progress: progress).run(stream: stream)
+        }
+    }
+
+    public func push(
+        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention
+    ) async throws -> PushOutcome {
+        try await writing { try $0.push(mutations, from: client, user: user, to: collection, retention: retention) }
+    }
+
+    public func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry] {
+        try await reading { try $0.history(of: id, in: collection, limit: limit) }
+    }
+
+    public func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int {
+        try await writing { try $0.compact(collection, throughVersion: version) }
+    }
+
+    /// Polls SQLite's `data_version`, which changes whenever another connection commits.
+    public func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async {
+        // Runs until cancelled, whatever happens: the server stops when its watcher returns.
+        let watcher = DataVersionWatcher(path: path)
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: interval)
+            } catch {
+                return
+            }
+            if let heads = try? await reads.run({ watcher.headsIfChanged() }) { onChange(heads) }
+        }
+    }
+
+    public func close() async {}
+
+    private func reading<T: Sendable>(_ body: @escaping @Sendable (Store) throws -> T) async throws -> T {
+        let pool = self.pool
+        return try await reads.run { try pool.withStore(body) }
+    }
+
+    private func writing<T: Sendable>(_ body: @escaping @Sendable (Store) throws -> T) async throws -> T {
+        guard let writer else { throw StoreError.readOnly(path) }
+        return try await writes.run { try body(writer.store) }
+    }
+}
+
+/// The one writing connection. Only the writer queue touches it, one job at a time.
+private final class WriterConnection: @unchecked Sendable {
+    let store: Store
+
+    init(_ store: Store) {
+        self.store = store
+    }
+}
+
+/// Notices other connections' commits by SQLite's `data_version`; used by one poll at a time.
+private final class DataVersionWatcher: @unchecked Sendable {
+    private let path: String
+    private var connection: Store?
+    private var lastDataVersion: Int64?
+
+    init(path: String) {
+        self.path = path
+    }
+
+    /// Every head when the file changed since the last call (or on the first call); nil otherwise.
+    func headsIfChanged() -> [CollectionHead]? {
+        if connection == nil { connection = try? Store(path: path, readOnly: true) }
+        guard let connection, let version = try? connection.dataVersion(), version != lastDataVersion else { return nil }
+        lastDataVersion = version
+        return try? connection.collections()
+    }
+}
+
+/// A read transaction on a pooled SQLite connection and a cursor over its records.
+final class SQLiteRecordSource: RecordSource, @unchecked Sendable {
+    let head: CollectionHead
+    let count: Int
+    private let pool: SQLiteReadPool
+    private var store: Store?
+    /// Holds a prepared statement of `store`'s connection: released before the connection
+    /// goes back to the pool, or finalising it later would race another request using it.
+    private var cursor: RecordCursor?
+
+    init(pool: SQLiteReadPool, collection: String, after version: UInt64?) throws {
+        self.pool = pool
+        let store = try pool.checkout()
+        do {
+            let reader = try store.beginRead()
+            guard let head = try reader.head(of: collection) else { throw StoreError.unknownCollection(collection) }
+            self.head = head
+            if let version {
+                count = try reader.changeCount(in: collection, after: version)
+                cursor = try reader.changes(in: collection, after: version)
+            } else {
+                count = head.count
+                cursor = try reader.visibleRecords(in: collection)
+            }
+        } catch {
+            cursor = nil
+            store.endRead()
+            pool.checkin(store)
+            throw error
+        }
+        self.store = store
+    }
+
+    deinit {
+        closeNow()
+    }
+
+    func next(_ body: (UnsafeRawBufferPointer) throws -> Void) async throws -> Bool {
+        // Through the property, never a local copy: close() must be able to drop the last
+        // reference to the statement before the connection is returned.
+        try cursor?.next(body) ?? false
+    }
+
+    func close() async {
+        closeNow()
+    }
+
+    private func closeNow() {
+        guard let store else { return }
+        cursor = nil
+        store.endRead()
+        pool.checkin(store)
+        self.store = nil
+    }
+}

@@ -40,8 +40,8 @@ extension DeltaSnapReplica {
                     batch.removeLast(batch.count / 2)
                     body = PushRequest(client: client, mutations: batch.map(\.mutation)).bytes
                 }
-                var headers = ["Content-Type": "application/json"]
-                if let accessToken { headers["Authorization"] = "Bearer \(accessToken)" }
+                var headers = requestHeaders()
+                headers["Content-Type"] = "application/json"
                 let response: SyncResponse
                 do {
                     response = try await transport.fetch(SyncRequest(url: pushURL, method: "POST", headers: headers, body: body, timeout: timeout))

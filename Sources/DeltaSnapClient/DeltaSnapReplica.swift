@@ -309,9 +309,7 @@ public actor DeltaSnapReplica {
 
     /// `Accept-Encoding: gzip` and the bearer token, which every request of a sync carries.
     func requestHeaders() -> [String: String] {
-        var headers = ["Accept-Encoding": "gzip"]
-        if let accessToken { headers["Authorization"] = "Bearer \(accessToken)" }
-        return headers
+        SyncRequest.headers(accessToken: accessToken)
     }
 
     private func performSync(now: Date, droppingAcknowledgedThrough settled: UInt64?) async -> SyncOutcome {

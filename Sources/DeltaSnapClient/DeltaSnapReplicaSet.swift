@@ -105,8 +105,7 @@ public actor DeltaSnapReplicaSet {
     /// pinned (each replica then checks expiry and sequence against what it holds); nil when
     /// the index is unavailable or refused. Also the wait the answer asked for, if any.
     private func publishedTokens(now: Date) async -> (tokens: [String: String]?, serverAsked: Double?) {
-        var headers = ["Accept-Encoding": "gzip"]
-        if let accessToken { headers["Authorization"] = "Bearer \(accessToken)" }
+        let headers = SyncRequest.headers(accessToken: accessToken)
         let url = baseURL.appendingPathComponent("v1").appendingPathComponent("index")
         guard let response = try? await transport.fetch(SyncRequest(url: url, headers: headers, timeout: timeout)) else { return (nil, nil) }
         defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }

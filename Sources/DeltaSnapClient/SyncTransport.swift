@@ -2,6 +2,14 @@ import Foundation
 
 /// One HTTP request the client wants made: a GET of a collection, or a POST of a batch.
 public struct SyncRequest: Sendable, Equatable {
+    /// The headers every request of a sync carries: `Accept-Encoding: gzip`, and the bearer
+    /// token when there is one (the one place a client builds `Authorization`).
+    public static func headers(accessToken: String?) -> [String: String] {
+        var headers = ["Accept-Encoding": "gzip"]
+        if let accessToken { headers["Authorization"] = "Bearer \(accessToken)" }
+        return headers
+    }
+
     public var url: URL
     /// `GET` or `POST`.
     public var method: String

@@ -18,7 +18,7 @@ public struct CompactionSchedule: Sendable {
     }
 }
 
-extension DeltaSnapService {
+extension DeltaSnapAPI {
     /// Compacts every collection on `schedule` until cancelled; each compaction is logged.
     /// The new floors reach the heads through the change watcher (another connection's
     /// commit), so no poll is answered from a floor older than the store's for long.

@@ -4,7 +4,7 @@ import HummingbirdCore
 import Logging
 import ServiceLifecycle
 
-/// Runs a DeltaSnap server: the routes of ``DeltaSnapService`` on Hummingbird, plus the
+/// Runs a DeltaSnap server: the routes of ``DeltaSnapAPI`` on Hummingbird, plus the
 /// watcher that notices other processes' commits.
 ///
 /// ```swift
@@ -13,7 +13,7 @@ import ServiceLifecycle
 /// try await server.run(host: "127.0.0.1", port: 8080)   // until SIGINT or SIGTERM
 /// ```
 public struct DeltaSnapServer: Sendable {
-    public let service: DeltaSnapService
+    public let service: DeltaSnapAPI
     public var logger: Logger
 
     /// A server on `store` (any ``DeltaSnapStore/CollectionStore``; it owns it from now on).
@@ -21,12 +21,12 @@ public struct DeltaSnapServer: Sendable {
         store: any CollectionStore, configuration: DeltaSnapServerConfiguration = DeltaSnapServerConfiguration(),
         logger: Logger = Logger(label: "deltasnap")
     ) async throws {
-        service = try await DeltaSnapService(store: store, configuration: configuration)
+        service = try await DeltaSnapAPI(store: store, configuration: configuration)
         self.logger = logger
     }
 
     /// A server on an existing service.
-    public init(service: DeltaSnapService, logger: Logger = Logger(label: "deltasnap")) {
+    public init(service: DeltaSnapAPI, logger: Logger = Logger(label: "deltasnap")) {
         self.service = service
         self.logger = logger
     }
@@ -35,7 +35,10 @@ public struct DeltaSnapServer: Sendable {
     /// task is cancelled. `onRunning` receives the bound port (useful with port 0).
     public func run(host: String, port: Int, handleSignals: Bool = true, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
         let router = Router()
-        service.addRoutes(to: router)
+        // The whole app is DeltaSnap's here, so the middleware wraps the router: a request
+        // no route matches gets a JSON 404 too, counted and logged like the rest.
+        router.middlewares.add(service.errorMiddleware())
+        service.register(on: router)
         let app = Application(
             router: router,
             server: HTTPServerBuilder { [service, logger] responder in

@@ -11,7 +11,7 @@ import NIOHTTPTypes
 /// Hummingbird's router: no task, no async hop, no router or middleware. Most of a
 /// deployment's traffic is exactly these polls.
 ///
-/// What to answer is ``DeltaSnapService/fastAnswer(to:start:)``'s call (the decision table's,
+/// What to answer is ``DeltaSnapAPI/fastAnswer(to:start:)``'s call (the decision table's,
 /// with the same headers and metrics as the router's path); this type is only the NIO
 /// plumbing. It answers only while no earlier request of the connection is with the router,
 /// so responses never overtake each other, and it drops the answered request's remaining
@@ -22,7 +22,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias OutboundIn = HTTPResponsePart
     typealias OutboundOut = HTTPResponsePart
 
-    private let service: DeltaSnapService
+    private let service: DeltaSnapAPI
     private let logger: Logger
     /// Requests handed to the router whose response has not ended yet.
     private var requestsWithTheRouter = 0
@@ -31,7 +31,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var needsFlush = false
     private var date = DateHeader()
 
-    init(service: DeltaSnapService, logger: Logger) {
+    init(service: DeltaSnapAPI, logger: Logger) {
         self.service = service
         self.logger = logger
     }

@@ -8,7 +8,7 @@ struct PollingHTTP1Channel: ServerChildChannel {
     typealias Value = HTTP1Channel.Value
 
     let http1: HTTP1Channel
-    let service: DeltaSnapService
+    let service: DeltaSnapAPI
     /// The server's logger, for the request log lines of the answers given here.
     let requestLogger: Logger
 

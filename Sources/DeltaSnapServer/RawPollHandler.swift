@@ -11,7 +11,7 @@ import NIOCore
 ///
 /// Only while the connection has sent nothing else: at the first request that is not a
 /// plain poll answered from memory (``PollRequestHead``,
-/// ``DeltaSnapService/answerFromMemory(collection:ifNoneMatch:acceptEncoding:allowsBody:start:)``)
+/// ``DeltaSnapAPI/answerFromMemory(collection:ifNoneMatch:acceptEncoding:allowsBody:start:)``)
 /// the handler hands that request's bytes, and every later byte, to the decoder and steps
 /// aside for good. Responses therefore never overtake each other, and whatever it does not
 /// answer reaches the rest of the server exactly as sent.
@@ -23,7 +23,7 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// A longer head is not a poll: hand it on rather than hold it.
     static let maximumHeadBytes = 4096
 
-    private let service: DeltaSnapService
+    private let service: DeltaSnapAPI
     private let logger: Logger
     private var steppedAside = false
     /// The start of a request whose head has not fully arrived.
@@ -31,7 +31,7 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     private var needsFlush = false
     private var date = DateHeader()
 
-    init(service: DeltaSnapService, logger: Logger) {
+    init(service: DeltaSnapAPI, logger: Logger) {
         self.service = service
         self.logger = logger
     }

@@ -10,10 +10,10 @@ struct BakeCommand: AsyncParsableCommand {
         commandName: "bake",
         abstract: "Write DIR/NAME.snapshot, the gzip-compressed full body an app bundles, and DIR/manifest.json.",
         discussion: """
-            Deterministic: the same store state gives byte-identical files. With --replica,
-            also DIR/NAME.replica: the client's SQLite replica, ready to open in place at an
-            app's first start (no parsing, whatever the size); bundle either file. With
-            --signing-key, also DIR/NAME.index: the signed index of the baked state, which a
+            Deterministic: the same store state gives byte-identical files. With --replica, \
+            also DIR/NAME.replica: the client's SQLite replica, ready to open in place at an \
+            app's first start (no parsing, whatever the size); bundle either file. With \
+            --signing-key, also DIR/NAME.index: the signed index of the baked state, which a \
             client that pins the public key checks the bundled snapshot against.
             """
     )

@@ -8,15 +8,15 @@ struct CompactCommand: AsyncParsableCommand {
         commandName: "compact",
         abstract: "Drop old tombstones and raise the collection's floor: tokens below it get a full body.",
         discussion: """
-            Hidden records pile up until compacted. Compaction deletes the tombstones of the
-            versions it covers and raises the floor to the last of them; a client whose token
-            is below the floor may have missed a delete, so every path answers it with a full
+            Hidden records pile up until compacted. Compaction deletes the tombstones of the \
+            versions it covers and raises the floor to the last of them; a client whose token \
+            is below the floor may have missed a delete, so every path answers it with a full \
             body (never a delta). Clients at or above the floor keep getting deltas.
 
               --keep-versions N    keep deltas for tokens of the last N versions
               --older-than DAYS    compact every version committed more than DAYS days ago
 
-            A running `deltasnap serve` on the same store picks the new floor up within 100 ms
+            A running `deltasnap serve` on the same store picks the new floor up within 100 ms \
             (on PostgreSQL, every instance: the compaction notifies them).
             """
     )

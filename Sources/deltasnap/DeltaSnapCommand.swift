@@ -6,17 +6,17 @@ struct DeltaSnapCommand: AsyncParsableCommand {
         commandName: "deltasnap",
         abstract: "Bake, serve and consume delta snapshots of JSON collections.",
         discussion: """
-            A data owner imports records into a versioned SQLite store; `bake` writes the
-            deterministic gzip snapshot an app bundles; `serve` answers conditional GETs with
-            304, a delta or a full body; `pull` keeps a local replica fresh; `local` writes to
+            A data owner imports records into a versioned SQLite store; `bake` writes the \
+            deterministic gzip snapshot an app bundles; `serve` answers conditional GETs with \
+            304, a delta or a full body; `pull` keeps a local replica fresh; `local` writes to \
             a replica offline and `sync` pushes those writes, then pulls.
 
-            Exit codes: 0 done; 1 error; 2 usage error; 3 `sync`: some writes refused;
-            4 not done now, try later (server unreachable, 408/429/5xx, or a wait it asked
+            Exit codes: 0 done; 1 error; 2 usage error; 3 `sync`: some writes refused; \
+            4 not done now, try later (server unreachable, 408/429/5xx, or a wait it asked \
             for still running).
 
-            Reproducible builds: set SOURCE_DATE_EPOCH (commit times) and DELTASNAP_EPOCH
-            (16 hex digits, the epoch of new collections) so a store built afresh from the
+            Reproducible builds: set SOURCE_DATE_EPOCH (commit times) and DELTASNAP_EPOCH \
+            (16 hex digits, the epoch of new collections) so a store built afresh from the \
             same input bakes byte-identical snapshots.
             """,
         subcommands: [

@@ -9,10 +9,10 @@ struct ImportCommand: AsyncParsableCommand {
         commandName: "import",
         abstract: "Import NDJSON or a JSON array of records into a collection, as one new version.",
         discussion: """
-            Each record is a JSON object with a string "id". Records are canonicalised and
-            diffed against the store: only records whose bytes changed are written, so
-            importing the same file twice creates no version. {"id":"X","hidden":true}
-            hides X. Any bad record aborts the whole import (FILE:LINE: reason on stderr,
+            Each record is a JSON object with a string "id". Records are canonicalised and \
+            diffed against the store: only records whose bytes changed are written, so \
+            importing the same file twice creates no version. {"id":"X","hidden":true} \
+            hides X. Any bad record aborts the whole import (FILE:LINE: reason on stderr, \
             exit 1) and nothing is committed.
             """
     )

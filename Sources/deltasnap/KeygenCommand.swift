@@ -6,9 +6,9 @@ struct KeygenCommand: AsyncParsableCommand {
         commandName: "keygen",
         abstract: "Write an Ed25519 key pair that signs the index: DIR/signing.key (secret) and DIR/signing.pub.",
         discussion: """
-            Give signing.key to `serve --signing-key` and `bake --signing-key`; ship
-            signing.pub in the app (`pull --trusted-key`, `TrustedKey(contentsOf:)`). To rotate:
-            make a new pair, release the app trusting both public keys, serve with both
+            Give signing.key to `serve --signing-key` and `bake --signing-key`; ship \
+            signing.pub in the app (`pull --trusted-key`, `TrustedKey(contentsOf:)`). To rotate: \
+            make a new pair, release the app trusting both public keys, serve with both \
             --signing-key options, then drop the old key. Existing files are never overwritten.
             """
     )

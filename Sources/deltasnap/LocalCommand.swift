@@ -13,9 +13,9 @@ struct LocalCommand: AsyncParsableCommand {
             deltasnap local insert --replica PATH ID JSON     create-only (or --file NDJSON for many)
             deltasnap local delete --replica PATH ID          delete (succeeds if it is already gone)
 
-            JSON may be given as - to read it from standard input. Each write commits to the
-            replica together with its queued write in one transaction. A write that can never
-            be accepted (an insert of an id that exists, a patch of one that does not, a value
+            JSON may be given as - to read it from standard input. Each write commits to the \
+            replica together with its queued write in one transaction. A write that can never \
+            be accepted (an insert of an id that exists, a patch of one that does not, a value \
             that is not an object) is refused at once: exit 1 and nothing queued.
             """,
         subcommands: [Put.self, Patch.self, Insert.self, Delete.self]

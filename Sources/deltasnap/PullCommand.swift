@@ -9,25 +9,25 @@ struct PullCommand: AsyncParsableCommand {
         commandName: "pull",
         abstract: "Sync a local replica from a DeltaSnap server, loading a bundled snapshot first if it is empty.",
         discussion: """
-            Prints one line per sync: outcome, token, record count, body bytes received
-            (after HTTP decoding), milliseconds. A one-shot pull retries a network error at
-            once, but a wait the server asked for (Retry-After, Backoff) is kept in the replica
-            and honoured by later runs too ("deferred", unless --ignore-backoff); with --watch,
-            failures also back off exponentially. Queued local writes are not pushed (that is
-            `deltasnap sync`); they stay visible on top of what is pulled. The replica is bound
+            Prints one line per sync: outcome, token, record count, body bytes received \
+            (after HTTP decoding), milliseconds. A one-shot pull retries a network error at \
+            once, but a wait the server asked for (Retry-After, Backoff) is kept in the replica \
+            and honoured by later runs too ("deferred", unless --ignore-backoff); with --watch, \
+            failures also back off exponentially. Queued local writes are not pushed (that is \
+            `deltasnap sync`); they stay visible on top of what is pulled. The replica is bound \
             to the collection and URL of its first sync (a moved server: --rebind).
 
-            Exit codes: 0 done; 1 error (no usable data, an answer that could not be used,
-            another collection…); 2 usage; 4 not done now, try later (server unreachable,
+            Exit codes: 0 done; 1 error (no usable data, an answer that could not be used, \
+            another collection…); 2 usage; 4 not done now, try later (server unreachable, \
             408/429/5xx, or its wait still running). With --collections, the worst of all.
 
-            With --trusted-key (signing.pub from `deltasnap keygen`), the pull goes through the
-            server's signed index and cacheable URLs, and commits only data a trusted key
+            With --trusted-key (signing.pub from `deltasnap keygen`), the pull goes through the \
+            server's signed index and cacheable URLs, and commits only data a trusted key \
             signed; an expired, replayed or forged index changes nothing.
 
-            Several collections: --url is then the server's base URL, --collections names
-            them, --replica is a directory (one NAME.sqlite each) and --snapshot a directory
-            of bundles. One request to /v1/index tells which changed; only those are
+            Several collections: --url is then the server's base URL, --collections names \
+            them, --replica is a directory (one NAME.sqlite each) and --snapshot a directory \
+            of bundles. One request to /v1/index tells which changed; only those are \
             fetched. One line per collection, prefixed with its name.
             """
     )

@@ -28,23 +28,23 @@ struct ServeCommand: AsyncParsableCommand {
             GET  /v1/collections/NAME/deltas/BASE/TOKEN from BASE to TOKEN (the head), immutable
             GET  /v1/collections/NAME/snapshots/TOKEN   the full body of TOKEN (the head), immutable
 
-            Every answer carries X-Request-Id (the client's own when it sends a safe one) and,
+            Every answer carries X-Request-Id (the client's own when it sends a safe one) and, \
             at --log-level info, logs one line with it: method, path, status, duration, bytes.
 
-            Who may write: the admin token (--write-token) may do everything; per-user JWTs
-            (--jwt-secret for HS256, --jwt-public-key for EdDSA/ES256) may write the
-            collections their "write" claim names and read the private ones their "read"
+            Who may write: the admin token (--write-token) may do everything; per-user JWTs \
+            (--jwt-secret for HS256, --jwt-public-key for EdDSA/ES256) may write the \
+            collections their "write" claim names and read the private ones their "read" \
             claim names. `deltasnap token` mints one for development.
 
-            Imports by other processes into the same store are picked up within 100 ms; on
-            PostgreSQL, commits through any instance reach every instance by LISTEN/NOTIFY.
-            When the database is out of reach, what needs it answers 503 with Retry-After
-            (304s keep coming from the heads in memory) and the server reconnects by itself.
+            Imports by other processes into the same store are picked up within 100 ms; on \
+            PostgreSQL, commits through any instance reach every instance by LISTEN/NOTIFY. \
+            When the database is out of reach, what needs it answers 503 with Retry-After \
+            (304s keep coming from the heads in memory) and the server reconnects by itself. \
             Stops gracefully on SIGINT or SIGTERM.
             """
     )
 
-    @Option(name: .long, help: "The store: an SQLite path (created if missing) or postgres://user@host:port/db (schema created on first use). Any number of instances may serve one PostgreSQL store.")
+    @Option(name: .long, help: "The store: an SQLite path (created if missing) or postgres://user@host:port/db (schema created on first use; TLS when the server offers it, ?sslmode=disable|require|verify-full to choose). Any number of instances may serve one PostgreSQL store.")
     var db: String
 
     @Option(name: .long, help: "A PostgreSQL streaming replica to read from (with --db postgres://… for writes and commit notifications).")

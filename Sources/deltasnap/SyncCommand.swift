@@ -9,23 +9,23 @@ struct SyncCommand: AsyncParsableCommand {
         commandName: "sync",
         abstract: "Push a replica's queued writes to the server, then pull: one line per step.",
         discussion: """
-            pushed N                         writes the server accepted
-            refused N                        writes it refused, rolled back locally; then one
-              SEQ OP ID CODE: MESSAGE        line per refused write
-            push failed: REASON (N queued)   the writes stay queued; the next sync retries them
-            pulled: OUTCOME token=… records=… bytes=… ms=…   as `deltasnap pull` prints it
+            pushed N                        writes the server accepted
+            refused N                       writes it refused (rolled back locally),
+              SEQ OP ID CODE: MESSAGE       then one line per refused write
+            REASON (N queued)               a failed push: the writes stay queued
+            pulled: OUTCOME token=… …       as `deltasnap pull` prints it
 
-            Retries are safe: every write carries this replica's client id and write number,
-            so the server never applies one twice. A wait the server asked for (Retry-After,
-            Backoff) is kept in the replica and honoured by the next run too: nothing is sent
+            Retries are safe: every write carries this replica's client id and write number, \
+            so the server never applies one twice. A wait the server asked for (Retry-After, \
+            Backoff) is kept in the replica and honoured by the next run too: nothing is sent \
             before it ends (the lines say "deferred"), unless --ignore-backoff.
 
-            The replica is bound to the collection and URL of its first sync: another --url
+            The replica is bound to the collection and URL of its first sync: another --url \
             is refused (a moved server: --rebind).
 
-            Exit codes: 0 done; 1 error (the replica holds no data, an answer could not be
-            used, another collection…); 2 usage; 3 some writes refused; 4 not done now, try
-            later (server unreachable, 408/429/5xx, or its wait still running). When several
+            Exit codes: 0 done; 1 error (the replica holds no data, an answer could not be \
+            used, another collection…); 2 usage; 3 some writes refused; 4 not done now, try \
+            later (server unreachable, 408/429/5xx, or its wait still running). When several \
             apply, the first of 1, 4, 3 wins.
             """
     )
@@ -158,8 +158,8 @@ struct HistoryCommand: AsyncParsableCommand {
         commandName: "history",
         abstract: "Print the values writes replaced in a record, newest first, one JSON object a line.",
         discussion: """
-            Each line: {"replacedAt":HTTP-date,"replacedBy":client,"replacedIn":version,"value":{…},"version":version}
-            — `value` is the record as it was, written by `version` and replaced in `replacedIn`.
+            Each line: {"replacedAt":HTTP-date,"replacedBy":client,"replacedIn":version,"value":{…},"version":version} \
+            — `value` is the record as it was, written by `version` and replaced in `replacedIn`. \
             Prints nothing when the record has no history.
             """
     )

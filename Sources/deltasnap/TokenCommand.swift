@@ -7,8 +7,8 @@ struct TokenCommand: AsyncParsableCommand {
         commandName: "token",
         abstract: "Mint a per-user access token (an HS256 JWT) for development and tests.",
         discussion: """
-            In production the app's own auth service signs these; `serve --jwt-secret S` checks
-            them. Claims: sub (the user), exp, and the collections the holder may write and
+            In production the app's own auth service signs these; `serve --jwt-secret S` checks \
+            them. Claims: sub (the user), exp, and the collections the holder may write and \
             read ("*" means all). Prints the token on one line.
             """
     )

@@ -112,6 +112,22 @@ import Testing
         }
     }
 
+    /// TLS as libpq's `sslmode`, `prefer` by default (PostgresNIO's own default); a test
+    /// cluster offers none, so `prefer` falls back to plain and `require` cannot connect.
+    @Test func sslmodeChoosesTLS() async throws {
+        #expect(try PostgresURL("postgres://u@h/db").tlsMode == .prefer)
+        #expect(try PostgresURL("postgres://u@h/db?sslmode=verify-full").tlsMode == .verifyFull)
+        #expect(try PostgresURL("postgres://u@h/db?sslmode=disable").tlsMode == .disable)
+        #expect(throws: StoreError.self) { try PostgresURL("postgres://u:pw@h/db?sslmode=allow") }
+        #expect(throws: StoreError.self) { try PostgresURL("postgres://u@h/db?timeout=3") }
+        try await withCluster { cluster, _ in
+            let preferred = try await PostgresCollectionStore.connect(url: cluster.url)
+            #expect(try await preferred.collections().isEmpty)
+            await preferred.close()
+            await #expect(throws: StoreError.self) { _ = try await PostgresCollectionStore.connect(url: cluster.url + "?sslmode=require") }
+        }
+    }
+
     /// `deltasnap import` and `export` take a PostgreSQL URL for `--db`.
     @Test func theCLIImportsAndExportsThroughAURL() async throws {
         try await withCluster { cluster, dir in

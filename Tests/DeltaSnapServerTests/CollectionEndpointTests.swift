@@ -40,7 +40,7 @@ import Testing
         ("gzip; q=0.5", true), ("br, gzip;q=0.1", true), ("*;q=0", false), ("identity, *;q=0.3", true), ("", false),
     ])
     func acceptEncodingNegotiatesGzip(header: String, gzip: Bool) {
-        #expect(DeltaSnapService.acceptsGzip([header]) == gzip, "\(header)")
+        #expect(DeltaSnapAPI.acceptsGzip([header]) == gzip, "\(header)")
     }
 
     @Test func fullBodyInGzipAndIdentityDecodeToTheSameJSONAndCarryTheHeaders() async throws {

@@ -8,7 +8,7 @@ import Logging
 /// A real DeltaSnap server on 127.0.0.1 and an ephemeral port, in this process.
 public final class TestServer: Sendable {
     public let port: Int
-    public let service: DeltaSnapService
+    public let service: DeltaSnapAPI
     private let task: Task<Void, any Error>
 
     public static let writeToken = "test-write-token"
@@ -50,7 +50,7 @@ public final class TestServer: Sendable {
         return TestServer(port: port, service: server.service, task: task)
     }
 
-    private init(port: Int, service: DeltaSnapService, task: Task<Void, any Error>) {
+    private init(port: Int, service: DeltaSnapAPI, task: Task<Void, any Error>) {
         self.port = port
         self.service = service
         self.task = task

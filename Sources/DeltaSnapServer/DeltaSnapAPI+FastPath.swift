@@ -12,7 +12,7 @@ enum FastAnswer {
     case delta(HTTPFields, ByteBuffer)
 }
 
-extension DeltaSnapService {
+extension DeltaSnapAPI {
     private static let collectionsPrefix = "/v1/collections/"
 
     /// Answers a collection poll (already parsed by NIO) from memory when it can; nil sends

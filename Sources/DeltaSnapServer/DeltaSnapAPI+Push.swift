@@ -2,7 +2,7 @@ import DeltaSnapCore
 import DeltaSnapStore
 import Hummingbird
 
-extension DeltaSnapService {
+extension DeltaSnapAPI {
     /// `POST /v1/collections/{c}/mutations`: one client's ordered batch of offline writes,
     /// committed as at most one version and answered per write (docs/PROTOCOL.md §5.5).
     ///

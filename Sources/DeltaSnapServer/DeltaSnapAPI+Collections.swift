@@ -3,7 +3,7 @@ import DeltaSnapStore
 import Foundation
 import Hummingbird
 
-extension DeltaSnapService {
+extension DeltaSnapAPI {
     /// `GET /v1/collections`: every collection's head.
     func listCollections(_ request: Request) async -> Response {
         var out = Array(#"{"collections":["#.utf8)
@@ -207,7 +207,7 @@ extension DeltaSnapService {
     /// `x-gzip`) entry decides; `*` applies only when gzip is not named; `q=0` refuses.
     ///
     /// ```swift
-    /// DeltaSnapService.acceptsGzip(["gzip;q=0, *"])   // false: gzip itself was refused
+    /// DeltaSnapAPI.acceptsGzip(["gzip;q=0, *"])   // false: gzip itself was refused
     /// ```
     public static func acceptsGzip(_ values: [String]) -> Bool {
         var named: Bool?

@@ -64,14 +64,14 @@ public struct DeltaSnapServerConfiguration: Sendable {
 ///
 /// ```swift
 /// let store = try SQLiteCollectionStore(path: "deltasnap.sqlite")
-/// let service = try await DeltaSnapService(store: store)
+/// let service = try await DeltaSnapAPI(store: store)
 /// let router = Router()
 /// service.addRoutes(to: router)            // next to your own routes
 /// let app = Application(router: router)
 /// async let watching: Void = service.watchForChanges()   // picks up other processes' imports
 /// try await app.runService()
 /// ```
-public final class DeltaSnapService: Sendable {
+public final class DeltaSnapAPI: Sendable {
     public let configuration: DeltaSnapServerConfiguration
     public let metrics = ServerMetrics()
     let heads: HeadCache
@@ -125,10 +125,34 @@ public final class DeltaSnapService: Sendable {
         [MalformedRequestHandler(metrics: metrics), FastPathHandler(service: self, logger: logger)]
     }
 
-    /// Adds every DeltaSnap route (collections, writes, `/healthz`, `/metrics`) to `router`,
-    /// with a middleware that answers errors as JSON.
+    /// Every DeltaSnap route (collections, writes, `/v1/index`, `/healthz`, `/metrics`) as a
+    /// collection whose middleware — JSON error bodies, metrics, the request id and log line —
+    /// wraps only these routes: the host app's own routes and its 404s stay its own.
+    ///
+    /// ```swift
+    /// let router = Router()
+    /// router.get("/hello") { _, _ in "hi" }
+    /// router.addRoutes(api.routes())
+    /// ```
+    public func routes<Context: RequestContext>(context: Context.Type = BasicRequestContext.self) -> RouteCollection<Context> {
+        let routes = RouteCollection(context: Context.self)
+        routes.add(middleware: errorMiddleware())
+        register(on: routes)
+        return routes
+    }
+
+    /// Mounts ``routes(context:)`` in `router`, next to its own routes.
     public func addRoutes<Context: RequestContext>(to router: Router<Context>) {
-        router.middlewares.add(ErrorAndMetricsMiddleware<Context>(metrics: metrics, logNotModified: configuration.logNotModified))
+        router.addRoutes(routes(context: Context.self))
+    }
+
+    /// The middleware that answers every error as JSON, counts each answer and logs it.
+    func errorMiddleware<Context: RequestContext>() -> ErrorAndMetricsMiddleware<Context> {
+        ErrorAndMetricsMiddleware<Context>(metrics: metrics, logNotModified: configuration.logNotModified)
+    }
+
+    /// Adds every route, without middleware, to `router`.
+    func register<Routes: RouterMethods>(on router: Routes) {
         router.get("/healthz") { _, _ in
             Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "{\"status\":\"ok\"}\n")))
         }
@@ -184,7 +208,7 @@ public final class DeltaSnapService: Sendable {
     }
 }
 
-extension DeltaSnapService {
+extension DeltaSnapAPI {
     /// A GET response as HEAD answers it: status and headers, no body.
     static func headOnly(_ response: Response) -> Response {
         Response(status: response.status, headers: response.headers)

@@ -4,7 +4,7 @@ import Foundation
 import Hummingbird
 import NIOCore
 
-extension DeltaSnapService {
+extension DeltaSnapAPI {
     /// `PUT /v1/collections/{c}/records/{id}`: upsert one record.
     func putRecord(_ request: Request, context: some RequestContext) async throws -> Response {
         let name = try await ownerCollection(request, context: context)

@@ -6,10 +6,10 @@ import Hummingbird
 /// The URLs a shared cache (a CDN, nginx `proxy_cache`) can serve (docs/PROTOCOL.md §8):
 /// the signed index with a short `max-age`, and deltas and full bodies named by their
 /// tokens, which never change once answered.
-extension DeltaSnapService {
+extension DeltaSnapAPI {
     static let immutable = "public, max-age=31536000, immutable"
 
-    func addPublicationRoutes<Context: RequestContext>(to router: Router<Context>) {
+    func addPublicationRoutes<Routes: RouterMethods>(to router: Routes) {
         router.get("/v1/index") { [self] request, _ in try await index(request) }
         router.head("/v1/index") { [self] request, _ in Self.headOnly(try await index(request)) }
         router.get("/v1/collections/:name/deltas/:base/:target") { [self] request, context in

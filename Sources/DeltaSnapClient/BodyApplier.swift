@@ -61,72 +61,75 @@ struct BodyApplier {
             let header: BodyHeader
             do { header = try reader.readHeader() } catch let error as BodyError { throw ApplyError.body(error) }
             guard header.collection == collection else { throw ApplyError.wrongCollection(expected: collection, found: header.collection) }
-            var checksum = state.checksum
-            var count = state.count
             var changed = 0
             var changedIDs: [String] = []
             let maintainsDigest = maintainDigest || expected != nil || state.digest != nil
-            var digest: StateDigest? = nil
-            if maintainsDigest && header.kind == .delta {
-                digest = try state.digest ?? storage.recomputedDigest(collection: collection)
-            } else if maintainsDigest {
-                digest = .empty
+            var accumulator: StateAccumulator
+            switch header.kind {
+            case .full:
+                accumulator = StateAccumulator(collection: collection, checksum: .empty, count: 0, digest: maintainsDigest ? .empty : nil)
+            case .delta:
+                let digest = maintainsDigest ? try state.digest ?? storage.recomputedDigest(collection: collection) : nil
+                accumulator = StateAccumulator(collection: collection, checksum: state.checksum, count: state.count, digest: digest)
             }
             // The old body is read only when the digest needs it: unsigned replicas apply as before.
-            let lookup = try db.prepare(digest == nil ? "SELECT hash FROM records WHERE id = ?" : "SELECT hash, body FROM records WHERE id = ?")
+            let lookup = try db.prepare(maintainsDigest ? "SELECT hash, body FROM records WHERE id = ?" : "SELECT hash FROM records WHERE id = ?")
             let upsert = try db.prepare("INSERT INTO records(id, hash, body) VALUES (?, ?, ?) ON CONFLICT(id) DO UPDATE SET hash = excluded.hash, body = excluded.body")
             let delete = try db.prepare("DELETE FROM records WHERE id = ?")
-            func write(_ record: Record) throws {
-                let hash = record.hash
+            func write(_ record: Record, hash: UInt64) throws {
                 try upsert.bind(1, record.id)
                 try upsert.bind(2, hash)
                 try upsert.bind(3, blob: record.bytes)
                 try upsert.run()
-                checksum.add(hash: hash)
-                digest?.add(collection: collection, id: record.id, canonical: record.bytes)
-                count += 1
             }
 
             switch header.kind {
             case .full:
                 // A full body replaces: records absent from it are gone.
                 try db.execute("DELETE FROM records")
-                checksum = .empty
-                count = 0
                 var previousID: String?
                 try readRecords(reader) { record in
                     guard !record.isHidden else { throw ApplyError.body(.tombstoneInFullBody(id: record.id)) }
                     if let previousID, !previousID.utf8Precedes(record.id) { throw ApplyError.body(.duplicateRecord(id: record.id)) }
                     previousID = record.id
-                    try write(record)
+                    let hash = record.hash
+                    _ = record.bytes.withUnsafeBytes {
+                        accumulator.put(id: record.id, isHidden: false, hash: hash, bytes: $0, replacing: nil)
+                    }
+                    try write(record, hash: hash)
                     changed += 1
                 }
             case .delta:
                 guard header.base == state.token else { throw ApplyError.wrongBase(held: state.token, base: header.base ?? "") }
                 try readRecords(reader) { record in
+                    // A replica holds visible records only: a hidden one is a deleted row.
+                    let hash = record.isHidden ? 0 : record.hash
                     try lookup.bind(1, record.id)
-                    var existing: UInt64?
-                    if try lookup.step() {
-                        existing = lookup.uint64(0)
-                        if digest != nil { lookup.withBlob(1) { digest?.remove(collection: collection, id: record.id, canonical: $0) } }
-                        lookup.reset()
-                    }
-                    if let existing {
-                        checksum.remove(hash: existing)
-                        count -= 1
-                    }
-                    if record.isHidden {
-                        if existing != nil {
-                            try delete.bind(1, record.id)
-                            try delete.run()
+                    let found = try lookup.step()
+                    let change = record.bytes.withUnsafeBytes { bytes in
+                        guard found else { return accumulator.put(id: record.id, isHidden: record.isHidden, hash: hash, bytes: bytes, replacing: nil) }
+                        let stored = lookup.uint64(0)
+                        let replacing = { (old: UnsafeRawBufferPointer?) in
+                            accumulator.put(
+                                id: record.id, isHidden: record.isHidden, hash: hash, bytes: bytes,
+                                replacing: StateAccumulator.StoredValue(isHidden: false, hash: stored, bytes: old))
                         }
-                    } else {
-                        try write(record)
+                        return maintainsDigest ? lookup.withBlob(1) { replacing($0) } : replacing(nil)
+                    }
+                    if found { lookup.reset() }
+                    switch change {
+                    case .unchanged: break
+                    case .hidden:
+                        try delete.bind(1, record.id)
+                        try delete.run()
+                    case .upserted:
+                        try write(record, hash: hash)
                     }
                     changed += 1
                     if changedIDs.count < ApplyResult.changedIDLimit { changedIDs.append(record.id) }
                 }
             }
+            let (checksum, count, digest) = (accumulator.checksum, accumulator.count, accumulator.digest)
             guard reader.recordsRead == header.count else { throw ApplyError.body(.countMismatch(announced: header.count, found: reader.recordsRead)) }
             guard checksum == header.checksum else { throw ApplyError.body(.checksumMismatch(expected: header.checksum, computed: checksum)) }
             if let expected {

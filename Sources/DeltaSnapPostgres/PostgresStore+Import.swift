@@ -62,7 +62,6 @@ extension PostgresStore {
         _ stream: RecordStream, into locked: LockedCollection, replace: Bool, progress: ((Int) -> Void)?, on connection: PostgresConnection
     ) async throws -> WriteResult {
         let collection = locked.name
-        let commitTime = configuration.fixedCommitTime ?? Int64(Date().timeIntervalSince1970)
         let previousCommit = locked.previousCommit
         try await connection.query("""
             CREATE TEMP TABLE deltasnap_incoming(id TEXT COLLATE "C" NOT NULL, hidden BOOLEAN NOT NULL, hash BIGINT NOT NULL, body BYTEA NOT NULL)
@@ -70,16 +69,17 @@ extension PostgresStore {
             """, logger: logger)
         var seen = Set<String>()
         var absentCount = 0
-        // A collection with no version yet holds no record: everything visible in the input is
-        // new, so its checksum and digest are summed here while the input streams (hashed in
-        // batches on other cores) and no row has to come back from the server.
+        // A collection with no version yet holds no record: everything in the input is new, so
+        // the write rule runs while the input streams and no row has to come back.
         let fresh = locked.head == 0
-        var freshSums = FreshSums(collection: collection)
+        var state = StateAccumulator(
+            collection: collection, checksum: StateChecksum(value: UInt64(bitPattern: locked.checksum)), count: Int(locked.visible), digest: nil)
+        var digestChange = ParallelDigest(collection: collection)
         try await copy(into: connection) { rows in
             while let record = try stream.next() {
                 guard seen.insert(record.id).inserted else { throw stream.failure(StoreError.duplicateID(record.id).description) }
                 rows.append(record)
-                if fresh && !record.isHidden { await freshSums.add(record) }
+                if fresh && state.put(record, replacing: nil) == .upserted { await digestChange.add(id: record.id, canonical: record.bytes) }
                 if stream.count % 100_000 == 0 { progress?(stream.count) }
                 if rows.isFull { return true }
             }
@@ -106,57 +106,27 @@ extension PostgresStore {
         // What changes, with the values it replaces: the checksum and the digest move by
         // exactly these records.
         let changedWhere = "(r.id IS NULL AND NOT i.hidden) OR (r.id IS NOT NULL AND r.body <> i.body)"
-        var checksum = StateChecksum(value: UInt64(bitPattern: locked.checksum))
-        var digest = locked.digest.flatMap { StateDigest(bytes: $0.readableBytesView) } ?? .empty
-        var visible = Int(locked.visible)
-        var upserted = 0
-        var hidden = 0
-        if fresh {
-            (checksum, digest) = (freshSums.checksum, await freshSums.digest())
-            (visible, upserted) = (freshSums.count, freshSums.count)
-        } else {
+        if !fresh {
             let changes = try await connection.query(PostgresQuery(unsafeSQL: """
                 SELECT i.id, i.hidden, i.hash, i.body, r.hidden, r.hash, r.body
                 FROM deltasnap_incoming i LEFT JOIN deltasnap_records r ON r.cid = $1 AND r.id = i.id
                 WHERE \(changedWhere)
                 """, binds: Self.binds(locked.cid)), logger: logger)
-            // The state digest moves by every changed record's old and new value: LtHash is
-            // additive, so batches are hashed on other cores while rows keep arriving.
-            var batch = DigestBatch(collection: collection)
-            digest.add(try await withThrowingTaskGroup(of: StateDigest.self) { group in
-                var sum = StateDigest.empty
-                var inFlight = 0
-                for try await (id, isHidden, hash, body, wasHidden, oldHash, oldBody) in changes.decode(
-                    (String, Bool, Int64, ByteBuffer, Bool?, Int64?, ByteBuffer?).self)
-                {
-                    if let wasHidden, !wasHidden, let oldHash, let oldBody {
-                        checksum.remove(hash: UInt64(bitPattern: oldHash))
-                        batch.removed.append((id, Array(oldBody.readableBytesView)))
-                        visible -= 1
-                    }
-                    if isHidden {
-                        hidden += 1
-                    } else {
-                        checksum.add(hash: UInt64(bitPattern: hash))
-                        batch.added.append((id, Array(body.readableBytesView)))
-                        visible += 1
-                        upserted += 1
-                    }
-                    guard batch.isFull else { continue }
-                    if inFlight >= 4, let done = try await group.next() {
-                        sum.add(done)
-                        inFlight -= 1
-                    }
-                    let full = batch
-                    group.addTask { full.digest() }
-                    inFlight += 1
-                    batch = DigestBatch(collection: collection)
+            for try await (id, isHidden, hash, body, wasHidden, oldHash, oldBody) in changes.decode(
+                (String, Bool, Int64, ByteBuffer, Bool?, Int64?, ByteBuffer?).self)
+            {
+                // The query returns changed rows only, so the old bytes need not be compared.
+                let old = wasHidden.map { StateAccumulator.StoredValue(isHidden: $0, hash: UInt64(bitPattern: oldHash ?? 0), bytes: nil) }
+                let change = body.withUnsafeReadableBytes {
+                    state.put(id: id, isHidden: isHidden, hash: UInt64(bitPattern: hash), bytes: $0, replacing: old)
                 }
-                sum.add(batch.digest())
-                for try await done in group { sum.add(done) }
-                return sum
-            })
+                if old?.isHidden == false, let oldBody { await digestChange.remove(id: id, canonical: Array(oldBody.readableBytesView)) }
+                if change == .upserted { await digestChange.add(id: id, canonical: Array(body.readableBytesView)) }
+            }
         }
+        var digest = locked.digest.flatMap { StateDigest(bytes: $0.readableBytesView) } ?? .empty
+        digest.add(await digestChange.digest())
+        let (checksum, visible, upserted, hidden) = (state.checksum, state.count, state.upserted, state.hidden)
         // Tombstones for records a replace did not mention are changes, not input.
         let unchanged = stream.count - upserted - (hidden - absentCount)
         let previous = locked.head > 0
@@ -172,8 +142,7 @@ extension PostgresStore {
         }
 
         let version = locked.head + 1
-        // Commit times never go backwards, so the version <-> time map stays monotone.
-        let committedAt = max(commitTime, previousCommit)
+        let committedAt = configuration.commitTime(after: previousCommit)
         try await connection.query(PostgresQuery(unsafeSQL: """
             INSERT INTO deltasnap_records(cid, id, version, hidden, hash, body)
             SELECT $1, i.id, $2, i.hidden, i.hash, i.body
@@ -190,12 +159,7 @@ extension PostgresStore {
             UPDATE deltasnap_collections SET head = \(version), checksum = \(checksumBits), visible = \(Int64(visible)), digest = \(digestBytes)
             WHERE cid = \(locked.cid)
             """, logger: logger)
-        // The same rule as SQLite's store: max(previous + 1, commit time in µs).
-        let floorSequence = Int64(max(0, committedAt)) &* 1_000_000
-        try await connection.query("""
-            INSERT INTO deltasnap_publication(id, sequence) VALUES (1, \(floorSequence))
-            ON CONFLICT (id) DO UPDATE SET sequence = GREATEST(deltasnap_publication.sequence + 1, EXCLUDED.sequence)
-            """, logger: logger)
+        try await publishCommit(at: committedAt, on: connection)
         // Delivered to every listening instance when (and only if) this transaction commits.
         try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \("\(collection) \(version)"))", logger: logger)
         let head = CollectionHead(
@@ -231,6 +195,20 @@ extension PostgresStore {
         }
     }
 
+    /// Raises the publication sequence by the one rule every store follows
+    /// (``DeltaSnapStore/PublicationSequence``), under the row's lock.
+    private func publishCommit(at committedAt: Int64, on connection: PostgresConnection) async throws {
+        var previous: Int64 = 0
+        for try await sequence in try await connection.query(
+            "SELECT sequence FROM deltasnap_publication WHERE id = 1 FOR UPDATE", logger: logger
+        ).decode(Int64.self) { previous = sequence }
+        let sequence = Int64(clamping: PublicationSequence.next(after: UInt64(max(0, previous)), at: committedAt))
+        try await connection.query("""
+            INSERT INTO deltasnap_publication(id, sequence) VALUES (1, \(sequence))
+            ON CONFLICT (id) DO UPDATE SET sequence = EXCLUDED.sequence
+            """, logger: logger)
+    }
+
     private static func binds(_ values: Int64...) -> PostgresBindings {
         var binds = PostgresBindings(capacity: values.count)
         for value in values { binds.append(value) }
@@ -254,12 +232,12 @@ extension PostgresStore {
     }
 }
 
-/// The checksum and digest of the visible records streamed into a brand-new collection;
-/// digest batches are hashed by tasks of their own, at most four waiting at a time, so
-/// memory stays bounded whatever the input's size.
-struct FreshSums {
-    private(set) var checksum = StateChecksum.empty
-    private(set) var count = 0
+/// The digest change of a merge, hashed by tasks of their own in batches of 2,048 records
+/// (LtHash is additive, so batches sum in any order) while rows keep streaming; at most four
+/// batches wait at a time, so memory stays bounded whatever the input's size. The rest of
+/// the write rule (count, checksum, what counts as a change) is ``StateAccumulator``'s; only
+/// the digest's arithmetic is spread over cores here, as a large merge's hottest part.
+struct ParallelDigest {
     private var batch: DigestBatch
     private var pending: [Task<StateDigest, Never>] = []
     private var sum = StateDigest.empty
@@ -268,10 +246,19 @@ struct FreshSums {
         batch = DigestBatch(collection: collection)
     }
 
-    mutating func add(_ record: Record) async {
-        checksum.add(hash: record.hash)
-        count += 1
-        batch.added.append((record.id, record.bytes))
+    /// A value that enters the state.
+    mutating func add(id: String, canonical: [UInt8]) async {
+        batch.added.append((id, canonical))
+        await flushIfFull()
+    }
+
+    /// A value that leaves it (replaced or hidden).
+    mutating func remove(id: String, canonical: [UInt8]) async {
+        batch.removed.append((id, canonical))
+        await flushIfFull()
+    }
+
+    private mutating func flushIfFull() async {
         guard batch.isFull else { return }
         let full = batch
         pending.append(Task { full.digest() })
@@ -279,10 +266,10 @@ struct FreshSums {
         if pending.count > 4 { sum.add(await pending.removeFirst().value) }
     }
 
-    /// The digest of everything added.
+    /// The digest change of everything added and removed.
     mutating func digest() async -> StateDigest {
         sum.add(batch.digest())
-        batch.added.removeAll()
+        batch = DigestBatch(collection: batch.collection)
         while !pending.isEmpty { sum.add(await pending.removeFirst().value) }
         return sum
     }

@@ -42,13 +42,8 @@ public final class CollectionWriter {
     private let epoch: String
     private let configuration: StoreConfiguration
     private var previous: CollectionHead?
-    private var checksum: StateChecksum
-    private var digest: StateDigest
-    private var visibleCount: Int
+    private var state: StateAccumulator
     private var seen = Set<String>()
-    private var upserted = 0
-    private var hidden = 0
-    private var unchanged = 0
 
     private let lookup: SQLiteStatement
     private let upsert: SQLiteStatement
@@ -67,9 +62,8 @@ public final class CollectionWriter {
             cid = select.int64(0)
             select.reset()
             epoch = head.epoch
-            checksum = head.checksum
-            digest = try reader.digest(of: collection) ?? reader.recomputedDigest(of: collection)
-            visibleCount = head.count
+            let digest = try reader.digest(of: collection) ?? reader.recomputedDigest(of: collection)
+            state = StateAccumulator(collection: collection, checksum: head.checksum, count: head.count, digest: digest)
             version = head.version + 1
         } else {
             // Created inside this transaction: rolled back with it if nothing is committed.
@@ -79,9 +73,7 @@ public final class CollectionWriter {
             try insert.bind(2, epoch)
             try insert.run()
             cid = try db.scalarInt("SELECT last_insert_rowid()") ?? 0
-            checksum = .empty
-            digest = .empty
-            visibleCount = 0
+            state = StateAccumulator(collection: collection, checksum: .empty, count: 0, digest: .empty)
             version = 1
         }
         lookup = try db.prepare("SELECT hidden, hash, body FROM records WHERE cid = ? AND id = ?")
@@ -98,44 +90,20 @@ public final class CollectionWriter {
         guard seen.insert(record.id).inserted else { throw StoreError.duplicateID(record.id) }
         try lookup.bind(1, cid)
         try lookup.bind(2, record.id)
-        var existing: (hidden: Bool, hash: UInt64, same: Bool)?
-        if try lookup.step() {
-            let wasHidden = lookup.bool(0)
-            let same = lookup.withBlob(2) { stored in
-                let same = stored.elementsEqual(record.bytes)
-                // The old bytes are only at hand here: take a replaced visible record out now.
-                if !same && !wasHidden { digest.remove(collection: collection, id: record.id, canonical: stored) }
-                return same
+        let hash = record.isHidden ? 0 : record.hash
+        let found = try lookup.step()
+        let change = record.bytes.withUnsafeBytes { bytes in
+            guard found else { return state.put(id: record.id, isHidden: record.isHidden, hash: hash, bytes: bytes, replacing: nil) }
+            let stored = (isHidden: lookup.bool(0), hash: lookup.uint64(1))
+            // The old bytes are only at hand inside this call.
+            return lookup.withBlob(2) { old in
+                state.put(
+                    id: record.id, isHidden: record.isHidden, hash: hash, bytes: bytes,
+                    replacing: StateAccumulator.StoredValue(isHidden: stored.isHidden, hash: stored.hash, bytes: old))
             }
-            existing = (wasHidden, lookup.uint64(1), same)
-            lookup.reset()
         }
-        if let existing, existing.same {
-            unchanged += 1
-            return
-        }
-        if record.isHidden {
-            // Hiding what is not there is a no-op, not a tombstone to send.
-            guard let existing, !existing.hidden else {
-                unchanged += 1
-                return
-            }
-            checksum.remove(hash: existing.hash)
-            visibleCount -= 1
-            hidden += 1
-            try write(record, hash: 0)
-        } else {
-            let hash = record.hash
-            if let existing, !existing.hidden {
-                checksum.remove(hash: existing.hash)
-            } else {
-                visibleCount += 1
-            }
-            checksum.add(hash: hash)
-            digest.add(collection: collection, id: record.id, canonical: record.bytes)
-            upserted += 1
-            try write(record, hash: hash)
-        }
+        if found { lookup.reset() }
+        if change != .unchanged { try write(record, hash: hash) }
     }
 
     /// The record `id` as committed before this write (visible or a tombstone), with the
@@ -187,7 +155,7 @@ public final class CollectionWriter {
 
     /// Records the version when anything changed; called by ``Store/write(to:_:)``.
     func commit() throws -> WriteResult {
-        guard upserted + hidden > 0 else {
+        guard state.upserted + state.hidden > 0 else {
             // Nothing changed: no version. Throwing would roll back, but a no-op write is
             // not an error, so undo the possible collection creation explicitly.
             if previous == nil {
@@ -195,11 +163,11 @@ public final class CollectionWriter {
                 try delete.bind(1, cid)
                 try delete.run()
             }
-            return WriteResult(collection: collection, committed: false, head: previous, upserted: 0, hidden: 0, unchanged: unchanged)
+            return WriteResult(collection: collection, committed: false, head: previous, upserted: 0, hidden: 0, unchanged: state.unchanged)
         }
         // Commit times never go backwards, so the version <-> time map stays monotone
         // for If-Modified-Since even if the clock steps back.
-        let committedAt = max(configuration.commitTime(), previous?.committedAt ?? Int64.min)
+        let committedAt = configuration.commitTime(after: previous?.committedAt)
         let recordVersion = try db.prepare("INSERT INTO versions(cid, version, committed_at) VALUES (?, ?, ?)")
         try recordVersion.bind(1, cid)
         try recordVersion.bind(2, version)
@@ -207,9 +175,9 @@ public final class CollectionWriter {
         try recordVersion.run()
         let updateHead = try db.prepare("UPDATE collections SET head = ?, checksum = ?, visible = ?, digest = ? WHERE cid = ?")
         try updateHead.bind(1, version)
-        try updateHead.bind(2, checksum.value)
-        try updateHead.bind(3, visibleCount)
-        try updateHead.bind(4, blob: digest.bytes)
+        try updateHead.bind(2, state.checksum.value)
+        try updateHead.bind(3, state.count)
+        try updateHead.bind(4, blob: (state.digest ?? .empty).bytes)
         try updateHead.bind(5, cid)
         try updateHead.run()
         let previousSequence = try db.scalarInt("SELECT sequence FROM publication WHERE id = 1") ?? 0
@@ -217,7 +185,8 @@ public final class CollectionWriter {
         try db.execute("INSERT INTO publication(id, sequence) VALUES (1, \(sequence)) ON CONFLICT(id) DO UPDATE SET sequence = excluded.sequence")
         let head = CollectionHead(
             name: collection, epoch: epoch,
-            version: version, checksum: checksum, count: visibleCount, committedAt: committedAt, floor: previous?.floor ?? 0)
-        return WriteResult(collection: collection, committed: true, head: head, upserted: upserted, hidden: hidden, unchanged: unchanged)
+            version: version, checksum: state.checksum, count: state.count, committedAt: committedAt, floor: previous?.floor ?? 0)
+        return WriteResult(
+            collection: collection, committed: true, head: head, upserted: state.upserted, hidden: state.hidden, unchanged: state.unchanged)
     }
 }

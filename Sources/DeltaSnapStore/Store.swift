@@ -134,7 +134,7 @@ public final class Store {
             try update.run()
         }
         if !names.isEmpty {
-            try db.execute("INSERT OR IGNORE INTO publication(id, sequence) VALUES (1, \(PublicationSequence.next(after: 0, at: configuration.commitTime())))")
+            try db.execute("INSERT OR IGNORE INTO publication(id, sequence) VALUES (1, \(PublicationSequence.next(after: 0, at: configuration.commitTime(after: nil))))")
         }
     }
 

@@ -30,7 +30,10 @@ public struct StoreConfiguration: Sendable, Equatable {
             fixedCommitTime: environment["SOURCE_DATE_EPOCH"].flatMap { Int64($0) })
     }
 
-    func commitTime() -> Int64 {
-        fixedCommitTime ?? Int64(Date().timeIntervalSince1970)
+    /// The time a commit records, in seconds: the pinned time or now — never before the
+    /// collection's previous commit, so the version <-> time map stays monotone for
+    /// `If-Modified-Since` even when the clock steps back. Every store commits by this rule.
+    public func commitTime(after previous: Int64?) -> Int64 {
+        max(fixedCommitTime ?? Int64(Date().timeIntervalSince1970), previous ?? .min)
     }
 }

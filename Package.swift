@@ -125,6 +125,7 @@ let package = Package(
             dependencies: [
                 "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapTestSupport",
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "Hummingbird", package: "hummingbird"),
             ]
         ),
         .testTarget(

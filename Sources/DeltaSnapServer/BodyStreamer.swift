@@ -1,5 +1,6 @@
 import DeltaSnapCore
 import DeltaSnapStore
+import NIOCore
 
 /// Encodes a full or delta body, chunk by chunk, from one ``RecordSource`` (one read
 /// transaction of whichever store).
@@ -67,10 +68,11 @@ final class BodyStreamer: @unchecked Sendable {
         }
     }
 
-    /// The whole remaining body in one buffer (for bodies small enough to cache).
-    func readAll() async throws -> [UInt8] {
-        var bytes: [UInt8] = []
-        while let chunk = try await nextChunk() { bytes.append(contentsOf: chunk) }
+    /// The whole remaining body in one buffer (for bodies small enough to cache), written
+    /// straight into the buffer a response sends.
+    func readAll() async throws -> ByteBuffer {
+        var bytes = ByteBuffer()
+        while let chunk = try await nextChunk() { bytes.writeBytes(chunk) }
         return bytes
     }
 

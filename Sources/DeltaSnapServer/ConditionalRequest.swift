@@ -31,6 +31,16 @@ public enum ConditionalRequest: Equatable, Sendable {
         }
     }
 
+    /// Whether `If-None-Match` names `tag` (quoted, as sent in `ETag`), by the weak
+    /// comparison RFC 9110 §13.1.2 prescribes for it, or is `*`.
+    func matches(entityTag tag: String) -> Bool {
+        switch self {
+        case .anyEntityTag: true
+        case .entityTags(let tags): tags.contains(Self.entityTags(in: tag).first ?? tag)
+        case .unconditional, .modifiedSince, .invalidModifiedSince: false
+        }
+    }
+
     /// Splits an `If-None-Match` list into tags: `"a", W/"b"` → `["a", "b"]`. Lenient with
     /// unquoted values, which are taken as they are (and will simply not match).
     static func entityTags(in header: String) -> [String] {

@@ -2,7 +2,7 @@ import DeltaSnapStore
 import Foundation
 import Hummingbird
 
-/// Encoded delta bodies, reused while the head they lead to is current.
+/// Encoded delta answers (headers and body), reused while the head they lead to is current.
 ///
 /// A delta "since version v, up to head h" never changes, and after an update most clients
 /// hold the same previous token, so they ask for the same delta: encoding and compressing it
@@ -16,23 +16,18 @@ final class DeltaCache: @unchecked Sendable {
         var gzip: Bool
     }
 
-    struct Entry: Sendable {
-        var head: CollectionHead
-        var body: ByteBuffer
-    }
-
     static let maximumBodyBytes = 64 * 1024
     static let maximumEntries = 64
 
     private let lock = NSLock()
-    private var entries: [Key: Entry] = [:]
+    private var entries: [Key: PollAnswer] = [:]
     private var order: [Key] = []
 
-    subscript(key: Key) -> Entry? {
+    subscript(key: Key) -> PollAnswer? {
         lock.withLock { entries[key] }
     }
 
-    func store(_ entry: Entry, for key: Key) {
+    func store(_ entry: PollAnswer, for key: Key) {
         guard entry.body.readableBytes <= Self.maximumBodyBytes else { return }
         lock.withLock {
             if entries.updateValue(entry, forKey: key) == nil { order.append(key) }

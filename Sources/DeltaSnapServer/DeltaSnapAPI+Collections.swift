@@ -35,7 +35,7 @@ extension DeltaSnapAPI {
         }
         guard let served = heads[name] else { throw APIError.unknownCollection(name) }
         // The common poll: the client holds the current token, sent back as received.
-        if let ifNoneMatch = request.headers[.ifNoneMatch], ifNoneMatch == served.validatorHeaders[.eTag] {
+        if served.isCurrent(ifNoneMatch: request.headers[.ifNoneMatch]) {
             metrics.countOutcome(.notModified, since: start)
             return Response(status: .notModified, headers: served.validatorHeaders)
         }
@@ -95,7 +95,7 @@ extension DeltaSnapAPI {
         if let cached = deltas[key] {
             metrics.countOutcome(.delta, since: start)
             metrics.countBytes(cached.body.readableBytes, for: .delta)
-            return Response(status: .ok, headers: bodyHeaders(for: cached.head, gzip: gzip), body: .init(byteBuffer: cached.body))
+            return Response(status: .ok, headers: cached.headers, body: .init(byteBuffer: cached.body))
         }
         do {
             if let entry = try await smallDelta(name: name, sinceVersion: sinceVersion, base: base, gzip: gzip) {
@@ -104,7 +104,7 @@ extension DeltaSnapAPI {
                 deltas.store(entry, for: DeltaCache.Key(collection: name, base: base, headVersion: entry.head.version, gzip: gzip))
                 metrics.countOutcome(.delta, since: start)
                 metrics.countBytes(entry.body.readableBytes, for: .delta)
-                return Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: gzip), body: .init(byteBuffer: entry.body))
+                return Response(status: .ok, headers: entry.headers, body: .init(byteBuffer: entry.body))
             }
             return try await streamed(name: name, sinceVersion: sinceVersion, base: base, gzip: gzip, outcome: .delta, since: start, target: target)
         } catch let unavailable as DeltaUnavailable {
@@ -136,20 +136,17 @@ extension DeltaSnapAPI {
 
     /// A delta read and encoded in full when it is small (at most 1,000 records), so it can be
     /// cached; nil when it is larger and should be streamed instead.
-    private func smallDelta(name: String, sinceVersion: UInt64, base: String, gzip: Bool) async throws -> DeltaCache.Entry? {
+    private func smallDelta(name: String, sinceVersion: UInt64, base: String, gzip: Bool) async throws -> PollAnswer? {
         let streamer = try await openBody(name: name, sinceVersion: sinceVersion, base: base, gzipLevel: gzip ? 6 : nil)
         guard streamer.header.count <= 1000 else {
             await streamer.close()
             return nil
         }
-        return DeltaCache.Entry(head: streamer.head, body: ByteBuffer(bytes: try await streamer.readAll()))
+        return PollAnswer(head: streamer.head, body: try await streamer.readAll(), gzip: gzip)
     }
 
     func bodyHeaders(for head: CollectionHead, gzip: Bool) -> HTTPFields {
-        var headers = ServedHead(head: head).validatorHeaders
-        headers[.contentType] = "application/json"
-        if gzip { headers[.contentEncoding] = "gzip" }
-        return headers
+        PollAnswer.bodyHeaders(for: head, gzip: gzip)
     }
 
     /// Opens a body on one read transaction. A body can reveal a commit the poll has not

@@ -8,8 +8,14 @@ import Hummingbird
 enum FastAnswer {
     /// `304 Not Modified` for this head: its ``ServedHead/validatorHeaders``.
     case notModified(ServedHead)
-    /// `200` with a cached delta body and these headers (`Content-Length` included).
-    case delta(HTTPFields, ByteBuffer)
+    /// `200` with a cached delta.
+    case delta(PollAnswer)
+
+    /// The body's length, for the log line.
+    var bodyBytes: Int? {
+        if case .delta(let cached) = self { return cached.body.readableBytes }
+        return nil
+    }
 }
 
 extension DeltaSnapAPI {
@@ -40,12 +46,9 @@ extension DeltaSnapAPI {
         collection name: String, ifNoneMatch: String, acceptEncoding: [String], allowsBody: Bool, start: ContinuousClock.Instant
     ) -> FastAnswer? {
         guard configuration.access.privateCollections.isEmpty, CollectionName.isValid(name), let served = heads[name] else { return nil }
-        let decision: ServeDecision
-        if ifNoneMatch == served.validatorHeaders[.eTag] {
-            decision = .notModified
-        } else {
-            decision = ServeDecision.decide(ConditionalRequest(ifNoneMatch: ifNoneMatch, ifModifiedSince: nil), head: served.head) { _ in nil }
-        }
+        let decision = served.isCurrent(ifNoneMatch: ifNoneMatch)
+            ? .notModified
+            : ServeDecision.decide(ConditionalRequest(ifNoneMatch: ifNoneMatch, ifModifiedSince: nil), head: served.head) { _ in nil }
         switch decision {
         case .notModified where !configuration.logNotModified:
             metrics.countFastPathAnswer(.notModified, since: start)
@@ -53,11 +56,9 @@ extension DeltaSnapAPI {
         case .delta(_, let base) where allowsBody:
             let gzip = Self.acceptsGzip(acceptEncoding)
             guard let cached = deltas[DeltaCache.Key(collection: name, base: base, headVersion: served.head.version, gzip: gzip)] else { return nil }
-            var headers = bodyHeaders(for: cached.head, gzip: gzip)
-            headers[.contentLength] = String(cached.body.readableBytes)
             metrics.countFastPathAnswer(.delta, since: start)
             metrics.countBytes(cached.body.readableBytes, for: .delta)
-            return .delta(headers, cached.body)
+            return .delta(cached)
         default:
             return nil
         }

@@ -40,8 +40,8 @@ extension DeltaSnapAPI {
             .cacheControl: "public, max-age=\(maxAge), stale-while-revalidate=\(maxAge)",
             .eTag: published.etag,
         ]
-        let held = request.headers[values: .ifNoneMatch].flatMap { $0.split(separator: ",").map { String($0).trimmingSpaces } }
-        if held.contains(published.etag) || held.contains("*") {
+        let held = ConditionalRequest(ifNoneMatch: request.headers[values: .ifNoneMatch].joinedOrNil, ifModifiedSince: nil)
+        if held.matches(entityTag: published.etag) {
             return Response(status: .notModified, headers: headers)
         }
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: published.document))

@@ -41,15 +41,12 @@ struct ErrorAndMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
             response = APIError.jsonResponse(status: .internalServerError, code: "internal_error", message: "the server failed to answer: \(error)")
         }
         metrics.countResponse(route: context.endpointPath ?? "unmatched", status: response.status.code)
-        let clientsID = RequestIdentifier.echoed(request.headers[.xRequestID])
-        if response.status == .notModified && !logNotModified {
-            // The 304 hot path: its headers are shared, ready-made fields, and adding one copies
-            // them (a 15 % lower 304 rate when measured). An unlogged 304 gets an id only
-            // when the client sent its own.
-            if let clientsID { response.headers[.xRequestID] = clientsID }
-        } else {
-            let requestID = clientsID ?? context.id
-            response.headers[.xRequestID] = requestID
+        let identity = ResponseIdentity(
+            status: response.status, clientsID: request.headers[.xRequestID], logNotModified: logNotModified, newID: { context.id })
+        // The 304 hot path: its headers are shared, ready-made fields, and adding one copies
+        // them (a 15 % lower 304 rate when measured), so an unlogged 304 gets no new id.
+        if let requestID = identity.requestID { response.headers[.xRequestID] = requestID }
+        if identity.logged, let requestID = identity.requestID {
             RequestLog.write(
                 to: context.logger, requestID: requestID, method: request.method, path: request.uri.path,
                 status: response.status, since: start, bytes: response.body.contentLength)

@@ -73,26 +73,25 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func write(_ answer: FastAnswer, to request: HTTPRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) {
-        let clientsID = RequestIdentifier.echoed(request.headerFields[.xRequestID])
-        switch answer {
-        case .notModified(let served):
-            var headers = served.validatorHeaders
-            headers[.date] = date.now()
-            // As on the router's path: an unlogged 304 carries only the client's own id.
-            if let clientsID { headers[.xRequestID] = clientsID }
-            context.write(wrapOutboundOut(.head(HTTPResponse(status: .notModified, headerFields: headers))), promise: nil)
-        case .delta(var headers, let body):
-            headers[.date] = date.now()
-            let requestID = clientsID ?? RequestID().description
-            headers[.xRequestID] = requestID
-            context.write(wrapOutboundOut(.head(HTTPResponse(status: .ok, headerFields: headers))), promise: nil)
-            context.write(wrapOutboundOut(.body(body)), promise: nil)
-            RequestLog.write(
-                to: logger, requestID: requestID, method: request.method, path: request.path ?? "",
-                status: .ok, since: start, bytes: body.readableBytes)
+        let (status, fields, body): (HTTPResponse.Status, HTTPFields, ByteBuffer?) = switch answer {
+        case .notModified(let served): (.notModified, served.validatorHeaders, nil)
+        case .delta(let cached): (.ok, cached.headers, cached.body)
         }
+        let identity = ResponseIdentity(
+            status: status, clientsID: request.headerFields[.xRequestID], logNotModified: service.configuration.logNotModified,
+            newID: { RequestID().description })
+        var headers = fields
+        headers[.date] = date.now()
+        if let requestID = identity.requestID { headers[.xRequestID] = requestID }
+        context.write(wrapOutboundOut(.head(HTTPResponse(status: status, headerFields: headers))), promise: nil)
+        if let body { context.write(wrapOutboundOut(.body(body)), promise: nil) }
         context.write(wrapOutboundOut(.end(nil)), promise: nil)
         needsFlush = true
+        if identity.logged, let requestID = identity.requestID {
+            RequestLog.write(
+                to: logger, requestID: requestID, method: request.method, path: request.path ?? "",
+                status: status, since: start, bytes: body?.readableBytes)
+        }
     }
 }
 

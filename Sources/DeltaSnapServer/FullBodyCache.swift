@@ -29,7 +29,7 @@ final class FullBodyCache: @unchecked Sendable {
             await source.close()
             throw error
         }
-        let entry = Entry(head: streamer.head, gzip: ByteBuffer(bytes: try await streamer.readAll()))
+        let entry = Entry(head: streamer.head, gzip: try await streamer.readAll())
         lock.withLock {
             if let current = entries[head.name], current.head.version > entry.head.version { return }
             entries[head.name] = entry

@@ -26,6 +26,12 @@ struct ServedHead: Sendable {
         }
         encodedNotModifiedHead = encoded
     }
+
+    /// The common poll, checked before any parsing: the client sends back the current
+    /// `ETag` exactly as it received it.
+    func isCurrent(ifNoneMatch: String?) -> Bool {
+        ifNoneMatch == validatorHeaders[.eTag]
+    }
 }
 
 /// The heads of all collections, as the server answers polls with them: installed at once

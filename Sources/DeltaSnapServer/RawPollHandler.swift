@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Hummingbird
 import HummingbirdCore
 import Logging
@@ -57,11 +58,7 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
                       collection: poll.collection, ifNoneMatch: poll.ifNoneMatch, acceptEncoding: poll.acceptEncoding, allowsBody: true, start: start)
             else { return stepAside(context: context, with: buffer) }
             buffer.moveReaderIndex(forwardBy: length)
-            let response = switch answer {
-            case .notModified(let served): notModified(served, requestID: poll.requestID, allocator: context.channel.allocator)
-            case .delta(let headers, let body): delta(headers, body, poll: poll, start: start, allocator: context.channel.allocator)
-            }
-            context.write(wrapOutboundOut(response), promise: nil)
+            write(answer, to: poll, start: start, context: context)
             needsFlush = true
         }
     }
@@ -83,41 +80,41 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
         return nil
     }
 
-    /// The 304 the router's path would send: the head's validators, `Date`, then the
-    /// client's own request id if it sent a safe one.
-    /// A cached delta as the router's path sends it (`Date`, then the request id, which a
-    /// body answer always carries), logged as the router logs it.
-    private func delta(_ headers: HTTPFields, _ body: ByteBuffer, poll: PollRequestHead, start: ContinuousClock.Instant, allocator: ByteBufferAllocator) -> ByteBuffer {
-        let requestID = RequestIdentifier.echoed(poll.requestID) ?? RequestID().description
-        var out = allocator.buffer(capacity: body.readableBytes + 512)
-        out.writeString("HTTP/1.1 200 OK\r\n")
-        for field in headers {
-            out.writeString(field.name.rawName)
-            out.writeString(": ")
-            out.writeString(field.value)
-            out.writeString("\r\n")
+    /// Writes `answer` as the router's path sends it: the head encoded once per version or
+    /// per cached delta, then `Date` and the request id (``ResponseIdentity``), then the
+    /// cached body as its own buffer (shared, not copied).
+    private func write(_ answer: FastAnswer, to poll: PollRequestHead, start: ContinuousClock.Instant, context: ChannelHandlerContext) {
+        let status: HTTPResponse.Status
+        switch answer {
+        case .notModified: status = .notModified
+        case .delta: status = .ok
         }
-        out.writeString("Date: \(date.now())\r\nX-Request-Id: \(requestID)\r\n\r\n")
-        out.writeImmutableBuffer(body)
-        RequestLog.write(
-            to: logger, requestID: requestID, method: .get, path: "/v1/collections/\(poll.collection)",
-            status: .ok, since: start, bytes: body.readableBytes)
-        return out
-    }
-
-    private func notModified(_ served: ServedHead, requestID: String?, allocator: ByteBufferAllocator) -> ByteBuffer {
-        var out = allocator.buffer(capacity: served.encodedNotModifiedHead.count + 96)
-        out.writeBytes(served.encodedNotModifiedHead)
-        out.writeString("Date: ")
-        out.writeString(date.now())
-        out.writeString("\r\n")
-        if let id = RequestIdentifier.echoed(requestID) {
-            out.writeString("X-Request-Id: ")
-            out.writeString(id)
-            out.writeString("\r\n")
+        let identity = ResponseIdentity(
+            status: status, clientsID: poll.requestID, logNotModified: service.configuration.logNotModified, newID: { RequestID().description })
+        var tail = context.channel.allocator.buffer(capacity: 320)
+        if case .notModified(let served) = answer { tail.writeBytes(served.encodedNotModifiedHead) }
+        tail.writeString("Date: ")
+        tail.writeString(date.now())
+        tail.writeString("\r\n")
+        if let requestID = identity.requestID {
+            tail.writeString("X-Request-Id: ")
+            tail.writeString(requestID)
+            tail.writeString("\r\n")
         }
-        out.writeString("\r\n")
-        return out
+        tail.writeString("\r\n")
+        switch answer {
+        case .notModified:
+            context.write(wrapOutboundOut(tail), promise: nil)
+        case .delta(let cached):
+            context.write(wrapOutboundOut(cached.encodedHead), promise: nil)
+            context.write(wrapOutboundOut(tail), promise: nil)
+            context.write(wrapOutboundOut(cached.body), promise: nil)
+        }
+        if identity.logged, let requestID = identity.requestID {
+            RequestLog.write(
+                to: logger, requestID: requestID, method: .get, path: "/v1/collections/\(poll.collection)",
+                status: status, since: start, bytes: answer.bodyBytes)
+        }
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {

@@ -125,35 +125,49 @@ struct ServeCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // The request log written as nginx writes its access log: in batches, off the path
+        // that answers (a line per answer at the default level would otherwise cost a write
+        // system call each).
+        let logOutput = BufferedLogOutput.standardError
+        LoggingSystem.bootstrap { label in BufferedLogHandler(label: label, output: logOutput) }
+        defer { logOutput.flush() }
         try await reportingErrors {
-            var logger = Logger(label: "deltasnap")
-            logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
-            let token = writeToken ?? ProcessInfo.processInfo.environment["DELTASNAP_WRITE_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
-            let environment = ProcessInfo.processInfo.environment
-            var access = AccessPolicy()
-            access.jwtSecret = jwtSecret ?? environment["DELTASNAP_JWT_SECRET"].flatMap { $0.isEmpty ? nil : $0 }
-            if let jwtPublicKey {
-                guard let pem = FileManager.default.contents(atPath: jwtPublicKey) else { throw FileError(path: jwtPublicKey, reason: "cannot be read") }
-                access.jwtPublicKeyPEM = String(decoding: pem, as: UTF8.self)
+            // Whatever was logged comes out before the one-line error that ends the run.
+            do { try await serve() } catch {
+                logOutput.flush()
+                throw error
             }
-            access.privateCollections = Set(TokenCommand.list(privateCollections))
-            let retention = Int64(retentionDays) * 86_400
-            let configuration = DeltaSnapServerConfiguration(
-                writeToken: token, maximumWriteBodyBytes: maxBodyBytes, access: access,
-                pushRetention: PushRetention(results: retention, history: retention), logNotModified: logNotModified,
-                compaction: compactionSchedule, signingKeys: try signingKey.map { try IndexSigningKey(contentsOf: $0) },
-                indexMaxAge: indexMaxAge, indexLifetime: indexLifetime)
-            let location = try StoreLocation(db, readReplica: readDb)
-            let server = try await DeltaSnapServer(store: try await StoreFactory.open(location, logger: logger), configuration: configuration, logger: logger)
-            // Anything else in the process that reports through swift-metrics lands on the same /metrics.
-            MetricsSystem.bootstrap(server.service.metrics.factory)
-            let writes = token != nil || access.jwtSecret != nil || access.jwtPublicKeyPEM != nil
-            let host = self.host
-            try await server.run(host: host, port: port) { boundPort in
-                // One parseable line on stdout: scripts and tests wait for it.
-                // Written straight to the file handle: print() would sit in stdio's buffer.
-                StandardOutput().write(Array("deltasnap: serving \(location) on http://\(host):\(boundPort) (writes \(writes ? "enabled" : "disabled"))\n".utf8))
-            }
+        }
+    }
+
+    private func serve() async throws {
+        var logger = Logger(label: "deltasnap")
+        logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
+        let token = writeToken ?? ProcessInfo.processInfo.environment["DELTASNAP_WRITE_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+        let environment = ProcessInfo.processInfo.environment
+        var access = AccessPolicy()
+        access.jwtSecret = jwtSecret ?? environment["DELTASNAP_JWT_SECRET"].flatMap { $0.isEmpty ? nil : $0 }
+        if let jwtPublicKey {
+            guard let pem = FileManager.default.contents(atPath: jwtPublicKey) else { throw FileError(path: jwtPublicKey, reason: "cannot be read") }
+            access.jwtPublicKeyPEM = String(decoding: pem, as: UTF8.self)
+        }
+        access.privateCollections = Set(TokenCommand.list(privateCollections))
+        let retention = Int64(retentionDays) * 86_400
+        let configuration = DeltaSnapServerConfiguration(
+            writeToken: token, maximumWriteBodyBytes: maxBodyBytes, access: access,
+            pushRetention: PushRetention(results: retention, history: retention), logNotModified: logNotModified,
+            compaction: compactionSchedule, signingKeys: try signingKey.map { try IndexSigningKey(contentsOf: $0) },
+            indexMaxAge: indexMaxAge, indexLifetime: indexLifetime)
+        let location = try StoreLocation(db, readReplica: readDb)
+        let server = try await DeltaSnapServer(store: try await StoreFactory.open(location, logger: logger), configuration: configuration, logger: logger)
+        // Anything else in the process that reports through swift-metrics lands on the same /metrics.
+        MetricsSystem.bootstrap(server.service.metrics.factory)
+        let writes = token != nil || access.jwtSecret != nil || access.jwtPublicKeyPEM != nil
+        let host = self.host
+        try await server.run(host: host, port: port) { boundPort in
+            // One parseable line on stdout: scripts and tests wait for it.
+            // Written straight to the file handle: print() would sit in stdio's buffer.
+            StandardOutput().write(Array("deltasnap: serving \(location) on http://\(host):\(boundPort) (writes \(writes ? "enabled" : "disabled"))\n".utf8))
         }
     }
 }

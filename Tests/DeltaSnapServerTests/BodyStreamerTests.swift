@@ -26,7 +26,7 @@ import Testing
         let idle = pool.idleStores
         #expect(idle.count == 1)
         #expect(idle.allSatisfy { $0.liveStatementCount == 0 })
-        #expect(try !GzipDecompressor.decompress(bytes).isEmpty)
+        #expect(try !GzipDecompressor.decompress(Array(bytes.readableBytesView)).isEmpty)
     }
 
     @Test func aStreamerDroppedMidwayReturnsItsConnectionClean() async throws {

@@ -10,7 +10,7 @@ PORT ?= 8080
 SAMPLE_EPOCH := 00000000005a3b1e
 SAMPLE_DATE := 1767225600
 
-.PHONY: deps build build-release run run-postgres serve demo test conformance soak bench bench-http bench-postgres fuzz snapshots check-snapshots clean help
+.PHONY: deps build build-release run run-postgres serve demo test conformance soak bench bench-http bench-import-stall bench-postgres fuzz snapshots check-snapshots clean help
 
 help:
 	@echo "make run         import the sample into $(DB) if absent, bake it, and serve it on $(HOST):$(PORT)"
@@ -21,7 +21,9 @@ help:
 	@echo "make soak        1,000,000 mixed requests while writes go on; RSS must stay flat (release)"
 	@echo "make demo        an end-to-end walk: serve, offline first start, 304, delta, reset"
 	@echo "make bench       micro-benchmarks (ordo-one/benchmark, release)"
-	@echo "make bench-http  wrk against deltasnap serve and nginx serving the same bytes"
+	@echo "make bench-http  wrk against deltasnap serve and nginx serving the same bytes, silent and logged"
+	@echo "                 (BASELINE_BIN=old/deltasnap: the old build side by side)"
+	@echo "make bench-import-stall  304 latency idle and during a 30 MB import through the write API"
 	@echo "make bench-postgres  SQLite vs two instances on PostgreSQL behind nginx, import rates, a 1M full body"
 	@echo "make fuzz        libFuzzer on every parser, FUZZ_SECONDS (60) per target"
 	@echo "make snapshots   rebake Snapshots/ from Snapshots/sample/ (reproducible)"
@@ -58,6 +60,10 @@ bench: deps
 
 bench-http: deps
 	Benchmarks/bench-http.sh
+
+# 304 polls idle and while a 30 MB batch is imported through the write API (BASELINE_BIN: old build too).
+bench-import-stall: deps
+	Benchmarks/bench-import-stall.sh
 
 # SQLite vs 2 instances on PostgreSQL behind nginx; import rates; a 1M full body (MILLION=0 skips it).
 bench-postgres: deps

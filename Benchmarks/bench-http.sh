@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# HTTP load test: `deltasnap serve` vs nginx serving the same baked snapshot, on 127.0.0.1 only.
+# HTTP load test: `deltasnap serve` vs nginx serving the same bytes, on 127.0.0.1 only.
 #
-#   Benchmarks/bench-http.sh            # 10k-record collection, wrk -t2 -c32 -d10s per case
+#   Benchmarks/bench-http.sh            # 34k-record collection, wrk -t2 -c32 -d10s per case
 #   RECORDS=50000 DURATION=5s Benchmarks/bench-http.sh
+#   BASELINE_BIN=/path/to/old/deltasnap Benchmarks/bench-http.sh   # the old build side by side
+#   MODES=silent Benchmarks/bench-http.sh   # skip the logged round
 #   Benchmarks/bench-http.sh --memory   # also the 1M-record server/client memory check (bench-memory.sh)
 #
-# Cases: (a) 304 with the current validator, (b) a 12-change delta (vs nginx's 304), (c) the full
-# gzip body (deltasnap's cached body vs nginx sending the baked .snapshot file, same bytes).
+# Cases: (a) 304 with the current validator, (b) a 12-change delta (nginx sends the same delta
+# bytes as a static file), (c) the full gzip body (deltasnap's cached body vs nginx sending the
+# baked .snapshot file, same bytes). Two rounds: "silent" (deltasnap --log-level warning, nginx
+# access_log off) and "logged" (deltasnap as a user starts it, a request line per answer at
+# info; nginx access_log with buffer=64k), so the log line's cost is measured on both.
 # nginx runs with worker_processes auto (one worker per core, as deployed; NGINX_WORKERS=1 for
 # the older single-worker reference); deltasnap uses one event loop per core. wrk shares the
 # same cores. Everything started here is stopped by PID on exit.
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/bench-common.sh"
-RECORDS="${RECORDS:-10000}"
+RECORDS="${RECORDS:-34000}"
+MODES="${MODES:-silent logged}"
+BASELINE_BIN="${BASELINE_BIN:-}"
 DURATION="${DURATION:-10s}"
 THREADS="${THREADS:-2}"
 CONNECTIONS="${CONNECTIONS:-32}"
@@ -30,9 +37,12 @@ build_release
 make_workspace bench-http
 
 # Starts `deltasnap serve` on $DS_PORT and waits for its "serving" line; sets DS_PID.
+# start_deltasnap DB BINARY [serve flags…]
 start_deltasnap() {
-    local db="$1"
-    "$BIN" serve --db "$db" --host 127.0.0.1 --port "$DS_PORT" --log-level warning >"$TMP/serve.out" 2>"$TMP/serve.err" &
+    local db="$1" bin="$2"
+    shift 2
+    : >"$TMP/serve.out"
+    "$bin" serve --db "$db" --host 127.0.0.1 --port "$DS_PORT" "$@" >"$TMP/serve.out" 2>>"$TMP/serve.err" &
     DS_PID=$!
     PIDS+=("$DS_PID")
     for _ in $(seq 1 300); do
@@ -69,6 +79,9 @@ SNAP_BYTES=$(stat -c %s "$SNAPSHOT")
 mkdir -p "$TMP/nginx/tmp"
 # nginx workers started by root run as "nobody": let them read the baked file.
 chmod 755 "$TMP" "$TMP/www"; chmod 644 "$SNAPSHOT"
+write_nginx_conf() { # MODE
+    local access="access_log off;"
+    [[ "$1" == logged ]] && access="access_log $TMP/nginx/access.log combined buffer=64k flush=1s;"
 cat >"$TMP/nginx/nginx.conf" <<EOF
 daemon off;
 worker_processes $NGINX_WORKERS;
@@ -76,7 +89,7 @@ pid $TMP/nginx/nginx.pid;
 error_log $TMP/nginx/error.log warn;
 events { worker_connections 1024; }
 http {
-    access_log off;
+    $access
     client_body_temp_path $TMP/nginx/tmp/body;
     proxy_temp_path $TMP/nginx/tmp/proxy;
     fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
@@ -96,14 +109,19 @@ http {
     }
 }
 EOF
-"$NGINX" -e "$TMP/nginx/error.log" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
-NGINX_PID=$!
-PIDS+=("$NGINX_PID")
+}
+start_nginx() { # MODE
+    write_nginx_conf "$1"
+    "$NGINX" -e "$TMP/nginx/error.log" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
+    NGINX_PID=$!
+    PIDS+=("$NGINX_PID")
+    for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$NGINX_PORT/$COLLECTION.snapshot" && break; sleep 0.1; done
+}
+start_nginx silent
 
-start_deltasnap "$DB"
+start_deltasnap "$DB" "$BIN" --log-level warning
 DS_URL="http://127.0.0.1:$DS_PORT/v1/collections/$COLLECTION"
 NG_URL="http://127.0.0.1:$NGINX_PORT/$COLLECTION.snapshot"
-for _ in $(seq 1 100); do curl -s -o /dev/null "$NG_URL" && break; sleep 0.1; done
 
 DS_ETAG_OLD="$(etag_of "$DS_URL" -H 'Accept-Encoding: gzip')"
 NG_ETAG="$(etag_of "$NG_URL")"
@@ -116,6 +134,9 @@ DS_ETAG="$(etag_of "$DS_URL" -H 'Accept-Encoding: gzip')"
 [[ "$DS_ETAG" != "$DS_ETAG_OLD" ]] || { echo "ETag did not change after the 12-record import" >&2; exit 1; }
 DELTA_STATUS=$(curl -s -o "$TMP/delta.bin" -w '%{http_code}' -H "If-None-Match: $DS_ETAG_OLD" -H 'Accept-Encoding: gzip' "$DS_URL")
 DELTA_BYTES=$(stat -c %s "$TMP/delta.bin")
+# nginx serves exactly these delta bytes as a static file (case b).
+cp "$TMP/delta.bin" "$TMP/www/delta.bin"; chmod 644 "$TMP/www/delta.bin"
+NG_DELTA_URL="http://127.0.0.1:$NGINX_PORT/delta.bin"
 S304_DS=$(curl -s -o /dev/null -w '%{http_code}' -H "If-None-Match: $DS_ETAG" "$DS_URL")
 S304_NG=$(curl -s -o /dev/null -w '%{http_code}' -H "If-None-Match: $NG_ETAG" "$NG_URL")
 say "deltasnap ETag $DS_ETAG (old $DS_ETAG_OLD), nginx ETag $NG_ETAG; 304 checks: $S304_DS/$S304_NG; delta: $DELTA_STATUS, $DELTA_BYTES bytes"
@@ -134,35 +155,63 @@ SNAP_BYTES=$(stat -c %s "$SNAPSHOT")
 # ---------------------------------------------------------------- wrk
 RESULTS="$TMP/results.tsv"
 : >"$RESULTS"
-WATCH_PIDS=("$DS_PID")
-run_wrk ds-304 "$DS_URL" "If-None-Match: $DS_ETAG"
-run_wrk ng-304 "$NG_URL" "If-None-Match: $NG_ETAG"
-run_wrk ds-delta12 "$DS_URL" "If-None-Match: $DS_ETAG_OLD" "Accept-Encoding: gzip"
-run_wrk ds-full "$DS_URL" "Accept-Encoding: gzip"
-run_wrk ng-full "$NG_URL" "Accept-Encoding: gzip"
-
-DS_HWM=$(vmhwm_mb "$DS_PID"); DS_RSS=$(vmrss_mb "$DS_PID")
-NG_WORKER_PIDS=$(pgrep -P "$NGINX_PID" || true)
+stop_pid "$DS_PID"
+stop_pid "$NGINX_PID"
+SERVERS=("new:$BIN")
+[[ -n "$BASELINE_BIN" ]] && SERVERS+=("old:$BASELINE_BIN")
+for mode in $MODES; do
+    start_nginx "$mode"
+    NG_ETAG="$(etag_of "$NG_URL")"
+    run_wrk "ng-304-$mode" "$NG_URL" "If-None-Match: $NG_ETAG"
+    run_wrk "ng-delta12-$mode" "$NG_DELTA_URL" "Accept-Encoding: gzip"
+    run_wrk "ng-full-$mode" "$NG_URL" "Accept-Encoding: gzip"
+    stop_pid "$NGINX_PID"
+    for server in "${SERVERS[@]}"; do
+        name="${server%%:*}" bin="${server#*:}"
+        if [[ "$mode" == silent ]]; then start_deltasnap "$DB" "$bin" --log-level warning; else start_deltasnap "$DB" "$bin"; fi
+        WATCH_PIDS=("$DS_PID")
+        # Warm the full-body and delta caches as a first client would.
+        curl -s -o /dev/null -H 'Accept-Encoding: gzip' "$DS_URL"
+        curl -s -o /dev/null -H 'Accept-Encoding: gzip' -H "If-None-Match: $DS_ETAG_OLD" "$DS_URL"
+        run_wrk "$name-304-$mode" "$DS_URL" "If-None-Match: $DS_ETAG"
+        run_wrk "$name-delta12-$mode" "$DS_URL" "If-None-Match: $DS_ETAG_OLD" "Accept-Encoding: gzip"
+        run_wrk "$name-full-$mode" "$DS_URL" "Accept-Encoding: gzip"
+        if [[ "$name" == new && -z "${DS_HWM:-}" ]]; then DS_HWM=$(vmhwm_mb "$DS_PID"); DS_RSS=$(vmrss_mb "$DS_PID"); fi
+        stop_pid "$DS_PID"
+        WATCH_PIDS=()
+    done
+done
 
 # ---------------------------------------------------------------- report
 get() { awk -F'\t' -v n="$1" -v c="$2" '$1 == n { print $c }' "$RESULTS"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
-row() { # LABEL DSNAME NGNAME
-    local dr dp50 dp99 nr np50 np99
-    dr=$(get "$2" 2); dp50=$(get "$2" 3); dp99=$(get "$2" 4)
-    nr=$(get "$3" 2); np50=$(get "$3" 3); np99=$(get "$3" 4)
-    printf '| %-34s | %10s | %8s | %8s | %10s | %8s | %8s | %6s |\n' "$1" "$dr" "$dp50" "$dp99" "$nr" "$np50" "$np99" "$(ratio "$dr" "$nr")"
-}
 echo
-echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency; $RECORDS records; full body $FULL_BYTES bytes (same bytes as nginx's file: $SAME_BYTES); delta body $DELTA_BYTES bytes; nginx worker_processes $NGINX_WORKERS"
+echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency; $RECORDS records; full body $FULL_BYTES bytes (same bytes as nginx's file: $SAME_BYTES); delta body $DELTA_BYTES bytes (nginx serves the same file); nginx worker_processes $NGINX_WORKERS"
 echo
-echo "| case                               | DS req/s   | DS p50ms | DS p99ms | nginx req/s| ng p50ms | ng p99ms | DS/ng  |"
-echo "|------------------------------------|-----------:|---------:|---------:|-----------:|---------:|---------:|-------:|"
-row "(a) 304 Not Modified"                 ds-304     ng-304
-row "(b) 12-change delta vs nginx 304"     ds-delta12 ng-304
-row "(c) full gzip body"                   ds-full    ng-full
+echo "| round  | case        | server | req/s      | p50 ms | p99 ms | ×nginx |"
+echo "|--------|-------------|--------|-----------:|-------:|-------:|-------:|"
+for mode in $MODES; do
+    for case in 304 delta12 full; do
+        ng=$(get "ng-$case-$mode" 2)
+        printf '| %-6s | %-11s | %-6s | %10s | %6s | %6s | %6s |\n' "$mode" "$case" nginx "$ng" "$(get "ng-$case-$mode" 3)" "$(get "ng-$case-$mode" 4)" "1.00"
+        for server in "${SERVERS[@]}"; do
+            name="${server%%:*}"
+            r=$(get "$name-$case-$mode" 2)
+            printf '| %-6s | %-11s | %-6s | %10s | %6s | %6s | %6s |\n' "$mode" "$case" "$name" "$r" "$(get "$name-$case-$mode" 3)" "$(get "$name-$case-$mode" 4)" "$(ratio "$r" "$ng")"
+        done
+    done
+done
+if [[ "$MODES" == *silent* && "$MODES" == *logged* ]]; then
+    echo
+    echo "Logged ÷ silent, each server against itself (the request log's cost; 1.00 = free):"
+    for server in "${SERVERS[@]}" "nginx:"; do
+        name="${server%%:*}"; key="$name"; [[ "$name" == nginx ]] && key=ng
+        printf '  %-6s' "$name"
+        for case in 304 delta12 full; do printf '  %s %s' "$case" "$(ratio "$(get "$key-$case-logged" 2)" "$(get "$key-$case-silent" 2)")"; done
+        echo
+    done
+fi
 echo
 awk -F'\t' '$5 != 0 { printf "warning: %s had %s non-2xx/3xx responses\n", $1, $5 }' "$RESULTS"
-echo "deltasnap serve: VmHWM ${DS_HWM} MB, VmRSS ${DS_RSS} MB after the runs (pid $DS_PID)"
-for p in $NG_WORKER_PIDS; do echo "nginx worker $p: VmHWM $(vmhwm_mb "$p") MB"; done
+echo "deltasnap serve (new, first round): VmHWM ${DS_HWM:-?} MB, VmRSS ${DS_RSS:-?} MB after its runs"
 if [[ -n "${KEEP_WRK:-}" ]]; then cp "$TMP"/wrk-*.txt "$KEEP_WRK"/; fi

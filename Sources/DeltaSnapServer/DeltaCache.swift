@@ -9,11 +9,26 @@ import Hummingbird
 /// once instead of per request is what makes the small-delta path cheap. Small bodies only;
 /// a few dozen entries, oldest evicted first.
 final class DeltaCache: @unchecked Sendable {
+    /// A delta is the same bytes exactly while its collection's epoch, head and floor are:
+    /// with all three in the key, a hit needs no decision (the base was checked against
+    /// that floor when the entry was read).
     struct Key: Hashable {
         var collection: String
         var base: String
+        var epoch: String
         var headVersion: UInt64
+        var floor: UInt64
         var gzip: Bool
+
+        /// The key of the delta from `base` to `head`.
+        init(head: CollectionHead, base: String, gzip: Bool) {
+            collection = head.name
+            self.base = base
+            epoch = head.epoch
+            headVersion = head.version
+            floor = head.floor
+            self.gzip = gzip
+        }
     }
 
     static let maximumBodyBytes = 64 * 1024

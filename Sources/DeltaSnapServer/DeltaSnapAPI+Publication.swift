@@ -69,7 +69,7 @@ extension DeltaSnapAPI {
         let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
         do {
             return Self.cacheable(try await deltaResponse(
-                name: name, headVersion: head.version, sinceVersion: baseToken.version, base: base, gzip: gzip, since: start, target: target))
+                name: name, head: head, sinceVersion: baseToken.version, base: base, gzip: gzip, since: start, target: target))
         } catch DeltaUnavailable.belowFloor {
             // Compacted by another process since the heads in memory were read: the read
             // transaction knows the new floor, and a delta URL never answers a full body.

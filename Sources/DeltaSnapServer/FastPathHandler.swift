@@ -24,6 +24,8 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private let service: DeltaSnapAPI
     private let logger: Logger
+    /// Read once: the configuration is a large value, and this is read per answer.
+    private let logNotModified: Bool
     /// Requests handed to the router whose response has not ended yet.
     private var requestsWithTheRouter = 0
     /// Dropping the rest of a request this handler answered.
@@ -34,6 +36,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     init(service: DeltaSnapAPI, logger: Logger) {
         self.service = service
         self.logger = logger
+        logNotModified = service.configuration.logNotModified
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -78,7 +81,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .delta(let cached): (.ok, cached.headers, cached.body)
         }
         let identity = ResponseIdentity(
-            status: status, clientsID: request.headerFields[.xRequestID], logNotModified: service.configuration.logNotModified,
+            status: status, clientsID: request.headerFields[.xRequestID], logNotModified: logNotModified,
             newID: { RequestID().description })
         var headers = fields
         headers[.date] = date.now()

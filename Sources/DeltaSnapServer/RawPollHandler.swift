@@ -26,6 +26,8 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     private let service: DeltaSnapAPI
     private let logger: Logger
+    /// Read once: the configuration is a large value, and this is read per answer.
+    private let logNotModified: Bool
     private var steppedAside = false
     /// The start of a request whose head has not fully arrived.
     private var partial: ByteBuffer?
@@ -35,6 +37,7 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     init(service: DeltaSnapAPI, logger: Logger) {
         self.service = service
         self.logger = logger
+        logNotModified = service.configuration.logNotModified
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -90,7 +93,7 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
         case .delta: status = .ok
         }
         let identity = ResponseIdentity(
-            status: status, clientsID: poll.requestID, logNotModified: service.configuration.logNotModified, newID: { RequestID().description })
+            status: status, clientsID: poll.requestID, logNotModified: logNotModified, newID: { RequestID().description })
         var tail = context.channel.allocator.buffer(capacity: 320)
         if case .notModified(let served) = answer { tail.writeBytes(served.encodedNotModifiedHead) }
         tail.writeString("Date: ")

@@ -38,6 +38,7 @@ import Testing
     @Test(arguments: [
         ("gzip", true), ("x-gzip", true), ("*", true), ("identity", false), ("gzip;q=0", false), ("gzip;q=0, *", false),
         ("gzip; q=0.5", true), ("br, gzip;q=0.1", true), ("*;q=0", false), ("identity, *;q=0.3", true), ("", false),
+        ("gzip, deflate, br", true), (" GZip ,br", true), ("deflate, br", false), ("xgzip", false), ("gzipx, br", false), (",,", false),
     ])
     func acceptEncodingNegotiatesGzip(header: String, gzip: Bool) {
         #expect(DeltaSnapAPI.acceptsGzip([header]) == gzip, "\(header)")

@@ -32,7 +32,7 @@ import Testing
         // A cached delta from the first version to the head, as the router would have stored it.
         api.deltas.store(
             PollAnswer(head: head, body: ByteBuffer(string: "DELTA-BODY"), gzip: false),
-            for: DeltaCache.Key(collection: "items", base: try #require(first.token).description, headVersion: head.version, gzip: false))
+            for: DeltaCache.Key(head: head, base: try #require(first.token).description, gzip: false))
         return Fixture(api: api, current: head.token.description, previous: try #require(first.token).description, dir: dir)
     }
 

@@ -33,6 +33,7 @@ final class Fixtures: @unchecked Sendable {
     var ndjson: [UInt8] = []
     var ndjsonPath = ""
     var store: Store?
+    var bakingStore: SQLiteCollectionStore?
     var storePath = ""
     var snapshotPath = ""
     /// The collection version just before the last 10 changes (delta benchmarks).
@@ -56,6 +57,7 @@ final class Fixtures: @unchecked Sendable {
 
     func removeAll() {
         store = nil
+        bakingStore = nil
         ndjson = []
         if !root.isEmpty { try? FileManager.default.removeItem(atPath: root) }
         root = ""
@@ -117,11 +119,11 @@ func buildStore(at path: String, count: Int, changes: Int = 0) throws -> UInt64 
 
 /// A fresh fixtures root named `root` holding the baked snapshot of `count` synthetic
 /// records (the store that baked it removed); returns the snapshot's path.
-func bakedSnapshot(root: String, count: Int) throws -> String {
+func bakedSnapshot(root: String, count: Int) async throws -> String {
     try fixtures.makeRoot(root)
     let storePath = fixtures.path("store.sqlite")
     _ = try buildStore(at: storePath, count: count)
-    try Baker.bake(store: try Store(path: storePath), collection: collection, into: fixtures.path("snapshots"))
+    try await SQLiteCollectionStore(path: storePath, readOnly: true).bake(collection, into: fixtures.path("snapshots"))
     removeSQLite(storePath)
     return fixtures.path("snapshots/\(collection).snapshot")
 }
@@ -192,7 +194,7 @@ let benchmarks: @Sendable () -> Void = {
                 try fixtures.makeRoot("bake")
                 fixtures.storePath = fixtures.path("store.sqlite")
                 try buildStore(at: fixtures.storePath, count: 1_000_000)
-                fixtures.store = try Store(path: fixtures.storePath)
+                fixtures.bakingStore = try SQLiteCollectionStore(path: fixtures.storePath, readOnly: true)
             },
             teardown: { fixtures.removeAll() }
         )
@@ -200,7 +202,7 @@ let benchmarks: @Sendable () -> Void = {
         let out = fixtures.nextPath("baked")
         let start = clock.now
         benchmark.startMeasurement()
-        let entry = try Baker.bake(store: fixtures.store!, collection: collection, into: out)
+        let entry = try await fixtures.bakingStore!.bake(collection, into: out)
         benchmark.stopMeasurement()
         let elapsed = seconds(start.duration(to: clock.now))
         precondition(entry.count == 1_000_000)
@@ -315,7 +317,7 @@ let benchmarks: @Sendable () -> Void = {
                 maxDuration: .seconds(count >= 1_000_000 ? 60 : 5),
                 maxIterations: iterations,
                 setup: {
-                    fixtures.snapshotPath = try bakedSnapshot(root: "apply-\(label)", count: count)
+                    fixtures.snapshotPath = try await bakedSnapshot(root: "apply-\(label)", count: count)
                 },
                 teardown: { fixtures.removeAll() }
             )
@@ -352,7 +354,7 @@ let benchmarks: @Sendable () -> Void = {
                 maxDuration: .seconds(10),
                 maxIterations: iterations,
                 setup: {
-                    fixtures.snapshotPath = try bakedSnapshot(root: "first-start-\(count)-\(replica)", count: count)
+                    fixtures.snapshotPath = try await bakedSnapshot(root: "first-start-\(count)-\(replica)", count: count)
                     if replica {
                         let baked = fixtures.path("snapshots/\(collection).replica")
                         try BundledReplica.bake(snapshot: fixtures.snapshotPath, collection: collection, to: baked)

@@ -21,7 +21,7 @@ nonisolated(unsafe) let syncFixtures = SyncFixtures()
 
 /// A replica of `count` records loaded from a baked snapshot (no server needed).
 func bundledReplica(count: Int, root: String = "two-way") async throws -> DeltaSnapReplica {
-    let snapshot = try bakedSnapshot(root: root, count: count)
+    let snapshot = try await bakedSnapshot(root: root, count: count)
     return try DeltaSnapReplica(
         path: fixtures.path("replica.sqlite"), collection: collection,
         url: URL(string: "http://127.0.0.1:9/v1/collections/\(collection)")!,
@@ -30,7 +30,8 @@ func bundledReplica(count: Int, root: String = "two-way") async throws -> DeltaS
 
 /// Starts `deltasnap serve`'s server in this process on an ephemeral port.
 func startServer(databasePath: String, signingKeys: [IndexSigningKey] = []) async throws -> URL {
-    let server = try DeltaSnapServer(configuration: .init(databasePath: databasePath, writeToken: "bench", signingKeys: signingKeys))
+    let server = try await DeltaSnapServer(
+        store: try SQLiteCollectionStore(path: databasePath), configuration: .init(writeToken: "bench", signingKeys: signingKeys))
     let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
     syncFixtures.serverTask = Task {
         try await server.run(host: "127.0.0.1", port: 0, handleSignals: false) { port in

@@ -95,6 +95,47 @@ public final class BufferedLogOutput: @unchecked Sendable {
         if due { flush() }
     }
 
+    /// Adds a `request` line (``RequestLog``) formatted straight into the buffer: the same
+    /// bytes ``BufferedLogHandler`` writes for `logger.info("request", metadata: …)` with
+    /// these six keys, in their sorted order.
+    func appendRequest(
+        label: String, bytes: Int?, durationMilliseconds: String, method: String, path: String, requestID: String, status: Int
+    ) {
+        let now = Int64(Date().timeIntervalSince1970)
+        let due = lock.withLock {
+            pending.append(contentsOf: timestampLocked(now).utf8)
+            pending.append(contentsOf: " info ".utf8)
+            pending.append(contentsOf: label.utf8)
+            pending.append(contentsOf: ": bytes=".utf8)
+            if let bytes { Self.appendDecimal(bytes, to: &pending) } else { pending.append(contentsOf: "streamed".utf8) }
+            pending.append(contentsOf: " duration_ms=".utf8)
+            pending.append(contentsOf: durationMilliseconds.utf8)
+            pending.append(contentsOf: " method=".utf8)
+            pending.append(contentsOf: method.utf8)
+            pending.append(contentsOf: " path=".utf8)
+            pending.append(contentsOf: path.utf8)
+            pending.append(contentsOf: " request_id=".utf8)
+            pending.append(contentsOf: requestID.utf8)
+            pending.append(contentsOf: " status=".utf8)
+            Self.appendDecimal(status, to: &pending)
+            pending.append(contentsOf: " [DeltaSnapServer] request\n".utf8)
+            return pending.count >= Self.capacity
+        }
+        if due { flush() }
+    }
+
+    private static func appendDecimal(_ value: Int, to bytes: inout [UInt8]) {
+        guard value != 0 else { return bytes.append(UInt8(ascii: "0")) }
+        if value < 0 { bytes.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        let start = bytes.count
+        while magnitude > 0 {
+            bytes.append(UInt8(ascii: "0") + UInt8(magnitude % 10))
+            magnitude /= 10
+        }
+        bytes[start...].reverse()
+    }
+
     /// Writes everything buffered.
     public func flush() {
         writing.withLock {
@@ -110,18 +151,21 @@ public final class BufferedLogOutput: @unchecked Sendable {
     /// `StreamLogHandler`'s timestamp (`2026-11-24T17:43:16+0000`, UTC), formatted once per second.
     func timestamp() -> String {
         let now = Int64(Date().timeIntervalSince1970)
-        return lock.withLock {
-            if now != second {
-                second = now
-                var time = time_t(now)
-                var parts = tm()
-                gmtime_r(&time, &parts)
-                formattedSecond = String(
-                    format: "%04d-%02d-%02dT%02d:%02d:%02d+0000",
-                    parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday, parts.tm_hour, parts.tm_min, parts.tm_sec)
-            }
-            return formattedSecond
+        return lock.withLock { timestampLocked(now) }
+    }
+
+    /// ``timestamp()`` for `now`, with the lock held.
+    private func timestampLocked(_ now: Int64) -> String {
+        if now != second {
+            second = now
+            var time = time_t(now)
+            var parts = tm()
+            gmtime_r(&time, &parts)
+            formattedSecond = String(
+                format: "%04d-%02d-%02dT%02d:%02d:%02d+0000",
+                parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday, parts.tm_hour, parts.tm_min, parts.tm_sec)
         }
+        return formattedSecond
     }
 
     private func write(_ bytes: [UInt8]) {

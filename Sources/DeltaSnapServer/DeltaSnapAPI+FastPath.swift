@@ -57,14 +57,15 @@ extension DeltaSnapAPI {
         guard configuration.access.privateCollections.isEmpty, CollectionName.isValid(name), let served = heads[name] else { return nil }
         // The common older poll, one strong tag sent back as received: its cached delta is
         // keyed by epoch, head and floor, so a hit is the decision table's answer already.
-        if allowsBody, let tag = Self.singleStrongTag(ifNoneMatch), !served.isCurrent(ifNoneMatch: ifNoneMatch),
+        let isCurrent = served.isCurrent(ifNoneMatch: ifNoneMatch)
+        if !isCurrent, allowsBody, let tag = Self.singleStrongTag(ifNoneMatch),
            let cached = deltas[DeltaCache.Key(head: served.head, base: tag, gzip: Self.acceptsGzip(acceptEncoding))]
         {
             metrics.countFastPathAnswer(.delta, since: start)
             metrics.countBytes(cached.body.readableBytes, for: .delta)
             return .delta(cached)
         }
-        let decision = served.isCurrent(ifNoneMatch: ifNoneMatch)
+        let decision = isCurrent
             ? .notModified
             : ServeDecision.decide(ConditionalRequest(ifNoneMatch: ifNoneMatch, ifModifiedSince: nil), head: served.head) { _ in nil }
         switch decision {

@@ -35,14 +35,20 @@ public struct DeltaSnapServerConfiguration: Sendable {
     public var indexMaxAge: Int
     /// Seconds from signing until an index expires; it is re-signed well before.
     public var indexLifetime: Int
+    /// Where the `request` line of each answer is written, formatted straight into the
+    /// buffer (`deltasnap serve` passes its ``BufferedLogOutput``); nil sends it through the
+    /// server's swift-log `Logger` like every other line.
+    public var requestLogOutput: BufferedLogOutput?
 
     public init(
         writeToken: String? = nil, maximumWriteBodyBytes: Int = 32 * 1024 * 1024,
         fullBodyCacheMaximumRecords: Int = 100_000, changePollInterval: Duration = .milliseconds(100),
         access: AccessPolicy = AccessPolicy(), maximumPushBodyBytes: Int = 1024 * 1024, pushRetention: PushRetention = PushRetention(),
         logNotModified: Bool = false, compaction: CompactionSchedule? = nil,
-        signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30, indexLifetime: Int = 24 * 3600
+        signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30, indexLifetime: Int = 24 * 3600,
+        requestLogOutput: BufferedLogOutput? = nil
     ) {
+        self.requestLogOutput = requestLogOutput
         self.writeToken = writeToken
         self.maximumWriteBodyBytes = maximumWriteBodyBytes
         self.fullBodyCacheMaximumRecords = fullBodyCacheMaximumRecords
@@ -148,7 +154,8 @@ public final class DeltaSnapAPI: Sendable {
 
     /// The middleware that answers every error as JSON, counts each answer and logs it.
     func errorMiddleware<Context: RequestContext>() -> ErrorAndMetricsMiddleware<Context> {
-        ErrorAndMetricsMiddleware<Context>(metrics: metrics, logNotModified: configuration.logNotModified)
+        ErrorAndMetricsMiddleware<Context>(
+            metrics: metrics, logNotModified: configuration.logNotModified, requestLogOutput: configuration.requestLogOutput)
     }
 
     /// Adds every route, without middleware, to `router`.

@@ -12,6 +12,8 @@ struct ErrorAndMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
     let metrics: ServerMetrics
     /// Whether 304s are logged too: they are most of the traffic and carry no news.
     let logNotModified: Bool
+    /// Where request lines go besides the request's logger (see ``RequestLog``).
+    let requestLogOutput: BufferedLogOutput?
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let start = ContinuousClock.now
@@ -47,31 +49,48 @@ struct ErrorAndMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
         // them (a 15 % lower 304 rate when measured), so an unlogged 304 gets no new id.
         if let requestID = identity.requestID { response.headers[.xRequestID] = requestID }
         if identity.logged, let requestID = identity.requestID {
-            RequestLog.write(
-                to: context.logger, requestID: requestID, method: request.method, path: request.uri.path,
+            RequestLog(logger: context.logger, output: requestLogOutput).write(
+                requestID: requestID, method: request.method, path: request.uri.path,
                 status: response.status, since: start, bytes: response.body.contentLength)
         }
         return response
     }
 }
 
-/// The one line each answer logs at `info`: the router's answers and the fast path's alike.
-enum RequestLog {
-    static func write(
-        to logger: Logger, requestID: String, method: HTTPRequest.Method, path: String,
-        status: HTTPResponse.Status, since start: ContinuousClock.Instant, bytes: Int?
+/// The one line each answer logs at `info` — the router's answers and the fast paths' alike:
+/// `request` with `bytes`, `duration_ms`, `method`, `path`, `request_id` and `status`.
+///
+/// With a ``BufferedLogOutput`` (what `deltasnap serve` sets) the line is formatted straight
+/// into its buffer — the bytes `BufferedLogHandler` would write for the same call, without
+/// the metadata dictionary, its sorting and its strings, which were most of a logged delta's
+/// extra cost; otherwise it goes through `logger` (any swift-log handler).
+struct RequestLog: Sendable {
+    let logger: Logger
+    let output: BufferedLogOutput?
+
+    func write(
+        requestID: String, method: HTTPRequest.Method, path: String, status: HTTPResponse.Status,
+        since start: ContinuousClock.Instant, bytes: Int?
     ) {
+        guard logger.logLevel <= .info else { return }
+        let duration = Self.milliseconds(ContinuousClock.now - start)
+        if let output {
+            output.appendRequest(
+                label: logger.label, bytes: bytes, durationMilliseconds: duration, method: method.rawValue, path: path,
+                requestID: requestID, status: status.code)
+            return
+        }
         logger.info("request", metadata: [
             "request_id": .string(requestID),
             "method": .string(method.rawValue),
             "path": .string(path),
             "status": .stringConvertible(status.code),
-            "duration_ms": .string(milliseconds(ContinuousClock.now - start)),
+            "duration_ms": .string(duration),
             "bytes": bytes.map { .stringConvertible($0) } ?? "streamed",
         ])
     }
 
-    private static func milliseconds(_ duration: Duration) -> String {
+    static func milliseconds(_ duration: Duration) -> String {
         let (seconds, attoseconds) = duration.components
         let micros = seconds * 1_000_000 + attoseconds / 1_000_000_000_000
         return "\(micros / 1000).\(String(micros % 1000 + 1000).dropFirst())"

@@ -23,7 +23,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias OutboundOut = HTTPResponsePart
 
     private let service: DeltaSnapAPI
-    private let logger: Logger
+    private let requestLog: RequestLog
     /// Read once: the configuration is a large value, and this is read per answer.
     private let logNotModified: Bool
     /// Requests handed to the router whose response has not ended yet.
@@ -35,7 +35,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     init(service: DeltaSnapAPI, logger: Logger) {
         self.service = service
-        self.logger = logger
+        requestLog = RequestLog(logger: logger, output: service.configuration.requestLogOutput)
         logNotModified = service.configuration.logNotModified
     }
 
@@ -91,8 +91,8 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         context.write(wrapOutboundOut(.end(nil)), promise: nil)
         needsFlush = true
         if identity.logged, let requestID = identity.requestID {
-            RequestLog.write(
-                to: logger, requestID: requestID, method: request.method, path: request.path ?? "",
+            requestLog.write(
+                requestID: requestID, method: request.method, path: request.path ?? "",
                 status: status, since: start, bytes: body?.readableBytes)
         }
     }

@@ -25,7 +25,7 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     static let maximumHeadBytes = 4096
 
     private let service: DeltaSnapAPI
-    private let logger: Logger
+    private let requestLog: RequestLog
     /// Read once: the configuration is a large value, and this is read per answer.
     private let logNotModified: Bool
     private var steppedAside = false
@@ -36,7 +36,7 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     init(service: DeltaSnapAPI, logger: Logger) {
         self.service = service
-        self.logger = logger
+        requestLog = RequestLog(logger: logger, output: service.configuration.requestLogOutput)
         logNotModified = service.configuration.logNotModified
     }
 
@@ -114,8 +114,8 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
             context.write(wrapOutboundOut(cached.body), promise: nil)
         }
         if identity.logged, let requestID = identity.requestID {
-            RequestLog.write(
-                to: logger, requestID: requestID, method: .get, path: "/v1/collections/\(poll.collection)",
+            requestLog.write(
+                requestID: requestID, method: .get, path: "/v1/collections/\(poll.collection)",
                 status: status, since: start, bytes: answer.bodyBytes)
         }
     }

@@ -133,14 +133,14 @@ struct ServeCommand: AsyncParsableCommand {
         defer { logOutput.flush() }
         try await reportingErrors {
             // Whatever was logged comes out before the one-line error that ends the run.
-            do { try await serve() } catch {
+            do { try await serve(logOutput: logOutput) } catch {
                 logOutput.flush()
                 throw error
             }
         }
     }
 
-    private func serve() async throws {
+    private func serve(logOutput: BufferedLogOutput) async throws {
         var logger = Logger(label: "deltasnap")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
         let token = writeToken ?? ProcessInfo.processInfo.environment["DELTASNAP_WRITE_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
@@ -157,7 +157,7 @@ struct ServeCommand: AsyncParsableCommand {
             writeToken: token, maximumWriteBodyBytes: maxBodyBytes, access: access,
             pushRetention: PushRetention(results: retention, history: retention), logNotModified: logNotModified,
             compaction: compactionSchedule, signingKeys: try signingKey.map { try IndexSigningKey(contentsOf: $0) },
-            indexMaxAge: indexMaxAge, indexLifetime: indexLifetime)
+            indexMaxAge: indexMaxAge, indexLifetime: indexLifetime, requestLogOutput: logOutput)
         let location = try StoreLocation(db, readReplica: readDb)
         let server = try await DeltaSnapServer(store: try await StoreFactory.open(location, logger: logger), configuration: configuration, logger: logger)
         // Anything else in the process that reports through swift-metrics lands on the same /metrics.

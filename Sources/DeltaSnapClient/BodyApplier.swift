@@ -93,9 +93,7 @@ struct BodyApplier {
                     if let previousID, !previousID.utf8Precedes(record.id) { throw ApplyError.body(.duplicateRecord(id: record.id)) }
                     previousID = record.id
                     let hash = record.hash
-                    _ = record.bytes.withUnsafeBytes {
-                        accumulator.put(id: record.id, isHidden: false, hash: hash, bytes: $0, replacing: nil)
-                    }
+                    accumulator.insert(id: record.id, hash: hash, canonical: record.bytes)
                     try write(record, hash: hash)
                     changed += 1
                 }

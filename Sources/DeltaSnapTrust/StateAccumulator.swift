@@ -90,6 +90,15 @@ public struct StateAccumulator: Sendable {
         return .upserted
     }
 
+    /// Adds a visible record the state is known not to hold (a full body being loaded):
+    /// the rule's shortest branch, without looking for an old value.
+    public mutating func insert(id: String, hash: UInt64, canonical: [UInt8]) {
+        checksum.add(hash: hash)
+        digest?.add(collection: collection, id: id, canonical: canonical)
+        count += 1
+        upserted += 1
+    }
+
     /// Adds a digest computed elsewhere for records already counted here with
     /// `digest` maintained outside (PostgreSQL hashes large merges in parallel batches).
     public mutating func addDigest(_ other: StateDigest) {

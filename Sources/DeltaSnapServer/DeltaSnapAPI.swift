@@ -128,7 +128,10 @@ public final class DeltaSnapAPI: Sendable {
     ///     additionalChannelHandlers: service.channelHandlers(logger: logger))))
     /// ```
     public func channelHandlers(logger: Logger = Logger(label: "deltasnap")) -> [any RemovableChannelHandler] {
-        [MalformedRequestHandler(metrics: metrics), FastPathHandler(service: self, logger: logger)]
+        // One count per connection, kept by the fast path (the only handler that sees which
+        // requests go on to the router) and read by the malformed-request handler.
+        let routed = RoutedRequests()
+        return [MalformedRequestHandler(metrics: metrics, routed: routed), FastPathHandler(service: self, logger: logger, routed: routed)]
     }
 
     /// Every DeltaSnap route (collections, writes, `/v1/index`, `/healthz`, `/metrics`) as a

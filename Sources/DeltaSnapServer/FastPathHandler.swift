@@ -26,14 +26,16 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private let requestLog: RequestLog
     /// Read once: the configuration is a large value, and this is read per answer.
     private let logNotModified: Bool
-    /// Requests handed to the router whose response has not ended yet.
-    private var requestsWithTheRouter = 0
+    /// Requests handed to the router whose response has not ended yet (shared with
+    /// ``MalformedRequestHandler``).
+    private let routed: RoutedRequests
     /// Dropping the rest of a request this handler answered.
     private var droppingRequestParts = false
     private var needsFlush = false
     private var date = DateHeader()
 
-    init(service: DeltaSnapAPI, logger: Logger) {
+    init(service: DeltaSnapAPI, logger: Logger, routed: RoutedRequests) {
+        self.routed = routed
         self.service = service
         requestLog = RequestLog(logger: logger, output: service.configuration.requestLogOutput)
         logNotModified = service.configuration.logNotModified
@@ -43,12 +45,12 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         switch unwrapInboundIn(data) {
         case .head(let request):
             let start = ContinuousClock.now
-            if requestsWithTheRouter == 0, let answer = service.fastAnswer(to: request, start: start) {
+            if routed.count == 0, let answer = service.fastAnswer(to: request, start: start) {
                 droppingRequestParts = true
                 write(answer, to: request, start: start, context: context)
                 return
             }
-            requestsWithTheRouter += 1
+            routed.count += 1
             context.fireChannelRead(data)
         case .body:
             if !droppingRequestParts { context.fireChannelRead(data) }
@@ -71,7 +73,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if case .end = unwrapOutboundIn(data) { requestsWithTheRouter -= 1 }
+        if case .end = unwrapOutboundIn(data) { routed.count -= 1 }
         context.write(data, promise: promise)
     }
 
@@ -96,6 +98,13 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 status: status, since: start, bytes: body?.readableBytes)
         }
     }
+}
+
+/// How many of a connection's requests are with the router (their response not ended): the
+/// fast path answers only when none is, and so does ``MalformedRequestHandler``. One per
+/// connection, used on its event loop only.
+final class RoutedRequests {
+    var count = 0
 }
 
 /// The `Date` header's value, formatted once per second (one per connection handler: no lock).

@@ -11,11 +11,14 @@ struct ServedHead: Sendable {
     /// The status line and ``validatorHeaders`` of a `304`, encoded once per version for
     /// ``RawPollHandler`` (which adds `Date`, maybe `X-Request-Id`, and the empty line).
     var encodedNotModifiedHead: [UInt8]
+    /// The `ETag` value, quoted: compared as a plain string on every poll.
+    var etag: String
 
     init(head: CollectionHead) {
         self.head = head
+        etag = "\"\(head.token)\""
         validatorHeaders = [
-            .eTag: "\"\(head.token)\"",
+            .eTag: etag,
             .lastModified: head.lastModified,
             .cacheControl: "no-cache",
             .vary: "Accept-Encoding, If-None-Match, If-Modified-Since",
@@ -30,7 +33,7 @@ struct ServedHead: Sendable {
     /// The common poll, checked before any parsing: the client sends back the current
     /// `ETag` exactly as it received it.
     func isCurrent(ifNoneMatch: String?) -> Bool {
-        ifNoneMatch == validatorHeaders[.eTag]
+        ifNoneMatch == etag
     }
 }
 

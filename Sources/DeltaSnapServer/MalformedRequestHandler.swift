@@ -14,33 +14,24 @@ import NIOHTTPTypes
 /// takes the error first. It answers only while no request is in flight on the connection:
 /// an error inside a request's body reaches that request's handler instead (as
 /// `400 unreadable_body`), so a connection never gets two answers to one request.
-final class MalformedRequestHandler: ChannelDuplexHandler, RemovableChannelHandler {
+final class MalformedRequestHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPRequestPart
     typealias InboundOut = HTTPRequestPart
-    typealias OutboundIn = HTTPResponsePart
     typealias OutboundOut = HTTPResponsePart
 
     private let metrics: ServerMetrics
-    /// Requests whose head arrived and whose response has not ended yet.
-    private var requestsInFlight = 0
+    /// Requests with the router whose response has not ended yet, counted by
+    /// ``FastPathHandler`` (a request it answers itself is over before the next read).
+    private let routed: RoutedRequests
     private var answered = false
 
-    init(metrics: ServerMetrics) {
+    init(metrics: ServerMetrics, routed: RoutedRequests) {
         self.metrics = metrics
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if case .head = unwrapInboundIn(data) { requestsInFlight += 1 }
-        context.fireChannelRead(data)
-    }
-
-    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if case .end = unwrapOutboundIn(data) { requestsInFlight -= 1 }
-        context.write(data, promise: promise)
+        self.routed = routed
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        guard let parserError = error as? HTTPParserError, requestsInFlight == 0 else {
+        guard let parserError = error as? HTTPParserError, routed.count == 0 else {
             context.fireErrorCaught(error)
             return
         }

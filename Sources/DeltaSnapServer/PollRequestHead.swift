@@ -25,7 +25,10 @@ struct PollRequestHead: Equatable {
     static let prefix = Array("GET /v1/collections/".utf8)
     static let version = Array(" HTTP/1.1\r\n".utf8)
     /// Header fields that change framing or the connection: their requests are the router's.
-    static let refused: Set<String> = ["connection", "content-length", "transfer-encoding", "upgrade", "expect", "te", "trailer"]
+    static let refused = ["connection", "content-length", "transfer-encoding", "upgrade", "expect", "te", "trailer"].map { Array($0.utf8) }
+    static let ifNoneMatchName = Array("if-none-match".utf8)
+    static let requestIDName = Array("x-request-id".utf8)
+    static let acceptEncodingName = Array("accept-encoding".utf8)
 
     /// Parses one complete request head (through its empty line), or nil when it is not a
     /// plain poll.
@@ -49,26 +52,24 @@ struct PollRequestHead: Equatable {
             guard let colon = bytes[index..<lineEnd].firstIndex(of: UInt8(ascii: ":")), colon > index,
                   bytes[index..<colon].allSatisfy(isTokenByte)
             else { return nil }
-            let fieldName = String(decoding: bytes[index..<colon], as: UTF8.self).lowercased()
+            // Compared byte by byte, case-insensitively: no String per header line.
+            let fieldName = bytes[index..<colon]
             var valueStart = colon + 1
             var valueEnd = lineEnd
             while valueStart < valueEnd, bytes[valueStart] == UInt8(ascii: " ") || bytes[valueStart] == UInt8(ascii: "\t") { valueStart += 1 }
             while valueEnd > valueStart, bytes[valueEnd - 1] == UInt8(ascii: " ") || bytes[valueEnd - 1] == UInt8(ascii: "\t") { valueEnd -= 1 }
             let value = bytes[valueStart..<valueEnd]
             guard value.allSatisfy(isFieldValueByte) else { return nil }
-            switch fieldName {
-            case "if-none-match":
+            if named(fieldName, ifNoneMatchName) {
                 guard ifNoneMatch == nil else { return nil }
                 ifNoneMatch = String(decoding: value, as: UTF8.self)
-            case "x-request-id":
+            } else if named(fieldName, requestIDName) {
                 guard requestID == nil else { return nil }
                 requestID = String(decoding: value, as: UTF8.self)
-            case "accept-encoding":
+            } else if named(fieldName, acceptEncodingName) {
                 acceptEncoding.append(String(decoding: value, as: UTF8.self))
-            case _ where refused.contains(fieldName):
+            } else if refused.contains(where: { named(fieldName, $0) }) {
                 return nil
-            default:
-                break
             }
             index = lineEnd + 2
         }
@@ -91,6 +92,12 @@ struct PollRequestHead: Equatable {
             }
         }
         return nil
+    }
+
+    /// Whether the token `name` is `lowercased` (ASCII letters and `-`, any case). On token
+    /// bytes, `| 0x20` folds only `A`–`Z` onto a letter or `-`.
+    private static func named<Bytes: Collection>(_ name: Bytes, _ lowercased: [UInt8]) -> Bool where Bytes.Element == UInt8 {
+        name.count == lowercased.count && zip(name, lowercased).allSatisfy { ($0 | 0x20) == $1 || $0 == $1 }
     }
 
     /// RFC 9110 `tchar`.

@@ -53,6 +53,23 @@ cleanup() {
     rm -rf "$TMP"
 }
 
+# Starts `BINARY serve --db DB --host 127.0.0.1 --port PORT [flags…]` (stdout in
+# $TMP/serve.out, stderr appended to $TMP/serve.err), waits for its "serving" line and sets
+# DS_PID; the process is stopped on exit with the rest.
+start_serve() { # BINARY DB PORT [serve flags…]
+    local bin="$1" db="$2" port="$3"
+    shift 3
+    "$bin" serve --db "$db" --host 127.0.0.1 --port "$port" "$@" >"$TMP/serve.out" 2>>"$TMP/serve.err" &
+    DS_PID=$!
+    PIDS+=("$DS_PID")
+    for _ in $(seq 1 300); do
+        grep -q "deltasnap: serving" "$TMP/serve.out" 2>/dev/null && return 0
+        kill -0 "$DS_PID" 2>/dev/null || { cat "$TMP/serve.err" >&2; echo "deltasnap serve exited" >&2; exit 1; }
+        sleep 0.1
+    done
+    echo "deltasnap serve did not start" >&2; exit 1
+}
+
 # Runs wrk for $DURATION and appends "NAME req/s p50ms p99ms non-2xx/3xx" to $RESULTS;
 # stops the run when a server in WATCH_PIDS died meanwhile.
 run_wrk() { # NAME URL [header...]

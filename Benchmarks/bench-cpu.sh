@@ -22,17 +22,9 @@ make_workspace bench-cpu
 "$BIN" import --db "$TMP/s.sqlite" --collection items --quiet "$TMP/records.ndjson" >/dev/null
 URL="http://127.0.0.1:$DS_PORT/v1/collections/items"
 
-start() { # BINARY [flags…]
-    local bin="$1"; shift
-    "$bin" serve --db "$TMP/s.sqlite" --host 127.0.0.1 --port "$DS_PORT" "$@" >"$TMP/serve.out" 2>"$TMP/serve.err" &
-    DS_PID=$!
-    PIDS+=("$DS_PID")
-    for _ in $(seq 1 300); do grep -q "deltasnap: serving" "$TMP/serve.out" 2>/dev/null && return 0; sleep 0.1; done
-    echo "serve did not start" >&2; exit 1
-}
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
-start "$BIN" --log-level warning
+start_serve "$BIN" "$TMP/s.sqlite" "$DS_PORT" --log-level warning
 OLD_TAG="$(etag_of "$URL")"
 kill "$DS_PID"; wait "$DS_PID" 2>/dev/null || true
 "$BIN" generate --count 12 --seed 42 --revision 1 | "$BIN" import --db "$TMP/s.sqlite" --collection items --quiet - >/dev/null
@@ -45,7 +37,7 @@ for round in $(seq 1 "$ROUNDS"); do
     for server in "${SERVERS[@]}"; do
         name="${server%%:*}" bin="${server#*:}"
         for mode in silent logged; do
-            if [[ "$mode" == silent ]]; then start "$bin" --log-level warning; else start "$bin"; fi
+            if [[ "$mode" == silent ]]; then start_serve "$bin" "$TMP/s.sqlite" "$DS_PORT" --log-level warning; else start_serve "$bin" "$TMP/s.sqlite" "$DS_PORT"; fi
             tag="$(etag_of "$URL")"
             curl -s -o /dev/null -H "If-None-Match: $OLD_TAG" -H 'Accept-Encoding: gzip' "$URL"
             wrk -t2 -c32 -d2s -H "If-None-Match: $tag" "$URL" >/dev/null 2>&1 || true

@@ -36,23 +36,6 @@ NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 build_release
 make_workspace bench-http
 
-# Starts `deltasnap serve` on $DS_PORT and waits for its "serving" line; sets DS_PID.
-# start_deltasnap DB BINARY [serve flags…]
-start_deltasnap() {
-    local db="$1" bin="$2"
-    shift 2
-    : >"$TMP/serve.out"
-    "$bin" serve --db "$db" --host 127.0.0.1 --port "$DS_PORT" "$@" >"$TMP/serve.out" 2>>"$TMP/serve.err" &
-    DS_PID=$!
-    PIDS+=("$DS_PID")
-    for _ in $(seq 1 300); do
-        grep -q "deltasnap: serving" "$TMP/serve.out" 2>/dev/null && return 0
-        kill -0 "$DS_PID" 2>/dev/null || { cat "$TMP/serve.err" >&2; echo "deltasnap serve exited" >&2; exit 1; }
-        sleep 0.1
-    done
-    echo "deltasnap serve did not start" >&2; exit 1
-}
-
 stop_pid() {
     local pid="$1"
     kill "$pid" 2>/dev/null || true
@@ -119,7 +102,7 @@ start_nginx() { # MODE
 }
 start_nginx silent
 
-start_deltasnap "$DB" "$BIN" --log-level warning
+start_serve "$BIN" "$DB" "$DS_PORT" --log-level warning
 DS_URL="http://127.0.0.1:$DS_PORT/v1/collections/$COLLECTION"
 NG_URL="http://127.0.0.1:$NGINX_PORT/$COLLECTION.snapshot"
 
@@ -169,7 +152,7 @@ for mode in $MODES; do
     stop_pid "$NGINX_PID"
     for server in "${SERVERS[@]}"; do
         name="${server%%:*}" bin="${server#*:}"
-        if [[ "$mode" == silent ]]; then start_deltasnap "$DB" "$bin" --log-level warning; else start_deltasnap "$DB" "$bin"; fi
+        if [[ "$mode" == silent ]]; then start_serve "$bin" "$DB" "$DS_PORT" --log-level warning; else start_serve "$bin" "$DB" "$DS_PORT"; fi
         WATCH_PIDS=("$DS_PID")
         # Warm the full-body and delta caches as a first client would, then the process
         # itself (the first seconds of the first server measured ran slow in every round).

@@ -18,9 +18,7 @@ build_release
 make_workspace bench-rates
 "$BIN" generate --count "$RECORDS" --seed 11 >"$TMP/records.ndjson"
 "$BIN" import --db "$TMP/served.sqlite" --collection items --quiet "$TMP/records.ndjson" >/dev/null
-"$BIN" serve --db "$TMP/served.sqlite" --host 127.0.0.1 --port "$DS_PORT" --log-level warning >"$TMP/serve.out" 2>"$TMP/serve.err" &
-PIDS+=("$!")
-for _ in $(seq 1 300); do grep -q "deltasnap: serving" "$TMP/serve.out" 2>/dev/null && break; sleep 0.1; done
+start_serve "$BIN" "$TMP/served.sqlite" "$DS_PORT"
 URL="http://127.0.0.1:$DS_PORT/v1/collections/items"
 curl -s -o /dev/null -H 'Accept-Encoding: gzip' "$URL"   # the full body cached, as after the first client
 

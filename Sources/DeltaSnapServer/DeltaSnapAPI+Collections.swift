@@ -80,7 +80,7 @@ extension DeltaSnapAPI {
         heads.update(entry.head)
         metrics.countOutcome(.full, since: start)
         metrics.countBytes(entry.gzip.readableBytes, for: .full)
-        return Response(status: .ok, headers: bodyHeaders(for: entry.head, gzip: true), body: .init(byteBuffer: entry.gzip))
+        return Response(status: .ok, headers: PollAnswer.bodyHeaders(for: entry.head, gzip: true), body: .init(byteBuffer: entry.gzip))
     }
 
     /// A delta since `sinceVersion`: from the cache of small deltas, read and cached when it
@@ -145,10 +145,6 @@ extension DeltaSnapAPI {
         return PollAnswer(head: streamer.head, body: try await streamer.readAll(), gzip: gzip)
     }
 
-    func bodyHeaders(for head: CollectionHead, gzip: Bool) -> HTTPFields {
-        PollAnswer.bodyHeaders(for: head, gzip: gzip)
-    }
-
     /// Opens a body on one read transaction. A body can reveal a commit the poll has not
     /// seen yet: its head is installed at once, so the server never answers 304 to a token
     /// older than one it has served.
@@ -186,7 +182,7 @@ extension DeltaSnapAPI {
         }
         metrics.countOutcome(outcome, since: start)
         let metrics = metrics
-        return Response(status: .ok, headers: bodyHeaders(for: streamer.head, gzip: gzip), body: ResponseBody { writer in
+        return Response(status: .ok, headers: PollAnswer.bodyHeaders(for: streamer.head, gzip: gzip), body: ResponseBody { writer in
             do {
                 while let chunk = try await streamer.nextChunk() {
                     metrics.countBytes(chunk.count, for: outcome)

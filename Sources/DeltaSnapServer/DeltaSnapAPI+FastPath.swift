@@ -55,29 +55,28 @@ extension DeltaSnapAPI {
         collection name: String, ifNoneMatch: String, acceptEncoding: [String], allowsBody: Bool, start: ContinuousClock.Instant
     ) -> FastAnswer? {
         guard configuration.access.privateCollections.isEmpty, CollectionName.isValid(name), let served = heads[name] else { return nil }
-        // The common older poll, one strong tag sent back as received: its cached delta is
-        // keyed by epoch, head and floor, so a hit is the decision table's answer already.
-        let isCurrent = served.isCurrent(ifNoneMatch: ifNoneMatch)
-        if !isCurrent, allowsBody, let tag = Self.singleStrongTag(ifNoneMatch),
-           let cached = deltas[DeltaCache.Key(head: served.head, base: tag, gzip: Self.acceptsGzip(acceptEncoding))]
-        {
+        if served.isCurrent(ifNoneMatch: ifNoneMatch) {
+            guard !configuration.logNotModified else { return nil }
+            metrics.countFastPathAnswer(.notModified, since: start)
+            return .notModified(served)
+        }
+        func cachedDelta(from base: String) -> FastAnswer? {
+            guard let cached = deltas[DeltaCache.Key(head: served.head, base: base, gzip: Self.acceptsGzip(acceptEncoding))] else { return nil }
             metrics.countFastPathAnswer(.delta, since: start)
             metrics.countBytes(cached.body.readableBytes, for: .delta)
             return .delta(cached)
         }
-        let decision = isCurrent
-            ? .notModified
-            : ServeDecision.decide(ConditionalRequest(ifNoneMatch: ifNoneMatch, ifModifiedSince: nil), head: served.head) { _ in nil }
-        switch decision {
+        // The common older poll, one strong tag sent back as received: its cached delta is
+        // keyed by epoch, head and floor, so a hit is the decision table's answer already.
+        let tag = allowsBody ? Self.singleStrongTag(ifNoneMatch) : nil
+        if let tag, let hit = cachedDelta(from: tag) { return hit }
+        let request = ConditionalRequest(ifNoneMatch: ifNoneMatch, ifModifiedSince: nil)
+        switch ServeDecision.decide(request, head: served.head, firstVersionCommitted: { _ in nil }) {
         case .notModified where !configuration.logNotModified:
             metrics.countFastPathAnswer(.notModified, since: start)
             return .notModified(served)
-        case .delta(_, let base) where allowsBody:
-            let gzip = Self.acceptsGzip(acceptEncoding)
-            guard let cached = deltas[DeltaCache.Key(head: served.head, base: base, gzip: gzip)] else { return nil }
-            metrics.countFastPathAnswer(.delta, since: start)
-            metrics.countBytes(cached.body.readableBytes, for: .delta)
-            return .delta(cached)
+        case .delta(_, let base) where allowsBody && base != tag:
+            return cachedDelta(from: base)
         default:
             return nil
         }

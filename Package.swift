@@ -113,6 +113,7 @@ let package = Package(
                 "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapStores", "DeltaSnapSynthetic", "DeltaSnapServer", "DeltaSnapTrust", "DeltaSnapClient",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Tests/DeltaSnapTestSupport"
         ),

@@ -3,6 +3,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import Logging
+import ServiceLifecycle
 
 /// An HTTP server on 127.0.0.1 whose answers a test scripts: broken bodies, odd validators,
 /// errors, stalls. It records every request it receives.
@@ -28,6 +29,7 @@ public final class ScriptedServer: Sendable {
     }
 
     public let port: Int
+    private let services: ServiceGroup
     private let task: Task<Void, any Error>
     private let log: Locked<[Received]>
 
@@ -63,21 +65,44 @@ public final class ScriptedServer: Sendable {
                 continuation.yield(channel.localAddress?.port ?? 0)
                 continuation.finish()
             }, logger: logger)
-        let task = Task { try await app.run() }
+        // Stopped through a graceful shutdown, never by cancelling `run()`: a connection
+        // accepted at the instant of a cancellation is dropped with its NIOAsyncChannel
+        // unclosed, which traps the whole test process ("Deinited NIOAsyncWriter without
+        // calling finish()", swift-nio#2637).
+        let services = ServiceGroup(configuration: .init(services: [app], logger: logger))
+        let task = Task { try await services.run() }
         var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next() else { throw RawHTTPClient.Failure(description: "the scripted server did not start") }
-        return ScriptedServer(port: port, task: task, log: log)
+        guard let port = await iterator.next() else {
+            await services.triggerGracefulShutdown()
+            throw RawHTTPClient.Failure(description: "the scripted server did not start")
+        }
+        return ScriptedServer(port: port, services: services, task: task, log: log)
     }
 
-    private init(port: Int, task: Task<Void, any Error>, log: Locked<[Received]>) {
+    private init(port: Int, services: ServiceGroup, task: Task<Void, any Error>, log: Locked<[Received]>) {
         self.port = port
+        self.services = services
         self.task = task
         self.log = log
     }
 
+    /// Stops the server gracefully (open connections are closed once idle) and waits for it;
+    /// after 2 s a connection a client still holds busy is cut.
     public func stop() async {
-        task.cancel()
+        await services.triggerGracefulShutdown()
+        let task = self.task
+        let deadline = Task {
+            try await Task.sleep(for: .seconds(2))
+            task.cancel()
+        }
         _ = await task.result
+        deadline.cancel()
+    }
+
+    deinit {
+        // A test that returned early without `stop()`: never leave the server running.
+        let services = self.services
+        Task { await services.triggerGracefulShutdown() }
     }
 }
 

@@ -32,7 +32,7 @@ extension DeltaSnapReplica {
             pushing: while true {
                 // A wait the server asked for holds the next batch too.
                 guard serverAsked == nil else { break }
-                var batch = try storage.pendingWrites(includeAcknowledged: false, limit: batchLimit)
+                var batch = try storage.claimPushBatch(limit: batchLimit)
                 guard !batch.isEmpty else { break }
                 var body = PushRequest(client: client, mutations: batch.map(\.mutation)).bytes
                 // Keep a request well under the server's 1 MiB: halve until it fits.
@@ -172,7 +172,8 @@ extension DeltaSnapReplica {
         }
     }
 
-    private static func readBody(_ response: SyncResponse) -> [UInt8] {
+    /// A small answer's body (a push answer, a history), gzip decoded; its file is removed.
+    static func readBody(_ response: SyncResponse) -> [UInt8] {
         guard let file = response.bodyFile else { return [] }
         defer { try? FileManager.default.removeItem(at: file) }
         guard let data = FileManager.default.contents(atPath: file.path) else { return [] }

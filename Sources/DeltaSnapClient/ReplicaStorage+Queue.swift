@@ -29,6 +29,11 @@ extension ReplicaStorage {
         let current = try record(id: id).map { try Record.parse($0) }
         // The strict rule against the local view: what would certainly be refused is not queued.
         let local = try RecordMerge.apply(mutation, to: current)
+        if let earlier = try unsentTail(of: id), let folded = WriteCoalescing.fold(mutation, into: earlier) {
+            try replace(earlier, by: folded)
+            try rebuildOverlay(id: id)
+            return earlier.seq
+        }
         let insert = try statement("INSERT INTO pending(seq, op, id, value, acked, created_at) VALUES (?, ?, ?, ?, 0, ?)")
         try insert.bind(1, seq)
         try insert.bind(2, operation.rawValue)
@@ -39,6 +44,52 @@ extension ReplicaStorage {
         try setValue(String(seq), for: "lastSeq")
         try setOverlay(id: id, to: local)
         return seq
+    }
+
+    /// The newest queued write on record `id` when it has never been sent — the only kind a
+    /// new write may be folded into (``WriteCoalescing``): a write that went out once may have
+    /// been processed under its `seq`, so it is retried exactly as it was.
+    private func unsentTail(of id: String) throws -> Mutation? {
+        let newest = try statement("SELECT seq, op, value, acked FROM pending WHERE id = ? ORDER BY seq DESC LIMIT 1")
+        try newest.bind(1, id)
+        defer { newest.reset() }
+        guard try newest.step(), !newest.bool(3), newest.uint64(0) > (try sentThrough()) else { return nil }
+        guard let operation = Mutation.Operation(rawValue: newest.string(1)) else { return nil }
+        let value = newest.isNull(2) ? nil : try JSONReader(bytes: newest.blob(2)).readValue()
+        return Mutation(seq: newest.uint64(0), operation: operation, id: id, value: value)
+    }
+
+    /// Puts `folded` where the unsent write `earlier` was queued (or drops it).
+    private func replace(_ earlier: Mutation, by folded: WriteCoalescing.Folded) throws {
+        switch folded {
+        case .write(let write):
+            let update = try statement("UPDATE pending SET op = ?, value = ? WHERE seq = ?")
+            try update.bind(1, write.operation.rawValue)
+            if let value = write.value { try update.bind(2, blob: CanonicalJSON.bytes(value)) } else { try update.bindNull(2) }
+            try update.bind(3, earlier.seq)
+            try update.run()
+        case .nothing:
+            let drop = try statement("DELETE FROM pending WHERE seq = ?")
+            try drop.bind(1, earlier.seq)
+            try drop.run()
+        }
+    }
+
+    /// Every queued write numbered up to this has been handed to a push at least once.
+    /// Batches leave in `seq` order, so one number says it for all of them.
+    private func sentThrough() throws -> UInt64 {
+        try value(for: "sentThrough").flatMap { UInt64($0) } ?? 0
+    }
+
+    /// The next batch to push — the oldest writes the server has not accepted — marked as
+    /// sent in the same transaction, before any byte of it leaves: a local write made from
+    /// then on (by this process or another sharing the file) is never folded into it.
+    func claimPushBatch(limit: Int) throws -> [PendingWrite] {
+        try writeTransaction {
+            let batch = try pendingWrites(includeAcknowledged: false, limit: limit)
+            if let last = batch.last?.seq, last > (try sentThrough()) { try setValue(String(last), for: "sentThrough") }
+            return batch
+        }
     }
 
     /// A value in canonical shape (members sorted, duplicates refused), whoever built it.

@@ -183,22 +183,9 @@ struct HistoryCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
-            // The id is one path segment: escape everything but unreserved characters ("/" too).
-            let segment = id.percentEncodedPathSegment
-            guard let historyURL = URL(string: "\(url.hasSuffix("/") ? String(url.dropLast()) : url)/records/\(segment)/history?limit=\(limit)") else {
-                throw ValidationError("cannot build a URL from --url \(url)")
-            }
-            var headers = ["Accept": "application/json"]
-            if let token { headers["Authorization"] = "Bearer \(token)" }
-            let response = try await URLSessionTransport().fetch(SyncRequest(url: historyURL, headers: headers, timeout: .seconds(30)))
-            let body = response.bodyFile.flatMap { FileManager.default.contents(atPath: $0.path) }.map { [UInt8]($0) } ?? []
-            response.bodyFile.map { try? FileManager.default.removeItem(at: $0) }
-            let value = try? JSONReader(bytes: body).readValue()
-            guard response.status == 200, case .array(let entries)? = value?["history"] else {
-                let message: String = if case .string(let text)? = value?["message"] { text } else { "unexpected answer" }
-                throw PullFailure(message: "history of \"\(id)\": status \(response.status): \(message)")
-            }
-            StandardOutput().write(Array(entries.map { CanonicalJSON.string($0) + "\n" }.joined().utf8))
+            guard let collectionURL = URL(string: url) else { throw ValidationError("cannot build a URL from --url \(url)") }
+            let entries = try await RecordHistory.fetch(collectionURL: collectionURL, id: id, limit: limit, accessToken: token)
+            StandardOutput().write(Array(entries.map { CanonicalJSON.string($0.json) + "\n" }.joined().utf8))
         }
     }
 }

@@ -1,0 +1,69 @@
+/// Folds a new local write into the queued write before it on the same record, so a user who
+/// toggles a field five times offline sends one write, not five.
+///
+/// Only a write that has never left the device may be folded into (one already sent keeps
+/// its bytes: the server may have processed it under its `seq`, and a retry must be the same
+/// write). The rule keeps what the server would make of the two writes in a row:
+///
+/// | earlier | later | queued instead |
+/// |---|---|---|
+/// | patch | patch | one patch: the later fields over the earlier (a `null` stays, it removes) |
+/// | put / insert | patch | the put / insert with the patch merged into its value |
+/// | put / patch / delete | put | the later put |
+/// | put / patch / delete | delete | the delete |
+/// | insert | delete | nothing: the record was never pushed |
+///
+/// Every other pair stays two writes: an insert followed by a put keeps both (the insert's
+/// create-only refusal must stay possible), and so does a delete followed by an insert.
+///
+/// ```swift
+/// let on = Mutation(seq: 4, operation: .patch, id: "post-1", value: .object([JSONMember("recommended", .bool(true))]))
+/// let off = Mutation(seq: 5, operation: .patch, id: "post-1", value: .object([JSONMember("recommended", .bool(false))]))
+/// WriteCoalescing.fold(off, into: on)   // .write(patch {"recommended":false}, seq 4)
+/// ```
+public enum WriteCoalescing {
+    /// What replaces the earlier queued write.
+    public enum Folded: Sendable, Equatable {
+        /// One write, under the earlier write's `seq`.
+        case write(Mutation)
+        /// Nothing is left to send: the earlier write leaves the queue.
+        case nothing
+    }
+
+    /// `later` folded into `earlier` (both on one record, `earlier` never sent), or nil when
+    /// the two must stay separate writes.
+    public static func fold(_ later: Mutation, into earlier: Mutation) -> Folded? {
+        guard later.id == earlier.id else { return nil }
+        func replaced(_ operation: Mutation.Operation, _ value: JSONValue?) -> Folded {
+            .write(Mutation(seq: earlier.seq, operation: operation, id: earlier.id, value: value))
+        }
+        switch (earlier.operation, later.operation) {
+        case (.patch, .patch):
+            guard let fields = merged(later.value, over: earlier.value, keepingNulls: true) else { return nil }
+            return replaced(.patch, fields)
+        case (.put, .patch), (.insert, .patch):
+            guard let value = merged(later.value, over: earlier.value, keepingNulls: false) else { return nil }
+            return replaced(earlier.operation, value)
+        case (.put, .put), (.patch, .put), (.delete, .put):
+            return replaced(.put, later.value)
+        case (.put, .delete), (.patch, .delete), (.delete, .delete):
+            return replaced(.delete, nil)
+        case (.insert, .delete):
+            return .nothing
+        default:
+            return nil
+        }
+    }
+
+    /// The members of `top` set over those of `base` (both objects), in canonical order. A
+    /// `null` in `top` removes the member, or is kept as a removal when folding two patches.
+    private static func merged(_ top: JSONValue?, over base: JSONValue?, keepingNulls: Bool) -> JSONValue? {
+        guard case .object(let fields)? = top, case .object(var members)? = base else { return nil }
+        for field in fields {
+            members.removeAll { $0.key == field.key }
+            if keepingNulls || field.value != .null { members.append(field) }
+        }
+        members.sort { $0.key.utf8Precedes($1.key) }
+        return .object(members)
+    }
+}

@@ -21,6 +21,17 @@ public enum GzipError: Error, Equatable, Sendable, CustomStringConvertible {
     }
 }
 
+/// Where a ``GzipCompressor`` appends its output: a `[UInt8]`, or the server's NIO
+/// `ByteBuffer` (DeltaSnapCore links no NIO, so the server adds that conformance), so a
+/// compressed chunk is written once, into the buffer that is sent.
+public protocol ByteSink {
+    mutating func append(bytes: UnsafeRawBufferPointer)
+}
+
+extension Array: ByteSink where Element == UInt8 {
+    public mutating func append(bytes: UnsafeRawBufferPointer) { append(contentsOf: bytes) }
+}
+
 /// Streaming gzip compression with a deterministic header.
 ///
 /// The header is written here rather than by zlib so it never carries a time, a file name,
@@ -64,12 +75,12 @@ public final class GzipCompressor {
     private var headerWritten = false
 
     /// Compresses `input`, appending whatever compressed bytes are ready to `out`.
-    public func compress(_ input: [UInt8], into out: inout [UInt8]) {
+    public func compress<Sink: ByteSink>(_ input: [UInt8], into out: inout Sink) {
         input.withUnsafeBytes { compress($0, into: &out) }
     }
 
     /// Compresses `input`, appending whatever compressed bytes are ready to `out`.
-    public func compress(_ input: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+    public func compress<Sink: ByteSink>(_ input: UnsafeRawBufferPointer, into out: inout Sink) {
         precondition(!finished, "GzipCompressor used after finish")
         writeHeaderIfNeeded(into: &out)
         guard let base = input.baseAddress, input.count > 0 else { return }
@@ -81,7 +92,7 @@ public final class GzipCompressor {
     }
 
     /// Ends the stream: flushes deflate and appends the CRC-32 and size trailer.
-    public func finish(into out: inout [UInt8]) {
+    public func finish<Sink: ByteSink>(into out: inout Sink) {
         precondition(!finished, "GzipCompressor finished twice")
         writeHeaderIfNeeded(into: &out)
         stream.pointee.next_in = nil
@@ -89,25 +100,25 @@ public final class GzipCompressor {
         run(flush: Z_FINISH, into: &out)
         finished = true
         for value in [UInt32(truncatingIfNeeded: crc), inputSize] {
-            withUnsafeBytes(of: value.littleEndian) { out.append(contentsOf: $0) }
+            withUnsafeBytes(of: value.littleEndian) { out.append(bytes: $0) }
         }
     }
 
-    private func writeHeaderIfNeeded(into out: inout [UInt8]) {
+    private func writeHeaderIfNeeded<Sink: ByteSink>(into out: inout Sink) {
         if !headerWritten {
-            out.append(contentsOf: Self.header)
+            Self.header.withUnsafeBytes { out.append(bytes: $0) }
             headerWritten = true
         }
     }
 
-    private func run(flush: Int32, into out: inout [UInt8]) {
+    private func run<Sink: ByteSink>(flush: Int32, into out: inout Sink) {
         output.withUnsafeMutableBufferPointer { buffer in
             while true {
                 stream.pointee.next_out = buffer.baseAddress
                 stream.pointee.avail_out = uInt(buffer.count)
                 let status = deflate(stream, flush)
                 let produced = buffer.count - Int(stream.pointee.avail_out)
-                out.append(contentsOf: buffer[0..<produced])
+                out.append(bytes: UnsafeRawBufferPointer(UnsafeMutableBufferPointer(rebasing: buffer[0..<produced])))
                 // Z_BUF_ERROR only means "no progress possible": all input is consumed.
                 precondition(status == Z_OK || status == Z_STREAM_END || status == Z_BUF_ERROR, "deflate failed: \(status)")
                 if flush == Z_FINISH {

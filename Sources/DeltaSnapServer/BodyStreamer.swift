@@ -2,6 +2,10 @@ import DeltaSnapCore
 import DeltaSnapStore
 import NIOCore
 
+extension ByteBuffer: ByteSink {
+    public mutating func append(bytes: UnsafeRawBufferPointer) { writeBytes(bytes) }
+}
+
 /// Encodes a full or delta body, chunk by chunk, from one ``RecordSource`` (one read
 /// transaction of whichever store).
 ///
@@ -40,10 +44,18 @@ final class BodyStreamer: @unchecked Sendable {
         plain.reserveCapacity(Self.chunkSize + 4096)
     }
 
-    /// The next chunk of the (possibly compressed) body; nil when the body is complete.
-    func nextChunk() async throws -> [UInt8]? {
+    /// The next chunk of the (possibly compressed) body, in a buffer of its own; nil when
+    /// the body is complete.
+    func nextChunk() async throws -> ByteBuffer? {
+        var chunk = ByteBuffer()
+        return try await appendNextChunk(to: &chunk) ? chunk : nil
+    }
+
+    /// Appends the next chunk to `out` — compressed straight into it, no intermediate
+    /// array; false (and nothing appended) once the body is complete.
+    private func appendNextChunk(to out: inout ByteBuffer) async throws -> Bool {
         // Once closed, the source yields nothing: never let that pass for the body's end.
-        guard !finished, !closed else { return nil }
+        guard !finished, !closed else { return false }
         while true {
             var more = true
             while plain.count < Self.chunkSize {
@@ -55,16 +67,15 @@ final class BodyStreamer: @unchecked Sendable {
                 finished = true
                 await source.close()
             }
-            var out: [UInt8]
+            let before = out.readableBytes
             if let compressor {
-                out = []
                 compressor.compress(plain, into: &out)
                 if finished { compressor.finish(into: &out) }
             } else {
-                out = plain
+                out.writeBytes(plain)
             }
             plain.removeAll(keepingCapacity: true)
-            if !out.isEmpty || finished { return out }
+            if out.readableBytes > before || finished { return true }
         }
     }
 
@@ -72,7 +83,7 @@ final class BodyStreamer: @unchecked Sendable {
     /// straight into the buffer a response sends.
     func readAll() async throws -> ByteBuffer {
         var bytes = ByteBuffer()
-        while let chunk = try await nextChunk() { bytes.writeBytes(chunk) }
+        while try await appendNextChunk(to: &bytes) {}
         return bytes
     }
 

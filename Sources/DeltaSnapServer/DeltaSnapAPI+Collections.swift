@@ -185,8 +185,8 @@ extension DeltaSnapAPI {
         return Response(status: .ok, headers: PollAnswer.bodyHeaders(for: streamer.head, gzip: gzip), body: ResponseBody { writer in
             do {
                 while let chunk = try await streamer.nextChunk() {
-                    metrics.countBytes(chunk.count, for: outcome)
-                    try await writer.write(ByteBuffer(bytes: chunk))
+                    metrics.countBytes(chunk.readableBytes, for: outcome)
+                    try await writer.write(chunk)
                 }
                 try await writer.finish(nil)
             } catch {

@@ -29,7 +29,7 @@ struct RevertCommand: AsyncParsableCommand {
     @Option(name: .long, help: "A bearer token, for a private collection.")
     var token: String?
 
-    @Option(name: .long, help: "The version whose value to restore (a history entry's `version`).")
+    @Option(name: .long, help: ArgumentHelp("The version whose value to restore (a history entry's `version`).", valueName: "version"))
     var to: UInt64
 
     @Argument(help: "The record id.")

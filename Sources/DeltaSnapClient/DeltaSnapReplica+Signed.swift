@@ -50,6 +50,8 @@ extension DeltaSnapReplica {
                 }
                 response = try await fetchSignedBody(for: entry)
             }
+        } catch let over as SyncBodyOverBudget {
+            return postpone(over)
         } catch {
             return recordFailure("request failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now, unavailable: true)
         }
@@ -72,7 +74,9 @@ extension DeltaSnapReplica {
     private func signedFullFetch(_ entry: SignedIndex.Entry, reason: String, now: Date, droppingAcknowledgedThrough settled: UInt64?) async -> SyncOutcome {
         let response: SyncResponse
         do {
-            response = try await transport.fetch(SyncRequest(url: snapshotURL(entry.token), headers: requestHeaders(), timeout: timeout))
+            response = try await fetchBody(snapshotURL(entry.token), headers: requestHeaders())
+        } catch let over as SyncBodyOverBudget {
+            return postpone(over)
         } catch {
             return recordFailure("\(reason); full fetch failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now, unavailable: true)
         }
@@ -92,7 +96,7 @@ extension DeltaSnapReplica {
 
     private func fetchSignedBody(for entry: SignedIndex.Entry) async throws -> SyncResponse {
         let url = state.token.map { deltaURL(from: $0, to: entry.token) } ?? snapshotURL(entry.token)
-        return try await transport.fetch(SyncRequest(url: url, headers: requestHeaders(), timeout: timeout))
+        return try await fetchBody(url, headers: requestHeaders())
     }
 
     private func heldDigestFingerprint() -> String? {

@@ -52,6 +52,10 @@ public actor DeltaSnapReplica {
     var consecutivePushFailures = 0
     /// Why the last sync failed (nil when it did not): whether trying later can help.
     public internal(set) var lastFailureKind: SyncFailureKind?
+    /// How much a sync may download (``NetworkBudget/unlimited`` unless the app says otherwise).
+    public private(set) var networkBudget = NetworkBudget.unlimited
+    /// The update the last sync left for a larger budget, or nil.
+    public private(set) var postponedUpdate: SyncBodyOverBudget?
 
     /// Opens (or creates) the replica at `path`. When it holds no data yet and
     /// `bundledSnapshot` is given, the bundle is used first: a gzip `.snapshot` is loaded
@@ -174,9 +178,16 @@ public actor DeltaSnapReplica {
     public var currentState: ReplicaState { state }
     public var lastSuccessfulSync: Date? { state.lastSuccessfulSync }
     public var lastError: String? { state.lastError }
-    public var status: SyncStatus { SyncStatus.of(state, now: Date()) }
+    public var status: SyncStatus { status(at: Date()) }
     /// ``status`` as it is at `now`.
-    public func status(at now: Date) -> SyncStatus { SyncStatus.of(state, now: now) }
+    public func status(at now: Date) -> SyncStatus {
+        let status = SyncStatus.of(state, now: now)
+        return postponedUpdate != nil && status == .synced ? .updatePostponed : status
+    }
+
+    /// Sets the data-plan policy for the syncs that follow (see ``NetworkBudget``): call it
+    /// when the network changes.
+    public func setNetworkBudget(_ budget: NetworkBudget) { networkBudget = budget }
     /// Body bytes received by the last ``sync()`` (0 for a 304). URLSession decodes gzip by
     /// itself on Linux and Apple platforms, so this is usually the decoded size.
     public private(set) var lastSyncBytesReceived = 0
@@ -312,6 +323,20 @@ public actor DeltaSnapReplica {
         SyncRequest.headers(accessToken: accessToken)
     }
 
+    /// A `GET` of a body (a delta, a full body), within the ``networkBudget``.
+    func fetchBody(_ url: URL, headers: [String: String]) async throws -> SyncResponse {
+        try await transport.fetch(SyncRequest(url: url, headers: headers, timeout: timeout, maximumBodyBytes: networkBudget.maximumBodyBytes))
+    }
+
+    /// The outcome of a sync whose body was over the budget: nothing changes but the note
+    /// of the waiting update (no failure: no backoff, and the data stays current as of the
+    /// last sync).
+    func postpone(_ over: SyncBodyOverBudget) -> SyncOutcome {
+        lastFailureKind = nil
+        postponedUpdate = over
+        return .postponed(bytes: over.announcedBytes, budget: over.limit)
+    }
+
     private func performSync(now: Date, droppingAcknowledgedThrough settled: UInt64?) async -> SyncOutcome {
         if !trustedKeys.isEmpty { return await signedSync(now: now, droppingAcknowledgedThrough: settled) }
         var headers = requestHeaders()
@@ -321,7 +346,9 @@ public actor DeltaSnapReplica {
         }
         let first: SyncResponse
         do {
-            first = try await transport.fetch(SyncRequest(url: url, headers: headers, timeout: timeout))
+            first = try await fetchBody(url, headers: headers)
+        } catch let over as SyncBodyOverBudget {
+            return postpone(over)
         } catch {
             return recordFailure("request failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now, unavailable: true)
         }
@@ -353,7 +380,9 @@ public actor DeltaSnapReplica {
     private func resetWithFullFetch(reason: String, now: Date, droppingAcknowledgedThrough settled: UInt64?) async -> SyncOutcome {
         let response: SyncResponse
         do {
-            response = try await transport.fetch(SyncRequest(url: url, headers: requestHeaders(), timeout: timeout))
+            response = try await fetchBody(url, headers: requestHeaders())
+        } catch let over as SyncBodyOverBudget {
+            return postpone(over)
         } catch {
             return recordFailure("\(reason); full fetch failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now, unavailable: true)
         }
@@ -402,6 +431,7 @@ public actor DeltaSnapReplica {
         _ outcome: SyncOutcome, etag: String?, lastModified: String?, serverAsked: Double?, now: Date, droppingAcknowledgedThrough settled: UInt64? = nil
     ) -> SyncOutcome {
         lastFailureKind = nil
+        postponedUpdate = nil
         var next = state
         // Bound at the first successful sync (a mistyped URL that failed binds nothing).
         next.collection = collection

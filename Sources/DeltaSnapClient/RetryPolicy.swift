@@ -61,6 +61,9 @@ public enum SyncStatus: String, Sendable, Equatable {
     /// The newest signed index verified has expired and no newer one could be verified:
     /// the data may be frozen by whoever sits on the path. Show it to the user.
     case unverifiablyOld
+    /// The last sync found an update larger than the ``NetworkBudget`` allows: the data is
+    /// as of the sync before; the update comes with a budget that allows it.
+    case updatePostponed
 
     public static let failingAfter: TimeInterval = 3600
 

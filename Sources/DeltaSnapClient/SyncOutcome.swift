@@ -15,6 +15,10 @@ public enum SyncOutcome: Sendable, Equatable {
     case failed(reason: String, retryAfter: Date?)
     /// A backoff or server-requested delay is still running; no request was made.
     case deferred(until: Date)
+    /// The server has an update, but its body (`bytes`, when announced) is over the
+    /// ``NetworkBudget`` of `budget` bytes: nothing was downloaded or changed; a sync with a
+    /// budget that allows it fetches it.
+    case postponed(bytes: Int?, budget: Int)
 
     /// A one-word name for logs.
     public var name: String {
@@ -24,6 +28,7 @@ public enum SyncOutcome: Sendable, Equatable {
         case .reset: "reset"
         case .failed: "failed"
         case .deferred: "deferred"
+        case .postponed: "postponed"
         }
     }
 }

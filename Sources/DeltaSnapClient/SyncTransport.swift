@@ -19,13 +19,38 @@ public struct SyncRequest: Sendable, Equatable {
     public var body: [UInt8]?
     /// Fail when no response arrives within this time.
     public var timeout: Duration
+    /// Stop, and throw ``SyncBodyOverBudget``, rather than receive a body larger than this
+    /// (a metered network's ``NetworkBudget``); nil: any size.
+    public var maximumBodyBytes: Int?
 
-    public init(url: URL, method: String = "GET", headers: [String: String], body: [UInt8]? = nil, timeout: Duration) {
+    public init(
+        url: URL, method: String = "GET", headers: [String: String], body: [UInt8]? = nil, timeout: Duration, maximumBodyBytes: Int? = nil
+    ) {
         self.url = url
         self.method = method
         self.headers = headers
         self.body = body
         self.timeout = timeout
+        self.maximumBodyBytes = maximumBodyBytes
+    }
+}
+
+/// A response body larger than the request's ``SyncRequest/maximumBodyBytes``: the transport
+/// stopped receiving it (at its announced `Content-Length` when there is one, else once the
+/// bytes received passed the limit) and kept nothing.
+public struct SyncBodyOverBudget: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The body's size as announced (`Content-Length`), when it was.
+    public var announcedBytes: Int?
+    /// The limit it passed.
+    public var limit: Int
+
+    public init(announcedBytes: Int?, limit: Int) {
+        self.announcedBytes = announcedBytes
+        self.limit = limit
+    }
+
+    public var description: String {
+        "the answer (\(announcedBytes.map { "\($0) bytes" } ?? "more bytes")) is over the budget of \(limit) bytes"
     }
 }
 

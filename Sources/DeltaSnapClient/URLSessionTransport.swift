@@ -21,7 +21,7 @@ public final class URLSessionTransport: NSObject, SyncTransport, @unchecked Send
         configuration.timeoutIntervalForRequest = seconds
         configuration.timeoutIntervalForResource = max(seconds, 3600)
         let file = directory.appendingPathComponent("deltasnap-body-\(UUID().uuidString)")
-        let receiver = try BodyReceiver(file: file)
+        let receiver = try BodyReceiver(file: file, limit: request.maximumBodyBytes)
         let session = URLSession(configuration: configuration, delegate: receiver, delegateQueue: nil)
         defer { session.finishTasksAndInvalidate() }
         var urlRequest = URLRequest(url: request.url)
@@ -39,18 +39,21 @@ public final class URLSessionTransport: NSObject, SyncTransport, @unchecked Send
     }
 }
 
-/// Writes a data task's body to a file chunk by chunk and reports the response at the end.
+/// Writes a data task's body to a file chunk by chunk and reports the response at the end;
+/// stops a body that passes `limit` bytes (announced or received) and reports that instead.
 private final class BodyReceiver: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     private let file: URL
     private let handle: FileHandle
+    private let limit: Int?
     private let lock = NSLock()
     private var continuation: CheckedContinuation<SyncResponse, any Error>?
     private var response: HTTPURLResponse?
     private var written = 0
     private var writeError: (any Error)?
 
-    init(file: URL) throws {
+    init(file: URL, limit: Int?) throws {
         self.file = file
+        self.limit = limit
         guard FileManager.default.createFile(atPath: file.path, contents: nil) else {
             throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: file.path])
         }
@@ -64,11 +67,21 @@ private final class BodyReceiver: NSObject, URLSessionDataDelegate, @unchecked S
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse, completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {
         lock.withLock { self.response = response as? HTTPURLResponse }
+        if let limit, response.expectedContentLength > Int64(limit) {
+            lock.withLock { writeError = SyncBodyOverBudget(announcedBytes: Int(response.expectedContentLength), limit: limit) }
+            completionHandler(.cancel)
+            return
+        }
         completionHandler(.allow)
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         lock.withLock {
+            if let limit, written + data.count > limit {
+                writeError = SyncBodyOverBudget(announcedBytes: nil, limit: limit)
+                dataTask.cancel()
+                return
+            }
             do {
                 try handle.write(contentsOf: data)
                 written += data.count

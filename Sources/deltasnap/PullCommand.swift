@@ -19,7 +19,8 @@ struct PullCommand: AsyncParsableCommand {
 
             Exit codes: 0 done; 1 error (no usable data, an answer that could not be used, \
             another collection…); 2 usage; 4 not done now, try later (server unreachable, \
-            408/429/5xx, or its wait still running). With --collections, the worst of all.
+            408/429/5xx, its wait still running, or an update over --max-bytes postponed). \
+            With --collections, the worst of all.
 
             With --trusted-key (signing.pub from `deltasnap keygen`), the pull goes through the \
             server's signed index and cacheable URLs, and commits only data a trusted key \
@@ -61,6 +62,8 @@ struct PullCommand: AsyncParsableCommand {
 
     @OptionGroup var waits: WaitOptions
 
+    @OptionGroup var budget: BudgetOptions
+
     func validate() throws {
         guard URL(string: url)?.scheme?.hasPrefix("http") == true else { throw ValidationError("--url must be an http(s) URL") }
         guard interval > 0, timeout > 0 else { throw ValidationError("--interval and --timeout must be positive") }
@@ -80,6 +83,7 @@ struct PullCommand: AsyncParsableCommand {
             let replica = try DeltaSnapReplica(
                 path: self.replica, collection: name, url: collectionURL, bundledSnapshot: snapshot,
                 timeout: .milliseconds(Int(timeout * 1000)), accessToken: token, trustedKeys: keys, acceptingServerChange: waits.rebind)
+            await replica.setNetworkBudget(budget.budget)
             var outcome: SyncOutcome
             repeat {
                 let started = ContinuousClock.now
@@ -105,6 +109,7 @@ extension PullCommand {
         let set = try DeltaSnapReplicaSet(
             directory: replica, baseURL: URL(string: url)!, collections: names, bundledSnapshots: snapshot,
             timeout: .milliseconds(Int(timeout * 1000)), accessToken: token, trustedKeys: keys, acceptingServerChange: waits.rebind)
+        for name in names { await set[name]?.setNetworkBudget(budget.budget) }
         var codes: [ExitCode?] = []
         repeat {
             let started = ContinuousClock.now

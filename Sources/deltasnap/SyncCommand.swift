@@ -25,8 +25,8 @@ struct SyncCommand: AsyncParsableCommand {
 
             Exit codes: 0 done; 1 error (the replica holds no data, an answer could not be \
             used, another collection…); 2 usage; 3 some writes refused; 4 not done now, try \
-            later (server unreachable, 408/429/5xx, or its wait still running). When several \
-            apply, the first of 1, 4, 3 wins.
+            later (server unreachable, 408/429/5xx, its wait still running, or an update over \
+            --max-bytes postponed). When several apply, the first of 1, 4, 3 wins.
             """
     )
 
@@ -50,6 +50,8 @@ struct SyncCommand: AsyncParsableCommand {
 
     @OptionGroup var waits: WaitOptions
 
+    @OptionGroup var budget: BudgetOptions
+
     func validate() throws {
         guard URL(string: url)?.scheme?.hasPrefix("http") == true else { throw ValidationError("--url must be an http(s) URL") }
         guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
@@ -62,6 +64,7 @@ struct SyncCommand: AsyncParsableCommand {
                 path: self.replica, collection: collectionURL.lastPathComponent, url: collectionURL, bundledSnapshot: snapshot,
                 timeout: .milliseconds(Int(timeout * 1000)), accessToken: token ?? ProcessInfo.processInfo.environment["DELTASNAP_TOKEN"],
                 trustedKeys: try TrustedKeys.load(trustedKey), acceptingServerChange: waits.rebind)
+            await replica.setNetworkBudget(budget.budget)
             let started = ContinuousClock.now
             // A person ran this command: a network error is retried now, but never sooner
             // than the server asked (unless --ignore-backoff).
@@ -102,6 +105,18 @@ struct WaitOptions: ParsableArguments {
     var policy: WaitPolicy { ignoreBackoff ? .none : .serverRequested }
 }
 
+/// `--max-bytes`, shared by `pull` and `sync`: a metered network's budget.
+struct BudgetOptions: ParsableArguments {
+    @Option(name: .long, help: "Download no body over this many bytes (a metered network): a larger update is postponed — the line says so, exit 4 — and fetched by a run without it. 304s and small deltas still come.")
+    var maxBytes: Int?
+
+    func validate() throws {
+        if let maxBytes, maxBytes < 0 { throw ValidationError("--max-bytes must be 0 or more") }
+    }
+
+    var budget: NetworkBudget { maxBytes.map { .metered(maximumBodyBytes: $0) } ?? .unlimited }
+}
+
 /// The one-line summary of a pull that `pull` and `sync` print.
 enum PullLine {
     static func describe(_ outcome: SyncOutcome, replica: DeltaSnapReplica, since started: ContinuousClock.Instant) async -> String {
@@ -116,6 +131,7 @@ enum PullLine {
         case .reset(let result, let reason): line += " changed=\(result.changed) reason=\"\(reason)\""
         case .failed(let reason, _): line += " error=\"\(reason)\""
         case .deferred(let until): line += " until=\(Int(until.timeIntervalSinceNow.rounded(.up)))s"
+        case .postponed(let announced, let budget): line += (announced.map { " announced=\($0)" } ?? "") + " budget=\(budget)"
         case .notModified: break
         }
         return line
@@ -125,7 +141,7 @@ enum PullLine {
     static func exitCode(for outcome: SyncOutcome, replica: DeltaSnapReplica) async -> ExitCode? {
         switch outcome {
         case .notModified, .applied, .reset: nil
-        case .deferred: Exit.unavailable
+        case .deferred, .postponed: Exit.unavailable
         case .failed: await replica.lastFailureKind == .unavailable ? Exit.unavailable : Exit.error
         }
     }

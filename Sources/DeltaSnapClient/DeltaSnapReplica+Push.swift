@@ -133,6 +133,9 @@ extension DeltaSnapReplica {
             switch bySeq[write.seq] {
             case .applied?, .duplicate?:
                 accepted.append(write.seq)
+            case .copied(_, let copy)?:
+                accepted.append(write.seq)
+                report.copied.append(CopiedWrite(seq: write.seq, operation: write.operation, id: write.id, copy: copy))
             case .refused(let refusal)? where write.operation == .delete && refusal.code == "not_found":
                 accepted.append(write.seq)
             case .refused(let refusal)?:

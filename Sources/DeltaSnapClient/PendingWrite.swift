@@ -16,9 +16,25 @@ public struct PendingWrite: Sendable, Equatable {
     public var createdAt: Date
     /// The server accepted it; the next successful pull drops it from the overlay.
     public var isAcknowledged: Bool
+    /// The token of the state this replica held when the write was made (sent as the
+    /// write's `base`: a collection merged by `fork` copies it if its record changed since).
+    public var base: String?
 
     /// The write as it is pushed.
-    public var mutation: Mutation { Mutation(seq: seq, operation: operation, id: id, value: value) }
+    public var mutation: Mutation { Mutation(seq: seq, operation: operation, id: id, value: value, base: base) }
+}
+
+/// A write the server committed as a conflict copy (its collection merges by `fork` and the
+/// record had changed since the write's base): the original keeps the server's value, and
+/// the write's result is the new record `copy` (with `"conflictOf"` naming the original),
+/// which the pull brings. Show the user both.
+public struct CopiedWrite: Sendable, Equatable {
+    public var seq: UInt64
+    public var operation: Mutation.Operation
+    /// The record the write was made to.
+    public var id: String
+    /// The conflict copy's id.
+    public var copy: String
 }
 
 /// A write the server refused: rolled back locally, reported to the app.
@@ -36,6 +52,8 @@ public struct PushReport: Sendable, Equatable {
     public var accepted: Int = 0
     /// Writes the server refused, now rolled back.
     public var refused: [RefusedWrite] = []
+    /// Accepted writes the server committed as conflict copies (counted in ``accepted`` too).
+    public var copied: [CopiedWrite] = []
     /// Requests made.
     public var batches: Int = 0
     /// Why pushing stopped early (the writes stay queued and are retried), or nil.

@@ -34,12 +34,14 @@ extension ReplicaStorage {
             try rebuildOverlay(id: id)
             return earlier.seq
         }
-        let insert = try statement("INSERT INTO pending(seq, op, id, value, acked, created_at) VALUES (?, ?, ?, ?, 0, ?)")
+        let insert = try statement("INSERT INTO pending(seq, op, id, value, acked, created_at, base) VALUES (?, ?, ?, ?, 0, ?, ?)")
         try insert.bind(1, seq)
         try insert.bind(2, operation.rawValue)
         try insert.bind(3, id)
         if let normalized { try insert.bind(4, blob: CanonicalJSON.bytes(normalized)) } else { try insert.bindNull(4) }
         try insert.bind(5, Int64(now.timeIntervalSince1970 * 1000))
+        // What the device showed when the write was made: the server state it holds.
+        if let base = try self.value(for: "token") { try insert.bind(6, base) } else { try insert.bindNull(6) }
         try insert.run()
         try setValue(String(seq), for: "lastSeq")
         try setOverlay(id: id, to: local)
@@ -50,13 +52,13 @@ extension ReplicaStorage {
     /// new write may be folded into (``WriteCoalescing``): a write that went out once may have
     /// been processed under its `seq`, so it is retried exactly as it was.
     private func unsentTail(of id: String) throws -> Mutation? {
-        let newest = try statement("SELECT seq, op, value, acked FROM pending WHERE id = ? ORDER BY seq DESC LIMIT 1")
+        let newest = try statement("SELECT seq, op, value, acked, base FROM pending WHERE id = ? ORDER BY seq DESC LIMIT 1")
         try newest.bind(1, id)
         defer { newest.reset() }
         guard try newest.step(), !newest.bool(3), newest.uint64(0) > (try sentThrough()) else { return nil }
         guard let operation = Mutation.Operation(rawValue: newest.string(1)) else { return nil }
         let value = newest.isNull(2) ? nil : try JSONReader(bytes: newest.blob(2)).readValue()
-        return Mutation(seq: newest.uint64(0), operation: operation, id: id, value: value)
+        return Mutation(seq: newest.uint64(0), operation: operation, id: id, value: value, base: newest.isNull(4) ? nil : newest.string(4))
     }
 
     /// Puts `folded` where the unsent write `earlier` was queued (or drops it).
@@ -149,8 +151,11 @@ extension ReplicaStorage {
 
     /// Writes in the queue, oldest first: those not yet accepted, or all of them.
     func pendingWrites(includeAcknowledged: Bool, afterSeq: UInt64 = 0, limit: Int = Int.max) throws -> [PendingWrite] {
+        // A bundled replica read in place holds no local writes (any write adopts it first),
+        // and one baked by an older release has no `base` column.
+        guard borrowed == nil else { return [] }
         let statement = try statement("""
-            SELECT seq, op, id, value, acked, created_at FROM pending
+            SELECT seq, op, id, value, acked, created_at, base FROM pending
             WHERE seq > ? AND (acked = 0 OR ?) ORDER BY seq LIMIT ?
             """)
         try statement.bind(1, afterSeq)
@@ -162,7 +167,7 @@ extension ReplicaStorage {
             writes.append(PendingWrite(
                 seq: statement.uint64(0), operation: Mutation.Operation(rawValue: statement.string(1)) ?? .put,
                 id: statement.string(2), value: value, createdAt: Date(timeIntervalSince1970: Double(statement.int64(5)) / 1000),
-                isAcknowledged: statement.bool(4)))
+                isAcknowledged: statement.bool(4), base: statement.isNull(6) ? nil : statement.string(6)))
         }
         return writes
     }

@@ -15,7 +15,7 @@ final class ReplicaStorage {
     private(set) var db: SQLiteConnection
     /// A bundled replica read in place until the first write, and the path it is then
     /// copied to: a first start costs an open, whatever the dataset's size.
-    private var borrowed: (source: String, destination: String)?
+    private(set) var borrowed: (source: String, destination: String)?
 
     init(path: String) throws {
         db = try Self.openWritable(path)
@@ -51,6 +51,10 @@ final class ReplicaStorage {
             CREATE INDEX IF NOT EXISTS pending_by_id ON pending(id, seq);
             CREATE TABLE IF NOT EXISTS overlay(id TEXT PRIMARY KEY, body BLOB) WITHOUT ROWID;
             """)
+        // Each queued write's base token (conflict copies): replicas from before it get the column.
+        if try db.scalarInt("SELECT count(*) FROM pragma_table_info('pending') WHERE name = 'base'") == 0 {
+            try db.execute("ALTER TABLE pending ADD COLUMN base TEXT")
+        }
         return db
     }
 

@@ -29,21 +29,26 @@ public struct Mutation: Sendable, Equatable {
     public var id: String
     /// The record (put, insert) or the fields (patch); `nil` for delete.
     public var value: JSONValue?
+    /// The token of the state the device showed when the write was made (its replica's
+    /// token then), or nil. A collection merged by `fork` copies a write whose record
+    /// changed on the server since (docs/PROTOCOL.md §5.6).
+    public var base: String?
 
-    public init(seq: UInt64, operation: Operation, id: String, value: JSONValue? = nil) {
+    public init(seq: UInt64, operation: Operation, id: String, value: JSONValue? = nil, base: String? = nil) {
         self.seq = seq
         self.operation = operation
         self.id = id
         self.value = value
+        self.base = base
     }
 
     /// The canonical JSON object sent on the wire.
     public var jsonValue: JSONValue {
-        var members = [
-            JSONMember("id", .string(id)),
-            JSONMember("op", .string(operation.rawValue)),
-            JSONMember("seq", .number(String(seq))),
-        ]
+        var members = [JSONMember]()
+        if let base { members.append(JSONMember("base", .string(base))) }
+        members.append(JSONMember("id", .string(id)))
+        members.append(JSONMember("op", .string(operation.rawValue)))
+        members.append(JSONMember("seq", .number(String(seq))))
         if let value { members.append(JSONMember("value", value)) }
         return .object(members)
     }

@@ -95,7 +95,15 @@ public struct ParsedMutation: Sendable, Equatable {
             refusal = MutationRefusal(code: "invalid_mutation", message: "\"op\" must be one of put, patch, insert, delete")
             return
         }
-        let mutation = Mutation(seq: seq, operation: operation, id: id, value: element["value"])
+        var base: String?
+        switch element["base"] {
+        case nil, .null?: break
+        case .string(let token)?: base = token
+        default:
+            refusal = MutationRefusal(code: "invalid_mutation", message: "\"base\" must be a token string")
+            return
+        }
+        let mutation = Mutation(seq: seq, operation: operation, id: id, value: element["value"], base: base)
         do {
             try RecordMerge.validate(mutation)
             self.mutation = mutation
@@ -120,6 +128,9 @@ public struct MutationResult: Sendable, Equatable {
         case refused(MutationRefusal)
         /// Processed in an earlier push whose result is no longer kept: count it as done.
         case duplicate
+        /// Committed in `version` as a conflict copy, the new record `copy`: the record had
+        /// changed on the server since the write's `base` and its collection merges by `fork`.
+        case copied(version: UInt64, copy: String)
     }
 
     public var seq: UInt64
@@ -142,6 +153,10 @@ public struct MutationResult: Sendable, Equatable {
             members.append(JSONMember("status", .string("refused")))
         case .duplicate:
             members.append(JSONMember("status", .string("duplicate")))
+        case .copied(let version, let copy):
+            members.insert(JSONMember("copy", .string(copy)), at: 0)
+            members.append(JSONMember("status", .string("copied")))
+            members.append(JSONMember("version", .number(String(version))))
         }
         return .object(members)
     }
@@ -159,6 +174,9 @@ public struct MutationResult: Sendable, Equatable {
             status = .refused(MutationRefusal(code: code, message: message))
         case .string("duplicate")?:
             status = .duplicate
+        case .string("copied")?:
+            guard case .number(let version)? = value["version"], let number = UInt64(version), case .string(let copy)? = value["copy"] else { return nil }
+            status = .copied(version: number, copy: copy)
         default:
             return nil
         }

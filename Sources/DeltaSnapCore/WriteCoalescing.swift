@@ -35,7 +35,8 @@ public enum WriteCoalescing {
     public static func fold(_ later: Mutation, into earlier: Mutation) -> Folded? {
         guard later.id == earlier.id else { return nil }
         func replaced(_ operation: Mutation.Operation, _ value: JSONValue?) -> Folded {
-            .write(Mutation(seq: earlier.seq, operation: operation, id: earlier.id, value: value))
+            // The earlier base: the folded write started from what the device showed then.
+            .write(Mutation(seq: earlier.seq, operation: operation, id: earlier.id, value: value, base: earlier.base))
         }
         switch (earlier.operation, later.operation) {
         case (.patch, .patch):

@@ -77,9 +77,9 @@ public final class PostgresCollectionStore: CollectionStore {
     }
 
     public func push(
-        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention
+        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy
     ) async throws -> PushOutcome {
-        try await primary.push(mutations, from: client, user: user, to: collection, retention: retention)
+        try await primary.push(mutations, from: client, user: user, to: collection, retention: retention, merge: merge)
     }
 
     public func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry] {

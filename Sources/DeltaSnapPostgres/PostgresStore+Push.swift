@@ -13,7 +13,8 @@ extension PostgresStore {
     /// let outcome = try await store.push(mutations, from: client, to: "notes")
     /// ```
     public func push(
-        _ mutations: [ParsedMutation], from client: String, user: String? = nil, to collection: String, retention: PushRetention = PushRetention()
+        _ mutations: [ParsedMutation], from client: String, user: String? = nil, to collection: String, retention: PushRetention = PushRetention(),
+        merge policy: MergePolicy = .fields
     ) async throws -> PushOutcome {
         try CollectionName.validate(collection)
         let ledgerClient = user.map { "\($0)/\(client)" } ?? client
@@ -35,7 +36,7 @@ extension PostgresStore {
                     WHERE collection = \(collection) AND client = \(ledgerClient) AND seq = ANY(\(retried))
                     """, logger: logger).decode((Int64, Int64?, String?, String?).self)
                 {
-                    statuses[UInt64(seq)] = error.map { .refused(MutationRefusal(code: $0, message: message ?? "")) } ?? .applied(version: UInt64(version ?? 0))
+                    statuses[UInt64(seq)] = MutationResult.Status(keptVersion: version.map { UInt64($0) }, error: error, message: message)
                 }
             }
             var stored: [String: (record: Record, version: UInt64)] = [:]
@@ -49,7 +50,18 @@ extension PostgresStore {
                 }
             }
 
-            let plan = try PushPlan(mutations, lastSeq: lastSeq, storedStatus: { statuses[$0] }, stored: { stored[$0] })
+            var fork: ForkCheck?
+            if policy == .fork {
+                // Which of the stored records' versions this client's own pushes committed.
+                var own: Set<UInt64> = []
+                let versions = Array(Set(stored.values.map { Int64($0.version) }))
+                for try await version in try await connection.query("""
+                    SELECT DISTINCT version FROM deltasnap_push_results
+                    WHERE collection = \(collection) AND client = \(ledgerClient) AND error IS NULL AND version = ANY(\(versions))
+                    """, logger: logger).decode(Int64.self) { own.insert(UInt64(version)) }
+                fork = ForkCheck(client: client, epoch: locked.epoch, committedByThisClient: { own.contains($0) })
+            }
+            let plan = try PushPlan(mutations, lastSeq: lastSeq, storedStatus: { statuses[$0] }, stored: { stored[$0] }, fork: fork)
             let records = plan.finalValues.map { $0.value ?? Record.tombstone(id: $0.id) }
             let written = try await merge(RecordStream(records: records, name: "push"), into: locked, replace: false, progress: nil, on: connection)
             let results = plan.results(committedAs: written.head?.version ?? 0)
@@ -69,16 +81,11 @@ extension PostgresStore {
                 ON CONFLICT (collection, client) DO UPDATE SET last_seq = EXCLUDED.last_seq
                 """, logger: logger)
             for result in results where result.seq > lastSeq {
-                let version: Int64?
-                let refusal: MutationRefusal?
-                switch result.status {
-                case .applied(let applied): (version, refusal) = (Int64(applied), nil)
-                case .refused(let refused): (version, refusal) = (nil, refused)
-                case .duplicate: continue
-                }
+                guard let kept = result.status.keptColumns else { continue }
+                let version = kept.version.map { Int64($0) }
                 try await connection.query("""
                     INSERT INTO deltasnap_push_results(collection, client, seq, version, error, message, at)
-                    VALUES (\(collection), \(ledgerClient), \(Int64(result.seq)), \(version), \(refusal?.code), \(refusal?.message), \(now))
+                    VALUES (\(collection), \(ledgerClient), \(Int64(result.seq)), \(version), \(kept.error), \(kept.message), \(now))
                     ON CONFLICT (collection, client, seq) DO UPDATE SET version = EXCLUDED.version, error = EXCLUDED.error,
                         message = EXCLUDED.message, at = EXCLUDED.at
                     """, logger: logger)

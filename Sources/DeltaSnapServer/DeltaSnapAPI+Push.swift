@@ -21,7 +21,8 @@ extension DeltaSnapAPI {
         }
         // Write numbers are per client *of a user*: one user cannot advance another's.
         let outcome = try await store.push(
-            mutations, from: client, user: principal.isAdmin ? nil : principal.subject, to: name, retention: configuration.pushRetention)
+            mutations, from: client, user: principal.isAdmin ? nil : principal.subject, to: name, retention: configuration.pushRetention,
+            merge: configuration.forkCollections.contains(name) ? .fork : .fields)
         if let head = outcome.head { heads.update(head) }
         let response = outcome.response
         var headers: HTTPFields = [.contentType: "application/json", .cacheControl: "no-store"]

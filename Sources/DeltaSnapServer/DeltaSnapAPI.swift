@@ -23,6 +23,9 @@ public struct DeltaSnapServerConfiguration: Sendable {
     public var maximumPushBodyBytes: Int
     /// How long push results and replaced values (history) are kept.
     public var pushRetention: PushRetention
+    /// Collections merged by ``MergePolicy/fork``: a pushed write whose record changed on
+    /// the server since its `base` becomes a conflict copy; the others merge per field.
+    public var forkCollections: Set<String>
     /// Whether the one-line request log includes `304 Not Modified` answers (most of the
     /// traffic, and no news); every other answer is logged at `info`.
     public var logNotModified: Bool
@@ -46,9 +49,10 @@ public struct DeltaSnapServerConfiguration: Sendable {
         access: AccessPolicy = AccessPolicy(), maximumPushBodyBytes: Int = 1024 * 1024, pushRetention: PushRetention = PushRetention(),
         logNotModified: Bool = false, compaction: CompactionSchedule? = nil,
         signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30, indexLifetime: Int = 24 * 3600,
-        requestLogOutput: BufferedLogOutput? = nil
+        requestLogOutput: BufferedLogOutput? = nil, forkCollections: Set<String> = []
     ) {
         self.requestLogOutput = requestLogOutput
+        self.forkCollections = forkCollections
         self.writeToken = writeToken
         self.maximumWriteBodyBytes = maximumWriteBodyBytes
         self.fullBodyCacheMaximumRecords = fullBodyCacheMaximumRecords

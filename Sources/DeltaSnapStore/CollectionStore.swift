@@ -41,9 +41,10 @@ public protocol CollectionStore: Sendable {
     func importRecords(
         from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?
     ) async throws -> WriteResult
-    /// One client's batch of offline writes (two-way sync), idempotent by sequence number.
+    /// One client's batch of offline writes (two-way sync), idempotent by sequence number,
+    /// merged by `merge` (``MergePolicy/fork``: conflict copies).
     func push(
-        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention
+        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy
     ) async throws -> PushOutcome
     /// The values writes replaced, newest first.
     func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry]

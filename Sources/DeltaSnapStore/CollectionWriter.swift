@@ -39,7 +39,7 @@ public final class CollectionWriter {
 
     let db: SQLiteConnection
     private let cid: Int64
-    private let epoch: String
+    let epoch: String
     private let configuration: StoreConfiguration
     private var previous: CollectionHead?
     private var state: StateAccumulator

@@ -68,9 +68,9 @@ public final class SQLiteCollectionStore: CollectionStore {
     }
 
     public func push(
-        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention
+        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy
     ) async throws -> PushOutcome {
-        try await writing { try $0.push(mutations, from: client, user: user, to: collection, retention: retention) }
+        try await writing { try $0.push(mutations, from: client, user: user, to: collection, retention: retention, merge: merge) }
     }
 
     public func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry] {

@@ -73,7 +73,8 @@ extension Store {
     /// another's. An error reading the store throws (nothing is committed, the client
     /// retries); only the writes themselves are refused.
     public func push(
-        _ mutations: [ParsedMutation], from client: String, user: String? = nil, to collection: String, retention: PushRetention = PushRetention()
+        _ mutations: [ParsedMutation], from client: String, user: String? = nil, to collection: String, retention: PushRetention = PushRetention(),
+        merge policy: MergePolicy = .fields
     ) throws -> PushOutcome {
         try CollectionName.validate(collection)
         return try db.transaction(.immediate) {
@@ -83,8 +84,10 @@ extension Store {
             let ledger = PushLedger(db: db, collection: collection, client: user.map { "\($0)/\(client)" } ?? client, displayName: client)
             let lastSeq = try ledger.lastSeq()
             let writer = try CollectionWriter(db: db, collection: collection, configuration: configuration)
+            let fork = policy == .fork
+                ? ForkCheck(client: client, epoch: writer.epoch, committedByThisClient: { try ledger.committed(version: $0) }) : nil
             let plan = try PushPlan(
-                mutations, lastSeq: lastSeq, storedStatus: { try ledger.storedStatus(seq: $0) }, stored: { try writer.stored(id: $0) })
+                mutations, lastSeq: lastSeq, storedStatus: { try ledger.storedStatus(seq: $0) }, stored: { try writer.stored(id: $0) }, fork: fork)
             for (id, final) in plan.finalValues {
                 try writer.put(final ?? Record.tombstone(id: id))
             }
@@ -141,10 +144,12 @@ public struct PushPlan {
     public let newLastSeq: UInt64
 
     /// `storedStatus(seq)`: the answer kept for an already-seen write; `stored(id)`: the
-    /// record's committed value and the version that wrote it.
+    /// record's committed value and the version that wrote it; `fork`: set when the
+    /// collection merges by ``MergePolicy/fork``.
     public init(
         _ mutations: [ParsedMutation], lastSeq: UInt64,
-        storedStatus: (UInt64) throws -> MutationResult.Status?, stored: (String) throws -> (record: Record, version: UInt64)?
+        storedStatus: (UInt64) throws -> MutationResult.Status?, stored: (String) throws -> (record: Record, version: UInt64)?,
+        fork: ForkCheck? = nil
     ) throws {
         newLastSeq = max(lastSeq, mutations.last?.seq ?? 0)
         planned.reserveCapacity(mutations.count)
@@ -158,6 +163,13 @@ public struct PushPlan {
                 continue
             }
             if !batch.knows(mutation.id) { batch.remember(mutation.id, stored: try stored(mutation.id)) }
+            if let fork, let copy = try fork.copy(of: mutation, original: batch.untouchedOriginal(mutation.id), current: batch.current(mutation.id)) {
+                if !batch.knows(copy.id) { batch.remember(copy.id, stored: try stored(copy.id)) }
+                batch.set(copy.id, to: copy)
+                appliedIndexes.append(planned.count)
+                planned.append(MutationResult(seq: parsed.seq, status: .copied(version: 0, copy: copy.id)))
+                continue
+            }
             do throws(MutationRefusal) {
                 try batch.apply(mutation)
                 appliedIndexes.append(planned.count)
@@ -174,11 +186,57 @@ public struct PushPlan {
     /// Visible values the batch changed or removed, with the version that wrote them.
     public var replacedValues: [(record: Record, version: UInt64)] { batch.replacedValues() }
 
-    /// Every write's answer, the applied ones in version `version`.
+    /// Every write's answer, the applied (and copied) ones in version `version`.
     public func results(committedAs version: UInt64) -> [MutationResult] {
         var results = planned
-        for index in appliedIndexes { results[index].status = .applied(version: version) }
+        for index in appliedIndexes {
+            if case .copied(_, let copy) = results[index].status {
+                results[index].status = .copied(version: version, copy: copy)
+            } else {
+                results[index].status = .applied(version: version)
+            }
+        }
         return results
+    }
+}
+
+/// How a collection merges a write whose record changed on the server since the device
+/// saw it (the write's `base`).
+public enum MergePolicy: String, Sendable, CaseIterable {
+    /// Per field, last writer wins (the default): the write is merged over the newer value.
+    case fields
+    /// The write goes to a conflict copy next to the record (``ConflictCopy``); the
+    /// original keeps the server's value.
+    case fork
+}
+
+/// What ``PushPlan`` needs to decide a conflict copy in a collection merged by `fork`.
+public struct ForkCheck {
+    /// The pushing client's id (the copy's id derives from it and the write's `seq`).
+    public let client: String
+    /// The collection's epoch: a `base` of another epoch says nothing about what changed.
+    public let epoch: String?
+    /// Whether `version` was committed by this client's own push (its own earlier write is
+    /// no conflict, even when its pull has not brought it yet).
+    public let committedByThisClient: (UInt64) throws -> Bool
+
+    public init(client: String, epoch: String?, committedByThisClient: @escaping (UInt64) throws -> Bool) {
+        self.client = client
+        self.epoch = epoch
+        self.committedByThisClient = committedByThisClient
+    }
+
+    /// The copy to write instead of `mutation`, or nil to merge it as usual: only a put or
+    /// patch with a `base` of this epoch, on a record the batch has not touched yet, whose
+    /// committed version is newer than the base and not this client's own.
+    func copy(of mutation: Mutation, original: (record: Record, version: UInt64)?, current: Record?) throws -> Record? {
+        guard mutation.operation == .put || mutation.operation == .patch,
+              let base = mutation.base.flatMap({ ServerToken($0) }), let epoch, base.epoch == epoch,
+              let original, !original.record.isHidden, original.version > base.version,
+              !(try committedByThisClient(original.version))
+        else { return nil }
+        let id = ConflictCopy.id(of: mutation.id, client: client, seq: mutation.seq)
+        do { return try ConflictCopy.record(of: mutation, over: current, copyID: id) } catch { return nil }
     }
 }
 
@@ -188,6 +246,7 @@ struct BatchMerge {
     private struct Entry {
         var original: (record: Record, version: UInt64)?
         var current: Record?
+        var touched = false
     }
 
     private var entries: [String: Entry] = [:]
@@ -207,7 +266,25 @@ struct BatchMerge {
     mutating func apply(_ mutation: Mutation) throws(MutationRefusal) {
         guard var entry = entries[mutation.id] else { preconditionFailure("apply(_:) before remember(_:stored:)") }
         entry.current = try RecordMerge.apply(mutation, to: entry.current)
+        entry.touched = true
         entries[mutation.id] = entry
+    }
+
+    /// Sets record `id` (remembered first) to `record`.
+    mutating func set(_ id: String, to record: Record) {
+        guard var entry = entries[id] else { preconditionFailure("set(_:to:) before remember(_:stored:)") }
+        entry.current = record
+        entry.touched = true
+        entries[id] = entry
+    }
+
+    /// The record's current value in the batch.
+    func current(_ id: String) -> Record? { entries[id]?.current }
+
+    /// The committed value and version of `id` while no write of this batch has changed it.
+    func untouchedOriginal(_ id: String) -> (record: Record, version: UInt64)? {
+        guard let entry = entries[id], !entry.touched else { return nil }
+        return entry.original
     }
 
     /// Each touched record's value after the batch (`nil`: absent).
@@ -249,8 +326,19 @@ struct PushLedger {
         try statement.bind(3, seq)
         guard try statement.step() else { return nil }
         defer { statement.reset() }
-        if statement.isNull(1) { return .applied(version: statement.uint64(0)) }
-        return .refused(MutationRefusal(code: statement.string(1), message: statement.string(2)))
+        return MutationResult.Status(
+            keptVersion: statement.isNull(0) ? nil : statement.uint64(0), error: statement.isNull(1) ? nil : statement.string(1),
+            message: statement.isNull(2) ? nil : statement.string(2))
+    }
+
+    /// Whether one of this client's pushes committed `version`.
+    func committed(version: UInt64) throws -> Bool {
+        let statement = try db.prepare("SELECT 1 FROM push_results WHERE collection = ? AND client = ? AND version = ? AND error IS NULL LIMIT 1")
+        try statement.bind(1, collection)
+        try statement.bind(2, client)
+        try statement.bind(3, version)
+        defer { statement.reset() }
+        return try statement.step()
     }
 
     func save(lastSeq: UInt64, results: [MutationResult], at now: Int64) throws {
@@ -264,21 +352,13 @@ struct PushLedger {
         try client.run()
         let insert = try db.prepare("INSERT OR REPLACE INTO push_results(collection, client, seq, version, error, message, at) VALUES (?, ?, ?, ?, ?, ?, ?)")
         for result in results {
+            guard let columns = result.status.keptColumns else { continue }
             try insert.bind(1, collection)
             try insert.bind(2, self.client)
             try insert.bind(3, result.seq)
-            switch result.status {
-            case .applied(let version):
-                try insert.bind(4, version)
-                try insert.bindNull(5)
-                try insert.bindNull(6)
-            case .refused(let refusal):
-                try insert.bindNull(4)
-                try insert.bind(5, refusal.code)
-                try insert.bind(6, refusal.message)
-            case .duplicate:
-                continue
-            }
+            if let version = columns.version { try insert.bind(4, version) } else { try insert.bindNull(4) }
+            if let error = columns.error { try insert.bind(5, error) } else { try insert.bindNull(5) }
+            if let message = columns.message { try insert.bind(6, message) } else { try insert.bindNull(6) }
             try insert.bind(7, now)
             try insert.run()
         }
@@ -309,5 +389,30 @@ struct PushLedger {
         try history.bind(1, collection)
         try history.bind(2, historyBefore)
         try history.run()
+    }
+}
+
+extension MutationResult.Status {
+    /// A result as the push tables keep it (`version`, `error`, `message`), on either store.
+    /// A copied write keeps its copy's id in `message` (an applied write has none), so the
+    /// tables need no column of their own for it.
+    public init(keptVersion version: UInt64?, error: String?, message: String?) {
+        if let error {
+            self = .refused(MutationRefusal(code: error, message: message ?? ""))
+        } else if let message {
+            self = .copied(version: version ?? 0, copy: message)
+        } else {
+            self = .applied(version: version ?? 0)
+        }
+    }
+
+    /// The columns that keep this result; nil for a duplicate (nothing to keep).
+    public var keptColumns: (version: UInt64?, error: String?, message: String?)? {
+        switch self {
+        case .applied(let version): (version, nil, nil)
+        case .copied(let version, let copy): (version, nil, copy)
+        case .refused(let refusal): (nil, refusal.code, refusal.message)
+        case .duplicate: nil
+        }
     }
 }

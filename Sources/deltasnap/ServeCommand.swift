@@ -71,6 +71,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Collections only token holders may read, comma-separated.")
     var privateCollections: String = ""
 
+    @Option(name: .long, help: "Collections merged by forking, comma-separated: a pushed write whose record changed on the server since the device saw it (its \"base\") becomes a conflict copy next to it instead of overwriting it (docs/PROTOCOL.md §5.6). The others merge per field.")
+    var mergeFork: String = ""
+
     @Option(name: .long, help: "Days push results and replaced values (history) are kept.")
     var retentionDays: Int = 30
 
@@ -109,6 +112,9 @@ struct ServeCommand: AsyncParsableCommand {
         guard compactEvery > 0 else { throw ValidationError("--compact-every must be positive") }
         guard indexMaxAge > 0 else { throw ValidationError("--index-max-age must be positive") }
         guard indexLifetime >= 60 else { throw ValidationError("--index-lifetime must be at least 60 seconds") }
+        for name in TokenCommand.list(mergeFork) where !CollectionName.isValid(name) {
+            throw ValidationError("invalid collection name \"\(name)\" in --merge-fork")
+        }
         if readDb != nil {
             do {
                 _ = try StoreLocation(db, readReplica: readDb)
@@ -157,7 +163,8 @@ struct ServeCommand: AsyncParsableCommand {
             writeToken: token, maximumWriteBodyBytes: maxBodyBytes, access: access,
             pushRetention: PushRetention(results: retention, history: retention), logNotModified: logNotModified,
             compaction: compactionSchedule, signingKeys: try signingKey.map { try IndexSigningKey(contentsOf: $0) },
-            indexMaxAge: indexMaxAge, indexLifetime: indexLifetime, requestLogOutput: logOutput)
+            indexMaxAge: indexMaxAge, indexLifetime: indexLifetime, requestLogOutput: logOutput,
+            forkCollections: Set(TokenCommand.list(mergeFork)))
         let location = try StoreLocation(db, readReplica: readDb)
         let server = try await DeltaSnapServer(store: try await StoreFactory.open(location, logger: logger), configuration: configuration, logger: logger)
         // Anything else in the process that reports through swift-metrics lands on the same /metrics.

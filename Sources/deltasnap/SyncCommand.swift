@@ -12,6 +12,8 @@ struct SyncCommand: AsyncParsableCommand {
             pushed N                        writes the server accepted
             refused N                       writes it refused (rolled back locally),
               SEQ OP ID CODE: MESSAGE       then one line per refused write
+            copied N                        accepted writes the server kept as conflict copies
+              SEQ OP ID as COPY             (only when there are some; --merge-fork collections)
             REASON (N queued)               a failed push: the writes stay queued
             pulled: OUTCOME token=… …       as `deltasnap pull` prints it
 
@@ -76,6 +78,10 @@ struct SyncCommand: AsyncParsableCommand {
                 lines.append("refused \(push.refused.count)")
                 for refused in push.refused {
                     lines.append("  \(refused.seq) \(refused.operation.rawValue) \(refused.id) \(refused.refusal.code): \(refused.refusal.message)")
+                }
+                if !push.copied.isEmpty {
+                    lines.append("copied \(push.copied.count)")
+                    for copied in push.copied { lines.append("  \(copied.seq) \(copied.operation.rawValue) \(copied.id) as \(copied.copy)") }
                 }
                 if let failure = push.failure { lines.append("push failed: \(failure) (\(push.stillQueued) queued)") }
             }

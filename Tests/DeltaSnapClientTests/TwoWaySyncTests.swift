@@ -34,12 +34,12 @@ import Testing
         func proxyURL(_ proxy: FaultProxy) -> URL { URL(string: "http://127.0.0.1:\(proxy.port)/v1/collections/notes")! }
     }
 
-    func withWorld(access: AccessPolicy = AccessPolicy(), _ body: (World) async throws -> Void) async throws {
+    func withWorld(access: AccessPolicy = AccessPolicy(), forkCollections: Set<String> = [], _ body: (World) async throws -> Void) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let store = try Store(path: dir.file("s.sqlite"))
         try Fixtures.importText(#"{"body":"x","id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: store, collection: "notes")
-        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), access: access)
+        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), access: access, forkCollections: forkCollections)
         do { try await body(World(dir: dir, store: store, server: server)) } catch {
             await server.stop()
             throw error

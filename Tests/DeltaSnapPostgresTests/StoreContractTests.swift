@@ -154,3 +154,50 @@ import Testing
         }
     }
 }
+
+/// Conflict copies (issue 21): a collection merged by `fork`, on both stores.
+extension StoreContractTests {
+    func push(_ database: TestDatabase, _ body: String, merge: MergePolicy = .fork) async throws -> [MutationResult.Status] {
+        let (client, mutations) = try PushRequest.parse(Array(body.utf8))
+        return try await database.store.push(mutations, from: client, user: nil, to: "notes", retention: PushRetention(), merge: merge)
+            .response.results.map(\.status)
+    }
+
+    static func write(_ client: String, seq: Int, base: String?, op: String = "patch", title: String) -> String {
+        let baseMember = base.map { #""base":"\#($0)","# } ?? ""
+        return #"{"client":"\#(client)","mutations":[{\#(baseMember)"id":"n1","op":"\#(op)","seq":\#(seq),"value":{"title":"\#(title)"}}]}"#
+    }
+
+    @Test(arguments: TestBackend.allCases)
+    func aForkedCollectionCopiesAWriteWhoseRecordChangedSinceItsBase(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            try await database.importText(#"{"id":"n1","title":"a"}"#, collection: "notes")
+            let base = try #require(try await database.head(of: "notes")).token.description
+            // Nothing changed since the phone's base: merged as usual.
+            #expect(try await push(database, Self.write("phone", seq: 1, base: base, title: "phone")) == [.applied(version: 2)])
+            // The laptop edited the same state: the record changed since (the phone) — a copy.
+            let copy = ConflictCopy.id(of: "n1", client: "laptop", seq: 1)
+            let laptop = Self.write("laptop", seq: 1, base: base, title: "laptop")
+            #expect(try await push(database, laptop) == [.copied(version: 3, copy: copy)])
+            var export = try await database.export("notes")
+            #expect(export == #"{"id":"n1","title":"phone"}"# + "\n" + #"{"conflictOf":"n1","id":"\#(copy)","title":"laptop"}"# + "\n")
+            // A retried batch gets the same answer from the ledger, and writes nothing.
+            #expect(try await push(database, laptop) == [.copied(version: 3, copy: copy)])
+            #expect(try await database.head(of: "notes")?.version == 3)
+            // The phone's next write from its old base: the change since is its own — merged.
+            #expect(try await push(database, Self.write("phone", seq: 2, base: base, title: "phone 2")) == [.applied(version: 4)])
+            // No base, a base of another epoch, a delete, or a collection merged by fields: merged.
+            #expect(try await push(database, Self.write("tablet", seq: 1, base: nil, title: "no base")) == [.applied(version: 5)])
+            #expect(try await push(database, Self.write("tablet", seq: 2, base: "0000000000000000.1", title: "other epoch")) == [.applied(version: 6)])
+            #expect(try await push(database, Self.write("watch", seq: 1, base: base, title: "fields"), merge: .fields) == [.applied(version: 7)])
+            export = try await database.export("notes")
+            #expect(export.hasPrefix(#"{"id":"n1","title":"fields"}"#), "\(export)")
+            #expect(try await push(database, #"{"client":"watch","mutations":[{"base":"\#(base)","id":"n1","op":"delete","seq":2}]}"#) == [.applied(version: 8)])
+            // A base that is not a string refuses that write alone.
+            guard case .refused(let refusal)? = try await push(database, #"{"client":"watch","mutations":[{"base":7,"id":"n2","op":"put","seq":3,"value":{}}]}"#).first else {
+                Issue.record("a numeric base was not refused"); return
+            }
+            #expect(refusal.code == "invalid_mutation")
+        }
+    }
+}

@@ -20,7 +20,7 @@ public final class TestServer: Sendable {
         maximumWriteBodyBytes: Int = 1024 * 1024, fullBodyCacheMaximumRecords: Int = 100_000,
         access: AccessPolicy = AccessPolicy(), logNotModified: Bool = false, logger: Logger? = nil,
         compaction: CompactionSchedule? = nil, port: Int = 0, signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30,
-        readDatabase: String? = nil, changePollInterval: Duration = .milliseconds(20)
+        readDatabase: String? = nil, changePollInterval: Duration = .milliseconds(20), forkCollections: Set<String> = []
     ) async throws -> TestServer {
         let logger = logger ?? {
             var quiet = Logger(label: "test-server")
@@ -33,7 +33,8 @@ public final class TestServer: Sendable {
             configuration: .init(
                 writeToken: writeToken, maximumWriteBodyBytes: maximumWriteBodyBytes,
                 fullBodyCacheMaximumRecords: fullBodyCacheMaximumRecords, changePollInterval: changePollInterval,
-                access: access, logNotModified: logNotModified, compaction: compaction, signingKeys: signingKeys, indexMaxAge: indexMaxAge),
+                access: access, logNotModified: logNotModified, compaction: compaction, signingKeys: signingKeys, indexMaxAge: indexMaxAge,
+                forkCollections: forkCollections),
             logger: logger)
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let task = Task {

@@ -95,7 +95,9 @@ let package = Package(
         ),
         // What an app links: Foundation, SQLite and swift-crypto (CryptoKit on Apple platforms)
         // only (no NIO, no Hummingbird), so it builds for iOS.
-        .target(name: "DeltaSnapClient", dependencies: ["DeltaSnapCore", "DeltaSnapSQLite", "DeltaSnapTrust"]),
+        .target(name: "DeltaSnapClient", dependencies: ["DeltaSnapCore", "DeltaSnapSQLite", "DeltaSnapTrust", "CFileClone"]),
+        // FICLONE for the client's first copy of a bundled replica (Swift cannot call ioctl(2)).
+        .target(name: "CFileClone"),
         // Seeded synthetic records for tests, benchmarks and `deltasnap generate`.
         .target(name: "DeltaSnapSynthetic", dependencies: ["DeltaSnapCore"]),
         .executableTarget(

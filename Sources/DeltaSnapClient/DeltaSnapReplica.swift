@@ -87,6 +87,8 @@ public actor DeltaSnapReplica {
             // First start from a bundled replica: read it in place; the first write copies it.
             storage = try ReplicaStorage(borrowing: bundledSnapshot, copyingTo: path)
             state = try Self.checkBundledReplica(bundledSnapshot, storage: storage, collection: collection)
+            // Its bookkeeping (kept beside it) may already bind it to a server.
+            try ReplicaBindingError.check(state, path: path, collection: collection, url: url, acceptingServerChange: acceptingServerChange)
             return
         }
         storage = try ReplicaStorage(path: path)
@@ -469,10 +471,15 @@ public actor DeltaSnapReplica {
     /// Stores `next` as the replica's state (with the queue settled after a pull, when given).
     func persist(_ next: ReplicaState, droppingAcknowledgedThrough settled: UInt64? = nil) {
         // Bookkeeping only: if it cannot be written the data is still intact, so keep going.
-        try? storage.writeTransaction {
-            // A 304 after a push: the state held already has the accepted writes.
-            if let settled { try storage.settleAfterPull(droppingAcknowledgedThrough: settled) }
-            try storage.save(next)
+        if let settled {
+            try? storage.writeTransaction {
+                // A 304 after a push: the state held already has the accepted writes.
+                try storage.settleAfterPull(droppingAcknowledgedThrough: settled)
+                try storage.save(next)
+            }
+        } else {
+            // No data changes: a bundled replica read in place stays in place.
+            try? storage.saveBookkeeping(next)
         }
         state = next
     }

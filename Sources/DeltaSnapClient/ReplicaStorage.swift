@@ -77,8 +77,8 @@ final class ReplicaStorage {
         for stale in [temporary, destination + "-wal", destination + "-shm"] where files.fileExists(atPath: stale) {
             try files.removeItem(atPath: stale)
         }
-        // A clone on APFS (and so O(1) on a phone); a copy elsewhere.
-        try files.copyItem(atPath: source, toPath: temporary)
+        // A clone where the file system can (APFS, Btrfs, XFS: O(1) on a phone); a copy elsewhere.
+        try FileClone.copy(source, to: temporary)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: temporary))
         try handle.synchronize()
         try handle.close()
@@ -86,6 +86,11 @@ final class ReplicaStorage {
             throw SQLiteError(code: -1, message: "\(destination): cannot install the bundled replica (errno \(errno))")
         }
         db = try Self.openWritable(destination)
+        // Bookkeeping kept beside the bundle while it was read in place joins the copy.
+        if let bookkeeping = try SyncBookkeeping.openIfCurrent(for: self) {
+            try db.transaction(.immediate) { try write(try bookkeeping.values()) }
+        }
+        SyncBookkeeping.remove(for: destination)
         borrowed = nil
     }
 
@@ -124,9 +129,21 @@ final class ReplicaStorage {
     // MARK: - State
 
     func loadState() throws -> ReplicaState {
+        var values = try Self.stateValues(in: db)
+        if borrowed != nil, let bookkeeping = try SyncBookkeeping.openIfCurrent(for: self) {
+            for (key, value) in try bookkeeping.values() { values[key] = value }
+        }
+        return Self.state(from: values)
+    }
+
+    static func stateValues(in db: SQLiteConnection) throws -> [String: String] {
         let statement = try db.prepare("SELECT key, value FROM state")
         var values: [String: String] = [:]
         while try statement.step() { values[statement.string(0)] = statement.string(1) }
+        return values
+    }
+
+    private static func state(from values: [String: String]) -> ReplicaState {
         func date(_ key: String) -> Date? { values[key].flatMap(Double.init).map(Date.init(timeIntervalSince1970:)) }
         return ReplicaState(
             etag: values["etag"], lastModified: values["lastModified"], token: values["token"],
@@ -140,8 +157,8 @@ final class ReplicaStorage {
             serverNotBefore: date("serverNotBefore"), collection: values["collection"], server: values["server"])
     }
 
-    /// Writes `state` (inside the caller's transaction when there is one).
-    func save(_ state: ReplicaState) throws {
+    /// `state` as rows of the state table; nil removes a row.
+    static func rows(of state: ReplicaState) -> [String: String?] {
         func text(_ date: Date?) -> String? { date.map { String($0.timeIntervalSince1970) } }
         let values: [String: String?] = [
             "etag": state.etag, "lastModified": state.lastModified, "token": state.token,
@@ -155,9 +172,19 @@ final class ReplicaStorage {
         ]
         // The binding is only ever set, never cleared (a bundled replica's `collection` too).
         let binding: [String: String?] = ["collection": state.collection, "server": state.server]
+        return values.merging(binding.filter { $0.value != nil }, uniquingKeysWith: { $1 })
+    }
+
+    /// Writes `state` (inside the caller's transaction when there is one).
+    func save(_ state: ReplicaState) throws {
+        try write(Self.rows(of: state))
+    }
+
+    /// Upserts `rows` into the state table (nil deletes), in the caller's transaction.
+    func write(_ rows: [String: String?]) throws {
         let upsert = try db.prepare("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
         let delete = try db.prepare("DELETE FROM state WHERE key = ?")
-        for (key, value) in values.merging(binding.filter { $0.value != nil }, uniquingKeysWith: { $1 }) {
+        for (key, value) in rows {
             if let value {
                 try upsert.bind(1, key)
                 try upsert.bind(2, value)
@@ -167,6 +194,17 @@ final class ReplicaStorage {
                 try delete.run()
             }
         }
+    }
+
+    /// Stores sync bookkeeping that changes no data (a `304`, a failure, a wait the server
+    /// asked for, the binding): in the replica, or — while a bundled replica is read in
+    /// place — in its small side file, so no such write copies the bundle.
+    func saveBookkeeping(_ state: ReplicaState) throws {
+        guard borrowed != nil else {
+            try writeTransaction { try save(state) }
+            return
+        }
+        try SyncBookkeeping.open(for: self).write(Self.rows(of: state))
     }
 
     // MARK: - Reads

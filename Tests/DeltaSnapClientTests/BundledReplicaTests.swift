@@ -131,3 +131,73 @@ import Testing
         #expect(throws: BundledReplica.Unusable.self) { _ = try BundledReplica.inspect(dir.file("synced.sqlite")) }
     }
 }
+
+/// Issue 21 item 7: a first sync that changes no data — a `304`, a dead server, a `503`
+/// asking to wait — keeps the bundle in place; its bookkeeping lives in `PATH-sync` and
+/// joins the copy the first data change makes.
+extension BundledReplicaTests {
+    @Test func syncsThatChangeNoDataNeverCopyTheBundle() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await baked(dir)
+        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"))
+        let url = URL(string: "\(server.baseURL)/v1/collections/items")!
+        let path = dir.file("items.sqlite")
+        func open(_ url: URL) throws -> DeltaSnapReplica {
+            try DeltaSnapReplica(path: path, collection: "items", url: url, bundledSnapshot: dir.file("items.replica"), timeout: .seconds(2))
+        }
+        try await server.stopping {
+            // A dead server, then a 304: neither copies the bundle.
+            let offline = try open(URL(string: "http://127.0.0.1:9/v1/collections/items")!)
+            guard case .failed = await offline.sync() else { Issue.record("a dead server did not fail"); return }
+            #expect(!FileManager.default.fileExists(atPath: path))
+            let replica = try open(url)
+            #expect(await replica.currentState.notBefore != nil)  // the failure's backoff, kept beside the bundle
+            let outcome = await replica.sync(ignoringBackoff: true)
+            #expect(outcome == .notModified, "\(outcome)")
+            #expect(!FileManager.default.fileExists(atPath: path))
+            #expect(FileManager.default.fileExists(atPath: SyncBookkeepingPath.of(path)))
+            let bound = await replica.currentState.server
+            #expect(await replica.status == .synced && bound == url.absoluteString)
+
+            // A restart still reads the bundle in place, with the bookkeeping: bound to this server.
+            let restarted = try open(url)
+            #expect(await restarted.lastSuccessfulSync != nil)
+            #expect(throws: ReplicaBindingError.self) { try open(URL(string: "http://elsewhere.invalid/v1/collections/items")!) }
+
+            // The first change copies the bundle; the bookkeeping moves into the copy.
+            try Fixtures.importText(#"{"id":"new","v":1}"#, into: store, collection: "items")
+            try await waitForToken(server, store)
+            #expect(await restarted.sync().name == "delta")
+            #expect(FileManager.default.fileExists(atPath: path) && !FileManager.default.fileExists(atPath: SyncBookkeepingPath.of(path)))
+            let adopted = try DeltaSnapReplica(path: path, collection: "items", url: url)
+            let adoptedState = await adopted.currentState
+            #expect(adoptedState.server == url.absoluteString && adoptedState.lastSuccessfulSync != nil)
+            #expect(try dump(path) == Fixtures.export(store, "items"))
+        }
+    }
+
+    @Test func bookkeepingOfAnOlderBundleIsDropped() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await baked(dir, count: 20)
+        let path = dir.file("items.sqlite")
+        let dead = URL(string: "http://127.0.0.1:9/v1/collections/items")!
+        let first = try DeltaSnapReplica(path: path, collection: "items", url: dead, bundledSnapshot: dir.file("items.replica"), timeout: .seconds(2))
+        _ = await first.sync()
+        #expect(await first.lastError != nil)
+        // An app update ships a newer bundle: the old bookkeeping (its failure) is not this bundle's.
+        try Fixtures.importText(#"{"id":"new","v":1}"#, into: store, collection: "items")
+        try await Fixtures.bake(store.path, "items", into: dir.path)
+        try BundledReplica.bake(snapshot: dir.file("items.snapshot"), collection: "items", to: dir.file("items.replica"))
+        let updated = try DeltaSnapReplica(path: path, collection: "items", url: dead, bundledSnapshot: dir.file("items.replica"), timeout: .seconds(2))
+        let updatedCount = await updated.count
+        #expect(await updated.lastError == nil && updatedCount == 21)
+        #expect(!FileManager.default.fileExists(atPath: SyncBookkeepingPath.of(path)))
+    }
+}
+
+/// Where the client keeps a bundled replica's bookkeeping (docs/CLIENT.md).
+enum SyncBookkeepingPath {
+    static func of(_ path: String) -> String { path + "-sync" }
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The first sync of an app that ships a bundled .replica (issue 21, item 7), timed as a user
+# starts it (`deltasnap pull --snapshot BUNDLE`, whole process): the first attempt answered
+# 304, against a dead server, and the first 1-record delta; whether the bundle was copied.
+# For reference, the copy the old client made on the first attempt (cp + fsync of the
+# bundle), measured in the same sitting. 127.0.0.1 only.
+#
+#   Benchmarks/bench-first-sync.sh                 # RECORDS=1000000 RUNS=3
+set -euo pipefail
+
+source "$(dirname "${BASH_SOURCE[0]}")/bench-common.sh"
+RECORDS="${RECORDS:-1000000}"
+RUNS="${RUNS:-3}"
+DS_PORT="${DS_PORT:-18097}"
+TOKEN=bench-first-sync
+
+need curl
+build_release
+make_workspace bench-first-sync
+say "generating and importing $RECORDS records, baking the bundle"
+"$BIN" generate --count "$RECORDS" --seed 5 >"$TMP/records.ndjson"
+"$BIN" import --db "$TMP/served.sqlite" --collection items --quiet "$TMP/records.ndjson" >/dev/null
+mkdir -p "$TMP/bundle"
+"$BIN" bake --db "$TMP/served.sqlite" --collection items --out "$TMP/bundle" --replica >/dev/null
+BUNDLE="$TMP/bundle/items.replica"
+start_serve "$BIN" "$TMP/served.sqlite" "$DS_PORT" --write-token "$TOKEN" --log-level warning
+URL="http://127.0.0.1:$DS_PORT/v1/collections/items"
+
+ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b - a) / 1e6 }'; }
+timed() { local start end; start=$(date +%s%N); "$@" >/dev/null 2>&1 || true; end=$(date +%s%N); ms "$start" "$end"; }
+exists() { [[ -e "$1" ]] && echo yes || echo no; }
+
+printf 'bundle\t%s records\t%s MB\n' "$RECORDS" "$(du -m "$BUNDLE" | cut -f1)"
+printf 'run\tcase\tms\treplica copied\n'
+for run in $(seq 1 "$RUNS"); do
+    R="$TMP/app-$run.sqlite"
+    printf '%s\tfirst attempt, dead server\t%s\t%s\n' "$run" \
+        "$(timed "$BIN" pull --url "http://127.0.0.1:9/v1/collections/items" --replica "$R" --snapshot "$BUNDLE" --timeout 2)" "$(exists "$R")"
+    rm -f "$R"-sync*
+    printf '%s\tfirst attempt, 304\t%s\t%s\n' "$run" "$(timed "$BIN" pull --url "$URL" --replica "$R" --snapshot "$BUNDLE")" "$(exists "$R")"
+    curl -s -o /dev/null -X PUT -H "Authorization: Bearer $TOKEN" -d "{\"run\":$run}" "$URL/records/first-sync-$run"
+    sleep 0.3   # the server sees its own write at once; this is margin for the cache
+    printf '%s\tfirst 1-record delta\t%s\t%s\n' "$run" "$(timed "$BIN" pull --url "$URL" --replica "$R" --snapshot "$BUNDLE")" "$(exists "$R")"
+    printf '%s\tthe next delta (304)\t%s\t%s\n' "$run" "$(timed "$BIN" pull --url "$URL" --replica "$R")" "$(exists "$R")"
+    start=$(date +%s%N); cp "$BUNDLE" "$TMP/copy.sqlite"; sync "$TMP/copy.sqlite"; end=$(date +%s%N)
+    printf '%s\treference: copying the bundle (cp + fsync)\t%s\t-\n' "$run" "$(ms "$start" "$end")"
+    rm -f "$TMP/copy.sqlite" "$R"*
+done

@@ -50,7 +50,7 @@ import Testing
         defer { dir.remove() }
         let store = try await baked(dir)
         let bundle = try bytes(dir.file("items.replica"))
-        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"))
+        let server = try await TestServer.start(database: dir.file("s.sqlite"))
         let path = dir.file("app/items.sqlite")
         try FileManager.default.createDirectory(atPath: dir.file("app"), withIntermediateDirectories: true)
         let replica = try DeltaSnapReplica(
@@ -140,7 +140,7 @@ extension BundledReplicaTests {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let store = try await baked(dir)
-        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"))
+        let server = try await TestServer.start(database: dir.file("s.sqlite"))
         let url = URL(string: "\(server.baseURL)/v1/collections/items")!
         let path = dir.file("items.sqlite")
         func open(_ url: URL) throws -> DeltaSnapReplica {

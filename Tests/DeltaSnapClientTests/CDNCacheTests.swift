@@ -35,7 +35,7 @@ import Testing
             var logger = Logger(label: "origin") { _ in CapturingLogHandler(lines: log) }
             logger.logLevel = .info
             return try await TestServer.start(
-                databasePath: db, logNotModified: true, logger: logger, port: port, signingKeys: [key], indexMaxAge: maxAge)
+                database: db, logNotModified: true, logger: logger, port: port, signingKeys: [key], indexMaxAge: maxAge)
         }
 
         /// GETs the origin answered, in order: the cache's requests (the tests' own direct

@@ -30,7 +30,7 @@ import Testing
         let store = try Store(path: dir.file("s.sqlite"))
         try Fixtures.importText(#"{"id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: store, collection: "notes")
         try Fixtures.importText(#"{"id":"o1"}"#, into: store, collection: "other")
-        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"))
+        let server = try await TestServer.start(database: dir.file("s.sqlite"))
         try await server.stopping { try await body(World(dir: dir, store: store, server: server)) }
     }
 

@@ -25,7 +25,7 @@ import Testing
         let db = dir.file("s.sqlite")
         let store = try Store(path: db)
         try Fixtures.importText(Fixtures.ndjson(0..<10), into: store, collection: "items")
-        let server = try await TestServer.start(databasePath: db)
+        let server = try await TestServer.start(database: db)
         let url = URL(string: "\(server.baseURL)/v1/collections/items")!
         let sleeper = try DeltaSnapReplica(path: dir.file("sleeper.sqlite"), collection: "items", url: url)
         #expect(await sleeper.sync().name == "full")
@@ -81,7 +81,7 @@ import Testing
         let store = try Store(path: db)
         try Fixtures.importText(Fixtures.ndjson(0..<5), into: store, collection: "items")
         let server = try await TestServer.start(
-            databasePath: db, compaction: CompactionSchedule(policy: .keepVersions(1), interval: .milliseconds(50)))
+            database: db, compaction: CompactionSchedule(policy: .keepVersions(1), interval: .milliseconds(50)))
         let oldETag = try #require(try await offPool { try server.connect().request("GET", "/v1/collections/items") }.header("ETag"))
         try Fixtures.importText(#"{"id":"r0000001","hidden":true}"#, into: store, collection: "items")
         try Fixtures.importText(#"{"id":"r0000002","hidden":true}"#, into: store, collection: "items")

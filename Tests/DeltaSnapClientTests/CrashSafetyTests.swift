@@ -21,8 +21,8 @@ import Glibc
         let storeB = try Store(path: dir.file("b.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(4000..<12_000, revision: 1), into: storeB, collection: "items")
         let heads = [try #require(try storeA.head(of: "items")), try #require(try storeB.head(of: "items"))]
-        let serverA = try await TestServer.start(databasePath: dir.file("a.sqlite"))
-        let serverB = try await TestServer.start(databasePath: dir.file("b.sqlite"))
+        let serverA = try await TestServer.start(database: dir.file("a.sqlite"))
+        let serverB = try await TestServer.start(database: dir.file("b.sqlite"))
         let urls = ["\(serverA.baseURL)/v1/collections/items", "\(serverB.baseURL)/v1/collections/items"]
         let replica = dir.file("r.sqlite")
         let environment = ["TMPDIR": dir.path]

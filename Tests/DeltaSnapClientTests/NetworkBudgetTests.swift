@@ -26,7 +26,7 @@ import Testing
         defer { dir.remove() }
         let store = try Store(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<2_000), into: store, collection: "items")
-        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), signingKeys: signingKeys)
+        let server = try await TestServer.start(database: dir.file("s.sqlite"), signingKeys: signingKeys)
         try await server.stopping { try await body(World(dir: dir, store: store, server: server)) }
     }
 

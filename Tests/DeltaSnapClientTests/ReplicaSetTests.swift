@@ -17,7 +17,7 @@ import Testing
         let store = try Store(path: dir.file("s.sqlite"))
         for name in ["alpha", "beta", "gamma"] { try Fixtures.importText(Fixtures.ndjson(0..<10), into: store, collection: name) }
         let key = IndexSigningKey.generate()
-        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), signingKeys: [key])
+        let server = try await TestServer.start(database: dir.file("s.sqlite"), signingKeys: [key])
         defer { Task { await server.stop() } }
         let mirror = CompromisedMirror()
         let set = try DeltaSnapReplicaSet(

@@ -41,7 +41,7 @@ import Testing
         defer { dir.remove() }
         let store = try Store(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<50), into: store, collection: "items")
-        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"))
+        let server = try await TestServer.start(database: dir.file("s.sqlite"))
         let url = URL(string: "\(server.baseURL)/v1/collections/items")!
         let replica = try DeltaSnapReplica(path: dir.file("r.sqlite"), collection: "items", url: url)
         let changes = await replica.outcomes()
@@ -65,7 +65,7 @@ import Testing
         await server.stop()
         let other = try Store(path: dir.file("other.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(10..<20), into: other, collection: "items")
-        let otherServer = try await TestServer.start(databasePath: dir.file("other.sqlite"))
+        let otherServer = try await TestServer.start(database: dir.file("other.sqlite"))
         let replica2 = try DeltaSnapReplica(path: dir.file("r.sqlite"), collection: "items", url: URL(string: "\(otherServer.baseURL)/v1/collections/items")!)
         guard case .applied(let full) = await replica2.sync(), full.kind == .full else { Issue.record("expected a full body"); return }
         #expect(await replica2.count == 10)
@@ -87,7 +87,7 @@ import Testing
         defer { dir.remove() }
         let store = try Store(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<30), into: store, collection: "items")
-        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"))
+        let server = try await TestServer.start(database: dir.file("s.sqlite"))
         let replica = try DeltaSnapReplica(path: dir.file("r.sqlite"), collection: "items", url: URL(string: "\(server.baseURL)/v1/collections/items")!)
         var random = SplitMix64(seed: 11)
         let generator = SyntheticRecords(seed: 5)

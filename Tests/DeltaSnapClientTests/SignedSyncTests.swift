@@ -28,7 +28,7 @@ import Testing
             let store = try Store(path: dir.file("s.sqlite"))
             try Fixtures.importText(Fixtures.ndjson(0..<20), into: store, collection: "items")
             let key = IndexSigningKey.generate()
-            let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), signingKeys: [key])
+            let server = try await TestServer.start(database: dir.file("s.sqlite"), signingKeys: [key])
             let mirror = CompromisedMirror()
             let replica = try DeltaSnapReplica(
                 path: dir.file("r.sqlite"), collection: "items", url: URL(string: "\(server.baseURL)/v1/collections/items")!,
@@ -244,11 +244,11 @@ import Testing
                 path: dir.file(name), collection: "items", url: URL(string: "\(server.baseURL)/v1/collections/items")!,
                 trustedKeys: keys.map(\.publicKey))
         }
-        let both = try await TestServer.start(databasePath: db, signingKeys: [old, new])
+        let both = try await TestServer.start(database: db, signingKeys: [old, new])
         #expect(await (try replica("v1.sqlite", [old], both)).sync().name == "full")
         #expect(await (try replica("v2.sqlite", [new], both)).sync().name == "full")
         await both.stop()
-        let newOnly = try await TestServer.start(databasePath: db, signingKeys: [new])
+        let newOnly = try await TestServer.start(database: db, signingKeys: [new])
         defer { Task { await newOnly.stop() } }
         try Fixtures.importText(#"{"id":"rotated","v":1}"#, into: store, collection: "items")
         try await waitForToken(newOnly, store)

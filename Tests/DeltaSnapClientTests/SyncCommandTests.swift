@@ -79,7 +79,7 @@ import Testing
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
         try Fixtures.importText(#"{"id":"seed"}"#, into: try Store(path: db), collection: "notes")
-        let server = try await TestServer.start(databasePath: db)
+        let server = try await TestServer.start(database: db)
         let url = "\(server.baseURL)/v1/collections/notes"
         let replica = dir.file("r.sqlite")
         let environment = ["TMPDIR": dir.path]

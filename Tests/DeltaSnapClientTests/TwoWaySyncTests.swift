@@ -39,7 +39,7 @@ import Testing
         defer { dir.remove() }
         let store = try Store(path: dir.file("s.sqlite"))
         try Fixtures.importText(#"{"body":"x","id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: store, collection: "notes")
-        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), access: access, forkCollections: forkCollections)
+        let server = try await TestServer.start(database: dir.file("s.sqlite"), access: access, forkCollections: forkCollections)
         do { try await body(World(dir: dir, store: store, server: server)) } catch {
             await server.stop()
             throw error
@@ -192,7 +192,7 @@ import Testing
         defer { dir.remove() }
         let store = try Store(path: dir.file("s.sqlite"))
         try Fixtures.importText(#"{"id":"n1","title":"a"}"#, into: store, collection: "notes")
-        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), writeToken: nil)
+        let server = try await TestServer.start(database: dir.file("s.sqlite"), writeToken: nil)
         let replica = try DeltaSnapReplica(
             path: dir.file("r.sqlite"), collection: "notes", url: URL(string: "\(server.baseURL)/v1/collections/notes")!)
         await replica.pull()

@@ -12,7 +12,7 @@ import Testing
         defer { dir.remove() }
         let store = try Store(path: dir.file("s.sqlite"))
         try Fixtures.importText(#"{"id":"a","v":1}"#, into: store, collection: "items")
-        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), maximumWriteBodyBytes: 64 * 1024)
+        let server = try await TestServer.start(database: dir.file("s.sqlite"), maximumWriteBodyBytes: 64 * 1024)
         do { try await body(server, store) } catch {
             await server.stop()
             throw error

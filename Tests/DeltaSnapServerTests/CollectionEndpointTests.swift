@@ -13,7 +13,7 @@ import Testing
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
         try Fixtures.importText(Fixtures.ndjson(0..<300), into: try Store(path: db), collection: "items")
-        let server = try await TestServer.start(databasePath: db)
+        let server = try await TestServer.start(database: db)
         do {
             try await body(server, db)
         } catch {

@@ -14,7 +14,7 @@ import Testing
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
         try Fixtures.importText(Fixtures.ndjson(0..<50), into: try Store(path: db), collection: "items")
-        let server = try await TestServer.start(databasePath: db, access: access)
+        let server = try await TestServer.start(database: db, access: access)
         do { try await body(server, db) } catch {
             await server.stop()
             throw error

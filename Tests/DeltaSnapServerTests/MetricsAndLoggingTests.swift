@@ -19,7 +19,7 @@ import Testing
         let lines = CapturingLogHandler.Lines([])
         var logger = Logger(label: "test-server") { _ in CapturingLogHandler(lines: lines) }
         logger.logLevel = .info
-        let server = try await TestServer.start(databasePath: db, logNotModified: logNotModified, logger: logger)
+        let server = try await TestServer.start(database: db, logNotModified: logNotModified, logger: logger)
         do { try await body(server, db, lines) } catch {
             await server.stop()
             throw error

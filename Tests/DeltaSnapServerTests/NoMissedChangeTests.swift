@@ -19,7 +19,7 @@ import Testing
         var servers: [TestServer] = []
         do {
             try await database.importText(Fixtures.ndjson(0..<200), collection: "items")
-            for _ in 0..<(backend == .postgres ? 3 : 1) { servers.append(try await TestServer.start(databasePath: database.url)) }
+            for _ in 0..<(backend == .postgres ? 3 : 1) { servers.append(try await TestServer.start(database: database.url)) }
             try await writeAndPoll(database, servers)
         } catch {
             // A failure is reported as one, not as a crash: PostgreSQL connections left open

@@ -57,8 +57,8 @@ import Testing
             let b = try await postgres.importText(text, collection: "items", replace: replace)
             #expect(a == b)
         }
-        let onSQLite = try await TestServer.start(databasePath: sqlite.url)
-        let onPostgres = try await TestServer.start(databasePath: postgres.url)
+        let onSQLite = try await TestServer.start(database: sqlite.url)
+        let onPostgres = try await TestServer.start(database: postgres.url)
         let expected = try await answers(onSQLite)
         let got = try await answers(onPostgres)
         for (a, b) in zip(expected, got) { #expect(a == b) }
@@ -92,8 +92,8 @@ import Testing
         try await database.importText(Fixtures.ndjson(0..<300), collection: "items")
         let replica = try primary.startReplica(in: dir.path)
         defer { replica.stop() }
-        let onPrimary = try await TestServer.start(databasePath: database.url)
-        let onReplica = try await TestServer.start(databasePath: database.url, readDatabase: replica.url)
+        let onPrimary = try await TestServer.start(database: database.url)
+        let onReplica = try await TestServer.start(database: database.url, readDatabase: replica.url)
         let first = try #require(try await database.head(of: "items"))
         try await waitForHead(onReplica, version: first.version)
 
@@ -162,7 +162,7 @@ import Testing
         let cluster = try #require(database.cluster)
         try await database.importText(Fixtures.ndjson(0..<100), collection: "items")
         let first = try #require(try await database.head(of: "items"))
-        let instances = [try await TestServer.start(databasePath: cluster.url), try await TestServer.start(databasePath: cluster.url)]
+        let instances = [try await TestServer.start(database: cluster.url), try await TestServer.start(database: cluster.url)]
         let pollers = [ProtocolPoller(), ProtocolPoller()]
         for (instance, poller) in zip(instances, pollers) { try await offPool { try poller.sync(try instance.connect()) } }
 
@@ -213,7 +213,7 @@ import Testing
         try await database.importText(#"{"id":"r0000001","hidden":true}"#, collection: "items")
         try await database.importText(Fixtures.ndjson(10..<20, revision: 2), collection: "items")
         let key = IndexSigningKey.generate()
-        let server = try await TestServer.start(databasePath: database.url, signingKeys: [key])
+        let server = try await TestServer.start(database: database.url, signingKeys: [key])
         let replica = try DeltaSnapReplica(
             path: dir.file("phone.sqlite"), collection: "items", url: URL(string: "\(server.baseURL)/v1/collections/items")!,
             trustedKeys: [key.publicKey])

@@ -28,7 +28,7 @@ import Testing
         access.privateCollections = ["private"]
         let key = IndexSigningKey.generate()
         let server = try await TestServer.start(
-            databasePath: dir.file("s.sqlite"), access: access, signingKeys: [key], changePollInterval: changePollInterval)
+            database: dir.file("s.sqlite"), access: access, signingKeys: [key], changePollInterval: changePollInterval)
         try await server.stopping { try await body(Fixture(dir: dir, store: store, server: server, key: key)) }
     }
 
@@ -62,7 +62,7 @@ import Testing
         try Fixtures.importText(#"{"id":"a","text":",\"signatures\":[]"}"#, into: store, collection: "countries")
         try Fixtures.importText(#"{"id":"s1","note":"},\"signatures\":"}"#, into: store, collection: "signatures")
         let key = IndexSigningKey.generate()
-        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), signingKeys: [key])
+        let server = try await TestServer.start(database: dir.file("s.sqlite"), signingKeys: [key])
         try await server.stopping {
             let document = try await offPool { try server.connect().request("GET", "/v1/index") }.body
             let text = String(decoding: document, as: UTF8.self)

@@ -42,7 +42,7 @@ import Testing
         var access = AccessPolicy()
         access.privateCollections = ["secret"]
         let key = IndexSigningKey.generate()
-        let server = try await TestServer.start(databasePath: dir.file("s.sqlite"), access: access, signingKeys: signed ? [key] : [])
+        let server = try await TestServer.start(database: dir.file("s.sqlite"), access: access, signingKeys: signed ? [key] : [])
         try await server.stopping { try await body(Fixture(dir: dir, store: store, server: server, key: key)) }
     }
 

@@ -21,7 +21,7 @@ import Testing
         let store = try await TestDatabase.make(backend, in: dir)
         try await store.importText(#"{"id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, collection: "notes")
         try await store.importText(#"{"id":"s1"}"#, collection: "secret")
-        let server = try await TestServer.start(databasePath: store.url, access: access)
+        let server = try await TestServer.start(database: store.url, access: access)
         do { try await body(server, store) } catch {
             await server.stop()
             await store.stop()

@@ -12,7 +12,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        let server = try await TestServer.start(databasePath: db, writeToken: writeToken, maximumWriteBodyBytes: 64 * 1024)
+        let server = try await TestServer.start(database: db, writeToken: writeToken, maximumWriteBodyBytes: 64 * 1024)
         do { try await body(server, db) } catch {
             await server.stop()
             throw error

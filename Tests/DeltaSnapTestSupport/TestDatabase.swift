@@ -16,7 +16,7 @@ public enum TestBackend: String, CaseIterable, Sendable, CustomStringConvertible
 /// ```swift
 /// let database = try await TestDatabase.make(.postgres, in: dir)
 /// defer { database.stop() }
-/// let server = try await TestServer.start(databasePath: database.url)
+/// let server = try await TestServer.start(database: database.url)
 /// ```
 public final class TestDatabase: Sendable {
     public let backend: TestBackend

@@ -15,8 +15,9 @@ public final class TestServer: Sendable {
 
     public var baseURL: String { "http://127.0.0.1:\(port)" }
 
+    /// `database` is what `--db` takes: an SQLite path or a `postgres://` URL (``StoreLocation``).
     public static func start(
-        databasePath: String, writeToken: String? = TestServer.writeToken,
+        database: String, writeToken: String? = TestServer.writeToken,
         maximumWriteBodyBytes: Int = 1024 * 1024, fullBodyCacheMaximumRecords: Int = 100_000,
         access: AccessPolicy = AccessPolicy(), logNotModified: Bool = false, logger: Logger? = nil,
         compaction: CompactionSchedule? = nil, port: Int = 0, signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30,
@@ -27,7 +28,7 @@ public final class TestServer: Sendable {
             quiet.logLevel = .warning
             return quiet
         }()
-        let store = try await StoreFactory.open(try StoreLocation(databasePath, readReplica: readDatabase), logger: logger)
+        let store = try await StoreFactory.open(try StoreLocation(database, readReplica: readDatabase), logger: logger)
         let server = try await DeltaSnapServer(
             store: store,
             configuration: .init(
@@ -60,7 +61,7 @@ public final class TestServer: Sendable {
     /// Runs `body`, then stops the server — also when `body` throws.
     ///
     /// ```swift
-    /// let server = try await TestServer.start(databasePath: db)
+    /// let server = try await TestServer.start(database: db)
     /// try await server.stopping { try await body(server) }
     /// ```
     public func stopping<T>(after body: () async throws -> T) async throws -> T {

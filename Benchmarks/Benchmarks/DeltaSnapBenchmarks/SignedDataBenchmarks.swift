@@ -48,7 +48,7 @@ func signedDataBenchmarks() {
                     let storePath = fixtures.path("store.sqlite")
                     _ = try buildStore(at: storePath, count: count)
                     let key = IndexSigningKey.generate()
-                    let url = try await startServer(databasePath: storePath, signingKeys: [key])
+                    let url = try await startServer(database: storePath, signingKeys: [key])
                     let replica = try DeltaSnapReplica(
                         path: fixtures.path("replica.sqlite"), collection: collection, url: url, trustedKeys: [key.publicKey])
                     let first = await replica.pull()

@@ -29,9 +29,9 @@ func bundledReplica(count: Int, root: String = "two-way") async throws -> DeltaS
 }
 
 /// Starts `deltasnap serve`'s server in this process on an ephemeral port.
-func startServer(databasePath: String, signingKeys: [IndexSigningKey] = []) async throws -> URL {
+func startServer(database: String, signingKeys: [IndexSigningKey] = []) async throws -> URL {
     let server = try await DeltaSnapServer(
-        store: try SQLiteCollectionStore(path: databasePath), configuration: .init(writeToken: "bench", signingKeys: signingKeys))
+        store: try SQLiteCollectionStore(path: database), configuration: .init(writeToken: "bench", signingKeys: signingKeys))
     let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
     syncFixtures.serverTask = Task {
         try await server.run(host: "127.0.0.1", port: 0, handleSignals: false) { port in
@@ -105,7 +105,7 @@ func twoWaySyncBenchmarks() {
                 try fixtures.makeRoot("push")
                 let storePath = fixtures.path("store.sqlite")
                 _ = try buildStore(at: storePath, count: 10_000)
-                syncFixtures.url = try await startServer(databasePath: storePath)
+                syncFixtures.url = try await startServer(database: storePath)
             },
             teardown: {
                 syncFixtures.serverTask?.cancel()

@@ -32,7 +32,7 @@ import Testing
 
     /// Syncs until the server has seen the import just made (its watcher polls every 20 ms).
     func syncPastTheImport(_ replica: DeltaSnapReplica) async -> SyncOutcome {
-        for _ in 0..<100 {
+        for _ in 0..<250 {
             let outcome = await replica.sync(ignoringBackoff: true)
             if outcome != .notModified { return outcome }
             try? await Task.sleep(for: .milliseconds(20))

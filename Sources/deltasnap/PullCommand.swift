@@ -153,9 +153,18 @@ struct DumpCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Path of the local replica.")
     var replica: String
 
+    @Option(name: .long, help: "The bundled .replica it started from: read in place while no data change has copied it to --replica.")
+    var snapshot: String?
+
     func run() async throws {
         try await reportingErrors {
-            guard FileManager.default.fileExists(atPath: replica) else { throw FileError(path: replica, reason: "does not exist") }
+            if let snapshot, BundledReplica.isReplica(snapshot) {
+                try ReplicaDump.dump(path: replica, bundledReplica: snapshot) { StandardOutput().write($0) }
+                return
+            }
+            guard FileManager.default.fileExists(atPath: replica) else {
+                throw FileError(path: replica, reason: "does not exist (a replica started from a bundled .replica is read in place until its data changes: pass that file as --snapshot)")
+            }
             try ReplicaDump.dump(path: replica) { StandardOutput().write($0) }
         }
     }

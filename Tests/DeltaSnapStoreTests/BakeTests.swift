@@ -82,8 +82,13 @@ import Testing
                                 "--snapshot", dir.file("one/items.replica"), "--timeout", "1"])
         #expect(pull.status == 4, "\(pull.stderr)")
         #expect(pull.stdout.contains("records=300"), "\(pull.stdout)")
-        let dump = try CLI.run(["dump", "--replica", dir.file("app.sqlite")])
+        // A sync that changed no data left the bundle in place (issue 21): nothing was copied;
+        // `dump` reads the bundle it started from.
+        #expect(!FileManager.default.fileExists(atPath: dir.file("app.sqlite")))
+        let dump = try CLI.run(["dump", "--replica", dir.file("app.sqlite"), "--snapshot", dir.file("one/items.replica")])
         #expect(dump.stdout == (try CLI.run(["export", "--db", dir.file("one.sqlite"), "--collection", "items"]).stdout))
+        let withoutBundle = try CLI.run(["dump", "--replica", dir.file("app.sqlite")])
+        #expect(withoutBundle.status == 1 && withoutBundle.stderr.contains("pass that file as --snapshot"), "\(withoutBundle.stderr)")
 
         // A damaged replica is refused in one line.
         var damaged = replicas[0]

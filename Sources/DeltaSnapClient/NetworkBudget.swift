@@ -13,9 +13,11 @@ import Foundation
 /// if case .postponed = await replica.sync() { banner.text = "Update waiting for Wi-Fi" }
 /// ```
 ///
-/// The bytes counted are those the transport receives: the `Content-Length` of the answer
-/// (its gzip size) when the server announces one, else the bytes as they arrive. The signed
-/// index (§8) is always fetched: it is what says whether anything changed.
+/// The bytes counted are the answer's `Content-Length` — its size on the wire, gzip — before
+/// any of its body is received; a body that announces no length (the server streams only
+/// large bodies) is postponed without downloading any of it. Error answers are not limited
+/// (their `Retry-After` is heeded). The signed index (§8) is always fetched: it is what says
+/// whether anything changed.
 public struct NetworkBudget: Sendable, Equatable {
     /// The largest body a sync downloads; nil: any size.
     public var maximumBodyBytes: Int?

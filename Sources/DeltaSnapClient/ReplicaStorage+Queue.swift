@@ -29,7 +29,8 @@ extension ReplicaStorage {
         let current = try record(id: id).map { try Record.parse($0) }
         // The strict rule against the local view: what would certainly be refused is not queued.
         let local = try RecordMerge.apply(mutation, to: current)
-        if let earlier = try unsentTail(of: id), let folded = WriteCoalescing.fold(mutation, into: earlier) {
+        if let earlier = try unsentTail(of: id),
+           let folded = WriteCoalescing.fold(mutation, into: earlier, serverHasRecord: try serverRecord(id: id) != nil) {
             try replace(earlier, by: folded)
             try rebuildOverlay(id: id)
             return earlier.seq

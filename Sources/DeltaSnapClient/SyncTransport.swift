@@ -35,9 +35,9 @@ public struct SyncRequest: Sendable, Equatable {
     }
 }
 
-/// A response body larger than the request's ``SyncRequest/maximumBodyBytes``: the transport
-/// stopped receiving it (at its announced `Content-Length` when there is one, else once the
-/// bytes received passed the limit) and kept nothing.
+/// A `200` whose body is over the request's ``SyncRequest/maximumBodyBytes``: its announced
+/// `Content-Length` (bytes on the wire) passes the limit, or it announces none (a streamed
+/// body, whose size is only known once paid for). The transport received none of it.
 public struct SyncBodyOverBudget: Error, Sendable, Equatable, CustomStringConvertible {
     /// The body's size as announced (`Content-Length`), when it was.
     public var announcedBytes: Int?

@@ -40,7 +40,8 @@ public final class URLSessionTransport: NSObject, SyncTransport, @unchecked Send
 }
 
 /// Writes a data task's body to a file chunk by chunk and reports the response at the end;
-/// stops a body that passes `limit` bytes (announced or received) and reports that instead.
+/// with a `limit`, refuses a 200 whose announced size passes it (or is not announced) before
+/// any of its body is received, and reports that instead.
 private final class BodyReceiver: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     private let file: URL
     private let handle: FileHandle
@@ -67,21 +68,25 @@ private final class BodyReceiver: NSObject, URLSessionDataDelegate, @unchecked S
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse, completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {
         lock.withLock { self.response = response as? HTTPURLResponse }
-        if let limit, response.expectedContentLength > Int64(limit) {
-            lock.withLock { writeError = SyncBodyOverBudget(announcedBytes: Int(response.expectedContentLength), limit: limit) }
-            completionHandler(.cancel)
-            return
+        // Only a 200's body counts against a budget (an error answer is small, and its
+        // Retry-After must be heard). Its announced size is compared as announced — bytes on
+        // the wire, gzip — and a body that does not announce one (chunked: a large streamed
+        // body) is not started: its size is only known once it has been paid for.
+        if let limit, let http = response as? HTTPURLResponse, http.statusCode == 200 {
+            // The header itself: URLSession reports no expected length for a body it decodes.
+            let announced = http.value(forHTTPHeaderField: "Content-Length").flatMap { Int($0) }
+                ?? (response.expectedContentLength < 0 ? nil : Int(response.expectedContentLength))
+            if announced.map({ $0 > limit }) ?? true {
+                lock.withLock { writeError = SyncBodyOverBudget(announcedBytes: announced, limit: limit) }
+                completionHandler(.cancel)
+                return
+            }
         }
         completionHandler(.allow)
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         lock.withLock {
-            if let limit, written + data.count > limit {
-                writeError = SyncBodyOverBudget(announcedBytes: nil, limit: limit)
-                dataTask.cancel()
-                return
-            }
             do {
                 try handle.write(contentsOf: data)
                 written += data.count

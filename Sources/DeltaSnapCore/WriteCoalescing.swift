@@ -8,18 +8,22 @@
 /// | earlier | later | queued instead |
 /// |---|---|---|
 /// | patch | patch | one patch: the later fields over the earlier (a `null` stays, it removes) |
-/// | put / insert | patch | the put / insert with the patch merged into its value |
-/// | put / patch / delete | put | the later put |
+/// | put | patch | the put with the patch merged into its value |
+/// | insert | patch | the insert with the patch merged in — while the server holds no such record |
+/// | put / patch | put | the later put |
 /// | put / patch / delete | delete | the delete |
-/// | insert | delete | nothing: the record was never pushed |
+/// | insert | delete | nothing, while the server holds no such record (it was never pushed); else the delete |
 ///
-/// Every other pair stays two writes: an insert followed by a put keeps both (the insert's
-/// create-only refusal must stay possible), and so does a delete followed by an insert.
+/// Every other pair stays two writes: an insert followed by a put (the insert's create-only
+/// refusal must stay possible, and the put then lands), a delete followed by a put or an
+/// insert. "The server holds" is what the replica last pulled: once a pull brought someone
+/// else's record under the same id, the insert will be refused, and a patch or delete the
+/// user made after it must still reach that record.
 ///
 /// ```swift
 /// let on = Mutation(seq: 4, operation: .patch, id: "post-1", value: .object([JSONMember("recommended", .bool(true))]))
 /// let off = Mutation(seq: 5, operation: .patch, id: "post-1", value: .object([JSONMember("recommended", .bool(false))]))
-/// WriteCoalescing.fold(off, into: on)   // .write(patch {"recommended":false}, seq 4)
+/// WriteCoalescing.fold(off, into: on, serverHasRecord: true)   // .write(patch {"recommended":false}, seq 4)
 /// ```
 public enum WriteCoalescing {
     /// What replaces the earlier queued write.
@@ -31,8 +35,9 @@ public enum WriteCoalescing {
     }
 
     /// `later` folded into `earlier` (both on one record, `earlier` never sent), or nil when
-    /// the two must stay separate writes.
-    public static func fold(_ later: Mutation, into earlier: Mutation) -> Folded? {
+    /// the two must stay separate writes. `serverHasRecord`: the server state the replica
+    /// holds has a visible record with this id.
+    public static func fold(_ later: Mutation, into earlier: Mutation, serverHasRecord: Bool) -> Folded? {
         guard later.id == earlier.id else { return nil }
         func replaced(_ operation: Mutation.Operation, _ value: JSONValue?) -> Folded {
             // The earlier base: the folded write started from what the device showed then.
@@ -42,15 +47,19 @@ public enum WriteCoalescing {
         case (.patch, .patch):
             guard let fields = merged(later.value, over: earlier.value, keepingNulls: true) else { return nil }
             return replaced(.patch, fields)
-        case (.put, .patch), (.insert, .patch):
+        case (.put, .patch):
             guard let value = merged(later.value, over: earlier.value, keepingNulls: false) else { return nil }
-            return replaced(earlier.operation, value)
-        case (.put, .put), (.patch, .put), (.delete, .put):
+            return replaced(.put, value)
+        case (.insert, .patch):
+            // Someone else's record under this id will refuse the insert: the patch must stay apart.
+            guard !serverHasRecord, let value = merged(later.value, over: earlier.value, keepingNulls: false) else { return nil }
+            return replaced(.insert, value)
+        case (.put, .put), (.patch, .put):
             return replaced(.put, later.value)
         case (.put, .delete), (.patch, .delete), (.delete, .delete):
             return replaced(.delete, nil)
         case (.insert, .delete):
-            return .nothing
+            return serverHasRecord ? replaced(.delete, nil) : .nothing
         default:
             return nil
         }

@@ -17,8 +17,14 @@ final class ReplicaStorage {
     /// copied to: a first start costs an open, whatever the dataset's size.
     private(set) var borrowed: (source: String, destination: String)?
 
+    /// The replica's own path (nil while a bundle is borrowed and not yet copied).
+    private(set) var path: String?
+
     init(path: String) throws {
         db = try Self.openWritable(path)
+        self.path = path
+        // Bookkeeping a crash left beside a just-installed copy of its bundle.
+        if FileManager.default.fileExists(atPath: SyncBookkeeping.path(for: path)) { try adoptBookkeeping(bundleToken: nil) }
     }
 
     /// Reads the bundled replica `source` in place (read-only: an app bundle is); the first
@@ -26,6 +32,7 @@ final class ReplicaStorage {
     init(borrowing source: String, copyingTo destination: String) throws {
         db = try SQLiteConnection(path: source, readOnly: true, create: false)
         borrowed = (source, destination)
+        path = nil
     }
 
     /// Opens the replica read-write in WAL mode, creating its schema. The page cache is 8 MiB
@@ -51,9 +58,12 @@ final class ReplicaStorage {
             CREATE INDEX IF NOT EXISTS pending_by_id ON pending(id, seq);
             CREATE TABLE IF NOT EXISTS overlay(id TEXT PRIMARY KEY, body BLOB) WITHOUT ROWID;
             """)
-        // Each queued write's base token (conflict copies): replicas from before it get the column.
-        if try db.scalarInt("SELECT count(*) FROM pragma_table_info('pending') WHERE name = 'base'") == 0 {
-            try db.execute("ALTER TABLE pending ADD COLUMN base TEXT")
+        // Each queued write's base token (conflict copies): replicas from before it get the
+        // column — checked again under the write lock, as an app and its extension may open
+        // the same old replica at once.
+        func lacksBase() throws -> Bool { try db.scalarInt("SELECT count(*) FROM pragma_table_info('pending') WHERE name = 'base'") == 0 }
+        if try lacksBase() {
+            try db.transaction(.immediate) { if try lacksBase() { try db.execute("ALTER TABLE pending ADD COLUMN base TEXT") } }
         }
         return db
     }
@@ -65,33 +75,60 @@ final class ReplicaStorage {
         return try db.transaction(.immediate, body)
     }
 
-    /// Copies the borrowed bundled replica to its own path and reopens it there.
+    /// Copies the borrowed bundled replica to its own path and reopens it there — or, when
+    /// another process (a second app process, an extension, `deltasnap local`) made the
+    /// replica meanwhile, goes on in that one: an existing replica is never replaced.
     private func adoptIfBorrowed() throws {
         guard let (source, destination) = borrowed else { return }
-        // Close the read-only connection first, and remove a stale -wal of an earlier
-        // replica at `destination`: it must never be replayed into the copy.
+        let bundleToken = try Self.stateValues(in: db)["token"]
         statements = [:]
         db = try SQLiteConnection(path: ":memory:")
+        // One adopter at a time: the check for an existing replica and the install are one step.
+        let lock = try FileLock(path: destination + "-adopt.lock")
+        defer { lock.unlock() }
+        if !FileManager.default.fileExists(atPath: destination) { try Self.install(copyOf: source, at: destination) }
+        db = try Self.openWritable(destination)
+        borrowed = nil
+        path = destination
+        // An empty replica someone created at this path gets the bundle's rows (its queued
+        // writes stay); one that already holds data is kept as it is.
+        if try Self.stateValues(in: db)["token"] == nil { try load(fromReplica: source) }
+        try adoptBookkeeping(bundleToken: bundleToken)
+    }
+
+    /// Installs a copy (a clone where the file system can: APFS, Btrfs, XFS — O(1) on a
+    /// phone) of `source` at `destination`, which does not exist, atomically.
+    private static func install(copyOf source: String, at destination: String) throws {
         let files = FileManager.default
         let temporary = destination + ".adopting"
+        // A -wal left by an earlier replica at this path must never be replayed into the copy.
         for stale in [temporary, destination + "-wal", destination + "-shm"] where files.fileExists(atPath: stale) {
             try files.removeItem(atPath: stale)
         }
-        // A clone where the file system can (APFS, Btrfs, XFS: O(1) on a phone); a copy elsewhere.
         try FileClone.copy(source, to: temporary)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: temporary))
         try handle.synchronize()
         try handle.close()
-        guard rename(temporary, destination) == 0 else {
+        // link(2), not rename(2): it fails rather than replace a replica that appeared meanwhile.
+        defer { unlink(temporary) }
+        guard link(temporary, destination) == 0 || errno == EEXIST else {
             throw SQLiteError(code: -1, message: "\(destination): cannot install the bundled replica (errno \(errno))")
         }
-        db = try Self.openWritable(destination)
-        // Bookkeeping kept beside the bundle while it was read in place joins the copy.
-        if let bookkeeping = try SyncBookkeeping.openIfCurrent(for: self) {
-            try db.transaction(.immediate) { try write(try bookkeeping.values()) }
-        }
-        SyncBookkeeping.remove(for: destination)
-        borrowed = nil
+    }
+
+    /// Moves the bookkeeping kept beside the bundle (``SyncBookkeeping``) into this replica
+    /// when it still holds that bundle's state, and removes the side file. Also run on open:
+    /// a crash between installing the copy and this step leaves the file behind.
+    /// `bundleToken`: the bundle's token when known (nil on open: the replica's own token).
+    func adoptBookkeeping(bundleToken: String?) throws {
+        guard let path = self.path else { return }
+        // Only onto the bundle's own state: its rows include the validators and the token.
+        guard let held = try Self.stateValues(in: db)["token"], held == bundleToken ?? held,
+              let bookkeeping = try SyncBookkeeping.openIfCurrent(destination: path, bundleToken: held)
+        else { return }
+        let rows = try bookkeeping.values()
+        try db.transaction(.immediate) { try write(rows) }
+        SyncBookkeeping.remove(for: path)
     }
 
     /// Loads the records and verified state of the bundled replica `source` into this
@@ -130,7 +167,8 @@ final class ReplicaStorage {
 
     func loadState() throws -> ReplicaState {
         var values = try Self.stateValues(in: db)
-        if borrowed != nil, let bookkeeping = try SyncBookkeeping.openIfCurrent(for: self) {
+        if let (_, destination) = borrowed,
+           let bookkeeping = try SyncBookkeeping.openIfCurrent(destination: destination, bundleToken: values["token"]) {
             for (key, value) in try bookkeeping.values() { values[key] = value }
         }
         return Self.state(from: values)
@@ -200,11 +238,11 @@ final class ReplicaStorage {
     /// asked for, the binding): in the replica, or — while a bundled replica is read in
     /// place — in its small side file, so no such write copies the bundle.
     func saveBookkeeping(_ state: ReplicaState) throws {
-        guard borrowed != nil else {
+        guard let (_, destination) = borrowed else {
             try writeTransaction { try save(state) }
             return
         }
-        try SyncBookkeeping.open(for: self).write(Self.rows(of: state))
+        try SyncBookkeeping.open(destination: destination, bundleToken: try Self.stateValues(in: db)["token"]).write(Self.rows(of: state))
     }
 
     // MARK: - Reads

@@ -17,24 +17,23 @@ struct SyncBookkeeping {
 
     static func path(for destination: String) -> String { destination + "-sync" }
 
-    /// Opens (creating) the bookkeeping of `storage`'s borrowed bundle.
-    static func open(for storage: ReplicaStorage) throws -> SyncBookkeeping {
-        guard let destination = storage.borrowed?.destination else { preconditionFailure("bookkeeping of a replica that is not borrowed") }
+    /// Opens (creating) the bookkeeping of the replica to be at `destination`, read from
+    /// the bundle whose token is `bundleToken`.
+    static func open(destination: String, bundleToken: String?) throws -> SyncBookkeeping {
         let db = try SQLiteConnection(path: path(for: destination))
         try db.execute("CREATE TABLE IF NOT EXISTS state(key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID")
         let bookkeeping = SyncBookkeeping(db: db)
-        try bookkeeping.write([bundleKey: try bundleToken(of: storage)])
+        try bookkeeping.write([bundleKey: bundleToken])
         return bookkeeping
     }
 
-    /// The bookkeeping of `storage`'s bundle when there is some for this very bundle; a
-    /// file written against another bundle is removed.
-    static func openIfCurrent(for storage: ReplicaStorage) throws -> SyncBookkeeping? {
-        guard let destination = storage.borrowed?.destination, FileManager.default.fileExists(atPath: path(for: destination)) else { return nil }
-        let db = try SQLiteConnection(path: path(for: destination))
-        let bookkeeping = SyncBookkeeping(db: db)
+    /// The bookkeeping beside `destination` when there is some for the bundle whose token
+    /// is `bundleToken`; a file written against another bundle is removed.
+    static func openIfCurrent(destination: String, bundleToken: String?) throws -> SyncBookkeeping? {
+        guard FileManager.default.fileExists(atPath: path(for: destination)) else { return nil }
+        let bookkeeping = SyncBookkeeping(db: try SQLiteConnection(path: path(for: destination)))
         let rows = (try? bookkeeping.allRows()) ?? [:]
-        guard let tie = rows[bundleKey] ?? nil, tie == (try bundleToken(of: storage)) else {
+        guard let tie = rows[bundleKey] ?? nil, tie == bundleToken else {
             remove(for: destination)
             return nil
         }
@@ -43,10 +42,6 @@ struct SyncBookkeeping {
 
     static func remove(for destination: String) {
         for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path(for: destination) + suffix) }
-    }
-
-    private static func bundleToken(of storage: ReplicaStorage) throws -> String? {
-        try ReplicaStorage.stateValues(in: storage.db)["token"]
     }
 
     /// The state rows recorded (nil: the row was removed), without the bundle tie.

@@ -197,6 +197,36 @@ extension BundledReplicaTests {
     }
 }
 
+extension BundledReplicaTests {
+    /// Another process made the replica while this one still read the bundle in place (an
+    /// extension, `deltasnap local`): the first data change goes on in that file — its queued
+    /// write kept — and never replaces it with a fresh copy of the bundle.
+    @Test func aReplicaAnotherProcessCreatedMeanwhileIsNeverReplaced() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await baked(dir, count: 50)
+        let server = try await TestServer.start(database: dir.file("s.sqlite"))
+        try await server.stopping {
+            let path = dir.file("items.sqlite")
+            let url = URL(string: "\(server.baseURL)/v1/collections/items")!
+            let app = try DeltaSnapReplica(
+                path: path, collection: "items", url: url, bundledSnapshot: dir.file("items.replica"), accessToken: TestServer.writeToken)
+            #expect(await app.sync() == .notModified && !FileManager.default.fileExists(atPath: path))
+            try LocalReplica(path: path).insert(id: "from-the-extension", json: #"{"v":1}"#)
+            try Fixtures.importText(#"{"id":"new","v":1}"#, into: store, collection: "items")
+            try await waitForToken(server, store)
+            #expect(await app.sync().name == "delta")
+            #expect(try await app.pendingWrites().map(\.id) == ["from-the-extension"])
+            #expect(try await app.record(id: "from-the-extension") != nil)
+            #expect(try await app.record(id: "new") != nil)
+            await app.sync()
+            #expect(await app.lastPushReport.accepted == 1)
+            #expect(try Fixtures.export(store, "items").contains("from-the-extension"))
+            #expect(try dump(path) == Fixtures.export(store, "items"))
+        }
+    }
+}
+
 /// Where the client keeps a bundled replica's bookkeeping (docs/CLIENT.md).
 enum SyncBookkeepingPath {
     static func of(_ path: String) -> String { path + "-sync" }

@@ -57,7 +57,7 @@ extension PostgresStore {
                 let versions = Array(Set(stored.values.map { Int64($0.version) }))
                 for try await version in try await connection.query("""
                     SELECT DISTINCT version FROM deltasnap_push_results
-                    WHERE collection = \(collection) AND client = \(ledgerClient) AND error IS NULL AND version = ANY(\(versions))
+                    WHERE collection = \(collection) AND client = \(ledgerClient) AND error IS NULL AND committed AND version = ANY(\(versions))
                     """, logger: logger).decode(Int64.self) { own.insert(UInt64(version)) }
                 fork = ForkCheck(client: client, epoch: locked.epoch, committedByThisClient: { own.contains($0) })
             }
@@ -84,10 +84,10 @@ extension PostgresStore {
                 guard let kept = result.status.keptColumns else { continue }
                 let version = kept.version.map { Int64($0) }
                 try await connection.query("""
-                    INSERT INTO deltasnap_push_results(collection, client, seq, version, error, message, at)
-                    VALUES (\(collection), \(ledgerClient), \(Int64(result.seq)), \(version), \(kept.error), \(kept.message), \(now))
+                    INSERT INTO deltasnap_push_results(collection, client, seq, version, error, message, at, committed)
+                    VALUES (\(collection), \(ledgerClient), \(Int64(result.seq)), \(version), \(kept.error), \(kept.message), \(now), \(written.committed))
                     ON CONFLICT (collection, client, seq) DO UPDATE SET version = EXCLUDED.version, error = EXCLUDED.error,
-                        message = EXCLUDED.message, at = EXCLUDED.at
+                        message = EXCLUDED.message, at = EXCLUDED.at, committed = EXCLUDED.committed
                     """, logger: logger)
             }
             try await connection.query(

@@ -25,7 +25,7 @@ import PostgresNIO
 final class PostgresStore: @unchecked Sendable {
     /// Version of the `deltasnap_*` tables this release creates and reads; recorded in
     /// `deltasnap_schema`, so a later release can migrate step by step.
-    public static let schemaVersion = 2
+    public static let schemaVersion = 3
 
     /// The channel every commit notifies (payload `NAME VERSION`), delivered at commit.
     public static let notificationChannel = "deltasnap_heads"
@@ -79,7 +79,7 @@ final class PostgresStore: @unchecked Sendable {
             }
             guard found <= Self.schemaVersion else { throw StoreError.newerSchema(found: found, supported: Self.schemaVersion) }
             // Each step once, in order: a store made by an older release is brought forward.
-            for (version, statements) in [(1, Self.schemaV1), (2, Self.schemaV2)] where found < version {
+            for (version, statements) in [(1, Self.schemaV1), (2, Self.schemaV2), (3, Self.schemaV3)] where found < version {
                 for statement in statements { try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger) }
                 try await connection.query("INSERT INTO deltasnap_schema(version) VALUES (\(version))", logger: logger)
             }
@@ -105,6 +105,11 @@ final class PostgresStore: @unchecked Sendable {
             cid BIGINT NOT NULL, version BIGINT NOT NULL, committed_at BIGINT NOT NULL, PRIMARY KEY(cid, version))
         """,
         "CREATE TABLE deltasnap_publication(id INTEGER PRIMARY KEY CHECK (id = 1), sequence BIGINT NOT NULL)",
+    ]
+
+    /// Whether a push committed the version its results name, as SQLite's schema v4.
+    private static let schemaV3 = [
+        "ALTER TABLE deltasnap_push_results ADD COLUMN committed BOOLEAN NOT NULL DEFAULT TRUE",
     ]
 
     /// Two-way sync, as SQLite's schema v2: each client's last write number, recent push

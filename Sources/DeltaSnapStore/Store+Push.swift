@@ -96,7 +96,7 @@ extension Store {
             if written.committed, let head = written.head {
                 try ledger.recordHistory(plan.replacedValues, replacedIn: head.version, at: head.committedAt, keptAt: now)
             }
-            try ledger.save(lastSeq: plan.newLastSeq, results: results.filter { $0.seq > lastSeq }, at: now)
+            try ledger.save(lastSeq: plan.newLastSeq, results: results.filter { $0.seq > lastSeq }, committed: written.committed, at: now)
             try ledger.prune(resultsBefore: now - retention.results, historyBefore: now - retention.history)
             let response = PushResponse(
                 collection: collection, client: client, lastSeq: plan.newLastSeq, committed: written.committed,
@@ -331,9 +331,11 @@ struct PushLedger {
             message: statement.isNull(2) ? nil : statement.string(2))
     }
 
-    /// Whether one of this client's pushes committed `version`.
+    /// Whether one of this client's pushes committed `version` (not merely named it: a batch
+    /// that changed nothing names the head).
     func committed(version: UInt64) throws -> Bool {
-        let statement = try db.prepare("SELECT 1 FROM push_results WHERE collection = ? AND client = ? AND version = ? AND error IS NULL LIMIT 1")
+        let statement = try db.prepare(
+            "SELECT 1 FROM push_results WHERE collection = ? AND client = ? AND version = ? AND error IS NULL AND committed = 1 LIMIT 1")
         try statement.bind(1, collection)
         try statement.bind(2, client)
         try statement.bind(3, version)
@@ -341,7 +343,7 @@ struct PushLedger {
         return try statement.step()
     }
 
-    func save(lastSeq: UInt64, results: [MutationResult], at now: Int64) throws {
+    func save(lastSeq: UInt64, results: [MutationResult], committed: Bool, at now: Int64) throws {
         let client = try db.prepare("""
             INSERT INTO push_clients(collection, client, last_seq) VALUES (?, ?, ?)
             ON CONFLICT(collection, client) DO UPDATE SET last_seq = excluded.last_seq
@@ -350,7 +352,8 @@ struct PushLedger {
         try client.bind(2, self.client)
         try client.bind(3, lastSeq)
         try client.run()
-        let insert = try db.prepare("INSERT OR REPLACE INTO push_results(collection, client, seq, version, error, message, at) VALUES (?, ?, ?, ?, ?, ?, ?)")
+        let insert = try db.prepare(
+            "INSERT OR REPLACE INTO push_results(collection, client, seq, version, error, message, at, committed) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
         for result in results {
             guard let columns = result.status.keptColumns else { continue }
             try insert.bind(1, collection)
@@ -360,6 +363,7 @@ struct PushLedger {
             if let error = columns.error { try insert.bind(5, error) } else { try insert.bindNull(5) }
             if let message = columns.message { try insert.bind(6, message) } else { try insert.bindNull(6) }
             try insert.bind(7, now)
+            try insert.bind(8, committed)
             try insert.run()
         }
     }

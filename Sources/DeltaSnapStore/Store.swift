@@ -20,7 +20,7 @@ public final class Store {
     public let configuration: StoreConfiguration
     let db: SQLiteConnection
 
-    static let schemaVersion: Int64 = 3
+    static let schemaVersion: Int64 = 4
 
     public init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false) throws {
         if let epoch = configuration.epochForNewCollections, !ServerToken.isEpoch(epoch) {
@@ -47,6 +47,9 @@ public final class Store {
             if current < 1 { try db.execute(Self.schemaV1) }
             if current < 2 { try db.execute(Self.schemaV2) }
             if current < 3 { try migrateToV3() }
+            // Whether a push committed the version its results name (a batch that changed
+            // nothing names the head, someone else's): conflict copies ask (§5.6).
+            if current < 4 { try db.execute("ALTER TABLE push_results ADD COLUMN committed INTEGER NOT NULL DEFAULT 1") }
             try db.execute("PRAGMA user_version = \(Self.schemaVersion)")
         }
     }

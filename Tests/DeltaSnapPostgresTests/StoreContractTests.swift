@@ -200,4 +200,19 @@ extension StoreContractTests {
             #expect(refusal.code == "invalid_mutation")
         }
     }
+
+    /// A batch that changed nothing names the head in its results — a version another
+    /// client committed — which must not pass for this client's own change.
+    @Test(arguments: TestBackend.allCases)
+    func aBatchThatChangedNothingDoesNotMakeTheHeadItsOwn(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            try await database.importText(#"{"id":"n1","title":"a"}"#, collection: "notes")
+            let base = try #require(try await database.head(of: "notes")).token.description
+            #expect(try await push(database, Self.write("other", seq: 1, base: base, title: "other")) == [.applied(version: 2)])
+            // The tablet deletes what is not there: nothing committed, the result names version 2.
+            #expect(try await push(database, #"{"client":"tablet","mutations":[{"id":"ghost","op":"delete","seq":1}]}"#) == [.applied(version: 2)])
+            let copy = ConflictCopy.id(of: "n1", client: "tablet", seq: 2)
+            #expect(try await push(database, Self.write("tablet", seq: 2, base: base, title: "tablet")) == [.copied(version: 3, copy: copy)])
+        }
+    }
 }

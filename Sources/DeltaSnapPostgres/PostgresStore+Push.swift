@@ -40,7 +40,14 @@ extension PostgresStore {
                 }
             }
             var stored: [String: (record: Record, version: UInt64)] = [:]
-            let ids = Array(Set(mutations.compactMap { $0.mutation?.id }))
+            var wanted = Set(mutations.compactMap { $0.mutation?.id })
+            if policy == .fork {
+                // The conflict copies a write may make: a copy that replaces a record goes to history too.
+                for parsed in mutations where parsed.seq > lastSeq {
+                    if let mutation = parsed.mutation, mutation.base != nil { wanted.insert(ConflictCopy.id(of: mutation.id, client: client, seq: parsed.seq)) }
+                }
+            }
+            let ids = Array(wanted)
             if !ids.isEmpty {
                 for try await (id, hidden, version, body) in try await connection.query("""
                     SELECT id, hidden, version, body FROM deltasnap_records WHERE cid = \(locked.cid) AND id = ANY(\(ids))

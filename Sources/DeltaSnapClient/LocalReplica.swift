@@ -19,6 +19,17 @@ public final class LocalReplica {
         storage = try ReplicaStorage(path: path)
     }
 
+    /// The replica at `path` — or, while it is still read from its bundled replica (no data
+    /// change has copied it to `path` yet), that bundle: reads and the checks of a local
+    /// write see the bundled records, and the first write copies the bundle to `path`.
+    public init(path: String, bundledReplica: String) throws {
+        if FileManager.default.fileExists(atPath: path) || !BundledReplica.isReplica(bundledReplica) {
+            storage = try ReplicaStorage(path: path)
+        } else {
+            storage = try ReplicaStorage(borrowing: bundledReplica, copyingTo: path)
+        }
+    }
+
     /// Replaces record `id` by `json` (a JSON object; its `id`, if any, must be `id`).
     @discardableResult
     public func put(id: String, json: String) throws -> UInt64 { try storage.enqueue(.put, id: id, json: json) }

@@ -24,6 +24,13 @@ struct LocalCommand: AsyncParsableCommand {
     struct Target: ParsableArguments {
         @Option(name: .long, help: "Path of the local replica (an SQLite file, created if missing).")
         var replica: String
+
+        @Option(name: .long, help: "The bundled .replica it started from: while no data change has copied it to --replica, the write is checked against the bundle and copies it.")
+        var snapshot: String?
+
+        func open() throws -> LocalReplica {
+            try snapshot.map { try LocalReplica(path: replica, bundledReplica: $0) } ?? LocalReplica(path: replica)
+        }
     }
 
     /// A whole record (put, insert): `ID JSON`, or many from `--file`.
@@ -78,7 +85,7 @@ struct LocalCommand: AsyncParsableCommand {
 
 private func queue(_ operation: Mutation.Operation, target: LocalCommand.Target, id: String?, json: String?, file: String?) async throws {
     try await reportingErrors {
-        let local = try LocalReplica(path: target.replica)
+        let local = try target.open()
         if let file {
             let records = try readNDJSONRecords(file)
             let seqs = try local.write(records, operation: operation)

@@ -231,3 +231,21 @@ extension BundledReplicaTests {
 enum SyncBookkeepingPath {
     static func of(_ path: String) -> String { path + "-sync" }
 }
+
+extension BundledReplicaTests {
+    /// `deltasnap local … --snapshot BUNDLE`: a replica still read from its bundle is written
+    /// to as the app would — checked against the bundled records, then copied with the write.
+    @Test func aLocalWriteThroughTheCLIOnAReplicaStillInItsBundle() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        _ = try await baked(dir, count: 20)
+        let path = dir.file("app.sqlite")
+        let bundle = dir.file("items.replica")
+        let pulled = try CLI.run(["pull", "--url", "http://127.0.0.1:9/v1/collections/items", "--replica", path, "--snapshot", bundle, "--timeout", "1"])
+        #expect(pulled.status == 4 && !FileManager.default.fileExists(atPath: path))
+        let patched = try CLI.run(["local", "patch", "--replica", path, "--snapshot", bundle, "r0000003", #"{"note":"offline"}"#])
+        #expect(patched.status == 0 && patched.stdout == "queued patch r0000003 (seq 1)\n", "\(patched.stdout)\(patched.stderr)")
+        #expect(try dump(path).contains(#""note":"offline""#))
+        #expect(try dump(path).split(separator: "\n").count == 20)
+    }
+}

@@ -6,12 +6,17 @@
 # bundle), measured in the same sitting. 127.0.0.1 only.
 #
 #   Benchmarks/bench-first-sync.sh                 # RECORDS=1000000 RUNS=3
+#   BASELINE_BIN=/path/to/old/deltasnap Benchmarks/bench-first-sync.sh   # the old client side by side
+#
+# The server runs with --log-level warning (it is the reference point, not what is timed);
+# every timed command is the CLI with default flags.
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/bench-common.sh"
 RECORDS="${RECORDS:-1000000}"
 RUNS="${RUNS:-3}"
 DS_PORT="${DS_PORT:-18097}"
+BASELINE_BIN="${BASELINE_BIN:-}"
 TOKEN=bench-first-sync
 
 need curl
@@ -31,25 +36,33 @@ timed() { local start end; start=$(date +%s%N); "$@" >/dev/null 2>&1 || true; en
 exists() { [[ -e "$1" ]] && echo yes || echo no; }
 
 printf 'bundle\t%s records\t%s MB\n' "$RECORDS" "$(du -m "$BUNDLE" | cut -f1)"
-printf 'run\tcase\tms\treplica copied\n'
-# The server still holds the bundle's state: first attempts answered 304.
+BUILDS=("new:$BIN")
+[[ -n "$BASELINE_BIN" ]] && BUILDS+=("old:$BASELINE_BIN")
+printf 'run\tbuild\tcase\tms\treplica copied\n'
+# The server still holds the bundle's state: first attempts answered 304. Builds alternate
+# within each run, so the VM's drift hits both alike.
 for run in $(seq 1 "$RUNS"); do
-    R="$TMP/app-$run.sqlite"
-    printf '%s\tfirst attempt, dead server\t%s\t%s\n' "$run" \
-        "$(timed "$BIN" pull --url "http://127.0.0.1:9/v1/collections/items" --replica "$R" --snapshot "$BUNDLE" --timeout 2)" "$(exists "$R")"
-    rm -f "$R"*
-    printf '%s\tfirst attempt, 304\t%s\t%s\n' "$run" "$(timed "$BIN" pull --url "$URL" --replica "$R" --snapshot "$BUNDLE")" "$(exists "$R")"
-    printf '%s\tsecond attempt, 304\t%s\t%s\n' "$run" "$(timed "$BIN" pull --url "$URL" --replica "$R" --snapshot "$BUNDLE")" "$(exists "$R")"
-    rm -f "$R"*
+    for build in "${BUILDS[@]}"; do
+        name="${build%%:*}" bin="${build#*:}" R="$TMP/app-${build%%:*}-$run.sqlite"
+        printf '%s\t%s\tfirst attempt, dead server\t%s\t%s\n' "$run" "$name" \
+            "$(timed "$bin" pull --url "http://127.0.0.1:9/v1/collections/items" --replica "$R" --snapshot "$BUNDLE" --timeout 2)" "$(exists "$R")"
+        rm -f "$R"*
+        printf '%s\t%s\tfirst attempt, 304\t%s\t%s\n' "$run" "$name" "$(timed "$bin" pull --url "$URL" --replica "$R" --snapshot "$BUNDLE")" "$(exists "$R")"
+        printf '%s\t%s\tsecond attempt, 304\t%s\t%s\n' "$run" "$name" "$(timed "$bin" pull --url "$URL" --replica "$R" --snapshot "$BUNDLE")" "$(exists "$R")"
+        rm -f "$R"*
+    done
 done
 # Then one record changes per run: a fresh app's first sync is a small delta on the bundle.
 for run in $(seq 1 "$RUNS"); do
-    R="$TMP/app-delta-$run.sqlite"
     curl -s -o /dev/null -X PUT -H "Authorization: Bearer $TOKEN" -d "{\"run\":$run}" "$URL/records/first-sync-$run"
     sleep 0.3
-    printf '%s\tfirst sync, a %s-record delta\t%s\t%s\n' "$run" "$run" "$(timed "$BIN" pull --url "$URL" --replica "$R" --snapshot "$BUNDLE")" "$(exists "$R")"
-    printf '%s\tthe sync after it (304)\t%s\t%s\n' "$run" "$(timed "$BIN" pull --url "$URL" --replica "$R")" "$(exists "$R")"
+    for build in "${BUILDS[@]}"; do
+        name="${build%%:*}" bin="${build#*:}" R="$TMP/app-delta-${build%%:*}-$run.sqlite"
+        printf '%s\t%s\tfirst sync, a %s-record delta\t%s\t%s\n' "$run" "$name" "$run" "$(timed "$bin" pull --url "$URL" --replica "$R" --snapshot "$BUNDLE")" "$(exists "$R")"
+        printf '%s\t%s\tthe sync after it (304)\t%s\t%s\n' "$run" "$name" "$(timed "$bin" pull --url "$URL" --replica "$R")" "$(exists "$R")"
+        rm -f "$R"*
+    done
     start=$(date +%s%N); cp "$BUNDLE" "$TMP/copy.sqlite"; sync "$TMP/copy.sqlite"; end=$(date +%s%N)
-    printf '%s\treference: cp + fsync of the bundle\t%s\t-\n' "$run" "$(ms "$start" "$end")"
-    rm -f "$TMP/copy.sqlite" "$R"*
+    printf '%s\t-\treference: cp + fsync of the bundle\t%s\t-\n' "$run" "$(ms "$start" "$end")"
+    rm -f "$TMP/copy.sqlite"
 done

@@ -83,15 +83,16 @@ public actor DeltaSnapReplica {
         self.accessToken = accessToken
         self.pushBatchSize = max(1, min(pushBatchSize, PushRequest.maximumMutations))
         let bundledReplica = bundledSnapshot.map(BundledReplica.isReplica) ?? false
-        if let bundledSnapshot, bundledReplica, !FileManager.default.fileExists(atPath: path) {
-            // First start from a bundled replica: read it in place; the first write copies it.
-            storage = try ReplicaStorage(borrowing: bundledSnapshot, copyingTo: path)
+        let opened = try ReplicaStorage.opening(path, bundledReplica: bundledSnapshot)
+        if let bundledSnapshot, opened.borrowed != nil {
+            // First start from a bundled replica: read it in place; the first data change copies it.
+            storage = opened
             state = try Self.checkBundledReplica(bundledSnapshot, storage: storage, collection: collection)
             // Its bookkeeping (kept beside it) may already bind it to a server.
             try ReplicaBindingError.check(state, path: path, collection: collection, url: url, acceptingServerChange: acceptingServerChange)
             return
         }
-        storage = try ReplicaStorage(path: path)
+        storage = opened
         state = try storage.loadState()
         try ReplicaBindingError.check(state, path: path, collection: collection, url: url, acceptingServerChange: acceptingServerChange)
         if !state.hasData, let bundledSnapshot {

@@ -23,11 +23,7 @@ public final class LocalReplica {
     /// change has copied it to `path` yet), that bundle: reads and the checks of a local
     /// write see the bundled records, and the first write copies the bundle to `path`.
     public init(path: String, bundledReplica: String) throws {
-        if FileManager.default.fileExists(atPath: path) || !BundledReplica.isReplica(bundledReplica) {
-            storage = try ReplicaStorage(path: path)
-        } else {
-            storage = try ReplicaStorage(borrowing: bundledReplica, copyingTo: path)
-        }
+        storage = try ReplicaStorage.opening(path, bundledReplica: bundledReplica)
     }
 
     /// Replaces record `id` by `json` (a JSON object; its `id`, if any, must be `id`).

@@ -27,6 +27,15 @@ final class ReplicaStorage {
         if FileManager.default.fileExists(atPath: SyncBookkeeping.path(for: path)) { try adoptBookkeeping(bundleToken: nil) }
     }
 
+    /// The replica at `path` — or, while no data change has copied it there, the bundled
+    /// replica `bundle`, read in place (a gzip snapshot is no replica: it is never borrowed).
+    static func opening(_ path: String, bundledReplica bundle: String?) throws -> ReplicaStorage {
+        if let bundle, BundledReplica.isReplica(bundle), !FileManager.default.fileExists(atPath: path) {
+            return try ReplicaStorage(borrowing: bundle, copyingTo: path)
+        }
+        return try ReplicaStorage(path: path)
+    }
+
     /// Reads the bundled replica `source` in place (read-only: an app bundle is); the first
     /// write transaction copies it to `destination` and goes on there.
     init(borrowing source: String, copyingTo destination: String) throws {
@@ -220,12 +229,19 @@ final class ReplicaStorage {
 
     /// Upserts `rows` into the state table (nil deletes), in the caller's transaction.
     func write(_ rows: [String: String?]) throws {
+        try Self.write(rows, into: db)
+    }
+
+    /// Upserts `rows` into `db`'s state table, in the caller's transaction. A nil value
+    /// deletes its row — or, `keepingRemovals` (the side file of ``SyncBookkeeping``), is
+    /// stored as NULL, so the removal can be replayed onto the bundle's rows later.
+    static func write(_ rows: [String: String?], into db: SQLiteConnection, keepingRemovals: Bool = false) throws {
         let upsert = try db.prepare("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
         let delete = try db.prepare("DELETE FROM state WHERE key = ?")
         for (key, value) in rows {
-            if let value {
+            if value != nil || keepingRemovals {
                 try upsert.bind(1, key)
-                try upsert.bind(2, value)
+                if let value { try upsert.bind(2, value) } else { try upsert.bindNull(2) }
                 try upsert.run()
             } else {
                 try delete.bind(1, key)

@@ -14,6 +14,8 @@ struct SyncBookkeeping {
     /// The row that ties the file to the bundle it was written against.
     private static let bundleKey = "bundleToken"
     private let db: SQLiteConnection
+    /// The bundle token written with every row set (nil for a file only read).
+    private var tie: String?? = nil
 
     static func path(for destination: String) -> String { destination + "-sync" }
 
@@ -22,8 +24,8 @@ struct SyncBookkeeping {
     static func open(destination: String, bundleToken: String?) throws -> SyncBookkeeping {
         let db = try SQLiteConnection(path: path(for: destination))
         try db.execute("CREATE TABLE IF NOT EXISTS state(key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID")
-        let bookkeeping = SyncBookkeeping(db: db)
-        try bookkeeping.write([bundleKey: bundleToken])
+        var bookkeeping = SyncBookkeeping(db: db)
+        bookkeeping.tie = .some(bundleToken)
         return bookkeeping
     }
 
@@ -58,15 +60,11 @@ struct SyncBookkeeping {
         return rows
     }
 
-    /// Records `rows` in one transaction (nil values as removals).
+    /// Records `rows` in one transaction (nil values as removals), with the bundle tie of
+    /// a file opened for writing.
     func write(_ rows: [String: String?]) throws {
-        try db.transaction(.immediate) {
-            let upsert = try db.prepare("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
-            for (key, value) in rows {
-                try upsert.bind(1, key)
-                if let value { try upsert.bind(2, value) } else { try upsert.bindNull(2) }
-                try upsert.run()
-            }
-        }
+        var rows = rows
+        if let tie { rows[Self.bundleKey] = .some(tie) }
+        try db.transaction(.immediate) { try ReplicaStorage.write(rows, into: db, keepingRemovals: true) }
     }
 }

@@ -83,10 +83,18 @@ public enum RecordMerge {
         } catch {
             throw MutationRefusal.invalid(current.id, "the stored record is not valid JSON: \(error)")
         }
-        guard case .object(var members) = value else { throw MutationRefusal.invalid(current.id, RecordError.notAnObject.description) }
+        guard case .object(let members) = value else { throw MutationRefusal.invalid(current.id, RecordError.notAnObject.description) }
+        return merge(patch, into: members)
+    }
+
+    /// `patch`'s fields set over `members` at the top level (RFC 7396 there): each replaces
+    /// its namesake, and a `null` removes it — or, with `keepingNulls` (two patches combined
+    /// into one, ``WriteCoalescing``), stays as the removal it asks for.
+    public static func merge(_ patch: [JSONMember], into members: [JSONMember], keepingNulls: Bool = false) -> [JSONMember] {
+        var members = members
         for field in patch {
             members.removeAll { $0.key == field.key }
-            if field.value != .null { members.append(field) }
+            if keepingNulls || field.value != .null { members.append(field) }
         }
         return members
     }

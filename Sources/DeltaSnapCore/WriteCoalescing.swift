@@ -65,15 +65,10 @@ public enum WriteCoalescing {
         }
     }
 
-    /// The members of `top` set over those of `base` (both objects), in canonical order. A
-    /// `null` in `top` removes the member, or is kept as a removal when folding two patches.
+    /// The members of `top` set over those of `base` (both objects) by the merge rule of a
+    /// patch, in canonical order.
     private static func merged(_ top: JSONValue?, over base: JSONValue?, keepingNulls: Bool) -> JSONValue? {
-        guard case .object(let fields)? = top, case .object(var members)? = base else { return nil }
-        for field in fields {
-            members.removeAll { $0.key == field.key }
-            if keepingNulls || field.value != .null { members.append(field) }
-        }
-        members.sort { $0.key.utf8Precedes($1.key) }
-        return .object(members)
+        guard case .object(let fields)? = top, case .object(let members)? = base else { return nil }
+        return .object(RecordMerge.merge(fields, into: members, keepingNulls: keepingNulls).sorted { $0.key.utf8Precedes($1.key) })
     }
 }

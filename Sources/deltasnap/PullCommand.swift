@@ -158,14 +158,10 @@ struct DumpCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
-            if let snapshot, BundledReplica.isReplica(snapshot) {
-                try ReplicaDump.dump(path: replica, bundledReplica: snapshot) { StandardOutput().write($0) }
-                return
-            }
-            guard FileManager.default.fileExists(atPath: replica) else {
+            guard FileManager.default.fileExists(atPath: replica) || snapshot.map(BundledReplica.isReplica) == true else {
                 throw FileError(path: replica, reason: "does not exist (a replica started from a bundled .replica is read in place until its data changes: pass that file as --snapshot)")
             }
-            try ReplicaDump.dump(path: replica) { StandardOutput().write($0) }
+            try ReplicaDump.dump(path: replica, bundledReplica: snapshot) { StandardOutput().write($0) }
         }
     }
 }

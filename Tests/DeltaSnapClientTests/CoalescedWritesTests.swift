@@ -23,14 +23,20 @@ import Testing
                 return failing.current ? .respond(status: 503, body: #"{"error":"unavailable","message":"try later"}"#) : .forward
             }
         }
+
+        /// A replica that talks through this proxy, synced once.
+        func syncedReplica(in world: TwoWaySyncTests.World) async throws -> DeltaSnapReplica {
+            let phone = try world.replica("phone", url: world.proxyURL(proxy))
+            await phone.sync()
+            return phone
+        }
     }
 
     @Test func aToggleMadeFiveTimesOfflinePushesOneWrite() async throws {
         try await TwoWaySyncTests().withWorld { world in
             let counter = try PushCounter(world)
             defer { counter.proxy.stop() }
-            let phone = try world.replica("phone", url: world.proxyURL(counter.proxy))
-            await phone.sync()
+            let phone = try await counter.syncedReplica(in: world)
             for on in [true, false, true, false, true] {
                 try await phone.patch(id: "n1", json: #"{"recommended":\#(on)}"#)
             }
@@ -49,8 +55,7 @@ import Testing
         try await TwoWaySyncTests().withWorld { world in
             let counter = try PushCounter(world)
             defer { counter.proxy.stop() }
-            let phone = try world.replica("phone", url: world.proxyURL(counter.proxy))
-            await phone.sync()
+            let phone = try await counter.syncedReplica(in: world)
             try await phone.insert(id: "draft", json: #"{"title":"never mind"}"#)
             try await phone.patch(id: "draft", json: #"{"body":"…"}"#)
             try await phone.delete(id: "draft")

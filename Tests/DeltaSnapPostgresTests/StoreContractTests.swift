@@ -163,6 +163,12 @@ extension StoreContractTests {
             .response.results.map(\.status)
     }
 
+    /// Imports note n1 (version 1) and returns its token, the base of the writes that follow.
+    func seedNote(_ database: TestDatabase) async throws -> String {
+        try await database.importText(#"{"id":"n1","title":"a"}"#, collection: "notes")
+        return try #require(try await database.head(of: "notes")).token.description
+    }
+
     static func write(_ client: String, seq: Int, base: String?, op: String = "patch", title: String) -> String {
         let baseMember = base.map { #""base":"\#($0)","# } ?? ""
         return #"{"client":"\#(client)","mutations":[{\#(baseMember)"id":"n1","op":"\#(op)","seq":\#(seq),"value":{"title":"\#(title)"}}]}"#
@@ -171,8 +177,7 @@ extension StoreContractTests {
     @Test(arguments: TestBackend.allCases)
     func aForkedCollectionCopiesAWriteWhoseRecordChangedSinceItsBase(_ backend: TestBackend) async throws {
         try await withDatabase(backend) { database in
-            try await database.importText(#"{"id":"n1","title":"a"}"#, collection: "notes")
-            let base = try #require(try await database.head(of: "notes")).token.description
+            let base = try await seedNote(database)
             // Nothing changed since the phone's base: merged as usual.
             #expect(try await push(database, Self.write("phone", seq: 1, base: base, title: "phone")) == [.applied(version: 2)])
             // The laptop edited the same state: the record changed since (the phone) — a copy.
@@ -206,8 +211,7 @@ extension StoreContractTests {
     @Test(arguments: TestBackend.allCases)
     func aBatchThatChangedNothingDoesNotMakeTheHeadItsOwn(_ backend: TestBackend) async throws {
         try await withDatabase(backend) { database in
-            try await database.importText(#"{"id":"n1","title":"a"}"#, collection: "notes")
-            let base = try #require(try await database.head(of: "notes")).token.description
+            let base = try await seedNote(database)
             #expect(try await push(database, Self.write("other", seq: 1, base: base, title: "other")) == [.applied(version: 2)])
             // The tablet deletes what is not there: nothing committed, the result names version 2.
             #expect(try await push(database, #"{"client":"tablet","mutations":[{"id":"ghost","op":"delete","seq":1}]}"#) == [.applied(version: 2)])

@@ -15,6 +15,10 @@ import ServiceLifecycle
 public struct DeltaSnapServer: Sendable {
     public let service: DeltaSnapAPI
     public var logger: Logger
+    /// A directory of static files served where no DeltaSnap route matches (`index.html`
+    /// for a directory): a web app next to the API, on one origin, so the browser client
+    /// needs no CORS. `nil`: unmatched paths are a JSON 404.
+    public var staticFiles: String?
 
     /// A server on `store` (any ``DeltaSnapStore/CollectionStore``; it owns it from now on).
     public init(
@@ -38,6 +42,11 @@ public struct DeltaSnapServer: Sendable {
         // The whole app is DeltaSnap's here, so the middleware wraps the router: a request
         // no route matches gets a JSON 404 too, counted and logged like the rest.
         router.middlewares.add(service.errorMiddleware())
+        if let staticFiles {
+            // Inside the error middleware: it answers only what the router did not (a 404),
+            // and a file it cannot find stays a JSON 404.
+            router.middlewares.add(FileMiddleware(staticFiles, searchForIndexHtml: true, logger: logger))
+        }
         service.register(on: router)
         let app = Application(
             router: router,

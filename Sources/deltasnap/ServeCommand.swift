@@ -101,7 +101,16 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Seconds a signed index stays valid; clients refuse an expired one (it is re-signed every quarter of this).")
     var indexLifetime = 86_400
 
+    @Option(name: .customLong("static"), help: ArgumentHelp("A directory of static files (a web app) served at / next to the API, on the same origin.", valueName: "DIR"))
+    var staticDirectory: String?
+
     func validate() throws {
+        if let staticDirectory {
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: staticDirectory, isDirectory: &isDirectory), isDirectory.boolValue else {
+                throw ValidationError("--static \(staticDirectory) is not a directory")
+            }
+        }
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical") }
         guard maxBodyBytes > 0 else { throw ValidationError("--max-body-bytes must be positive") }
@@ -166,7 +175,8 @@ struct ServeCommand: AsyncParsableCommand {
             indexMaxAge: indexMaxAge, indexLifetime: indexLifetime, requestLogOutput: logOutput,
             forkCollections: Set(TokenCommand.list(mergeFork)))
         let location = try StoreLocation(db, readReplica: readDb)
-        let server = try await DeltaSnapServer(store: try await StoreFactory.open(location, logger: logger), configuration: configuration, logger: logger)
+        var server = try await DeltaSnapServer(store: try await StoreFactory.open(location, logger: logger), configuration: configuration, logger: logger)
+        server.staticFiles = staticDirectory
         // Anything else in the process that reports through swift-metrics lands on the same /metrics.
         MetricsSystem.bootstrap(server.service.metrics.factory)
         let writes = token != nil || access.jwtSecret != nil || access.jwtPublicKeyPEM != nil

@@ -37,6 +37,8 @@ let package = Package(
         // Already in the graph through Hummingbird; named to shut the server down gracefully
         // when its task is cancelled (see DeltaSnapServer.run).
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        // The access rules file (`serve --rules FILE`): YAML, read by the maintained parser.
+        .package(url: "https://github.com/jpsim/Yams.git", exact: "6.2.2"),
     ],
     targets: [
         // System libraries. Both are Debian -dev packages; `make` installs them when missing.
@@ -76,6 +78,7 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Yams", package: "Yams"),
             ]
         ),
         // The same store on a PostgreSQL server, behind every `--db postgres://…`.

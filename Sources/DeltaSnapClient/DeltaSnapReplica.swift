@@ -73,7 +73,7 @@ public actor DeltaSnapReplica {
         timeout: Duration = .seconds(30), accessToken: String? = nil, pushBatchSize: Int = 500, trustedKeys: [TrustedKey] = [],
         acceptingServerChange: Bool = false
     ) throws {
-        try CollectionName.validate(collection)
+        try CollectionPath.validate(collection)
         self.trustedKeys = trustedKeys
         self.collection = collection
         self.url = url

@@ -66,8 +66,8 @@ public final class PostgresCollectionStore: CollectionStore {
 
     /// From the primary: the index's sequence must never go down, whichever instance (and
     /// replica) a client asks; a target a lagging replica cannot serve yet is a retryable 404.
-    public func publishedState(including included: @escaping @Sendable (String) -> Bool) async throws -> PublishedState {
-        try await primary.publishedState(including: included)
+    public func publishedState(of names: [String]) async throws -> PublishedState {
+        try await primary.publishedState(of: names)
     }
 
     public func importRecords(

@@ -12,7 +12,7 @@ extension PostgresStore {
     public func importRecords(
         from stream: RecordStream, into collection: String, replace: Bool = false, progress: ((Int) -> Void)? = nil
     ) async throws -> WriteResult {
-        try CollectionName.validate(collection)
+        try CollectionPath.validate(collection)
         return try await transaction { connection in
             let locked = try await lock(collection, on: connection)
             return try await merge(stream, into: locked, replace: replace, progress: progress, on: connection)

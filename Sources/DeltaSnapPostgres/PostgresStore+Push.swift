@@ -16,7 +16,7 @@ extension PostgresStore {
         _ mutations: [ParsedMutation], from client: String, user: String? = nil, to collection: String, retention: PushRetention = PushRetention(),
         merge policy: MergePolicy = .fields
     ) async throws -> PushOutcome {
-        try CollectionName.validate(collection)
+        try CollectionPath.validate(collection)
         let ledgerClient = user.map { "\($0)/\(client)" } ?? client
         return try await transaction { connection in
             // Retention runs on the real clock (see the SQLite store).

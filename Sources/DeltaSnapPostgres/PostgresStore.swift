@@ -258,15 +258,28 @@ final class PostgresStore: @unchecked Sendable {
         return rows.first.flatMap { $0 }.map { UInt64($0) }
     }
 
-    /// What a signed index states about the collections `included` accepts, read in one
-    /// repeatable-read transaction so each digest belongs to the token next to it.
-    public func publishedState(including included: @Sendable (String) -> Bool = { _ in true }) async throws -> PublishedState {
+    /// What a signed index states about `names` (every collection when nil; names that do
+    /// not exist are left out), read in one repeatable-read transaction so each digest
+    /// belongs to the token next to it.
+    public func publishedState(of names: [String]? = nil) async throws -> PublishedState {
         try await pool.withConnection { connection in
             try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
             do {
                 var entries: [SignedIndex.Entry] = []
-                for head in try await Self.heads(on: connection, name: nil, logger: logger) where included(head.name) {
-                    guard let digest = try await Self.digest(of: head.name, on: connection, logger: logger) else { continue }
+                let rows = try await connection.query(PostgresQuery(
+                    unsafeSQL: """
+                        SELECT c.name, c.epoch, c.head, c.checksum, c.visible, c.floor,
+                               (SELECT v.committed_at FROM deltasnap_versions v WHERE v.cid = c.cid AND v.version = c.head), c.digest
+                        FROM deltasnap_collections c \(names == nil ? "" : "WHERE c.name = ANY($1)") ORDER BY c.name COLLATE "C"
+                        """,
+                    binds: names.map { var binds = PostgresBindings(); binds.append($0); return binds } ?? PostgresBindings()), logger: logger)
+                for try await (name, epoch, version, checksum, visible, floor, committedAt, digest)
+                    in rows.decode((String, String, Int64, Int64, Int64, Int64, Int64?, ByteBuffer?).self)
+                {
+                    guard version > 0, let digest = digest.flatMap({ StateDigest(bytes: $0.readableBytesView) }) else { continue }
+                    let head = CollectionHead(
+                        name: name, epoch: epoch, version: UInt64(version), checksum: StateChecksum(value: UInt64(bitPattern: checksum)),
+                        count: Int(visible), committedAt: committedAt ?? 0, floor: UInt64(floor))
                     entries.append(SignedIndex.Entry(head: head, digest: digest))
                 }
                 let sequence = try await Self.publicationSequence(on: connection, logger: logger)

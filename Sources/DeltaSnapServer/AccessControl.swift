@@ -25,16 +25,39 @@ public struct AccessPolicy: Sendable {
     public var jwtPublicKeyPEM: String?
     /// Collections only token holders whose `read` (or `write`) claim names them may read.
     public var privateCollections: Set<String>
+    /// Per-collection rules and partitions (`serve --rules FILE`); collections they do not
+    /// name follow the settings above.
+    public var rules: AccessRules
 
-    public init(adminToken: String? = nil, jwtSecret: String? = nil, jwtPublicKeyPEM: String? = nil, privateCollections: Set<String> = []) {
+    public init(
+        adminToken: String? = nil, jwtSecret: String? = nil, jwtPublicKeyPEM: String? = nil, privateCollections: Set<String> = [],
+        rules: AccessRules = AccessRules()
+    ) {
         self.adminToken = adminToken
         self.jwtSecret = jwtSecret
         self.jwtPublicKeyPEM = jwtPublicKeyPEM
         self.privateCollections = privateCollections
+        self.rules = rules
     }
 
     /// Whether any token can write.
     public var acceptsWrites: Bool { adminToken != nil || jwtSecret != nil || jwtPublicKeyPEM != nil }
+
+    /// Whether every collection is public to read: then no poll needs its token checked.
+    public var everythingPublic: Bool { privateCollections.isEmpty && !rules.hasNonPublicReads }
+
+    /// Whether anyone may read `path` without a token.
+    public func isPublicRead(_ path: CollectionPath) -> Bool {
+        if let rule = rules[path.name] { return rule.read == .public }
+        return !privateCollections.contains(path.description) && !privateCollections.contains(path.name)
+    }
+
+    /// Whether a refusal to read `path` must look like a partition that does not exist: the
+    /// partitions of a non-public partitioned collection never reveal that they exist.
+    func hidesRefusals(_ path: CollectionPath) -> Bool {
+        guard let rule = rules[path.name] else { return false }
+        return rule.partitioned && rule.read != .public
+    }
 }
 
 /// The claims of a DeltaSnap access token: `sub`, `exp` (required), and the collections the
@@ -161,28 +184,92 @@ final class AccessControl: Sendable {
 
     enum Right { case read, write }
 
-    /// The principal `request` acts as, if it may exercise `right` on `collection`.
-    func authorize(_ request: Request, collection: String, for right: Right) async throws -> Principal {
-        if right == .read && !policy.privateCollections.contains(collection) { return .anonymous }
-        if right == .write && !policy.acceptsWrites {
-            throw APIError(.forbidden, "writes_disabled", "this server was started without a write token or JWT key, so it accepts no writes")
+    /// The principal `request` acts as, if it may exercise `right` on `path` (a collection or
+    /// a partition). A refusal on a partition the caller may not read is the `404` of a
+    /// partition that does not exist, whatever the reason (no token, another user's, a
+    /// revoked membership): nothing tells whether it exists.
+    func authorize(_ request: Request, path: CollectionPath, for right: Right, memberships: MembershipDirectory) async throws -> Principal {
+        guard let rule = policy.rules[path.name] else {
+            return try await authorize(request, unruled: path, for: right)
         }
+        // A rule says whether the collection has partitions: the other form does not exist.
+        guard rule.partitioned == (path.key != nil) else { throw APIError.unknownCollection(path.description) }
+        let audience = right == .read ? rule.read : rule.write
+        if right == .read && audience == .public { return .anonymous }
+        if right == .write && !policy.acceptsWrites {
+            throw APIError.writesDisabled
+        }
+        let hidden = policy.hidesRefusals(path)
         guard let token = Self.bearerToken(request) else {
-            let what = right == .write ? "writes need" : "collection \"\(collection)\" is private: reading it needs"
-            throw APIError(.unauthorized, "unauthorized", "\(what) the header 'Authorization: Bearer <token>'", headers: [.wwwAuthenticate: "Bearer"])
+            if hidden { throw APIError.unknownCollection(path.description) }
+            throw APIError.missingToken(right == .write ? "writes need" : "collection \"\(path)\" is private: reading it needs")
         }
         let principal = try await verify(token)
         if principal.isAdmin { return principal }
-        let allowed = right == .write ? principal.claims?.mayWrite(collection) : principal.claims?.mayRead(collection)
-        guard allowed == true else {
-            throw APIError(.forbidden, "forbidden", "the token of \"\(principal.subject)\" does not allow \(right == .write ? "writing" : "reading") collection \"\(collection)\"")
+        if try await grants(audience, right, on: path, to: principal, memberships: memberships) { return principal }
+        // A writer who may read it knows it exists: 403. Anyone else learns nothing.
+        if hidden {
+            let mayRead = right == .write ? try await grants(rule.read, .read, on: path, to: principal, memberships: memberships) : false
+            if !mayRead { throw APIError.unknownCollection(path.description) }
         }
-        return principal
+        throw APIError(.forbidden, "forbidden", "the token of \"\(principal.subject)\" does not allow \(right == .write ? "writing" : "reading") \"\(path)\"")
     }
 
-    /// Whether `request` may read `collection` (for filtering lists; never throws).
-    func mayRead(_ request: Request, collection: String) async -> Bool {
-        (try? await authorize(request, collection: collection, for: .read)) != nil
+    /// Whether `audience` includes `principal` for `right` on `path` (the admin is handled before).
+    private func grants(
+        _ audience: AccessRules.Audience, _ right: Right, on path: CollectionPath, to principal: Principal, memberships: MembershipDirectory
+    ) async throws -> Bool {
+        switch audience {
+        case .public: return true
+        case .admin: return false
+        case .owner: return path.key == principal.subject
+        case .member:
+            guard let role = try await memberships.role(of: principal.subject, in: path) else { return false }
+            return right == .read || role == .write
+        case .claims:
+            guard let claims = principal.claims else { return false }
+            return [path.name, path.description].contains { right == .write ? claims.mayWrite($0) : claims.mayRead($0) }
+        }
+    }
+
+    /// Who `request`'s bearer token is, for a view: anonymous without one; a `401` for a
+    /// token that does not verify.
+    func principal(of request: Request) async throws -> Principal {
+        guard let token = Self.bearerToken(request) else { return .anonymous }
+        return try await verify(token)
+    }
+
+    /// Whether `principal` may read `path`, for building a view (never throws for a refusal).
+    func mayRead(_ path: CollectionPath, as principal: Principal, memberships: MembershipDirectory) async throws -> Bool {
+        if principal.isAdmin { return true }
+        guard let rule = policy.rules[path.name] else {
+            if policy.isPublicRead(path) { return true }
+            return principal.claims.map { $0.mayRead(path.description) || $0.mayRead(path.name) } ?? false
+        }
+        guard rule.partitioned == (path.key != nil) else { return false }
+        return try await grants(rule.read, .read, on: path, to: principal, memberships: memberships)
+    }
+
+    /// The principal `request` acts as, if it may exercise `right` on `path` by the settings
+    /// of ``AccessPolicy`` alone (a collection no rule names, or a partition of one).
+    private func authorize(_ request: Request, unruled path: CollectionPath, for right: Right) async throws -> Principal {
+        if right == .read && policy.isPublicRead(path) { return .anonymous }
+        if right == .write && !policy.acceptsWrites {
+            throw APIError.writesDisabled
+        }
+        guard let token = Self.bearerToken(request) else {
+            throw APIError.missingToken(right == .write ? "writes need" : "collection \"\(path)\" is private: reading it needs")
+        }
+        let principal = try await verify(token)
+        if principal.isAdmin { return principal }
+        // A claim may name the collection (every partition of it) or one partition.
+        let allowed = [path.name, path.description].contains { name in
+            (right == .write ? principal.claims?.mayWrite(name) : principal.claims?.mayRead(name)) == true
+        }
+        guard allowed else {
+            throw APIError(.forbidden, "forbidden", "the token of \"\(principal.subject)\" does not allow \(right == .write ? "writing" : "reading") collection \"\(path)\"")
+        }
+        return principal
     }
 
     private func verify(_ token: String) async throws -> Principal {
@@ -249,5 +336,15 @@ public enum AccessControlError: Error, CustomStringConvertible {
         case .emptySecret: "the JWT secret is empty"
         case .unsupportedPublicKey: "the JWT public key is neither an Ed25519 (EdDSA) nor a P-256 (ES256) key in PEM form"
         }
+    }
+}
+
+extension APIError {
+    static let writesDisabled = APIError(
+        .forbidden, "writes_disabled", "this server was started without a write token or JWT key, so it accepts no writes")
+
+    /// `401` for a request without a bearer token; `what` says what needed it.
+    static func missingToken(_ what: String) -> APIError {
+        APIError(.unauthorized, "unauthorized", "\(what) the header 'Authorization: Bearer <token>'", headers: [.wwwAuthenticate: "Bearer"])
     }
 }

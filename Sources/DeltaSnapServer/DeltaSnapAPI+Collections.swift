@@ -4,14 +4,19 @@ import Foundation
 import Hummingbird
 
 extension DeltaSnapAPI {
-    /// `GET /v1/collections`: every collection's head.
+    /// `GET /v1/collections`: every collection's head (partitions are listed only in their
+    /// readers' views, `GET /v1/index`).
     func listCollections(_ request: Request) async -> Response {
         var out = Array(#"{"collections":["#.utf8)
         var listed = 0
+        let policy = accessControl.policy
+        // A bad token is no error here: it lists what anyone may read.
+        let principal = policy.everythingPublic ? .anonymous : (try? await accessControl.principal(of: request)) ?? .anonymous
         for served in heads.all {
             let head = served.head
+            guard let path = CollectionPath(head.name), path.key == nil else { continue }
             // Private collections are listed only to those who may read them.
-            if configuration.access.privateCollections.contains(head.name), await !accessControl.mayRead(request, collection: head.name) { continue }
+            if !policy.isPublicRead(path), (try? await accessControl.mayRead(path, as: principal, memberships: memberships)) != true { continue }
             if listed > 0 { out.append(UInt8(ascii: ",")) }
             listed += 1
             CanonicalJSON.write(.object([
@@ -27,12 +32,23 @@ extension DeltaSnapAPI {
     }
 
     /// `GET /v1/collections/{name}`: 304, a delta or a full body (docs/PROTOCOL.md §5.1).
-    func getCollection(_ request: Request, name: String) async throws -> Response {
+    func getCollection(_ request: Request, path: CollectionPath) async throws -> Response {
         let start = ContinuousClock.now
-        guard CollectionName.isValid(name) else { throw APIError.badCollectionName(name) }
-        if !configuration.access.privateCollections.isEmpty {
-            _ = try await accessControl.authorize(request, collection: name, for: .read)
+        let policy = accessControl.policy
+        // Every bearer token is checked once anything is private (a bad one is a 401 even on
+        // a public collection), as the fast path assumes.
+        if !policy.everythingPublic {
+            _ = try await authorize(request, path, for: .read)
         }
+        guard !policy.isPublicRead(path) else { return try await answerPoll(request, name: path.description, start: start) }
+        // One reader's data: never kept by a shared cache.
+        var response = try await answerPoll(request, name: path.description, start: start)
+        response.headers[.cacheControl] = "private, no-cache"
+        return response
+    }
+
+    /// The answer to a poll of `name` once the caller may read it: 304, a delta or a full body.
+    private func answerPoll(_ request: Request, name: String, start: ContinuousClock.Instant) async throws -> Response {
         guard let served = heads[name] else { throw APIError.unknownCollection(name) }
         // The common poll: the client holds the current token, sent back as received.
         if served.isCurrent(ifNoneMatch: request.headers[.ifNoneMatch]) {

@@ -9,35 +9,52 @@ import Hummingbird
 extension DeltaSnapAPI {
     static let immutable = "public, max-age=31536000, immutable"
 
-    func addPublicationRoutes<Routes: RouterMethods>(to router: Routes) {
-        router.get("/v1/index") { [self] request, _ in try await index(request) }
-        router.head("/v1/index") { [self] request, _ in Self.headOnly(try await index(request)) }
-        router.get("/v1/collections/:name/deltas/:base/:target") { [self] request, context in
+    /// The URLs named by tokens never change: a shared cache keeps a public one, only the
+    /// reader's own cache a partition's.
+    static func cacheControl(isPublic: Bool) -> String {
+        isPublic ? immutable : "private, max-age=31536000, immutable"
+    }
+
+    /// The cacheable URLs of the collection or partition whose path is `base`.
+    func addPublicationRoutes<Routes: RouterMethods>(at base: String, to router: Routes) {
+        router.get(RouterPath(base + "/deltas/:base/:target")) { [self] request, context in
             try await immutableDelta(request, context: context)
         }
-        router.head("/v1/collections/:name/deltas/:base/:target") { [self] request, context in
+        router.head(RouterPath(base + "/deltas/:base/:target")) { [self] request, context in
             Self.headOnly(try await immutableDelta(request, context: context))
         }
-        router.get("/v1/collections/:name/snapshots/:token") { [self] request, context in
+        router.get(RouterPath(base + "/snapshots/:token")) { [self] request, context in
             try await immutableFull(request, context: context)
         }
-        router.head("/v1/collections/:name/snapshots/:token") { [self] request, context in
+        router.head(RouterPath(base + "/snapshots/:token")) { [self] request, context in
             Self.headOnly(try await immutableFull(request, context: context))
         }
         for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
-            for path in ["/v1/index", "/v1/collections/:name/deltas/:base/:target", "/v1/collections/:name/snapshots/:token"] {
+            for path in [base + "/deltas/:base/:target", base + "/snapshots/:token"] {
                 router.on(RouterPath(path), method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
             }
         }
     }
 
-    /// `GET /v1/index`: every public collection's token, floor and state digest, signed.
+    /// `GET /v1/index`: the public collections' tokens, floors and state digests, signed;
+    /// with a bearer token, the caller's view: those plus every collection and partition
+    /// they may read (docs/PROTOCOL.md §8.1, §10).
     func index(_ request: Request) async throws -> Response {
-        let published = try await publication.current(heads: heads.all.map(\.head), store: store, now: Int64(Date().timeIntervalSince1970))
+        let policy = accessControl.policy
+        // Without rules or private collections every caller sees the same index: a token is
+        // not even looked at (as before views existed).
+        let principal = policy.everythingPublic && policy.rules.collections.isEmpty ? Principal.anonymous : try await accessControl.principal(of: request)
+        let isView = principal.subject != Principal.anonymous.subject || principal.isAdmin || principal.claims != nil
+        let listed = isView ? try await viewHeads(of: principal) : heads.all.map(\.head).filter { name in
+            CollectionPath(name.name).map { $0.key == nil && policy.isPublicRead($0) } ?? false
+        }
+        let published = try await publication.current(
+            heads: listed, subject: isView ? principal.subject : nil, store: store, now: Int64(Date().timeIntervalSince1970))
         let maxAge = configuration.indexMaxAge
         let headers: HTTPFields = [
             .contentType: "application/json",
-            .cacheControl: "public, max-age=\(maxAge), stale-while-revalidate=\(maxAge)",
+            // A view is one user's: only their own cache may keep it.
+            .cacheControl: isView ? "private, no-cache" : "public, max-age=\(maxAge), stale-while-revalidate=\(maxAge)",
             .eTag: published.etag,
         ]
         let held = ConditionalRequest(ifNoneMatch: request.headers[values: .ifNoneMatch].joinedOrNil, ifModifiedSince: nil)
@@ -47,13 +64,41 @@ extension DeltaSnapAPI {
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: published.document))
     }
 
+    /// What `principal` may read: the collections (public, and private ones their token
+    /// names), their own partitions, the partitions their memberships and claims name.
+    /// Partitions of public partitioned collections are not listed unless named so: there
+    /// may be millions.
+    func viewHeads(of principal: Principal) async throws -> [CollectionHead] {
+        var listed: [CollectionHead] = []
+        for served in heads.all where !CollectionPath.isPartition(served.head.name) {
+            guard let path = CollectionPath(served.head.name) else { continue }
+            if try await accessControl.mayRead(path, as: principal, memberships: memberships) { listed.append(served.head) }
+        }
+        var candidates = Set<String>()
+        if let claims = principal.claims {
+            for (name, rule) in accessControl.policy.rules.collections where rule.partitioned {
+                if let own = CollectionPath(name: name, key: principal.subject) { candidates.insert(own.description) }
+            }
+            candidates.formUnion(try await memberships.roles(of: principal.subject).keys)
+            candidates.formUnion(((claims.read ?? []) + (claims.write ?? [])).filter(CollectionPath.isPartition))
+        }
+        for name in candidates.sorted(by: { $0.utf8Precedes($1) }) {
+            guard let path = CollectionPath(name), try await accessControl.mayRead(path, as: principal, memberships: memberships),
+                  let head = try await heads.head(of: name, store: store)
+            else { continue }
+            listed.append(head)
+        }
+        return listed.sorted { $0.name.utf8Precedes($1.name) }
+    }
+
     /// `GET /v1/collections/{name}/deltas/{base}/{target}`: the changes from `base` to the
     /// head `target`, cacheable for ever; a base below the floor (or of another epoch) is
     /// redirected to the full body of `target`.
     func immutableDelta(_ request: Request, context: some RequestContext) async throws -> Response {
         let start = ContinuousClock.now
-        let name = try context.parameters.require("name")
-        let head = try publishedHead(name)
+        let path = try collectionPath(context)
+        let (head, isPublic) = try await publishedHead(path, request)
+        let name = path.description
         // The rows of docs/PROTOCOL.md §8.3 in their order: tokens that cannot be ours, then
         // the target (superseded or not known yet), then the base.
         let base = try Self.token(in: context, "base")
@@ -61,7 +106,7 @@ extension DeltaSnapAPI {
         guard let baseToken = ServerToken(base) else { throw APIError.badToken(base) }
         try requireCurrent(target, head: head)
         if baseToken.epoch != head.epoch || baseToken.version < head.floor {
-            return Self.redirectToSnapshot(name: name, target: target)
+            return Self.redirectToSnapshot(path, target: target, isPublic: isPublic)
         }
         guard baseToken.version <= head.version else {
             throw APIError(.notFound, "unknown_base", "token \(base) is newer than \(target); no delta leads back in time")
@@ -69,19 +114,19 @@ extension DeltaSnapAPI {
         let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
         do {
             return Self.cacheable(try await deltaResponse(
-                name: name, head: head, sinceVersion: baseToken.version, base: base, gzip: gzip, since: start, target: target))
+                name: name, head: head, sinceVersion: baseToken.version, base: base, gzip: gzip, since: start, target: target), isPublic: isPublic)
         } catch DeltaUnavailable.belowFloor {
             // Compacted by another process since the heads in memory were read: the read
             // transaction knows the new floor, and a delta URL never answers a full body.
-            return Self.redirectToSnapshot(name: name, target: target)
+            return Self.redirectToSnapshot(path, target: target, isPublic: isPublic)
         }
     }
 
     /// Below the floor stays below the floor (it only rises): the redirect is as permanent as
     /// the delta it stands for.
-    private static func redirectToSnapshot(name: String, target: String) -> Response {
+    private static func redirectToSnapshot(_ path: CollectionPath, target: String, isPublic: Bool) -> Response {
         Response(status: .permanentRedirect, headers: [
-            .location: "/v1/collections/\(name)/snapshots/\(target.percentEncodedPathSegment)", .cacheControl: immutable,
+            .location: "\(path.urlPath)/snapshots/\(target.percentEncodedPathSegment)", .cacheControl: cacheControl(isPublic: isPublic),
         ])
     }
 
@@ -95,22 +140,27 @@ extension DeltaSnapAPI {
     /// cacheable for ever.
     func immutableFull(_ request: Request, context: some RequestContext) async throws -> Response {
         let start = ContinuousClock.now
-        let name = try context.parameters.require("name")
-        let head = try publishedHead(name)
+        let path = try collectionPath(context)
+        let (head, isPublic) = try await publishedHead(path, request)
         let target = try Self.token(in: context, "token")
         try requireCurrent(target, head: head)
         let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
-        return Self.cacheable(try await fullResponse(head: head, gzip: gzip, since: start, target: target))
+        return Self.cacheable(try await fullResponse(head: head, gzip: gzip, since: start, target: target), isPublic: isPublic)
     }
 
-    /// The head of a collection that has cacheable URLs: private ones never do.
-    private func publishedHead(_ name: String) throws -> CollectionHead {
-        guard CollectionName.isValid(name) else { throw APIError.badCollectionName(name) }
-        guard !configuration.access.privateCollections.contains(name) else {
+    /// The head of a collection or partition that has cacheable URLs, and whether anyone may
+    /// read it (then a shared cache may keep its answers). A partition's URLs answer only
+    /// those who may read it, for the browser's own cache (`private`); the collections made
+    /// private by `--private-collections` have none.
+    private func publishedHead(_ path: CollectionPath, _ request: Request) async throws -> (CollectionHead, isPublic: Bool) {
+        let name = path.description
+        if path.key == nil, configuration.access.rules[path.name] == nil, !configuration.access.isPublicRead(path) {
             throw APIError(.notFound, "not_published", "collection \"\(name)\" is private: it has no cacheable URLs; use GET /v1/collections/\(name)")
         }
+        let isPublic = configuration.access.isPublicRead(path)
+        if !isPublic { _ = try await authorize(request, path, for: .read) }
         guard let served = heads[name] else { throw APIError.unknownCollection(name) }
-        return served.head
+        return (served.head, isPublic)
     }
 
     /// Only the head can be answered exactly: an older token's state is gone, a newer one
@@ -125,9 +175,9 @@ extension DeltaSnapAPI {
         throw APIError(.notFound, "superseded", "token \(target) is no longer the newest (now \(head.token)); fetch /v1/index again")
     }
 
-    private static func cacheable(_ response: Response) -> Response {
+    private static func cacheable(_ response: Response, isPublic: Bool) -> Response {
         var response = response
-        response.headers[.cacheControl] = immutable
+        response.headers[.cacheControl] = cacheControl(isPublic: isPublic)
         response.headers[.vary] = "Accept-Encoding"
         return response
     }

@@ -22,7 +22,7 @@ extension DeltaSnapAPI {
         // Write numbers are per client *of a user*: one user cannot advance another's.
         let outcome = try await store.push(
             mutations, from: client, user: principal.isAdmin ? nil : principal.subject, to: name, retention: configuration.pushRetention,
-            merge: configuration.forkCollections.contains(name) ? .fork : .fields)
+            merge: configuration.forkCollections.contains(CollectionPath(name)?.name ?? name) ? .fork : .fields)
         if let head = outcome.head { heads.update(head) }
         let response = outcome.response
         var headers: HTTPFields = [.contentType: "application/json", .cacheControl: "no-store"]
@@ -33,9 +33,9 @@ extension DeltaSnapAPI {
     /// `GET /v1/collections/{c}/records/{id}/history[?limit=N]`: the values writes
     /// replaced, newest first.
     func recordHistory(_ request: Request, context: some RequestContext) async throws -> Response {
-        let name = try context.parameters.require("name")
-        guard CollectionName.isValid(name) else { throw APIError.badCollectionName(name) }
-        _ = try await accessControl.authorize(request, collection: name, for: .read)
+        let path = try collectionPath(context)
+        let name = path.description
+        _ = try await authorize(request, path, for: .read)
         guard heads[name] != nil else { throw APIError.unknownCollection(name) }
         let id = try recordID(context)
         var limit = 100

@@ -75,9 +75,8 @@ extension DeltaSnapAPI {
 
     /// The valid collection name in the path, once the bearer token may write it.
     func authorizedCollection(_ request: Request, context: some RequestContext) async throws -> (name: String, principal: Principal) {
-        let name = try context.parameters.require("name")
-        guard CollectionName.isValid(name) else { throw APIError.badCollectionName(name) }
-        return (name, try await accessControl.authorize(request, collection: name, for: .write))
+        let path = try collectionPath(context)
+        return (path.description, try await authorize(request, path, for: .write))
     }
 
     /// The record id in the path, percent-decoded.

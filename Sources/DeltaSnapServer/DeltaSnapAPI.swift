@@ -91,6 +91,7 @@ public final class DeltaSnapAPI: Sendable {
     let deltas = DeltaCache()
     let accessControl: AccessControl
     let publication: IndexPublisher
+    let memberships: MembershipDirectory
 
     /// A service on `store`, which it owns from now on (``shutdown()`` closes it; so does a
     /// failed init).
@@ -106,9 +107,25 @@ public final class DeltaSnapAPI: Sendable {
             throw error
         }
         self.store = store
-        publication = IndexPublisher(
-            keys: configuration.signingKeys, lifetime: Int64(configuration.indexLifetime),
-            excluded: configuration.access.privateCollections)
+        publication = IndexPublisher(keys: configuration.signingKeys, lifetime: Int64(configuration.indexLifetime))
+        memberships = MembershipDirectory(collection: policy.rules.memberships, store: store, heads: heads)
+    }
+
+    /// The collection or partition a route's path names (`:name`, and `:key` on the
+    /// partition routes).
+    func collectionPath(_ context: some RequestContext) throws -> CollectionPath {
+        let name = try context.parameters.require("name")
+        guard let key = context.parameters.get("key") else {
+            guard let path = CollectionPath(name: name, key: nil) else { throw APIError.badCollectionName(name) }
+            return path
+        }
+        guard let path = CollectionPath(name: name, key: key) else { throw APIError.badCollectionName("\(name)/\(key)") }
+        return path
+    }
+
+    /// The principal `request` acts as, once it may exercise `right` on `path`.
+    func authorize(_ request: Request, _ path: CollectionPath, for right: AccessControl.Right) async throws -> Principal {
+        try await accessControl.authorize(request, path: path, for: right, memberships: memberships)
     }
 
     /// Picks up commits made by other processes or instances; runs until cancelled.
@@ -174,50 +191,61 @@ public final class DeltaSnapAPI: Sendable {
             Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: metrics.registry.emitToBuffer())))
         }
         router.get("/v1/collections") { [self] request, _ in await listCollections(request) }
-        router.get("/v1/collections/:name") { [self] request, context in
-            try await getCollection(request, name: try context.parameters.require("name"))
+        router.head("/v1/collections") { [self] request, _ in Self.headOnly(await listCollections(request)) }
+        router.head("/healthz") { _, _ in Response(status: .ok, headers: [.contentType: "application/json"]) }
+        router.head("/metrics") { _, _ in Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"]) }
+        router.get("/v1/index") { [self] request, _ in try await index(request) }
+        router.head("/v1/index") { [self] request, _ in Self.headOnly(try await index(request)) }
+        for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
+            router.on("/v1/collections", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
+            router.on("/v1/index", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
+        }
+        // A partition has every endpoint a collection has, under .../partitions/KEY.
+        for base in ["/v1/collections/:name", "/v1/collections/:name/partitions/:key"] {
+            registerCollectionRoutes(at: base, on: router)
+        }
+    }
+
+    /// The endpoints of one collection or partition, whose path is `base`.
+    private func registerCollectionRoutes<Routes: RouterMethods>(at base: String, on router: Routes) {
+        router.get(RouterPath(base)) { [self] request, context in
+            try await getCollection(request, path: try collectionPath(context))
         }
         // HEAD: the same status and headers (curl -I), never a body, so nothing is streamed.
-        router.head("/v1/collections/:name") { [self] request, context in
-            Self.headOnly(try await getCollection(request, name: try context.parameters.require("name")))
+        router.head(RouterPath(base)) { [self] request, context in
+            Self.headOnly(try await getCollection(request, path: try collectionPath(context)))
         }
-        addPublicationRoutes(to: router)
-        router.post("/v1/collections/:name/mutations") { [self] request, context in
+        addPublicationRoutes(at: base, to: router)
+        router.post(RouterPath(base + "/mutations")) { [self] request, context in
             try await pushMutations(request, context: context)
         }
-        router.get("/v1/collections/:name/records/:id/history") { [self] request, context in
+        router.get(RouterPath(base + "/records/:id/history")) { [self] request, context in
             try await recordHistory(request, context: context)
         }
-        router.put("/v1/collections/:name/records/:id") { [self] request, context in
+        router.put(RouterPath(base + "/records/:id")) { [self] request, context in
             try await putRecord(request, context: context)
         }
-        router.delete("/v1/collections/:name/records/:id") { [self] request, context in
+        router.delete(RouterPath(base + "/records/:id")) { [self] request, context in
             try await deleteRecord(request, context: context)
         }
-        router.post("/v1/collections/:name/records") { [self] request, context in
+        router.post(RouterPath(base + "/records")) { [self] request, context in
             try await postRecords(request, context: context)
         }
         // Known paths with other methods get 405, not 404.
         // HEAD wherever GET works: the same status and headers, no body.
-        router.head("/v1/collections") { [self] request, _ in Self.headOnly(await listCollections(request)) }
-        router.head("/healthz") { _, _ in Response(status: .ok, headers: [.contentType: "application/json"]) }
-        router.head("/metrics") { _, _ in Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"]) }
-        router.head("/v1/collections/:name/records/:id/history") { [self] request, context in
+        router.head(RouterPath(base + "/records/:id/history")) { [self] request, context in
             Self.headOnly(try await recordHistory(request, context: context))
         }
         for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
-            router.on("/v1/collections/:name", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
-            router.on("/v1/collections", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
+            router.on(RouterPath(base), method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
+            router.on(RouterPath(base + "/records/:id/history"), method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
         }
         for method in [HTTPRequest.Method.get, .patch, .options, .trace] {
-            router.on("/v1/collections/:name/records/:id", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("PUT, DELETE") }
+            router.on(RouterPath(base + "/records/:id"), method: method) { _, _ -> Response in throw APIError.methodNotAllowed("PUT, DELETE") }
         }
         for method in [HTTPRequest.Method.get, .put, .delete, .patch, .options, .trace] {
-            router.on("/v1/collections/:name/records", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("POST") }
-            router.on("/v1/collections/:name/mutations", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("POST") }
-        }
-        for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
-            router.on("/v1/collections/:name/records/:id/history", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
+            router.on(RouterPath(base + "/records"), method: method) { _, _ -> Response in throw APIError.methodNotAllowed("POST") }
+            router.on(RouterPath(base + "/mutations"), method: method) { _, _ -> Response in throw APIError.methodNotAllowed("POST") }
         }
     }
 }

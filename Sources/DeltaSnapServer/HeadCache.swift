@@ -52,6 +52,15 @@ final class HeadCache: @unchecked Sendable {
         lock.withLock { heads[name] }
     }
 
+    /// The head of `name`: from memory, else read from `store` (a collection another
+    /// instance created and the watcher has not reported yet) and kept.
+    func head(of name: String, store: any CollectionStore) async throws -> CollectionHead? {
+        if let served = self[name] { return served.head }
+        guard let head = try await store.head(of: name) else { return nil }
+        update(head)
+        return head
+    }
+
     var all: [ServedHead] {
         lock.withLock { heads.values.sorted { $0.head.name.utf8Precedes($1.head.name) } }
     }

@@ -5,12 +5,15 @@ import DeltaSnapTrust
 import Foundation
 import NIOCore
 
-/// Builds, signs and keeps the document served at `GET /v1/index`.
+/// Builds, signs and keeps the documents served at `GET /v1/index`: the public index, and
+/// each user's view (their partitions with the public collections).
 ///
-/// It is rebuilt when a head or floor changes and re-signed when a quarter of its lifetime
-/// has passed, so a client always gets an index that is current and far from expiry, while
-/// a shared cache sees a new document (and a new `ETag`) only then. Every entry is read from
-/// the store in one read transaction, so a digest always belongs to the token next to it.
+/// A document is rebuilt when a head or floor it lists changes and re-signed when a quarter
+/// of its lifetime has passed, so a client always gets an index that is current and far
+/// from expiry, while a cache sees a new document (and a new `ETag`) only then: a poll of
+/// an unchanged view costs no signing and no read. Every entry is read from the store in
+/// one read transaction, so a digest always belongs to the token next to it. Views are kept
+/// for the most recent users only (a bounded cache), so memory grows with active users.
 final class IndexPublisher: @unchecked Sendable {
     struct Published: Sendable {
         /// Which heads it was built from: "name token floor" per collection.
@@ -23,32 +26,39 @@ final class IndexPublisher: @unchecked Sendable {
     private let lock = NSLock()
     private let keys: [IndexSigningKey]
     private let lifetime: Int64
-    private let excluded: Set<String>
-    private var published: Published?
+    private let capacity: Int
+    /// By subject; "" is the public index (a `sub` is never empty).
+    private var published: [String: Published] = [:]
 
-    init(keys: [IndexSigningKey], lifetime: Int64, excluded: Set<String>) {
+    init(keys: [IndexSigningKey], lifetime: Int64, capacity: Int = 10_000) {
         self.keys = keys
         self.lifetime = lifetime
-        self.excluded = excluded
+        self.capacity = capacity
     }
 
-    /// The current document; `heads` are the heads the server answers polls with.
-    func current(heads: [CollectionHead], store: any CollectionStore, now: Int64) async throws -> Published {
-        let key = heads.filter { !excluded.contains($0.name) }.map { "\($0.name) \($0.token) \($0.floor)" }
-        if let published = lock.withLock({ published }), published.key == key, now - published.issued < lifetime / 4 {
+    /// The current document listing `heads` (the heads the server answers polls with), for
+    /// `subject` (nil: the public index).
+    func current(heads: [CollectionHead], subject: String?, store: any CollectionStore, now: Int64) async throws -> Published {
+        let slot = subject ?? ""
+        let key = heads.map { "\($0.name) \($0.token) \($0.floor)" }
+        if let published = lock.withLock({ published[slot] }), published.key == key, now - published.issued < lifetime / 4 {
             return published
         }
-        let built = try await build(store: store, now: now)
+        let built = try await build(names: heads.map(\.name), subject: subject, store: store, now: now)
         lock.withLock {
             // Two requests may build at once; keep the newer one.
-            if published == nil || published!.issued <= built.issued { published = built }
+            if let held = published[slot], held.issued > built.issued { return }
+            if published.count >= capacity, published[slot] == nil, let victim = published.keys.first(where: { !$0.isEmpty }) {
+                published[victim] = nil
+            }
+            published[slot] = built
         }
         return built
     }
 
-    private func build(store: any CollectionStore, now: Int64) async throws -> Published {
-        let published = try await store.publishedState { [excluded] in !excluded.contains($0) }
-        let index = SignedIndex(sequence: published.sequence, issued: now, expires: now + lifetime, entries: published.entries)
+    private func build(names: [String], subject: String?, store: any CollectionStore, now: Int64) async throws -> Published {
+        let published = try await store.publishedState(of: names)
+        let index = SignedIndex(sequence: published.sequence, issued: now, expires: now + lifetime, entries: published.entries, subject: subject)
         let key = published.entries.map { "\($0.collection) \($0.token) \($0.floor)" }
         let document = index.signed(with: keys).document
         let etag = "\"" + SHA256.hash(data: document).prefix(12).map { String(format: "%02x", $0) }.joined() + "\""

@@ -86,9 +86,10 @@ public enum Baker {
         private var done = false
 
         public init(head: CollectionHead, into directory: String, level: Int32 = 6) throws {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             self.directory = directory
             finalPath = (directory as NSString).appendingPathComponent(Snapshot.fileName(for: head.name))
+            // A partition's snapshot lands in a directory of its collection: OUT/sets/8271.snapshot.
+            try FileManager.default.createDirectory(atPath: (finalPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
             temporaryPath = finalPath + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
             guard FileManager.default.createFile(atPath: temporaryPath, contents: nil),
                   let file = FileHandle(forWritingAtPath: temporaryPath)

@@ -89,7 +89,7 @@ extension CollectionStore {
     public func writeSignedIndex(_ collection: String, keys: [IndexSigningKey], into directory: String) async throws -> SignedIndex {
         // The head and the published entry come from two reads: retry until they agree.
         for _ in 0..<10 {
-            let published = try await publishedState { $0 == collection }
+            let published = try await publishedState(of: [collection])
             guard let entry = published.entries.first, let head = try await head(of: collection) else {
                 throw StoreError.unknownCollection(collection)
             }

@@ -31,9 +31,9 @@ public protocol CollectionStore: Sendable {
     func openRecords(in collection: String, after version: UInt64?) async throws -> any RecordSource
     /// The first version committed at or after `seconds` (for `If-Modified-Since`).
     func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64?
-    /// What a signed index states (the publication sequence and one entry per included
-    /// collection, with its digest), read in one transaction.
-    func publishedState(including included: @escaping @Sendable (String) -> Bool) async throws -> PublishedState
+    /// What a signed index states (the publication sequence and one entry, with its digest,
+    /// per collection or partition of `names` that exists), read in one transaction.
+    func publishedState(of names: [String]) async throws -> PublishedState
     /// Imports every record `stream` yields into `collection` as one new version (none when
     /// nothing changed): only records whose canonical bytes change are written; a hidden
     /// record hides; with `replace`, records the input does not mention are hidden. Any bad

@@ -55,8 +55,8 @@ public final class SQLiteCollectionStore: CollectionStore {
         try await reading { store in try store.read { try $0.firstVersion(in: collection, committedAtOrAfter: seconds) } }
     }
 
-    public func publishedState(including included: @escaping @Sendable (String) -> Bool) async throws -> PublishedState {
-        try await reading { store in try store.read { try $0.publishedState(including: included) } }
+    public func publishedState(of names: [String]) async throws -> PublishedState {
+        try await reading { store in try store.read { try $0.publishedState(of: names) } }
     }
 
     public func importRecords(

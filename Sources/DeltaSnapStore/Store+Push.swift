@@ -76,7 +76,7 @@ extension Store {
         _ mutations: [ParsedMutation], from client: String, user: String? = nil, to collection: String, retention: PushRetention = PushRetention(),
         merge policy: MergePolicy = .fields
     ) throws -> PushOutcome {
-        try CollectionName.validate(collection)
+        try CollectionPath.validate(collection)
         return try db.transaction(.immediate) {
             // Retention runs on the real clock: a fixed SOURCE_DATE_EPOCH is for reproducible
             // bakes and must not make a server prune everything, or nothing.

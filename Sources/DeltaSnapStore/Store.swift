@@ -177,7 +177,7 @@ public final class Store {
     /// when nothing changed (no version is created) or when `body` throws (rolled back).
     /// The collection is created by its first commit.
     public func write(to collection: String, _ body: (CollectionWriter) throws -> Void) throws -> WriteResult {
-        try CollectionName.validate(collection)
+        try CollectionPath.validate(collection)
         return try db.transaction(.immediate) {
             let writer = try CollectionWriter(db: db, collection: collection, configuration: configuration)
             try body(writer)

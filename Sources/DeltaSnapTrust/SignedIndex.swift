@@ -59,6 +59,10 @@ public struct SignedIndex: Sendable, Equatable {
     public var issued: Int64 { didSet { parsedIndexValue = nil } }
     /// Seconds since 1970; a client refuses the index after this (plus ``allowedClockSkew``).
     public var expires: Int64 { didSet { parsedIndexValue = nil } }
+    /// Whose view this is (the token's `sub`): a user's view lists their partitions, and
+    /// the signature binds the list to them, so no entry can be moved to another user's view.
+    /// Nil for the public index.
+    public var subject: String? { didSet { parsedIndexValue = nil } }
     /// Sorted by collection name.
     public private(set) var entries: [Entry]
     public private(set) var signatures: [Signature] = []
@@ -67,10 +71,11 @@ public struct SignedIndex: Sendable, Equatable {
     /// included, at any depth. Nil for an index built here, or once a field is changed.
     private var parsedIndexValue: JSONValue?
 
-    public init(sequence: UInt64, issued: Int64, expires: Int64, entries: [Entry]) {
+    public init(sequence: UInt64, issued: Int64, expires: Int64, entries: [Entry], subject: String? = nil) {
         self.sequence = sequence
         self.issued = issued
         self.expires = expires
+        self.subject = subject
         self.entries = entries.sorted { $0.collection.utf8Precedes($1.collection) }
     }
 
@@ -138,13 +143,15 @@ public struct SignedIndex: Sendable, Equatable {
                 JSONMember("version", .number(String(entry.version))),
             ]))
         })
-        return .object([
+        var members = [
             JSONMember("collections", collections),
             JSONMember("expires", .number(String(expires))),
             JSONMember("format", .number(String(Self.format))),
             JSONMember("issued", .number(String(issued))),
             JSONMember("sequence", .number(String(sequence))),
-        ])
+        ]
+        if let subject { members.append(JSONMember("subject", .string(subject))) }
+        return .object(members)
     }
 
     // MARK: - Reading and verifying
@@ -175,7 +182,12 @@ public struct SignedIndex: Sendable, Equatable {
             entries.append(Entry(
                 collection: member.key, token: token, version: version, count: Int(count), floor: floor, digest: digest, lastModified: lastModified))
         }
-        var index = SignedIndex(sequence: sequence, issued: Int64(issued), expires: Int64(expires), entries: entries)
+        var subject: String?
+        if let value = members.value("subject") {
+            guard case .string(let text) = value else { throw .malformedIndex("\"subject\" must be a string") }
+            subject = text
+        }
+        var index = SignedIndex(sequence: sequence, issued: Int64(issued), expires: Int64(expires), entries: entries, subject: subject)
         // The reader returns canonical values (members sorted, numbers as written), so this
         // is byte for byte what the server signed, whatever the layout it was served in.
         index.parsedIndexValue = indexValue

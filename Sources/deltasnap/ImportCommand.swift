@@ -34,7 +34,7 @@ struct ImportCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
-            try CollectionName.validate(collection)
+            try CollectionPath.validate(collection)
             let started = ContinuousClock.now
             let quiet = self.quiet
             let progress: @Sendable (Int) -> Void = { count in

@@ -21,6 +21,7 @@ struct ServeCommand: AsyncParsableCommand {
             POST /v1/collections/NAME/mutations        a client's batch of offline writes (two-way sync)
             GET  /v1/collections/NAME/records/ID/history   values writes replaced, newest first
             GET  /healthz, /metrics                    liveness; Prometheus text (swift-metrics)
+            .../collections/NAME/partitions/KEY/...    the same endpoints for one partition (--rules)
 
             For shared caches (a CDN, nginx proxy_cache), docs/PROTOCOL.md §8:
             GET  /v1/index                              every collection's token and state digest,
@@ -35,6 +36,12 @@ struct ServeCommand: AsyncParsableCommand {
             (--jwt-secret for HS256, --jwt-public-key for EdDSA/ES256) may write the \
             collections their "write" claim names and read the private ones their "read" \
             claim names. `deltasnap token` mints one for development.
+
+            With --rules FILE (YAML), each named collection has its own readers and writers \
+            (public, admin, owner, member, claims) and may be partitioned: NAME/KEY, one \
+            token line per partition. GET /v1/index with a bearer token then answers the \
+            caller's view: the public collections plus every partition they may read. A \
+            partition the caller may not read answers 404, as one that does not exist.
 
             Imports by other processes into the same store are picked up within 100 ms; on \
             PostgreSQL, commits through any instance reach every instance by LISTEN/NOTIFY. \
@@ -100,6 +107,9 @@ struct ServeCommand: AsyncParsableCommand {
 
     @Option(name: .long, help: "Seconds a signed index stays valid; clients refuse an expired one (it is re-signed every quarter of this).")
     var indexLifetime = 86_400
+
+    @Option(name: .long, help: ArgumentHelp("A YAML file of access rules: per collection who may read and write it (public, admin, owner, member, claims) and whether it is partitioned (NAME/KEY); the memberships collection. See docs/PROTOCOL.md §10.", valueName: "FILE"))
+    var rules: String?
 
     @Option(name: .customLong("static"), help: ArgumentHelp("A directory of static files (a web app) served at / next to the API, on the same origin.", valueName: "DIR"))
     var staticDirectory: String?
@@ -167,6 +177,10 @@ struct ServeCommand: AsyncParsableCommand {
             access.jwtPublicKeyPEM = String(decoding: pem, as: UTF8.self)
         }
         access.privateCollections = Set(TokenCommand.list(privateCollections))
+        if let rules {
+            guard let text = try? String(contentsOfFile: rules, encoding: .utf8) else { throw FileError(path: rules, reason: "cannot be read") }
+            access.rules = try AccessRules(yaml: text)
+        }
         let retention = Int64(retentionDays) * 86_400
         let configuration = DeltaSnapServerConfiguration(
             writeToken: token, maximumWriteBodyBytes: maxBodyBytes, access: access,

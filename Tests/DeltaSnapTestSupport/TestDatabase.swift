@@ -92,7 +92,7 @@ public final class TestDatabase: Sendable {
 
     /// The sequence the signed index would carry now.
     public func publishedSequence() async throws -> UInt64 {
-        try await store.publishedState { _ in true }.sequence
+        try await store.publishedState(of: []).sequence
     }
 
     public func collections() async throws -> [CollectionHead] {

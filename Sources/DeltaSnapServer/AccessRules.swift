@@ -1,0 +1,141 @@
+import DeltaSnapCore
+import Foundation
+import Yams
+
+/// Who may read and write each collection, and which collections are split into
+/// partitions (`NAME/KEY`): what `serve --rules FILE` reads.
+///
+/// ```yaml
+/// collections:
+///   countries: { read: public, write: admin }
+///   attempts:  { partitioned: true, read: owner,  write: owner }
+///   sets:      { partitioned: true, read: member, write: member }
+/// memberships: members   # members/<sub> holds {"id":"sets/8271","role":"write"} per partition
+/// ```
+///
+/// ```swift
+/// let rules = try AccessRules(yaml: String(contentsOfFile: "rules.yaml", encoding: .utf8))
+/// rules["attempts"]?.read   // .owner
+/// ```
+///
+/// Collections the file does not name keep the behaviour of ``AccessPolicy`` alone (public
+/// to read unless private; JWT claims to write).
+public struct AccessRules: Sendable, Equatable {
+    /// Who a right is granted to.
+    public enum Audience: String, Sendable, CaseIterable {
+        /// Anyone, with or without a token.
+        case `public`
+        /// The admin token only.
+        case admin
+        /// A JWT whose `sub` equals the partition's KEY.
+        case owner
+        /// A JWT whose holder has a membership record for the partition (see ``memberships``).
+        case member
+        /// A JWT whose `read`/`write` claim names the collection (or the partition).
+        case claims
+    }
+
+    /// The rule of one collection.
+    public struct Rule: Sendable, Equatable {
+        /// Whether the collection exists only as partitions `NAME/KEY`.
+        public var partitioned: Bool
+        public var read: Audience
+        public var write: Audience
+
+        public init(partitioned: Bool = false, read: Audience, write: Audience) {
+            self.partitioned = partitioned
+            self.read = read
+            self.write = write
+        }
+    }
+
+    /// The rules by collection name.
+    public var collections: [String: Rule]
+    /// The partitioned collection whose partition `NAME/<sub>` lists the partitions user
+    /// `sub` is a member of: one record per partition, `{"id":"sets/8271","role":"write"}`
+    /// (`"read"` for read only). Written by the app's backend with the admin token; read by
+    /// its owner. Nil: no memberships (a `member` rule then admits nobody).
+    public var memberships: String?
+
+    public init(collections: [String: Rule] = [:], memberships: String? = nil) {
+        self.collections = collections
+        self.memberships = memberships
+        if let memberships, self.collections[memberships] == nil {
+            // The user syncs their own memberships like any partition; only the backend writes them.
+            self.collections[memberships] = Rule(partitioned: true, read: .owner, write: .admin)
+        }
+    }
+
+    public subscript(collection: String) -> Rule? { collections[collection] }
+
+    /// Whether any collection needs a token to be read.
+    public var hasNonPublicReads: Bool { collections.values.contains { $0.read != .public } }
+
+    /// Parses the YAML of a rules file; every problem is reported with where it is.
+    public init(yaml: String) throws(AccessRulesError) {
+        let root: Any?
+        do {
+            root = try Yams.load(yaml: yaml)
+        } catch {
+            throw .unreadable("not YAML: \(error)")
+        }
+        guard let document = root as? [String: Any] else { throw .unreadable("the file must be a mapping with \"collections\" (and \"memberships\")") }
+        for key in document.keys where key != "collections" && key != "memberships" {
+            throw .unreadable("unknown top-level key \"\(key)\": use \"collections\" and \"memberships\"")
+        }
+        var rules: [String: Rule] = [:]
+        if let listed = document["collections"] {
+            guard let mapping = listed as? [String: Any] else { throw .unreadable("\"collections\" must map collection names to rules") }
+            for (name, value) in mapping {
+                rules[name] = try Self.rule(named: name, value)
+            }
+        }
+        var memberships: String?
+        if let value = document["memberships"] {
+            guard let name = value as? String, CollectionName.isValid(name) else {
+                throw .unreadable("\"memberships\" must be a collection name")
+            }
+            if let rule = rules[name], !rule.partitioned {
+                throw .unreadable("the memberships collection \"\(name)\" must be partitioned (one partition per user)")
+            }
+            memberships = name
+        }
+        self.init(collections: rules, memberships: memberships)
+    }
+
+    private static func rule(named name: String, _ value: Any) throws(AccessRulesError) -> Rule {
+        guard CollectionName.isValid(name) else { throw .unreadable(InvalidCollectionName(name: name).description) }
+        guard let fields = value as? [String: Any] else { throw .unreadable("the rule of \"\(name)\" must be a mapping like { read: public, write: admin }") }
+        for key in fields.keys where !["partitioned", "read", "write"].contains(key) {
+            throw .unreadable("unknown key \"\(key)\" in the rule of \"\(name)\": use partitioned, read and write")
+        }
+        var partitioned = false
+        if let flag = fields["partitioned"] {
+            guard let bool = flag as? Bool else { throw .unreadable("\"partitioned\" of \"\(name)\" must be true or false") }
+            partitioned = bool
+        }
+        func audience(_ key: String) throws(AccessRulesError) -> Audience {
+            guard let text = fields[key] else { throw .unreadable("the rule of \"\(name)\" needs \"\(key)\"") }
+            guard let word = text as? String, let audience = Audience(rawValue: word) else {
+                throw .unreadable("\"\(key)\" of \"\(name)\" must be one of \(Audience.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            return audience
+        }
+        let rule = Rule(partitioned: partitioned, read: try audience("read"), write: try audience("write"))
+        if !partitioned && (rule.read == .owner || rule.read == .member || rule.write == .owner || rule.write == .member) {
+            throw .unreadable("\"\(name)\" uses owner or member, which need a partition key: add \"partitioned: true\"")
+        }
+        return rule
+    }
+}
+
+/// A rules file the server cannot use; reported at start-up as one line.
+public enum AccessRulesError: Error, Equatable, CustomStringConvertible {
+    case unreadable(String)
+
+    public var description: String {
+        switch self {
+        case .unreadable(let reason): "the rules file is not usable: \(reason)"
+        }
+    }
+}

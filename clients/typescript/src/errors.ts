@@ -1,0 +1,63 @@
+/**
+ * Every error the client throws is a `DeltaSnapError`; its `code` is stable (switch on it),
+ * its `message` is for a person and says what to do.
+ *
+ * ```ts
+ * try { await replica.insert("AD", { name: "Andorra" }); }
+ * catch (e) { if (e instanceof WriteRefusedError) alert(e.message); }
+ * ```
+ */
+export class DeltaSnapError extends Error {
+  constructor(readonly code: string, message: string) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** Text that is not valid JSON, or not in the shape PROTOCOL.md §2 allows. */
+export class JSONParseError extends DeltaSnapError {
+  constructor(message: string, readonly offset: number) {
+    super("invalid_json", `${message} at offset ${offset}`);
+  }
+}
+
+/**
+ * A body that cannot be applied: not a protocol body, the wrong collection or base, or a
+ * count/checksum/digest that does not match. The client falls back to a full fetch.
+ */
+export class BodyError extends DeltaSnapError {
+  constructor(code: "unreadable_body" | "wrong_format" | "wrong_collection" | "wrong_base" | "count_mismatch" | "checksum_mismatch" | "digest_mismatch" | "not_signed", message: string) {
+    super(code, message);
+  }
+}
+
+/** A signed index (PROTOCOL.md §8) that must not be trusted; nothing was changed. */
+export class TrustError extends DeltaSnapError {
+  constructor(code: "bad_key" | "bad_index" | "untrusted" | "bad_signature" | "expired" | "replayed" | "not_listed" | "no_webcrypto", message: string) {
+    super(code, message);
+  }
+}
+
+/**
+ * A local write that can never be accepted (PROTOCOL.md §5.6), refused before it was
+ * queued, or a queued write the server refused (then already rolled back).
+ */
+export class WriteRefusedError extends DeltaSnapError {
+  constructor(code: string, message: string, readonly id: string) {
+    super(code, message);
+  }
+}
+
+/** IndexedDB failed (quota, a private window without storage, a blocked upgrade). */
+export class StorageError extends DeltaSnapError {
+  constructor(message: string, readonly cause?: unknown) {
+    super("storage_error", message);
+  }
+}
+
+/** The bundled snapshot could not be loaded (missing, corrupt, or unsigned with trusted keys). */
+export class BundleError extends DeltaSnapError {
+  constructor(message: string) {
+    super("bundle_error", message);
+  }
+}

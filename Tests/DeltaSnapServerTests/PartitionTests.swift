@@ -1,0 +1,242 @@
+import DeltaSnapCore
+import DeltaSnapServer
+import DeltaSnapStore
+import DeltaSnapTestSupport
+import DeltaSnapTrust
+import Foundation
+import Testing
+
+/// Partitions (`NAME/KEY`) under access rules, against a real server on 127.0.0.1 on each
+/// store: who sees what, the per-user view at `GET /v1/index`, memberships moving in and
+/// out, and isolation (a partition one may not read answers as one that does not exist).
+@Suite struct PartitionTests {
+    static let secret = "partition-test-secret"
+    static let rules = """
+        collections:
+          countries: { read: public, write: admin }
+          attempts:  { partitioned: true, read: owner,  write: owner }
+          sets:      { partitioned: true, read: member, write: member }
+        memberships: members
+        """
+
+    struct Fixture: Sendable {
+        let server: TestServer
+        let store: TestDatabase
+
+        func token(_ subject: String) async throws -> String {
+            try await AccessClaims(subject: subject, expires: Date().addingTimeInterval(600), write: [], read: []).signed(secret: PartitionTests.secret)
+        }
+
+        func request(
+            _ method: String = "GET", _ path: String, as subject: String?, headers: [String: String] = [:], body: String = ""
+        ) async throws -> RawHTTPClient.Response {
+            var headers = headers
+            if let subject { headers["Authorization"] = "Bearer \(subject == "admin" ? TestServer.writeToken : try await token(subject))" }
+            let sent = headers
+            return try await offPool { try server.connect().request(method, path, headers: sent, body: Array(body.utf8)) }
+        }
+
+        /// The admin (the app's backend) grants or revokes a membership.
+        func setMembership(_ subject: String, _ partition: String, role: String?) async throws {
+            let path = "/v1/collections/members/partitions/\(subject)/records/\(partition.percentEncodedPathSegment)"
+            let response = role == nil
+                ? try await request("DELETE", path, as: "admin")
+                : try await request("PUT", path, as: "admin", body: #"{"id":"\#(partition)","role":"\#(role!)"}"#)
+            #expect(response.status == 200, "\(response.text)")
+        }
+
+        /// The collections the caller's view lists.
+        func view(as subject: String?) async throws -> [String] {
+            let response = try await request("GET", "/v1/index", as: subject)
+            #expect(response.status == 200)
+            return try SignedIndex.parse(response.body).entries.map(\.collection)
+        }
+    }
+
+    func withServer(_ backend: TestBackend, signingKeys: [IndexSigningKey] = [], _ body: @escaping @Sendable (Fixture) async throws -> Void) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await TestDatabase.make(backend, in: dir)
+        try await store.importText(#"{"id":"AD","name":"Andorra"}"#, collection: "countries")
+        try await store.importText(#"{"id":"a1","score":3}"#, collection: "attempts/alice")
+        try await store.importText(#"{"id":"b1","score":5}"#, collection: "attempts/bob")
+        try await store.importText(#"{"id":"q1","question":"2+2"}"#, collection: "sets/8271")
+        try await store.importText(#"{"id":"sets/8271","role":"write"}"#, collection: "members/alice")
+        let access = AccessPolicy(jwtSecret: Self.secret, rules: try AccessRules(yaml: Self.rules))
+        let server = try await TestServer.start(database: store.url, access: access, signingKeys: signingKeys)
+        do { try await body(Fixture(server: server, store: store)) } catch {
+            await server.stop()
+            await store.stop()
+            throw error
+        }
+        await server.stop()
+        await store.stop()
+    }
+
+    @Test(arguments: TestBackend.allCases) func eachCallerReadsExactlyTheirSlice(_ backend: TestBackend) async throws {
+        try await withServer(backend) { f in
+            #expect(try await f.view(as: "alice") == ["attempts/alice", "countries", "members/alice", "sets/8271"])
+            #expect(try await f.view(as: "bob") == ["attempts/bob", "countries"])
+            #expect(try await f.view(as: nil) == ["countries"])
+            let own = try await f.request("GET", "/v1/collections/attempts/partitions/alice", as: "alice", headers: ["Accept-Encoding": "identity"])
+            #expect(own.status == 200 && own.text.contains(#""collection":"attempts/alice""#) && own.text.contains(#""id":"a1""#))
+            // One reader's data: a shared cache never keeps it.
+            #expect(own.header("Cache-Control") == "private, no-cache")
+            let again = try await f.request("GET", "/v1/collections/attempts/partitions/alice", as: "alice", headers: ["If-None-Match": own.header("ETag")!])
+            #expect(again.status == 304 && again.header("Cache-Control") == "private, no-cache")
+            #expect(try await f.request("GET", "/v1/collections/sets/partitions/8271", as: "alice").status == 200)
+            // The public collection is as before, with or without a token.
+            let countries = try await f.request("GET", "/v1/collections/countries", as: nil)
+            #expect(countries.status == 200 && countries.header("Cache-Control") == "no-cache")
+            // Partitions are never listed to everyone.
+            let list = try await f.request("GET", "/v1/collections", as: "alice")
+            #expect(list.text.contains(#""name":"countries""#) && !list.text.contains("attempts"))
+        }
+    }
+
+    /// Every endpoint answers another user (and no token) on a partition they may not read
+    /// exactly as it answers a partition that does not exist.
+    @Test(arguments: TestBackend.allCases) func aPartitionOneMayNotReadIsIndistinguishableFromNone(_ backend: TestBackend) async throws {
+        try await withServer(backend) { f in
+            let head = try #require(try await f.store.head(of: "attempts/alice"))
+            let token = head.token.description.percentEncodedPathSegment
+            let push = #"{"client":"c1","mutations":[{"seq":1,"op":"put","id":"x","value":{}}]}"#
+            let endpoints: [(method: String, suffix: String, body: String)] = [
+                ("GET", "", ""), ("HEAD", "", ""), ("GET", "/records/a1/history", ""),
+                ("GET", "/deltas/\(token)/\(token)", ""), ("GET", "/snapshots/\(token)", ""),
+                ("POST", "/mutations", push), ("PUT", "/records/x", #"{"id":"x"}"#), ("DELETE", "/records/a1", ""),
+                ("POST", "/records", #"{"id":"x"}"#),
+            ]
+            for caller in ["bob", nil] as [String?] {
+                for endpoint in endpoints {
+                    let existing = try await f.request(endpoint.method, "/v1/collections/attempts/partitions/alice" + endpoint.suffix, as: caller, body: endpoint.body)
+                    let missing = try await f.request(endpoint.method, "/v1/collections/attempts/partitions/zed" + endpoint.suffix, as: caller, body: endpoint.body)
+                    let what = "\(endpoint.method) \(endpoint.suffix) as \(caller ?? "nobody")"
+                    #expect(existing.status == 404, "\(what): \(existing.status) \(existing.text)")
+                    #expect(existing.status == missing.status, "\(what)")
+                    #expect(existing.text.replacingOccurrences(of: "alice", with: "zed") == missing.text, "\(what): \(existing.text) vs \(missing.text)")
+                    #expect(existing.header("Cache-Control") == missing.header("Cache-Control"), "\(what)")
+                }
+            }
+            // Nothing was written by those attempts.
+            #expect(try await f.store.head(of: "attempts/alice")?.version == head.version)
+            #expect(try await f.store.head(of: "attempts/zed") == nil)
+            let metrics = try await f.request("GET", "/metrics", as: nil)
+            #expect(!metrics.text.contains("attempts/alice"))
+        }
+    }
+
+    @Test(arguments: TestBackend.allCases) func membershipsMoveInAndOutWithoutTouchingAnythingElse(_ backend: TestBackend) async throws {
+        try await withServer(backend) { f in
+            #expect(try await f.request("GET", "/v1/collections/sets/partitions/8271", as: "bob").status == 404)
+            let before = try await f.request("GET", "/v1/index", as: "bob")
+            try await f.setMembership("bob", "sets/8271", role: "read")
+            // The view changes at once (the server's own commit), and bob may read it now.
+            let after = try await f.request("GET", "/v1/index", as: "bob", headers: ["If-None-Match": before.header("ETag")!])
+            #expect(after.status == 200)
+            #expect(try SignedIndex.parse(after.body).entries.map(\.collection) == ["attempts/bob", "countries", "members/bob", "sets/8271"])
+            #expect(try await f.request("GET", "/v1/collections/sets/partitions/8271", as: "bob").status == 200)
+            // A reader may not write: 403 (he knows it exists), and nothing is committed.
+            let push = #"{"client":"b","mutations":[{"seq":1,"op":"put","id":"q2","value":{"question":"1+1"}}]}"#
+            let refused = try await f.request("POST", "/v1/collections/sets/partitions/8271/mutations", as: "bob", body: push)
+            #expect(refused.status == 403, "\(refused.text)")
+            try await f.setMembership("bob", "sets/8271", role: "write")
+            let written = try await f.request("POST", "/v1/collections/sets/partitions/8271/mutations", as: "bob", body: push)
+            #expect(written.status == 200 && PushResponse.parse(written.body)?.results.first?.status == .applied(version: 2))
+            // Revoked: refused from the next request on, as if it did not exist.
+            try await f.setMembership("bob", "sets/8271", role: nil)
+            #expect(try await f.request("GET", "/v1/collections/sets/partitions/8271", as: "bob").status == 404)
+            let again = #"{"client":"b","mutations":[{"seq":2,"op":"put","id":"q3","value":{}}]}"#
+            #expect(try await f.request("POST", "/v1/collections/sets/partitions/8271/mutations", as: "bob", body: again).status == 404)
+            #expect(try await f.view(as: "bob") == ["attempts/bob", "countries", "members/bob"])
+            // Alice's access never changed.
+            #expect(try await f.view(as: "alice") == ["attempts/alice", "countries", "members/alice", "sets/8271"])
+        }
+    }
+
+    @Test(arguments: TestBackend.allCases) func anOwnerCreatesTheirPartitionByTheFirstPush(_ backend: TestBackend) async throws {
+        try await withServer(backend) { f in
+            let push = #"{"client":"c","mutations":[{"seq":1,"op":"insert","id":"c1","value":{"score":1}}]}"#
+            let created = try await f.request("POST", "/v1/collections/attempts/partitions/carol/mutations", as: "carol", body: push)
+            #expect(created.status == 200 && PushResponse.parse(created.body)?.results.first?.status == .applied(version: 1), "\(created.text)")
+            #expect(try await f.view(as: "carol") == ["attempts/carol", "countries"])
+            // Not in anyone else's partition.
+            #expect(try await f.request("POST", "/v1/collections/attempts/partitions/alice/mutations", as: "carol", body: push).status == 404)
+            // A partition of a collection that is not partitioned, or the bare name of one
+            // that is, does not exist.
+            #expect(try await f.request("GET", "/v1/collections/countries/partitions/x", as: "alice").status == 404)
+            #expect(try await f.request("GET", "/v1/collections/attempts", as: "alice").status == 404)
+            #expect(try await f.request("GET", "/v1/collections/attempts/partitions/..", as: "alice").status != 200)
+        }
+    }
+
+    /// An unchanged view is a `304` on its ETag; a view is signed with its subject, and only
+    /// changes when something it lists does.
+    @Test(arguments: TestBackend.allCases) func aViewIsSignedForItsSubjectAndAnsweredNotModified(_ backend: TestBackend) async throws {
+        let key = IndexSigningKey.generate()
+        try await withServer(backend, signingKeys: [key]) { f in
+            let first = try await f.request("GET", "/v1/index", as: "alice")
+            #expect(first.header("Cache-Control") == "private, no-cache")
+            let index = try SignedIndex.parse(first.body)
+            #expect(index.subject == "alice")
+            try index.verify(trusting: [key.publicKey], now: Int64(Date().timeIntervalSince1970), heldSequence: nil)
+            let etag = try #require(first.header("ETag"))
+            #expect(try await f.request("GET", "/v1/index", as: "alice", headers: ["If-None-Match": etag]).status == 304)
+            // Bob's commit is not in alice's view: still 304.
+            let push = #"{"client":"b","mutations":[{"seq":1,"op":"put","id":"b2","value":{}}]}"#
+            #expect(try await f.request("POST", "/v1/collections/attempts/partitions/bob/mutations", as: "bob", body: push).status == 200)
+            #expect(try await f.request("GET", "/v1/index", as: "alice", headers: ["If-None-Match": etag]).status == 304)
+            // Hers is.
+            #expect(try await f.request("POST", "/v1/collections/attempts/partitions/alice/mutations", as: "alice", body: push).status == 200)
+            let changed = try await f.request("GET", "/v1/index", as: "alice", headers: ["If-None-Match": etag])
+            #expect(changed.status == 200 && changed.header("ETag") != etag)
+            #expect(try SignedIndex.parse(changed.body).entry(for: "attempts/alice")?.version == 2)
+            // The public index is still public and carries no subject.
+            let anonymous = try await f.request("GET", "/v1/index", as: nil)
+            #expect(try SignedIndex.parse(anonymous.body).subject == nil)
+            #expect(anonymous.header("Cache-Control")?.hasPrefix("public") == true)
+            // A token that does not verify is refused, not treated as anonymous.
+            let forged = try await offPool { try f.server.connect().request("GET", "/v1/index", headers: ["Authorization": "Bearer not.a.jwt"]) }
+            #expect(forged.status == 401)
+        }
+    }
+}
+
+@Suite struct AccessRulesTests {
+    @Test func aRulesFileIsRead() throws {
+        let rules = try AccessRules(yaml: PartitionTests.rules)
+        #expect(rules["attempts"] == AccessRules.Rule(partitioned: true, read: .owner, write: .owner))
+        #expect(rules["countries"] == AccessRules.Rule(read: .public, write: .admin))
+        // The memberships collection is its owner's to read and the backend's to write.
+        #expect(rules["members"] == AccessRules.Rule(partitioned: true, read: .owner, write: .admin))
+        #expect(rules.hasNonPublicReads)
+    }
+
+    @Test(arguments: [
+        ("collections: [a, b]", "must map collection names"),
+        ("collections:\n  notes: { read: owner, write: owner }", "partitioned: true"),
+        ("collections:\n  notes: { read: everyone, write: admin }", "must be one of public, admin, owner, member, claims"),
+        ("collections:\n  notes: { read: public }", "needs \"write\""),
+        ("collections:\n  Notes: { read: public, write: admin }", "invalid collection name"),
+        ("colections: {}", "unknown top-level key"),
+        ("collections:\n  m: { read: public, write: admin }\nmemberships: m", "must be partitioned"),
+        ("collections: {a: [", "not YAML"),
+    ])
+    func aBadRulesFileSaysWhatIsWrong(_ yaml: String, _ expected: String) {
+        #expect {
+            _ = try AccessRules(yaml: yaml)
+        } throws: { error in
+            String(describing: error).contains(expected)
+        }
+    }
+
+    @Test func partitionPathsAreValidated() {
+        #expect(CollectionPath("sets/8271")?.key == "8271")
+        #expect(CollectionPath("attempts/alice@example.com:1")?.name == "attempts")
+        #expect(CollectionPath("countries")?.key == nil)
+        for bad in ["sets/", "sets/..", "sets/.", "Sets/1", "sets/a/b", "sets/a b", "/x", "sets/" + String(repeating: "k", count: 129)] {
+            #expect(CollectionPath(bad) == nil, "\(bad)")
+        }
+        #expect(CollectionPath("sets/8271")?.urlPath == "/v1/collections/sets/partitions/8271")
+    }
+}

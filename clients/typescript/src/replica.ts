@@ -1,0 +1,339 @@
+import { loadBundledSnapshot } from "./bundle.js";
+import { BundleError, DeltaSnapError, WriteRefusedError } from "./errors.js";
+import { canonicalString, fromPlain } from "./json.js";
+import { Operation } from "./merge.js";
+import { DEFAULT_RETRY_POLICY, RetryPolicy } from "./retry.js";
+import { ALLOWED_CLOCK_SKEW, TrustedKey } from "./signed-index.js";
+import { PendingWrite, ReplicaStore } from "./store.js";
+import { pull, PullOutcome, push, PushReport, SyncContext, waitingUntil } from "./sync-engine.js";
+import { TabCoordinator, TabMessage } from "./tabs.js";
+
+/** Options of {@link DeltaSnapReplica.open}. */
+export interface ReplicaOptions {
+  /** The collection name, e.g. `"countries"`. */
+  collection: string;
+  /** The server root (scheme, host, port). Default: the page's origin. */
+  serverURL?: string;
+  /** URL of the bundled snapshot (`NAME.snapshot`, gzip) loaded at first start, offline. */
+  bundledSnapshot?: string;
+  /** With `trustedKeys`: URL of the bundled signed index (`NAME.index`). */
+  bundledIndex?: string;
+  /** Lines of pinned `signing.pub` files (`ed25519-public:…`). Set: sync through the signed index only. */
+  trustedKeys?: string[];
+  /** A bearer token (a per-user JWT), or a function returning the current one. Needed to push writes. */
+  accessToken?: string | null | (() => string | null | Promise<string | null>);
+  /** IndexedDB database name. Default `deltasnap:<collection>`. */
+  databaseName?: string;
+  /** Seconds between background syncs of the syncing tab; 0 turns polling off. Default 60. */
+  pollInterval?: number;
+  /** Join the tab election and sync in the background. Default true. */
+  autoSync?: boolean;
+  /** Milliseconds before a request is abandoned. Default 30,000. */
+  requestTimeout?: number;
+  retryPolicy?: RetryPolicy;
+  /** A `fetch` to use instead of the global one. */
+  fetch?: typeof fetch;
+}
+
+/** What one `sync()` did: the push step, then the pull. */
+export interface SyncResult {
+  push: PushReport;
+  pull: PullOutcome;
+}
+
+/**
+ * How the replica stands: `status` as the Swift client's, and the dot to show.
+ * `indicator`: green = synced, nothing pending; amber = writes pending, never synced, or
+ * failing for under an hour; red = failing for over an hour, or unverifiably old.
+ */
+export interface ReplicaStatus {
+  status: "synced" | "retrying" | "failing" | "neverSynced" | "unverifiablyOld";
+  indicator: "green" | "amber" | "red";
+  /** Writes not yet accepted by the server. */
+  queued: number;
+  /** Writes accepted, waiting for the pull that brings them. */
+  settling: number;
+  lastSuccessfulSync: number | null;
+  lastError: string | null;
+  token: string | null;
+  count: number;
+  /** This tab is the one that syncs. */
+  isSyncingTab: boolean;
+}
+
+/** Reported when the browser deleted the database since the last visit. */
+export interface StorageLoss {
+  /** Writes that were queued and are lost (0 when none was; unknown writes count as 0). */
+  lostWrites: number;
+}
+
+/** Syncing fails for this long before the dot turns red (as the Swift client). */
+const FAILING_AFTER_MS = 3600_000;
+
+/**
+ * A browser replica of one DeltaSnap collection, kept in IndexedDB: usable offline at once
+ * from the bundled snapshot, kept fresh with verified deltas, writable offline.
+ *
+ * Events (`addEventListener`): `change` (data changed, in this tab or another), `sync`
+ * (`detail`: a {@link SyncResult}, in the syncing tab), `refused` (`detail`: the refused
+ * writes, already rolled back, in every tab), `storage-lost` (`detail`: {@link StorageLoss}),
+ * `error` (`detail`: a `DeltaSnapError`, e.g. an unusable bundle).
+ *
+ * ```ts
+ * import { DeltaSnapReplica } from "./deltasnap.js";
+ * const replica = await DeltaSnapReplica.open({ collection: "countries", bundledSnapshot: "/countries.snapshot" });
+ * console.log(await replica.get("AD"));               // offline, at once
+ * replica.addEventListener("change", () => render());
+ * await replica.patch("AD", { capital: "Andorra la Vella" });   // visible at once, pushed later
+ * ```
+ */
+export class DeltaSnapReplica extends EventTarget {
+  /** Set when the database had been deleted by the browser since the last visit. */
+  storageLoss: StorageLoss | null = null;
+  private readonly tabs: TabCoordinator;
+  private running: Promise<SyncResult> | null = null;
+  private timer: ReturnType<typeof setTimeout> | null = null;
+  private closed = false;
+
+  private constructor(readonly collection: string, private readonly store: ReplicaStore, private readonly ctx: SyncContext, private readonly options: ReplicaOptions) {
+    super();
+    this.tabs = new TabCoordinator(store.name, () => this.becameSyncingTab(), (m) => this.onTabMessage(m));
+  }
+
+  /** Opens (or creates) the replica; at first start, loads the bundled snapshot before returning. */
+  static async open(options: ReplicaOptions): Promise<DeltaSnapReplica> {
+    const collection = options.collection;
+    if (!/^[a-z0-9][a-z0-9_-]{0,63}$/.test(collection)) throw new DeltaSnapError("bad_collection_name", `"${collection}" is not a collection name ([a-z0-9][a-z0-9_-]{0,63})`);
+    const name = options.databaseName ?? `deltasnap:${collection}`;
+    const { store, created } = await ReplicaStore.open(name);
+    const serverURL = (options.serverURL ?? globalThis.location?.origin ?? "").replace(/\/+$/, "");
+    const fetcher = options.fetch ?? globalThis.fetch.bind(globalThis);
+    const token = options.accessToken;
+    const trustedKeys = await Promise.all((options.trustedKeys ?? []).map((k) => TrustedKey.parse(k)));
+    const ctx: SyncContext = {
+      store, collection, serverURL, trustedKeys, fetch: fetcher,
+      collectionURL: `${serverURL}/v1/collections/${collection}`,
+      accessToken: async () => (typeof token === "function" ? await token() : token ?? null),
+      timeoutMs: options.requestTimeout ?? 30_000,
+      retryPolicy: options.retryPolicy ?? DEFAULT_RETRY_POLICY,
+      now: () => Date.now(),
+    };
+    const replica = new DeltaSnapReplica(collection, store, ctx, options);
+    replica.checkStorageLoss(created);
+    await replica.loadBundleIfEmpty();
+    if (options.autoSync !== false) replica.tabs.start();
+    return replica;
+  }
+
+  // MARK: - Reading
+
+  /** The record as the app sees it (pending local writes included), or `undefined`. */
+  async get(id: string): Promise<Record<string, unknown> | undefined> {
+    const body = await this.store.get(id);
+    return body === null ? undefined : JSON.parse(body);
+  }
+
+  /** Every visible record (pending local writes included), sorted by id. */
+  async all(): Promise<Record<string, unknown>[]> {
+    return (await this.store.all()).map(([, body]) => JSON.parse(body));
+  }
+
+  /** Visible records for which `predicate` is true. */
+  async filter(predicate: (record: Record<string, unknown>) => boolean): Promise<Record<string, unknown>[]> {
+    return (await this.all()).filter(predicate);
+  }
+
+  // MARK: - Writing (PROTOCOL.md §6 step 5)
+
+  /** Replaces or creates record `id` with `value` (its `id`, if any, must be `id`). */
+  put(id: string, value: object): Promise<PendingWrite> { return this.write("put", id, value); }
+  /** Merges `fields` into record `id` (a `null` removes a field); the record must exist. */
+  patch(id: string, fields: object): Promise<PendingWrite> { return this.write("patch", id, fields); }
+  /** Creates record `id`; refused when it exists. */
+  insert(id: string, value: object): Promise<PendingWrite> { return this.write("insert", id, value); }
+  /** Hides record `id` (fine if it is already gone). */
+  delete(id: string): Promise<PendingWrite> { return this.write("delete", id, null); }
+
+  /**
+   * Queues a write and shows it at once. Throws `WriteRefusedError` (nothing queued) when
+   * the server could never accept it: an insert of an existing id, a patch of a missing
+   * one, a value that is not an object or has `hidden`, or a different `id`.
+   */
+  private async write(op: Operation, id: string, value: object | null): Promise<PendingWrite> {
+    let text: string | null = null;
+    if (value !== null) {
+      try { text = canonicalString(fromPlain(value)); } catch (error) { throw new WriteRefusedError("invalid_record", `the value for "${id}" is not JSON: ${(error as Error).message}`, id); }
+    }
+    const write = await this.store.enqueue({ op, id, value: text }, Date.now());
+    await this.rememberPending();
+    this.changed("local-write");
+    if (this.tabs.isLeader) this.schedule(50);
+    return write;
+  }
+
+  /** The writes not settled yet, oldest first (queued, and accepted ones waiting for their pull). */
+  pendingWrites(includeAccepted = true): Promise<PendingWrite[]> {
+    return this.store.pendingWrites(includeAccepted);
+  }
+
+  // MARK: - Syncing
+
+  /**
+   * Pushes the queued writes, then pulls (PROTOCOL.md §6 step 6). In a tab that is not
+   * the syncing one it asks that tab to sync and resolves with `null`. Concurrent calls
+   * share one run. Never throws for network or server problems: see the result.
+   */
+  async sync(options: { ignoreBackoff?: boolean } = {}): Promise<SyncResult | null> {
+    if (!this.tabs.isLeader && this.options.autoSync !== false) {
+      this.tabs.post({ type: "sync-request" });
+      return null;
+    }
+    if (this.running) return this.running;
+    this.running = this.runSync(options.ignoreBackoff ?? false).finally(() => { this.running = null; });
+    return this.running;
+  }
+
+  private async runSync(ignoreBackoff: boolean): Promise<SyncResult> {
+    const emptyPush: PushReport = { accepted: 0, refused: [], copied: [], batches: 0, failure: null, stillQueued: 0 };
+    let result: SyncResult;
+    const wait = ignoreBackoff ? null : await waitingUntil(this.ctx, true);
+    if (wait !== null) {
+      result = { push: { ...emptyPush, stillQueued: (await this.store.pendingWrites(false)).length }, pull: { kind: "deferred", until: wait } };
+    } else {
+      const pushed = await push(this.ctx);
+      // Writes accepted so far are in the state the pull brings: they leave the queue in the
+      // pull's own transaction, never before, so they never flicker out of view.
+      const settleThrough = Math.max(0, ...(await this.store.pendingWrites(true)).filter((w) => w.acked).map((w) => w.seq)) || null;
+      const serverWait = ignoreBackoff ? null : await waitingUntil(this.ctx, false);
+      const pulled: PullOutcome = serverWait !== null ? { kind: "deferred", until: serverWait } : await pull(this.ctx, settleThrough);
+      result = { push: pushed, pull: pulled };
+    }
+    await this.rememberPending();
+    if (result.push.refused.length) {
+      this.dispatchEvent(new CustomEvent("refused", { detail: result.push.refused }));
+      this.tabs.post({ type: "refused", writes: result.push.refused });
+    }
+    if (result.push.batches || result.pull.kind !== "deferred") this.changed("sync");
+    this.dispatchEvent(new CustomEvent("sync", { detail: result }));
+    return result;
+  }
+
+  /** How things stand, for the status dot and the queue view. */
+  async status(): Promise<ReplicaStatus> {
+    const now = Date.now();
+    const state = await this.store.readState();
+    const queue = await this.store.readQueue();
+    const pending = await this.store.pendingWrites(true);
+    const queued = pending.filter((w) => !w.acked).length;
+    let status: ReplicaStatus["status"];
+    if (state.indexExpires !== null && now / 1000 - state.indexExpires > ALLOWED_CLOCK_SKEW) status = "unverifiablyOld";
+    else if (state.failingSince !== null) status = now - state.failingSince > FAILING_AFTER_MS ? "failing" : "retrying";
+    else status = state.lastSuccessfulSync === null ? "neverSynced" : "synced";
+    const pushFailingLong = queue?.pushFailingSince != null && now - queue.pushFailingSince > FAILING_AFTER_MS;
+    const indicator = status === "failing" || status === "unverifiablyOld" || pushFailingLong ? "red" : pending.length > 0 || status !== "synced" ? "amber" : "green";
+    return {
+      status, indicator, queued, settling: pending.length - queued, lastSuccessfulSync: state.lastSuccessfulSync,
+      lastError: state.lastError ?? null, token: state.token, count: state.count, isSyncingTab: this.tabs.isLeader,
+    };
+  }
+
+  /** Whether this tab is the one that syncs. */
+  get isSyncingTab(): boolean {
+    return this.tabs.isLeader;
+  }
+
+  /** Stops syncing in this tab (another tab takes over) and closes the database. */
+  close(): void {
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.tabs.close();
+    this.store.close();
+  }
+
+  // MARK: - Internals
+
+  private becameSyncingTab(): void {
+    this.dispatchEvent(new CustomEvent("leader"));
+    this.schedule(0);
+  }
+
+  /** Runs a sync after `delayMs`, then keeps polling while this tab leads. */
+  private schedule(delayMs: number): void {
+    if (this.closed || !this.tabs.isLeader) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = setTimeout(async () => {
+      this.timer = null;
+      try { await this.sync(); } catch (error) { this.dispatchEvent(new CustomEvent("error", { detail: error })); }
+      const poll = this.options.pollInterval ?? 60;
+      const wait = await waitingUntil(this.ctx, true).catch(() => null);
+      const queued = (await this.store.pendingWrites(false).catch(() => [])).length;
+      // Writes still queued are retried when the backoff ends, whatever the poll interval.
+      const next = wait !== null ? wait - Date.now() : queued > 0 ? 5_000 : poll > 0 ? poll * 1000 : null;
+      if (next !== null && !this.closed && !this.timer) this.timer = setTimeout(() => this.schedule(0), Math.max(0, next));
+    }, delayMs);
+  }
+
+  private onTabMessage(message: TabMessage): void {
+    switch (message.type) {
+      case "changed":
+        this.dispatchEvent(new CustomEvent("change", { detail: { reason: message.reason, remote: true } }));
+        if (message.reason === "local-write" && this.tabs.isLeader) this.schedule(50);
+        break;
+      case "sync-request":
+        if (this.tabs.isLeader) this.schedule(0);
+        break;
+      case "refused":
+        this.dispatchEvent(new CustomEvent("refused", { detail: message.writes }));
+        break;
+    }
+  }
+
+  private changed(reason: "local-write" | "sync" | "push"): void {
+    this.dispatchEvent(new CustomEvent("change", { detail: { reason, remote: false } }));
+    this.tabs.post({ type: "changed", reason });
+  }
+
+  private async loadBundleIfEmpty(): Promise<void> {
+    if (!this.options.bundledSnapshot) return;
+    const state = await this.store.readState();
+    if (state.token !== null) return;
+    try {
+      await loadBundledSnapshot(this.store, this.collection, this.options.bundledSnapshot, {
+        trustedKeys: this.ctx.trustedKeys, indexURL: this.options.bundledIndex, fetch: this.ctx.fetch,
+      });
+    } catch (error) {
+      if (!(error instanceof BundleError)) throw error;
+      // The replica stays usable (empty until the first pull); the app hears why.
+      setTimeout(() => this.dispatchEvent(new CustomEvent("error", { detail: error })), 0);
+    }
+  }
+
+  /**
+   * Storage loss: a marker in localStorage says this origin had a replica; a database that
+   * had to be created anyway was evicted or deleted. The marker also counts the writes
+   * that were queued, which are the only thing that cannot be rebuilt.
+   */
+  private checkStorageLoss(created: boolean): void {
+    const key = this.markerKey();
+    let marker: { pending?: number } | null = null;
+    try { marker = JSON.parse(globalThis.localStorage?.getItem(key) ?? "null"); } catch { marker = null; }
+    if (created && marker) {
+      this.storageLoss = { lostWrites: marker.pending ?? 0 };
+      const loss = this.storageLoss;
+      setTimeout(() => this.dispatchEvent(new CustomEvent("storage-lost", { detail: loss })), 0);
+    }
+    if (created || !marker) this.writeMarker(0);
+  }
+
+  private async rememberPending(): Promise<void> {
+    this.writeMarker((await this.store.pendingWrites(false)).length);
+  }
+
+  private writeMarker(pending: number): void {
+    try { globalThis.localStorage?.setItem(this.markerKey(), JSON.stringify({ pending })); } catch { /* no localStorage: loss goes unreported */ }
+  }
+
+  private markerKey(): string {
+    return `deltasnap-replica:${this.store.name}`;
+  }
+}

@@ -1,0 +1,399 @@
+import { verifyBody, VerifiedApply } from "./apply.js";
+import { Body, isBodyProblem, parseBody } from "./body.js";
+import { BodyError, DeltaSnapError, TrustError } from "./errors.js";
+import { decideAfterUnusableBody, decidePullAnswer, decidePushAnswer, isUnavailable, PullStep } from "./ladder.js";
+import { StateDigest } from "./lthash.js";
+import { DEFAULT_RETRY_POLICY, retryDelay, RetryPolicy, serverDelay } from "./retry.js";
+import { parseSignedIndex, SignedIndex, TrustedKey, verifySignedIndex } from "./signed-index.js";
+import { PendingWrite, ReplicaState, ReplicaStore, StateMovedError } from "./store.js";
+import { Operation } from "./merge.js";
+
+/** What a pull did. */
+export type PullOutcome =
+  | { kind: "not-modified" }
+  /** A delta or full body was applied; `changedIds` lists a delta's ids (empty for a full body). */
+  | { kind: "applied"; full: boolean; changedIds: string[]; count: number }
+  /** The answer could not be applied; a full fetch replaced the collection. */
+  | { kind: "reset"; reason: string; count: number }
+  /** Nothing changed; the data held is kept. `retryAt`: the earliest next attempt (ms). */
+  | { kind: "failed"; reason: string; code: string; unavailable: boolean; retryAt: number | null }
+  /** Not tried: a wait (the server's, or the backoff) runs until `until` (ms). */
+  | { kind: "deferred"; until: number };
+
+/** A write the server refused: already rolled back locally. */
+export interface RefusedWrite {
+  seq: number;
+  op: Operation;
+  id: string;
+  code: string;
+  message: string;
+}
+
+/** What the push step of a sync did. */
+export interface PushReport {
+  accepted: number;
+  refused: RefusedWrite[];
+  /** Writes committed as conflict copies (collections merged by `fork`): [write id, copy id]. */
+  copied: [string, string][];
+  batches: number;
+  /** Why pushing stopped early (the writes stay queued), or null. */
+  failure: string | null;
+  stillQueued: number;
+}
+
+/** Everything a sync needs, supplied by the replica. */
+export interface SyncContext {
+  store: ReplicaStore;
+  collection: string;
+  /** The collection endpoint, e.g. `https://data.example.com/v1/collections/countries`. */
+  collectionURL: string;
+  /** The server root, e.g. `https://data.example.com` (for `/v1/index`). */
+  serverURL: string;
+  trustedKeys: TrustedKey[];
+  accessToken: () => Promise<string | null>;
+  fetch: typeof fetch;
+  timeoutMs: number;
+  retryPolicy: RetryPolicy;
+  now: () => number;
+}
+
+const MAX_BATCH = 500;
+const MAX_BATCH_BYTES = 512 * 1024;
+
+/** `fetch` with a timeout; `null` for a network error or a timeout (the caller retries later). */
+async function request(ctx: SyncContext, url: string, init: RequestInit): Promise<Response | null> {
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), ctx.timeoutMs);
+  try {
+    return await ctx.fetch(url, { ...init, signal: abort.signal });
+  } catch {
+    return null;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Reads a response's text, `null` when the body breaks off. */
+async function readText(response: Response): Promise<string | null> {
+  try { return await response.text(); } catch { return null; }
+}
+
+async function authHeaders(ctx: SyncContext): Promise<Record<string, string>> {
+  const token = await ctx.accessToken();
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
+function askedUntil(response: Response | null, now: number): number | null {
+  if (!response) return null;
+  const asked = serverDelay(response.headers.get("Retry-After"), response.headers.get("Backoff"), now);
+  return asked === null ? null : now + asked * 1000;
+}
+
+function successState(now: number, serverNotBefore: number | null): Partial<ReplicaState> {
+  return { lastSuccessfulSync: now, failingSince: null, failures: 0, notBefore: null, lastError: null, serverNotBefore };
+}
+
+async function recordFailure(ctx: SyncContext, reason: string, code: string, unavailable: boolean, serverNotBefore: number | null): Promise<PullOutcome> {
+  const now = ctx.now();
+  const held = await ctx.store.readState();
+  const failures = held.failures + 1;
+  const asked = serverNotBefore === null ? null : Math.max(0, (serverNotBefore - now) / 1000);
+  const notBefore = now + retryDelay(failures, asked, Math.random(), ctx.retryPolicy) * 1000;
+  await ctx.store.updateState({
+    failures, failingSince: held.failingSince ?? now, notBefore, lastError: reason,
+    serverNotBefore: serverNotBefore ?? held.serverNotBefore,
+  });
+  return { kind: "failed", reason, code, unavailable, retryAt: notBefore };
+}
+
+/** The wait still running before any request to the server, if any. */
+export async function waitingUntil(ctx: SyncContext, includeOwnBackoff: boolean): Promise<number | null> {
+  const state = await ctx.store.readState();
+  const queue = await ctx.store.readQueue();
+  const until = Math.max(state.serverNotBefore ?? 0, includeOwnBackoff ? Math.max(state.notBefore ?? 0, queue?.pushNotBefore ?? 0) : 0);
+  return until > ctx.now() ? until : null;
+}
+
+/**
+ * Pulls once (PROTOCOL.md §6 steps 2–3, or §8.4 with trusted keys) and settles the writes
+ * accepted up to `settleThrough` in the transaction that stores the pulled state.
+ */
+export async function pull(ctx: SyncContext, settleThrough: number | null): Promise<PullOutcome> {
+  return ctx.trustedKeys.length ? signedPull(ctx, settleThrough) : plainPull(ctx, settleThrough);
+}
+
+async function plainPull(ctx: SyncContext, settleThrough: number | null): Promise<PullOutcome> {
+  const held = await ctx.store.readState();
+  const headers: Record<string, string> = await authHeaders(ctx);
+  if (held.token !== null) {
+    if (held.etag) headers["If-None-Match"] = held.etag;
+    if (held.lastModified) headers["If-Modified-Since"] = held.lastModified;
+  }
+  // `no-store`: the browser's HTTP cache must neither answer for the server nor turn our
+  // validators into its own; the 304 reaches this code as a 304.
+  const response = await request(ctx, ctx.collectionURL, { headers, cache: "no-store" });
+  return answerPull(ctx, "conditional", response, held, settleThrough, null);
+}
+
+async function answerPull(ctx: SyncContext, step: PullStep, response: Response | null, held: ReplicaState, settleThrough: number | null, firstReason: string | null): Promise<PullOutcome> {
+  const now = ctx.now();
+  const serverNotBefore = askedUntil(response, now);
+  const decision = decidePullAnswer(step, response?.status ?? null);
+  const prefix = firstReason ? `${firstReason}; full fetch: ` : "";
+  if (decision.action === "not-modified") {
+    await ctx.store.updateState({
+      etag: response!.headers.get("ETag") ?? held.etag, lastModified: response!.headers.get("Last-Modified") ?? held.lastModified,
+      ...successState(now, serverNotBefore),
+    }, settleThrough);
+    return { kind: "not-modified" };
+  }
+  if (decision.action === "keep") return recordFailure(ctx, prefix + decision.reason, "http_" + (response?.status ?? "network"), decision.unavailable, serverNotBefore);
+  let verified: VerifiedApply;
+  try {
+    const text = await readText(response!);
+    if (text === null) throw new BodyError("unreadable_body", "the body broke off (or its gzip is damaged)");
+    const body = parseBody(text, ctx.collection);
+    verified = await verifyBody(body, held, ctx.store, ctx.collection, {
+      expectFull: step === "full", maintainDigest: false,
+      etag: response!.headers.get("ETag"), lastModified: response!.headers.get("Last-Modified"),
+    });
+  } catch (error) {
+    if (!isBodyProblem(error)) throw error;
+    const reason = (error as Error).message;
+    if (decideAfterUnusableBody(step) === "full-fetch") {
+      const full = await request(ctx, ctx.collectionURL, { headers: await authHeaders(ctx), cache: "no-store" });
+      return answerPull(ctx, "full", full, held, settleThrough, reason);
+    }
+    return recordFailure(ctx, prefix + reason, (error as DeltaSnapError).code, false, serverNotBefore);
+  }
+  return commit(ctx, verified, settleThrough, serverNotBefore, firstReason);
+}
+
+async function commit(ctx: SyncContext, verified: VerifiedApply, settleThrough: number | null, serverNotBefore: number | null, resetReason: string | null, extra: Partial<ReplicaState> = {}): Promise<PullOutcome> {
+  verified.prepared.state = { ...verified.prepared.state, ...successState(ctx.now(), serverNotBefore), ...extra };
+  try {
+    await ctx.store.commitApply(verified.prepared, settleThrough);
+  } catch (error) {
+    if (error instanceof StateMovedError) return { kind: "failed", reason: "another tab applied a body meanwhile; the next sync continues from it", code: "state_moved", unavailable: false, retryAt: null };
+    throw error;
+  }
+  if (resetReason !== null) return { kind: "reset", reason: resetReason, count: verified.count };
+  return { kind: "applied", full: verified.prepared.replaceAll, changedIds: verified.changedIds, count: verified.count };
+}
+
+// MARK: - Signed data (§8.4)
+
+function encodeSegment(token: string): string {
+  return encodeURIComponent(token).replace(/[!'()*]/g, (c) => "%" + c.charCodeAt(0).toString(16).toUpperCase());
+}
+
+async function fetchIndex(ctx: SyncContext, held: ReplicaState, revalidate: boolean): Promise<{ index: SignedIndex; response: Response } | PullOutcome> {
+  const now = ctx.now();
+  const response = await request(ctx, ctx.serverURL + "/v1/index", { headers: await authHeaders(ctx), cache: revalidate ? "no-cache" : "default" });
+  const serverNotBefore = askedUntil(response, now);
+  if (!response || response.status !== 200) {
+    const d = decidePullAnswer("full", response?.status ?? null);
+    return recordFailure(ctx, `index: ${d.action === "keep" ? d.reason : "unexpected answer"}`, "index_unavailable", d.action === "keep" && d.unavailable, serverNotBefore);
+  }
+  const text = await readText(response);
+  try {
+    if (text === null) throw new TrustError("bad_index", "the index broke off");
+    const index = parseSignedIndex(text);
+    await verifySignedIndex(index, ctx.trustedKeys, Math.floor(now / 1000), held.indexSequence === null ? null : BigInt(held.indexSequence));
+    if (!index.entries.has(ctx.collection)) throw new TrustError("not_listed", `the signed index does not list "${ctx.collection}" (is it private?)`);
+    return { index, response };
+  } catch (error) {
+    if (!(error instanceof TrustError)) throw error;
+    return recordFailure(ctx, `refused the index: ${error.message}`, error.code, false, serverNotBefore);
+  }
+}
+
+async function signedPull(ctx: SyncContext, settleThrough: number | null): Promise<PullOutcome> {
+  let held = await ctx.store.readState();
+  let fetched = await fetchIndex(ctx, held, false);
+  if (!("index" in fetched)) return fetched;
+  let { index } = fetched;
+  // Store the verified sequence; an equal sequence only ever moves the expiry later.
+  const acceptIndex = async (i: SignedIndex) => {
+    const sameSequence = held.indexSequence !== null && BigInt(held.indexSequence) === i.sequence;
+    const expires = sameSequence ? Math.max(held.indexExpires ?? 0, Number(i.expires)) : Number(i.expires);
+    held = await ctx.store.updateState({ indexSequence: i.sequence.toString(), indexExpires: expires });
+  };
+  await acceptIndex(index);
+  let entry = index.entries.get(ctx.collection)!;
+  const now = ctx.now();
+  if (held.token === entry.token && held.lanes && (await new StateDigest(held.lanes).fingerprint()) === entry.digest) {
+    await ctx.store.updateState(successState(now, askedUntil(fetched.response, now)), settleThrough);
+    return { kind: "not-modified" };
+  }
+  const bodyURL = (target: string, base: string | null) =>
+    `${ctx.collectionURL}/` + (base === null ? `snapshots/${encodeSegment(target)}` : `deltas/${encodeSegment(base)}/${encodeSegment(target)}`);
+  let response = await request(ctx, bodyURL(entry.token, held.token), { headers: await authHeaders(ctx) });
+  if (response?.status === 404 && (await errorCode(response.clone())) === "superseded") {
+    // A cache may have served an older index: revalidate it once and retry once.
+    fetched = await fetchIndex(ctx, held, true);
+    if (!("index" in fetched)) return fetched;
+    index = fetched.index;
+    await acceptIndex(index);
+    entry = index.entries.get(ctx.collection)!;
+    response = await request(ctx, bodyURL(entry.token, held.token), { headers: await authHeaders(ctx) });
+  }
+  const tryApply = async (r: Response | null, expectFull: boolean): Promise<VerifiedApply | string> => {
+    if (!r || r.status !== 200) return `status ${r?.status ?? "none (network error)"}`;
+    try {
+      const text = await readText(r);
+      if (text === null) throw new BodyError("unreadable_body", "the body broke off");
+      return await verifyBody(parseBody(text, ctx.collection), held, ctx.store, ctx.collection, { expectFull, expected: entry, maintainDigest: true });
+    } catch (error) {
+      if (!isBodyProblem(error)) throw error;
+      return (error as Error).message;
+    }
+  };
+  const serverNotBefore = askedUntil(response, ctx.now());
+  if (!response || isUnavailable(response.status) || (response.status === 404 && response.headers.has("Retry-After"))) {
+    // Out of reach, overloaded, or a replica behind its primary (unknown_target): wait as asked.
+    return recordFailure(ctx, `status ${response?.status ?? "none (network error)"}`, "http_" + (response?.status ?? "network"), true, serverNotBefore);
+  }
+  const first = await tryApply(response, held.token === null);
+  if (typeof first !== "string") return commit(ctx, first, settleThrough, serverNotBefore, null);
+  if (held.token === null) return recordFailure(ctx, first, "refused_body", false, serverNotBefore);
+  // §8.4 step 5: the full body of the signed token, once.
+  const fallback = await request(ctx, bodyURL(entry.token, null), { headers: await authHeaders(ctx) });
+  const second = await tryApply(fallback, true);
+  if (typeof second !== "string") return commit(ctx, second, settleThrough, askedUntil(fallback, ctx.now()), first);
+  return recordFailure(ctx, `${first}; full fetch: ${second}`, "refused_body", false, askedUntil(fallback, ctx.now()));
+}
+
+async function errorCode(response: Response): Promise<string | null> {
+  try {
+    const parsed = JSON.parse(await response.text());
+    return typeof parsed?.error === "string" ? parsed.error : null;
+  } catch {
+    return null;
+  }
+}
+
+// MARK: - Push (§6 step 7)
+
+/**
+ * Pushes every queued write, oldest first, in batches of at most 500 writes and 512 KiB,
+ * and settles each answer in one local transaction. Retrying is safe: a write keeps its
+ * number, so the server applies it at most once.
+ */
+export async function push(ctx: SyncContext): Promise<PushReport> {
+  const report: PushReport = { accepted: 0, refused: [], copied: [], batches: 0, failure: null, stillQueued: 0 };
+  const store = ctx.store;
+  const queued = () => store.pendingWrites(false).then((w) => w.length);
+  if ((await queued()) === 0) return report;
+  const now = ctx.now();
+  let serverAsked: number | null = null;
+  let rotated = false;
+  let limit = MAX_BATCH;
+  pushing: for (;;) {
+    let { clientId, lastSeq, batch } = await store.claimBatch(limit);
+    if (batch.length === 0) break;
+    let body = pushBody(clientId, batch);
+    while (body.length > MAX_BATCH_BYTES && batch.length > 1) {
+      batch = batch.slice(0, Math.ceil(batch.length / 2));
+      body = pushBody(clientId, batch);
+    }
+    const headers = { ...(await authHeaders(ctx)), "Content-Type": "application/json" };
+    const response = await request(ctx, ctx.collectionURL + "/mutations", { method: "POST", headers, body, cache: "no-store" });
+    if (!response) { report.failure = "no answer from the server; the writes stay queued"; break; }
+    report.batches++;
+    serverAsked = askedUntil(response, now);
+    const text = (await readText(response)) ?? "";
+    let answer: { error?: unknown; message?: unknown; client?: unknown; lastSeq?: unknown; results?: unknown } | null = null;
+    try { answer = JSON.parse(text); } catch { answer = null; }
+    const code = answer && typeof answer.error === "string" ? answer.error : null;
+    const message = answer && typeof answer.message === "string" ? answer.message : code ?? "";
+    switch (decidePushAnswer(response.status, code, batch.length)) {
+      case "settle": {
+        if (!answer || answer.client !== clientId || !Array.isArray(answer.results) || typeof answer.lastSeq !== "number") {
+          report.failure = "the answer is unreadable; the writes stay queued";
+          break pushing;
+        }
+        if (answer.lastSeq > lastSeq) {
+          // The server processed numbers this replica never gave out (a restored backup):
+          // take none of the answer and start a fresh ledger under a new client id.
+          if (rotated) { report.failure = "the server reports write numbers this replica never used, even for a new client id"; break pushing; }
+          rotated = true;
+          await store.rotateClientId();
+          continue pushing;
+        }
+        const results = new Map<number, { status?: string; error?: string; message?: string; copy?: string }>();
+        for (const r of answer.results as { seq: number }[]) if (!results.has(r.seq)) results.set(r.seq, r);
+        const complete = await settle(store, batch, (w) => {
+          const r = results.get(w.seq);
+          if (!r) return null;
+          if (r.status === "copied" && typeof r.copy === "string") report.copied.push([w.id, r.copy]);
+          if (r.status === "refused") return { code: r.error ?? "refused", message: r.message ?? "refused by the server" };
+          return "accepted";
+        }, report);
+        if (!complete) { report.failure = "the server answered for only some writes; the rest stay queued"; break pushing; }
+        break;
+      }
+      case "split":
+        limit = Math.max(1, Math.floor(batch.length / 2));
+        break;
+      case "settle-deletes": {
+        await settle(store, batch.filter((w) => w.op === "delete"), () => "accepted", report);
+        if (batch.some((w) => w.op !== "delete")) { report.failure = `status ${response.status}; the writes other than deletes stay queued`; break pushing; }
+        break;
+      }
+      case "refuse-all":
+        await settle(store, batch, () => ({ code: code!, message }), report);
+        break;
+      case "retry-later":
+        report.failure = `status ${response.status}${message ? ": " + message : ""}; the writes stay queued`;
+        break pushing;
+    }
+    if (serverAsked !== null) break;
+  }
+  report.stillQueued = await queued();
+  await recordPushOutcome(ctx, report.failure !== null, serverAsked, now);
+  return report;
+}
+
+/** The request body of §5.5; values are already canonical JSON text. */
+export function pushBody(clientId: string, batch: PendingWrite[]): string {
+  const writes = batch.map((w) =>
+    `{"seq":${w.seq},"op":"${w.op}","id":${JSON.stringify(w.id)}` + (w.value !== null ? `,"value":${w.value}` : "") + (w.base !== null ? `,"base":${JSON.stringify(w.base)}` : "") + "}");
+  return `{"client":${JSON.stringify(clientId)},"mutations":[${writes.join(",")}]}`;
+}
+
+type Verdict = "accepted" | { code: string; message: string } | null;
+
+/** Applies per-write verdicts in one transaction; false when some write got none. */
+async function settle(store: ReplicaStore, batch: PendingWrite[], verdict: (w: PendingWrite) => Verdict, report: PushReport): Promise<boolean> {
+  const accepted: number[] = [];
+  const refused: number[] = [];
+  let complete = true;
+  for (const w of batch) {
+    const v = verdict(w);
+    if (v === null) complete = false;
+    else if (v === "accepted" || (w.op === "delete" && v.code === "not_found")) accepted.push(w.seq);
+    else {
+      refused.push(w.seq);
+      report.refused.push({ seq: w.seq, op: w.op, id: w.id, code: v.code, message: v.message });
+    }
+  }
+  await store.settlePush(accepted, refused);
+  report.accepted += accepted.length;
+  return complete;
+}
+
+async function recordPushOutcome(ctx: SyncContext, failed: boolean, serverAsked: number | null, now: number): Promise<void> {
+  if (serverAsked !== null) await ctx.store.updateState({ serverNotBefore: serverAsked });
+  const queue = await ctx.store.readQueue();
+  if (!queue) return;
+  if (failed) {
+    const failures = queue.pushFailures + 1;
+    const asked = serverAsked === null ? null : (serverAsked - now) / 1000;
+    await ctx.store.updateQueue({ pushFailures: failures, pushFailingSince: queue.pushFailingSince ?? now, pushNotBefore: now + retryDelay(failures, asked, Math.random(), ctx.retryPolicy ?? DEFAULT_RETRY_POLICY) * 1000 });
+  } else if (queue.pushFailures || queue.pushFailingSince || queue.pushNotBefore) {
+    await ctx.store.updateQueue({ pushFailures: 0, pushFailingSince: null, pushNotBefore: null });
+  }
+}
+
+export type { Body };

@@ -70,6 +70,11 @@ public final class PostgresCollectionStore: CollectionStore {
         try await primary.publishedState(of: names)
     }
 
+    /// One transaction per partition (a batched path like SQLite's is still to come).
+    public func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult] {
+        try await importEachPartition(partitions, replace: replace)
+    }
+
     public func importRecords(
         from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?
     ) async throws -> WriteResult {

@@ -43,6 +43,9 @@ public protocol CollectionStore: Sendable {
     ) async throws -> WriteResult
     /// One client's batch of offline writes (two-way sync), idempotent by sequence number,
     /// merged by `merge` (``MergePolicy/fork``: conflict copies).
+    /// Imports several partitions (grouped by ``PartitionRecords/group(_:collection:by:progress:progressInterval:)``),
+    /// one version per partition that changed; a bad record commits nothing of its partition.
+    func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult]
     func push(
         _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy
     ) async throws -> PushOutcome

@@ -59,6 +59,10 @@ public final class SQLiteCollectionStore: CollectionStore {
         try await reading { store in try store.read { try $0.publishedState(of: names) } }
     }
 
+    public func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult] {
+        try await writing { store in try store.importPartitions(partitions, replace: replace) }
+    }
+
     public func importRecords(
         from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?
     ) async throws -> WriteResult {

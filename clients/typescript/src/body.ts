@@ -100,3 +100,9 @@ function describe(value: JsonValue | undefined): string {
 export function isBodyProblem(error: unknown): boolean {
   return error instanceof BodyError || (error instanceof DeltaSnapError && error.code === "invalid_json");
 }
+
+/** A record's canonical text from JSON text (§2, rule 6 included: `hidden:false` dropped, `hidden:true` a tombstone). */
+export function canonicalRecord(text: string): string {
+  const r = readRecord(parseJSON(text));
+  return r.canonical ?? `{"hidden":true,"id":${canonicalString(r.id)}}`;
+}

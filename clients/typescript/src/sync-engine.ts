@@ -322,7 +322,7 @@ export async function push(ctx: SyncContext): Promise<PushReport> {
           continue pushing;
         }
         const results = new Map<number, { status?: string; error?: string; message?: string; copy?: string }>();
-        for (const r of answer.results as { seq: number }[]) if (!results.has(r.seq)) results.set(r.seq, r);
+        for (const r of answer.results as { seq: number; status?: string; error?: string; message?: string; copy?: string }[]) if (!results.has(r.seq)) results.set(r.seq, r);
         const complete = await settle(store, batch, (w) => {
           const r = results.get(w.seq);
           if (!r) return null;

@@ -73,9 +73,13 @@ struct BodyApplier {
                 accumulator = StateAccumulator(collection: collection, checksum: state.checksum, count: state.count, digest: digest)
             }
             // The old body is read only when the digest needs it: unsigned replicas apply as before.
-            let lookup = try db.prepare(maintainsDigest ? "SELECT hash, body FROM records WHERE id = ?" : "SELECT hash FROM records WHERE id = ?")
-            let upsert = try db.prepare("INSERT INTO records(id, hash, body) VALUES (?, ?, ?) ON CONFLICT(id) DO UPDATE SET hash = excluded.hash, body = excluded.body")
-            let delete = try db.prepare("DELETE FROM records WHERE id = ?")
+            let scope = storage.scope
+            let lookup = try db.prepare("SELECT hash\(maintainsDigest ? ", body" : "") FROM records WHERE \(scope.condition()) AND id = ?")
+            let upsert = try db.prepare("""
+                INSERT INTO records(collection, id, hash, body) VALUES (\(scope.literal), ?, ?, ?)
+                ON CONFLICT(\(scope.key("id"))) DO UPDATE SET hash = excluded.hash, body = excluded.body
+                """)
+            let delete = try db.prepare("DELETE FROM records WHERE \(scope.condition()) AND id = ?")
             func write(_ record: Record, hash: UInt64) throws {
                 try upsert.bind(1, record.id)
                 try upsert.bind(2, hash)
@@ -86,7 +90,7 @@ struct BodyApplier {
             switch header.kind {
             case .full:
                 // A full body replaces: records absent from it are gone.
-                try db.execute("DELETE FROM records")
+                try db.execute("DELETE FROM records WHERE \(scope.condition())")
                 var previousID: String?
                 try readRecords(reader) { record in
                     guard !record.isHidden else { throw ApplyError.body(.tombstoneInFullBody(id: record.id)) }

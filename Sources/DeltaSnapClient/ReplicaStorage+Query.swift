@@ -7,7 +7,9 @@ extension ReplicaStorage {
         let expression = try ReplicaQuery.expression(field, column: "body")
         guard field != Record.idKey else { return }  // the primary key already is one
         let name = "records_by_" + field.split(separator: ".").joined(separator: "__")
-        try writeTransaction { try db.execute("CREATE INDEX IF NOT EXISTS \(name) ON records(\(expression))") }
+        // Led by the scope in a file with the column, so a query over one partition uses it.
+        let columns = scope.hasColumn ? "collection, \(expression)" : expression
+        try writeTransaction { try db.execute("CREATE INDEX IF NOT EXISTS \(name) ON records(\(columns))") }
     }
 
     /// Calls `body` with the canonical bytes of each record `query` selects, pending local
@@ -39,8 +41,9 @@ extension ReplicaStorage {
                 recordKeys.append("\(try ReplicaQuery.expression(order.field, column: "r.body")) AS k\(index)")
                 overlayKeys.append("\(try ReplicaQuery.expression(order.field, column: "o.body")) AS k\(index)")
             }
-            let recordWhere = (try conditions(on: "r.body") + ["NOT EXISTS (SELECT 1 FROM overlay o WHERE o.id = r.id)"]).joined(separator: " AND ")
-            let overlayWhere = (["o.body IS NOT NULL"] + (try conditions(on: "o.body"))).joined(separator: " AND ")
+            let recordWhere = ([scope.condition("r")] + (try conditions(on: "r.body"))
+                + ["NOT EXISTS (SELECT 1 FROM overlay o WHERE \(scope.condition("o")) AND o.id = r.id)"]).joined(separator: " AND ")
+            let overlayWhere = ([scope.condition("o"), "o.body IS NOT NULL"] + (try conditions(on: "o.body"))).joined(separator: " AND ")
             sql = """
                 SELECT body FROM (
                     SELECT r.id AS id, r.body AS body\((recordKeys.map { ", " + $0 }).joined()) FROM records r WHERE \(recordWhere)
@@ -50,8 +53,8 @@ extension ReplicaStorage {
                 """
             orderTerms = zip(keyColumns, query.orders).map { $0 + ($1.descending ? " DESC" : "") }
         } else {
-            let conditions = try conditions(on: "body")
-            sql = "SELECT body FROM records" + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
+            let conditions = [scope.condition()] + (try conditions(on: "body"))
+            sql = "SELECT body FROM records WHERE " + conditions.joined(separator: " AND ")
             orderTerms = try query.orders.map { try ReplicaQuery.expression($0.field, column: "body") + ($0.descending ? " DESC" : "") }
         }
         sql += " ORDER BY " + (orderTerms + ["id"]).joined(separator: ", ")

@@ -35,7 +35,7 @@ extension ReplicaStorage {
             try rebuildOverlay(id: id)
             return earlier.seq
         }
-        let insert = try statement("INSERT INTO pending(seq, op, id, value, acked, created_at, base) VALUES (?, ?, ?, ?, 0, ?, ?)")
+        let insert = try statement("INSERT INTO pending(collection, seq, op, id, value, acked, created_at, base) VALUES (\(scope.literal), ?, ?, ?, ?, 0, ?, ?)")
         try insert.bind(1, seq)
         try insert.bind(2, operation.rawValue)
         try insert.bind(3, id)
@@ -53,7 +53,7 @@ extension ReplicaStorage {
     /// new write may be folded into (``WriteCoalescing``): a write that went out once may have
     /// been processed under its `seq`, so it is retried exactly as it was.
     private func unsentTail(of id: String) throws -> Mutation? {
-        let newest = try statement("SELECT seq, op, value, acked, base FROM pending WHERE id = ? ORDER BY seq DESC LIMIT 1")
+        let newest = try statement("SELECT seq, op, value, acked, base FROM pending WHERE \(scope.condition()) AND id = ? ORDER BY seq DESC LIMIT 1")
         try newest.bind(1, id)
         defer { newest.reset() }
         guard try newest.step(), !newest.bool(3), newest.uint64(0) > (try sentThrough()) else { return nil }
@@ -66,13 +66,13 @@ extension ReplicaStorage {
     private func replace(_ earlier: Mutation, by folded: WriteCoalescing.Folded) throws {
         switch folded {
         case .write(let write):
-            let update = try statement("UPDATE pending SET op = ?, value = ? WHERE seq = ?")
+            let update = try statement("UPDATE pending SET op = ?, value = ? WHERE \(scope.condition()) AND seq = ?")
             try update.bind(1, write.operation.rawValue)
             if let value = write.value { try update.bind(2, blob: CanonicalJSON.bytes(value)) } else { try update.bindNull(2) }
             try update.bind(3, earlier.seq)
             try update.run()
         case .nothing:
-            let drop = try statement("DELETE FROM pending WHERE seq = ?")
+            let drop = try statement("DELETE FROM pending WHERE \(scope.condition()) AND seq = ?")
             try drop.bind(1, earlier.seq)
             try drop.run()
         }
@@ -103,7 +103,7 @@ extension ReplicaStorage {
     /// The highest write number ever given out (kept when the queue drains, so numbers are
     /// never reused: the server would take a reused one for a retry).
     func lastSeq() throws -> UInt64 {
-        let statement = try statement("SELECT value FROM state WHERE key = 'lastSeq'")
+        let statement = try statement("SELECT value FROM state WHERE \(scope.condition()) AND key = 'lastSeq'")
         guard try statement.step() else { return 0 }
         defer { statement.reset() }
         return UInt64(statement.string(0)) ?? 0
@@ -128,7 +128,7 @@ extension ReplicaStorage {
     }
 
     func value(for key: String) throws -> String? {
-        let statement = try statement("SELECT value FROM state WHERE key = ?")
+        let statement = try statement("SELECT value FROM state WHERE \(scope.condition()) AND key = ?")
         try statement.bind(1, key)
         guard try statement.step() else { return nil }
         defer { statement.reset() }
@@ -137,12 +137,13 @@ extension ReplicaStorage {
 
     func setValue(_ value: String?, for key: String) throws {
         if let value {
-            let upsert = try statement("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+            let upsert = try statement(
+                "INSERT INTO state(collection, key, value) VALUES (\(scope.literal), ?, ?) ON CONFLICT(\(scope.key("key"))) DO UPDATE SET value = excluded.value")
             try upsert.bind(1, key)
             try upsert.bind(2, value)
             try upsert.run()
         } else {
-            let delete = try statement("DELETE FROM state WHERE key = ?")
+            let delete = try statement("DELETE FROM state WHERE \(scope.condition()) AND key = ?")
             try delete.bind(1, key)
             try delete.run()
         }
@@ -157,7 +158,7 @@ extension ReplicaStorage {
         guard borrowed == nil else { return [] }
         let statement = try statement("""
             SELECT seq, op, id, value, acked, created_at, base FROM pending
-            WHERE seq > ? AND (acked = 0 OR ?) ORDER BY seq LIMIT ?
+            WHERE \(scope.condition()) AND seq > ? AND (acked = 0 OR ?) ORDER BY seq LIMIT ?
             """)
         try statement.bind(1, afterSeq)
         try statement.bind(2, includeAcknowledged)
@@ -176,24 +177,24 @@ extension ReplicaStorage {
     /// How many writes wait for the server (`acknowledged: false`) or for the pull that
     /// brings their value (`true`).
     func pendingCount(acknowledged: Bool) throws -> Int {
-        Int(try db.scalarInt("SELECT count(*) FROM pending WHERE acked = \(acknowledged ? 1 : 0)") ?? 0)
+        Int(try db.scalarInt("SELECT count(*) FROM pending WHERE \(scope.condition()) AND acked = \(acknowledged ? 1 : 0)") ?? 0)
     }
 
     /// The newest accepted write, for dropping what a following pull settles.
     func lastAcknowledgedSeq() throws -> UInt64? {
-        try db.scalarInt("SELECT max(seq) FROM pending WHERE acked = 1").map { UInt64($0) }
+        try db.scalarInt("SELECT max(seq) FROM pending WHERE \(scope.condition()) AND acked = 1").map { UInt64($0) }
     }
 
     /// Records a push answer in one transaction: accepted writes stay in the overlay
     /// (acknowledged) until a pull brings their value; refused ones leave it at once.
     func settle(accepted: [UInt64], refused: [(write: PendingWrite, refusal: MutationRefusal)]) throws {
         try writeTransaction {
-            let ack = try statement("UPDATE pending SET acked = 1 WHERE seq = ?")
+            let ack = try statement("UPDATE pending SET acked = 1 WHERE \(scope.condition()) AND seq = ?")
             for seq in accepted {
                 try ack.bind(1, seq)
                 try ack.run()
             }
-            let drop = try statement("DELETE FROM pending WHERE seq = ?")
+            let drop = try statement("DELETE FROM pending WHERE \(scope.condition()) AND seq = ?")
             for (write, _) in refused {
                 try drop.bind(1, write.seq)
                 try drop.run()
@@ -206,12 +207,12 @@ extension ReplicaStorage {
     /// their value), then recomputes every local value over the new server state.
     func settleAfterPull(droppingAcknowledgedThrough seq: UInt64?) throws {
         if let seq {
-            let drop = try statement("DELETE FROM pending WHERE acked = 1 AND seq <= ?")
+            let drop = try statement("DELETE FROM pending WHERE \(scope.condition()) AND acked = 1 AND seq <= ?")
             try drop.bind(1, seq)
             try drop.run()
         }
-        try db.execute("DELETE FROM overlay")
-        let ids = try db.prepare("SELECT DISTINCT id FROM pending")
+        try db.execute("DELETE FROM overlay WHERE \(scope.condition())")
+        let ids = try db.prepare("SELECT DISTINCT id FROM pending WHERE \(scope.condition())")
         var pendingIDs: [String] = []
         while try ids.step() { pendingIDs.append(ids.string(0)) }
         for id in pendingIDs { try rebuildOverlay(id: id) }
@@ -222,7 +223,7 @@ extension ReplicaStorage {
     /// Recomputes record `id`'s local value: the server's value with its pending writes
     /// replayed in order (leniently: the server's answer settles what may not apply).
     func rebuildOverlay(id: String) throws {
-        let writes = try statement("SELECT seq, op, value FROM pending WHERE id = ? ORDER BY seq")
+        let writes = try statement("SELECT seq, op, value FROM pending WHERE \(scope.condition()) AND id = ? ORDER BY seq")
         try writes.bind(1, id)
         var current = try serverRecord(id: id).map { try Record.parse($0) }
         var any = false
@@ -235,14 +236,15 @@ extension ReplicaStorage {
         if any {
             try setOverlay(id: id, to: current)
         } else {
-            let delete = try statement("DELETE FROM overlay WHERE id = ?")
+            let delete = try statement("DELETE FROM overlay WHERE \(scope.condition()) AND id = ?")
             try delete.bind(1, id)
             try delete.run()
         }
     }
 
     private func setOverlay(id: String, to record: Record?) throws {
-        let upsert = try statement("INSERT INTO overlay(id, body) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET body = excluded.body")
+        let upsert = try statement(
+            "INSERT INTO overlay(collection, id, body) VALUES (\(scope.literal), ?, ?) ON CONFLICT(\(scope.key("id"))) DO UPDATE SET body = excluded.body")
         try upsert.bind(1, id)
         if let record { try upsert.bind(2, blob: record.bytes) } else { try upsert.bindNull(2) }
         try upsert.run()

@@ -19,9 +19,13 @@ final class ReplicaStorage {
 
     /// The replica's own path (nil while a bundle is borrowed and not yet copied).
     private(set) var path: String?
+    /// The rows this storage works on: `""` for a one-collection replica, a partition's
+    /// path in a view's file.
+    private(set) var scope: ReplicaScope
 
-    init(path: String) throws {
+    init(path: String, scope collection: String = "") throws {
         db = try Self.openWritable(path)
+        scope = try ReplicaScope.of(collection, in: db, writable: true)
         self.path = path
         // Bookkeeping a crash left beside a just-installed copy of its bundle.
         if FileManager.default.fileExists(atPath: SyncBookkeeping.path(for: path)) { try adoptBookkeeping(bundleToken: nil) }
@@ -40,6 +44,7 @@ final class ReplicaStorage {
     /// write transaction copies it to `destination` and goes on there.
     init(borrowing source: String, copyingTo destination: String) throws {
         db = try SQLiteConnection(path: source, readOnly: true, create: false)
+        scope = try ReplicaScope.of("", in: db, writable: false)
         borrowed = (source, destination)
         path = nil
     }
@@ -54,26 +59,10 @@ final class ReplicaStorage {
             PRAGMA journal_mode=WAL;
             PRAGMA synchronous=NORMAL;
             PRAGMA cache_size=-8192;
-            CREATE TABLE IF NOT EXISTS records(id TEXT PRIMARY KEY, hash INTEGER NOT NULL, body BLOB NOT NULL) WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS state(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS pending(
-                seq INTEGER PRIMARY KEY,
-                op TEXT NOT NULL,
-                id TEXT NOT NULL,
-                value BLOB,
-                acked INTEGER NOT NULL DEFAULT 0,
-                created_at REAL NOT NULL
-            );
-            CREATE INDEX IF NOT EXISTS pending_by_id ON pending(id, seq);
-            CREATE TABLE IF NOT EXISTS overlay(id TEXT PRIMARY KEY, body BLOB) WITHOUT ROWID;
-            """)
-        // Each queued write's base token (conflict copies): replicas from before it get the
-        // column — checked again under the write lock, as an app and its extension may open
-        // the same old replica at once.
-        func lacksBase() throws -> Bool { try db.scalarInt("SELECT count(*) FROM pragma_table_info('pending') WHERE name = 'base'") == 0 }
-        if try lacksBase() {
-            try db.transaction(.immediate) { if try lacksBase() { try db.execute("ALTER TABLE pending ADD COLUMN base TEXT") } }
-        }
+            """ + ReplicaScope.schema)
+        // Replicas from before conflict copies lack `pending.base`, those from before views
+        // the `collection` columns.
+        try ReplicaScope.migrate(db)
         return db
     }
 
@@ -89,7 +78,7 @@ final class ReplicaStorage {
     /// replica meanwhile, goes on in that one: an existing replica is never replaced.
     private func adoptIfBorrowed() throws {
         guard let (source, destination) = borrowed else { return }
-        let bundleToken = try Self.stateValues(in: db)["token"]
+        let bundleToken = try Self.stateValues(in: db, scope: scope)["token"]
         statements = [:]
         db = try SQLiteConnection(path: ":memory:")
         // One adopter at a time: the check for an existing replica and the install are one step.
@@ -97,11 +86,12 @@ final class ReplicaStorage {
         defer { lock.unlock() }
         if !FileManager.default.fileExists(atPath: destination) { try Self.install(copyOf: source, at: destination) }
         db = try Self.openWritable(destination)
+        scope = try ReplicaScope.of(scope.collection, in: db, writable: true)
         borrowed = nil
         path = destination
         // An empty replica someone created at this path gets the bundle's rows (its queued
         // writes stay); one that already holds data is kept as it is.
-        if try Self.stateValues(in: db)["token"] == nil { try load(fromReplica: source) }
+        if try Self.stateValues(in: db, scope: scope)["token"] == nil { try load(fromReplica: source) }
         try adoptBookkeeping(bundleToken: bundleToken)
     }
 
@@ -132,7 +122,7 @@ final class ReplicaStorage {
     func adoptBookkeeping(bundleToken: String?) throws {
         guard let path = self.path else { return }
         // Only onto the bundle's own state: its rows include the validators and the token.
-        guard let held = try Self.stateValues(in: db)["token"], held == bundleToken ?? held,
+        guard let held = try Self.stateValues(in: db, scope: scope)["token"], held == bundleToken ?? held,
               let bookkeeping = try SyncBookkeeping.openIfCurrent(destination: path, bundleToken: held)
         else { return }
         let rows = try bookkeeping.values()
@@ -152,10 +142,11 @@ final class ReplicaStorage {
         }
         defer { try? db.execute("DETACH DATABASE bundle") }
         try writeTransaction {
+            // A bundle holds one collection, in whichever layout it was baked.
             try db.execute("""
-                DELETE FROM records;
-                INSERT INTO records(id, hash, body) SELECT id, hash, body FROM bundle.records;
-                INSERT OR REPLACE INTO state(key, value) SELECT key, value FROM bundle.state
+                DELETE FROM records WHERE \(scope.condition());
+                INSERT INTO records(collection, id, hash, body) SELECT \(scope.literal), id, hash, body FROM bundle.records;
+                INSERT OR REPLACE INTO state(collection, key, value) SELECT \(scope.literal), key, value FROM bundle.state
                     WHERE key IN ('etag', 'lastModified', 'token', 'checksum', 'count');
                 """)
             try settleAfterPull(droppingAcknowledgedThrough: nil)
@@ -175,7 +166,7 @@ final class ReplicaStorage {
     // MARK: - State
 
     func loadState() throws -> ReplicaState {
-        var values = try Self.stateValues(in: db)
+        var values = try Self.stateValues(in: db, scope: scope)
         if let (_, destination) = borrowed,
            let bookkeeping = try SyncBookkeeping.openIfCurrent(destination: destination, bundleToken: values["token"]) {
             for (key, value) in try bookkeeping.values() { values[key] = value }
@@ -183,8 +174,8 @@ final class ReplicaStorage {
         return Self.state(from: values)
     }
 
-    static func stateValues(in db: SQLiteConnection) throws -> [String: String] {
-        let statement = try db.prepare("SELECT key, value FROM state")
+    static func stateValues(in db: SQLiteConnection, scope: ReplicaScope) throws -> [String: String] {
+        let statement = try db.prepare("SELECT key, value FROM state WHERE \(scope.condition())")
         var values: [String: String] = [:]
         while try statement.step() { values[statement.string(0)] = statement.string(1) }
         return values
@@ -229,25 +220,7 @@ final class ReplicaStorage {
 
     /// Upserts `rows` into the state table (nil deletes), in the caller's transaction.
     func write(_ rows: [String: String?]) throws {
-        try Self.write(rows, into: db)
-    }
-
-    /// Upserts `rows` into `db`'s state table, in the caller's transaction. A nil value
-    /// deletes its row — or, `keepingRemovals` (the side file of ``SyncBookkeeping``), is
-    /// stored as NULL, so the removal can be replayed onto the bundle's rows later.
-    static func write(_ rows: [String: String?], into db: SQLiteConnection, keepingRemovals: Bool = false) throws {
-        let upsert = try db.prepare("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
-        let delete = try db.prepare("DELETE FROM state WHERE key = ?")
-        for (key, value) in rows {
-            if value != nil || keepingRemovals {
-                try upsert.bind(1, key)
-                if let value { try upsert.bind(2, value) } else { try upsert.bindNull(2) }
-                try upsert.run()
-            } else {
-                try delete.bind(1, key)
-                try delete.run()
-            }
-        }
+        for (key, value) in rows { try setValue(value, for: key) }
     }
 
     /// Stores sync bookkeeping that changes no data (a `304`, a failure, a wait the server
@@ -258,7 +231,7 @@ final class ReplicaStorage {
             try writeTransaction { try save(state) }
             return
         }
-        try SyncBookkeeping.open(destination: destination, bundleToken: try Self.stateValues(in: db)["token"]).write(Self.rows(of: state))
+        try SyncBookkeeping.open(destination: destination, bundleToken: try Self.stateValues(in: db, scope: scope)["token"]).write(Self.rows(of: state))
     }
 
     // MARK: - Reads
@@ -266,7 +239,7 @@ final class ReplicaStorage {
     /// Record `id` as the app sees it: its local value when it has pending writes, else the
     /// server's.
     func record(id: String) throws -> [UInt8]? {
-        let local = try statement("SELECT body FROM overlay WHERE id = ?")
+        let local = try statement("SELECT body FROM overlay WHERE \(scope.condition()) AND id = ?")
         try local.bind(1, id)
         if try local.step() {
             defer { local.reset() }
@@ -277,7 +250,7 @@ final class ReplicaStorage {
 
     /// Record `id` in the last verified server state.
     func serverRecord(id: String) throws -> [UInt8]? {
-        let statement = try statement("SELECT body FROM records WHERE id = ?")
+        let statement = try statement("SELECT body FROM records WHERE \(scope.condition()) AND id = ?")
         try statement.bind(1, id)
         guard try statement.step() else { return nil }
         defer { statement.reset() }
@@ -288,11 +261,11 @@ final class ReplicaStorage {
     func forEachRecord(_ body: (UnsafeRawBufferPointer) throws -> Void) throws {
         guard try hasOverlay() else { return try forEachServerRecord(body) }
         let statement = try db.prepare("""
-            SELECT r.id AS id, coalesce(o.body, r.body) AS body FROM records r LEFT JOIN overlay o ON o.id = r.id
-            WHERE o.id IS NULL OR o.body IS NOT NULL
+            SELECT r.id AS id, coalesce(o.body, r.body) AS body FROM records r LEFT JOIN overlay o ON o.id = r.id AND \(scope.condition("o"))
+            WHERE \(scope.condition("r")) AND (o.id IS NULL OR o.body IS NOT NULL)
             UNION ALL
             SELECT o.id AS id, o.body AS body FROM overlay o
-            WHERE o.body IS NOT NULL AND NOT EXISTS (SELECT 1 FROM records r WHERE r.id = o.id)
+            WHERE \(scope.condition("o")) AND o.body IS NOT NULL AND NOT EXISTS (SELECT 1 FROM records r WHERE \(scope.condition("r")) AND r.id = o.id)
             ORDER BY id
             """)
         while try statement.step() { try statement.withBlob(1, body) }
@@ -300,26 +273,27 @@ final class ReplicaStorage {
 
     /// Every record of the last verified server state, sorted by id.
     func forEachServerRecord(_ body: (UnsafeRawBufferPointer) throws -> Void) throws {
-        let statement = try db.prepare("SELECT body FROM records ORDER BY id")
+        let statement = try db.prepare("SELECT body FROM records WHERE \(scope.condition()) ORDER BY id")
         while try statement.step() { try statement.withBlob(0, body) }
     }
 
     func hasOverlay() throws -> Bool {
-        try db.scalarInt("SELECT EXISTS(SELECT 1 FROM overlay)") == 1
+        try db.scalarInt("SELECT EXISTS(SELECT 1 FROM overlay WHERE \(scope.condition()))") == 1
     }
 
     /// Visible records as the app sees them, from the verified count and the overlay.
     func localCount(serverCount: Int) throws -> Int {
         guard try hasOverlay() else { return serverCount }
-        let added = try db.scalarInt("SELECT count(*) FROM overlay o WHERE o.body IS NOT NULL AND NOT EXISTS (SELECT 1 FROM records r WHERE r.id = o.id)") ?? 0
-        let removed = try db.scalarInt("SELECT count(*) FROM overlay o WHERE o.body IS NULL AND EXISTS (SELECT 1 FROM records r WHERE r.id = o.id)") ?? 0
+        let (o, r) = (scope.condition("o"), scope.condition("r"))
+        let added = try db.scalarInt("SELECT count(*) FROM overlay o WHERE \(o) AND o.body IS NOT NULL AND NOT EXISTS (SELECT 1 FROM records r WHERE \(r) AND r.id = o.id)") ?? 0
+        let removed = try db.scalarInt("SELECT count(*) FROM overlay o WHERE \(o) AND o.body IS NULL AND EXISTS (SELECT 1 FROM records r WHERE \(r) AND r.id = o.id)") ?? 0
         return serverCount + Int(added) - Int(removed)
     }
 
     /// The state digest of the verified server state recomputed from every record (O(n)).
     func recomputedDigest(collection: String) throws -> StateDigest {
         var digest = StateDigest.empty
-        let statement = try db.prepare("SELECT id, body FROM records")
+        let statement = try db.prepare("SELECT id, body FROM records WHERE \(scope.condition())")
         while try statement.step() {
             let id = statement.string(0)
             statement.withBlob(1) { digest.add(collection: collection, id: id, canonical: $0) }

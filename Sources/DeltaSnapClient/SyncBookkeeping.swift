@@ -65,6 +65,14 @@ struct SyncBookkeeping {
     func write(_ rows: [String: String?]) throws {
         var rows = rows
         if let tie { rows[Self.bundleKey] = .some(tie) }
-        try db.transaction(.immediate) { try ReplicaStorage.write(rows, into: db, keepingRemovals: true) }
+        // Removals are kept as NULL, so they can be replayed onto the bundle's rows later.
+        let upsert = try db.prepare("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+        try db.transaction(.immediate) {
+            for (key, value) in rows {
+                try upsert.bind(1, key)
+                if let value { try upsert.bind(2, value) } else { try upsert.bindNull(2) }
+                try upsert.run()
+            }
+        }
     }
 }

@@ -74,7 +74,7 @@ import Testing
         let replica = try await replica(dir, count: 50)
         try await replica.createIndex(on: "city")
         let db = try SQLiteConnection(path: dir.file("r.sqlite"), readOnly: true)
-        let plan = try db.prepare("EXPLAIN QUERY PLAN SELECT body FROM records WHERE json_extract(CAST(body AS TEXT), '$.city') = 'x' ORDER BY id")
+        let plan = try db.prepare("EXPLAIN QUERY PLAN SELECT body FROM records WHERE collection = '' AND json_extract(CAST(body AS TEXT), '$.city') = 'x' ORDER BY id")
         var details: [String] = []
         while try plan.step() { details.append(plan.string(3)) }
         #expect(details.contains { $0.contains("records_by_city") }, "\(details)")

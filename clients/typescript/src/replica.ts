@@ -94,6 +94,7 @@ export class DeltaSnapReplica extends EventTarget {
   private running: Promise<SyncResult> | null = null;
   private timer: ReturnType<typeof setTimeout> | null = null;
   private closed = false;
+  private readonly earlyEvents: Event[] = [];
 
   private constructor(readonly collection: string, private readonly store: ReplicaStore, private readonly ctx: SyncContext, private readonly options: ReplicaOptions) {
     super();
@@ -122,6 +123,9 @@ export class DeltaSnapReplica extends EventTarget {
     replica.checkStorageLoss(created);
     await replica.loadBundleIfEmpty();
     if (options.autoSync !== false) replica.tabs.start();
+    // Events found while opening reach listeners the app adds once `open` resolved.
+    const early = replica.earlyEvents.splice(0);
+    setTimeout(() => early.forEach((e) => replica.dispatchEvent(e)), 0);
     return replica;
   }
 
@@ -304,7 +308,7 @@ export class DeltaSnapReplica extends EventTarget {
     } catch (error) {
       if (!(error instanceof BundleError)) throw error;
       // The replica stays usable (empty until the first pull); the app hears why.
-      setTimeout(() => this.dispatchEvent(new CustomEvent("error", { detail: error })), 0);
+      this.earlyEvents.push(new CustomEvent("error", { detail: error }));
     }
   }
 
@@ -319,8 +323,7 @@ export class DeltaSnapReplica extends EventTarget {
     try { marker = JSON.parse(globalThis.localStorage?.getItem(key) ?? "null"); } catch { marker = null; }
     if (created && marker) {
       this.storageLoss = { lostWrites: marker.pending ?? 0 };
-      const loss = this.storageLoss;
-      setTimeout(() => this.dispatchEvent(new CustomEvent("storage-lost", { detail: loss })), 0);
+      this.earlyEvents.push(new CustomEvent("storage-lost", { detail: this.storageLoss }));
     }
     if (created || !marker) this.writeMarker(0);
   }

@@ -188,8 +188,16 @@ function encodeSegment(token: string): string {
 }
 
 async function fetchIndex(ctx: SyncContext, held: ReplicaState, revalidate: boolean): Promise<{ index: SignedIndex; response: Response } | PullOutcome> {
+  const first = await fetchIndexOnce(ctx, held, revalidate ? "no-cache" : "default");
+  // A refused index may be a damaged copy the browser's cache keeps under the genuine ETag
+  // (a revalidation would only confirm it): fetch it whole from the network, once.
+  if (!("index" in first) && first.kind === "failed" && first.code !== "index_unavailable") return fetchIndexOnce(ctx, held, "reload");
+  return first;
+}
+
+async function fetchIndexOnce(ctx: SyncContext, held: ReplicaState, cache: RequestCache): Promise<{ index: SignedIndex; response: Response } | PullOutcome> {
   const now = ctx.now();
-  const response = await request(ctx, ctx.serverURL + "/v1/index", { headers: await authHeaders(ctx), cache: revalidate ? "no-cache" : "default" });
+  const response = await request(ctx, ctx.serverURL + "/v1/index", { headers: await authHeaders(ctx), cache });
   const serverNotBefore = askedUntil(response, now);
   if (!response || response.status !== 200) {
     const d = decidePullAnswer("full", response?.status ?? null);
@@ -256,9 +264,9 @@ async function signedPull(ctx: SyncContext, settleThrough: number | null): Promi
   }
   const first = await tryApply(response, held.token === null);
   if (typeof first !== "string") return commit(ctx, first, settleThrough, serverNotBefore, null);
-  if (held.token === null) return recordFailure(ctx, first, "refused_body", false, serverNotBefore);
-  // §8.4 step 5: the full body of the signed token, once.
-  const fallback = await request(ctx, bodyURL(entry.token, null), { headers: await authHeaders(ctx) });
+  // §8.4 step 5: the full body of the signed token, once — from the network: a damaged or
+  // forged body may sit in the browser's HTTP cache under this immutable URL.
+  const fallback = await request(ctx, bodyURL(entry.token, null), { headers: await authHeaders(ctx), cache: "reload" });
   const second = await tryApply(fallback, true);
   if (typeof second !== "string") return commit(ctx, second, settleThrough, askedUntil(fallback, ctx.now()), first);
   return recordFailure(ctx, `${first}; full fetch: ${second}`, "refused_body", false, askedUntil(fallback, ctx.now()));

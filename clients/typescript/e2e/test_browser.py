@@ -1,0 +1,411 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the browser client in headless Chromium against a live `deltasnap serve`.
+
+Run by .ci/browser-tests.sh, which builds the module and provides BIN, REPO and the venv.
+The page under test is clients/typescript/example/ (the example app), served through
+e2e/proxy.py, which injects faults into the API on demand. Tests run in order (they share
+one server); each uses its own IndexedDB database (?db=…) unless it tests continuity.
+"""
+import json
+import re
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.support.ui import WebDriverWait
+
+REPO = os.path.abspath(os.environ.get("REPO", os.path.join(os.path.dirname(__file__), "../../..")))
+BIN = os.path.abspath(os.environ.get("BIN", os.path.join(REPO, ".build/debug/deltasnap")))
+ARTIFACTS = os.path.abspath(os.environ.get("ARTIFACTS", os.path.join(REPO, ".build/browser-artifacts")))
+EXAMPLE = os.path.join(REPO, "clients/typescript/example")
+HERE = os.path.dirname(os.path.abspath(__file__))
+ADMIN = "e2e-admin-token"
+SECRET = "e2e-jwt-secret"
+WAIT = 20
+
+
+def http(method, url, body=None, headers=None):
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, dict(resp.headers), resp.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read().decode()
+
+
+class Env:
+    """The server, the proxy and the browser, started once for all tests."""
+
+    def __init__(self):
+        self.tmp = tempfile.mkdtemp(prefix="deltasnap-e2e-")
+        self.db = os.path.join(self.tmp, "store.sqlite")
+        env = dict(os.environ, SOURCE_DATE_EPOCH="1767225600", DELTASNAP_EPOCH="00000000005a3b1e")
+        # The same store `make snapshots` bakes from: the bundled snapshot's token is its head.
+        subprocess.run([BIN, "import", "--db", self.db, "--collection", "countries", "--quiet",
+                        os.path.join(REPO, "Snapshots/sample/countries.ndjson")], check=True, env=env)
+        keys = os.path.join(self.tmp, "keys")
+        subprocess.run([BIN, "keygen", "--out", keys], check=True, capture_output=True)
+        self.key = os.path.join(keys, "signing.key")
+        baked = os.path.join(self.tmp, "baked")
+        subprocess.run([BIN, "bake", "--db", self.db, "--collection", "countries", "--out", baked, "--signing-key", self.key], check=True, capture_output=True)
+        self.static = os.path.join(self.tmp, "static")
+        shutil.copytree(EXAMPLE, self.static)
+        for name in ("countries.snapshot", "countries.index"):
+            shutil.copy(os.path.join(baked, name), self.static)
+        shutil.copy(os.path.join(keys, "signing.pub"), self.static)
+        self.jwt = subprocess.run([BIN, "token", "--secret", SECRET, "--subject", "alice", "--write", "countries"],
+                                  check=True, capture_output=True, text=True).stdout.strip()
+        self.server = None
+        self.server_port = 0
+        self.start_server()
+        self.proxy = subprocess.Popen([sys.executable, os.path.join(HERE, "proxy.py"), "--upstream", f"127.0.0.1:{self.server_port}", "--static", self.static],
+                                      stdout=subprocess.PIPE, text=True)
+        self.proxy_port = int(self.proxy.stdout.readline().strip())
+        self.proxy.stdout.close()
+        self.url = f"http://127.0.0.1:{self.proxy_port}"
+        options = webdriver.ChromeOptions()
+        for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,900",
+                    f"--user-data-dir={os.path.join(self.tmp, 'profile')}", "--disable-background-timer-throttling",
+                    "--disable-renderer-backgrounding", "--disable-backgrounding-occluded-windows"):
+            options.add_argument(arg)
+        options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+        self.driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
+        self.driver.set_page_load_timeout(30)
+        self.driver.set_script_timeout(30)
+
+    def start_server(self):
+        args = [BIN, "serve", "--db", self.db, "--port", str(self.server_port), "--write-token", ADMIN, "--jwt-secret", SECRET,
+                "--signing-key", self.key, "--static", EXAMPLE, "--log-level", "error"]
+        out = os.path.join(self.tmp, "serve.out")
+        with open(out, "w") as f:
+            self.server = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            if self.server_port == 0:
+                with open(out) as f:
+                    match = re.search(r"http://127\.0\.0\.1:(\d+)", f.read())
+                if match:
+                    self.server_port = int(match.group(1))
+            if self.server_port:
+                try:
+                    if http("GET", f"{self.server_url}/healthz")[0] == 200:
+                        return
+                except OSError:
+                    pass
+            time.sleep(0.1)
+        raise RuntimeError("deltasnap serve did not come up: " + open(out).read()[-2000:])
+
+    @property
+    def server_url(self):
+        return f"http://127.0.0.1:{self.server_port}"
+
+    def stop_server(self):
+        if self.server and self.server.poll() is None:
+            self.server.send_signal(signal.SIGTERM)
+            try:
+                self.server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+                self.server.wait()
+
+    def close(self):
+        try:
+            self.driver.quit()
+        finally:
+            self.stop_server()
+            self.proxy.terminate()
+            self.proxy.wait(timeout=10)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def mode(self, mode):
+        http("POST", f"{self.url}/__proxy/mode?set={mode}")
+
+    def log(self, clear=False):
+        status, _, body = http("POST" if clear else "GET", f"{self.url}/__proxy/log" + ("?clear=1" if clear else ""))
+        return json.loads(body)["log"]
+
+    def admin(self, method, record_id, value=None):
+        body = json.dumps(value).encode() if value is not None else None
+        status, headers, text = http(method, f"{self.server_url}/v1/collections/countries/records/{record_id}", body, {"Authorization": f"Bearer {ADMIN}"})
+        assert status == 200, (status, text)
+        return json.loads(text)
+
+    def head_token(self):
+        status, headers, _ = http("HEAD", f"{self.server_url}/v1/collections/countries")
+        return headers["ETag"].strip('"')
+
+    def server_record(self, record_id):
+        _, _, body = http("GET", f"{self.server_url}/v1/collections/countries")
+        for line in body.splitlines()[1:]:
+            line = line.rstrip(",")
+            if line.startswith("{") and json.loads(line)["id"] == record_id:
+                return json.loads(line)
+        return None
+
+    def open(self, query, base=None):
+        self.driver.get(f"{base or self.url}/?{query}")
+        WebDriverWait(self.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready"))
+        ready = self.driver.execute_script("return document.body.dataset.ready")
+        assert ready == "1", self.driver.execute_script("return JSON.stringify(window.deltasnapLog)")
+
+    def js(self, body, *args):
+        """Runs an async JS function body in the page; returns its value (errors raise)."""
+        script = ("const done = arguments[arguments.length - 1]; const args = Array.from(arguments).slice(0, -1);"
+                  "(async () => { " + body + " })().then((v) => done({ ok: v === undefined ? null : v }), (e) => done({ error: String(e && e.stack || e) }));")
+        result = self.driver.execute_async_script(script, *args)
+        if "error" in result:
+            raise AssertionError(result["error"])
+        return result["ok"]
+
+    def wait(self, predicate, what, timeout=WAIT):
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            last = predicate()
+            if last:
+                return last
+            time.sleep(0.15)
+        raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+    def sync(self):
+        return self.js("return await window.replica.sync({ ignoreBackoff: true });")
+
+    def count(self):
+        return self.js("return (await window.replica.all()).length;")
+
+    def syncs(self):
+        return self.js("return window.deltasnapLog.filter((e) => e.type === 'sync').map((e) => e.detail);")
+
+
+ENV = None
+
+
+def setUpModule():
+    global ENV
+    ENV = Env()
+
+
+def tearDownModule():
+    if ENV:
+        ENV.close()
+
+
+class BrowserClient(unittest.TestCase):
+    def setUp(self):
+        ENV.mode("normal")
+        handles = ENV.driver.window_handles
+        for handle in handles[1:]:
+            ENV.driver.switch_to.window(handle)
+            ENV.driver.close()
+        ENV.driver.switch_to.window(handles[0])
+
+    def test_01_first_start_offline_from_the_bundle(self):
+        ENV.mode("offline")
+        ENV.open("db=offline&poll=0")
+        self.assertEqual(ENV.count(), 249)
+        self.assertEqual(ENV.js("return (await window.replica.get('AD')).name;"), "Andorra")
+        ENV.wait(lambda: ENV.syncs(), "the first sync attempt")
+        attempt = ENV.syncs()[0]["pull"]
+        self.assertEqual(attempt["kind"], "failed", attempt)
+        self.assertTrue(attempt["unavailable"])
+        status = ENV.js("return await window.replica.status();")
+        self.assertEqual(status["status"], "retrying")
+        self.assertEqual(status["indicator"], "amber")
+        self.assertEqual(status["count"], 249)
+        self.assertTrue(any(e["status"] == "dropped" for e in ENV.log()))
+
+    def test_02_not_modified_then_a_delta(self):
+        ENV.log(clear=True)
+        ENV.open("db=pull&poll=0")
+        first = ENV.wait(lambda: ENV.syncs(), "the first sync")[0]
+        self.assertEqual(first["pull"]["kind"], "not-modified", first)
+        sent = [e for e in ENV.log() if e["path"] == "/v1/collections/countries"]
+        self.assertEqual(sent[0]["ifNoneMatch"], '"00000000005a3b1e.1"')
+        self.assertEqual(sent[0]["status"], 304)
+        self.assertEqual(ENV.driver.find_element("id", "dot").get_attribute("data-indicator"), "green")
+        ENV.admin("PUT", "AD", {"name": "Andorra (delta)", "alpha3": "AND"})
+        result = ENV.sync()
+        self.assertEqual(result["pull"], {"kind": "applied", "full": False, "changedIds": ["AD"], "count": 249})
+        self.assertEqual(ENV.js("return (await window.replica.get('AD')).name;"), "Andorra (delta)")
+        self.assertEqual(ENV.log()[-1]["kind"], "delta")
+        self.assertEqual(ENV.js("return (await window.replica.status()).token;"), ENV.head_token())
+
+    def test_03_a_corrupted_delta_resets_with_no_moment_of_missing_data(self):
+        ENV.open("db=pull&poll=0")
+        ENV.admin("PUT", "AE", {"name": "Emirates (after a bad delta)"})
+        ENV.js("""window.minCount = Infinity;
+                  const sample = async () => { window.minCount = Math.min(window.minCount, (await window.replica.all()).length); };
+                  window.sampler = setInterval(sample, 2);
+                  window.replica.addEventListener('change', sample);""")
+        ENV.log(clear=True)
+        ENV.mode("corrupt-delta")
+        result = ENV.sync()
+        ENV.js("clearInterval(window.sampler);")
+        self.assertEqual(result["pull"]["kind"], "reset", result)
+        self.assertIn("checksum", result["pull"]["reason"])
+        log = [e for e in ENV.log() if e["path"] == "/v1/collections/countries"]
+        self.assertEqual([(e["kind"], bool(e.get("damaged")), e["ifNoneMatch"] is not None) for e in log], [("delta", True, True), ("full", False, False)])
+        self.assertGreaterEqual(ENV.js("return window.minCount;"), 249)
+        self.assertEqual(ENV.js("return (await window.replica.get('AE')).name;"), "Emirates (after a bad delta)")
+        self.assertEqual(ENV.js("return (await window.replica.status()).token;"), ENV.head_token())
+
+    def test_04_an_offline_edit_survives_a_reload_and_lands_once(self):
+        ENV.open(f"db=edit&poll=0&token={ENV.jwt}")
+        ENV.wait(lambda: ENV.syncs(), "the first sync")
+        version_before = int(ENV.head_token().split(".")[1])
+        ENV.stop_server()
+        ENV.js("await window.replica.patch('FR', { capital: 'Paris (offline edit)' });")
+        self.assertEqual(ENV.js("return (await window.replica.get('FR')).capital;"), "Paris (offline edit)")
+        self.assertEqual(ENV.driver.find_element("id", "dot").get_attribute("data-indicator"), "amber")
+        result = ENV.sync()
+        self.assertIsNotNone(result["push"]["failure"])
+        self.assertEqual(result["push"]["stillQueued"], 1)
+        ENV.driver.refresh()
+        WebDriverWait(ENV.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
+        pending = ENV.js("return await window.replica.pendingWrites();")
+        self.assertEqual([(w["op"], w["id"], w["value"]) for w in pending], [("patch", "FR", '{"capital":"Paris (offline edit)"}')])
+        self.assertEqual(ENV.js("return (await window.replica.get('FR')).capital;"), "Paris (offline edit)")
+        self.assertIn("patch FR", ENV.driver.find_element("id", "queue").text)
+        ENV.start_server()
+        result = ENV.sync()
+        self.assertEqual(result["push"]["accepted"], 1, result)
+        self.assertEqual(ENV.js("return (await window.replica.pendingWrites()).length;"), 0)
+        self.assertEqual(ENV.server_record("FR")["capital"], "Paris (offline edit)")
+        self.assertEqual(int(ENV.head_token().split(".")[1]), version_before + 1)
+        # Pushing again (e.g. an answer that was lost) changes nothing on the server.
+        ENV.sync()
+        self.assertEqual(int(ENV.head_token().split(".")[1]), version_before + 1)
+        ENV.wait(lambda: ENV.driver.find_element("id", "dot").get_attribute("data-indicator") == "green", "the green dot")
+
+    def test_05_a_refused_write_is_rolled_back_and_reported(self):
+        ENV.open(f"db=edit&poll=0&token={ENV.jwt}")
+        ENV.admin("DELETE", "ZW")
+        ENV.js("await window.replica.patch('ZW', { name: 'Zimbabwe (edited)' });")
+        self.assertEqual(ENV.js("return (await window.replica.get('ZW')).name;"), "Zimbabwe (edited)")
+        result = ENV.sync()
+        self.assertEqual([(r["id"], r["code"]) for r in result["push"]["refused"]], [("ZW", "not_found")])
+        self.assertIsNone(ENV.js("return (await window.replica.get('ZW')) ?? null;"))
+        self.assertTrue(ENV.js("return window.deltasnapLog.some((e) => e.type === 'refused');"))
+        self.assertIn("not saved", ENV.driver.find_element("id", "banners").text)
+        # A write that can never be accepted is refused at once, nothing queued.
+        error = ENV.js("try { await window.replica.insert('AD', { name: 'again' }); return null; } catch (e) { return [e.name, e.code]; }")
+        self.assertEqual(error, ["WriteRefusedError", "exists"])
+        self.assertEqual(ENV.js("return (await window.replica.pendingWrites()).length;"), 0)
+
+    def test_06_forged_data_is_refused_with_trusted_keys(self):
+        ENV.mode("forge-body")
+        ENV.open("db=signed-fresh&trusted=1&bundle=0&poll=0")
+        first = ENV.wait(lambda: ENV.syncs(), "the first sync")[0]["pull"]
+        self.assertEqual(first["kind"], "failed", first)
+        self.assertIn("digest", first["reason"])
+        self.assertEqual(ENV.count(), 0)
+        # The browser's HTTP cache would answer /v1/index for 30 s (max-age): ask the network.
+        ENV.driver.execute_cdp_cmd("Network.clearBrowserCache", {})
+        ENV.mode("forge-index")
+        result = ENV.sync()["pull"]
+        self.assertEqual((result["kind"], result["code"]), ("failed", "bad_signature"), result)
+        ENV.mode("normal")
+        result = ENV.sync()["pull"]
+        self.assertIn(result["kind"], ("applied", "reset"), result)
+        self.assertEqual(ENV.count(), ENV.js("return (await window.replica.status()).count;"))
+        self.assertEqual(ENV.js("return (await window.replica.status()).token;"), ENV.head_token())
+        # From the signed bundle: verified against its index, then a signed delta.
+        ENV.open("db=signed-bundle&trusted=1&poll=0")
+        self.assertEqual(ENV.js("return (await window.replica.get('AF')).name;"), "Afghanistan")
+        first = ENV.wait(lambda: ENV.syncs(), "the first sync")[0]["pull"]
+        self.assertEqual(first["kind"], "applied", first)
+        self.assertFalse(first["full"])
+        ENV.admin("PUT", "AF", {"name": "Afghanistan (signed)"})
+        ENV.driver.execute_cdp_cmd("Network.clearBrowserCache", {})
+        ENV.mode("forge-index")
+        self.assertEqual(ENV.sync()["pull"]["code"], "bad_signature")
+        self.assertEqual(ENV.js("return (await window.replica.get('AF')).name;"), "Afghanistan")
+
+    def test_07_two_tabs_one_syncs_both_see_changes_and_the_other_takes_over(self):
+        ENV.open(f"db=tabs&poll=1&token={ENV.jwt}")
+        ENV.wait(lambda: ENV.js("return window.replica.isSyncingTab;"), "tab A to lead")
+        tab_a = ENV.driver.current_window_handle
+        ENV.driver.switch_to.new_window("tab")
+        tab_b = ENV.driver.current_window_handle
+        ENV.open(f"db=tabs&poll=1&token={ENV.jwt}")
+        time.sleep(0.5)
+        self.assertFalse(ENV.js("return window.replica.isSyncingTab;"))
+        # A write in the tab that does not sync: visible in both, pushed by the syncing tab.
+        ENV.js("await window.replica.patch('DE', { capital: 'Berlin (tab B)' });")
+        ENV.driver.switch_to.window(tab_a)
+        ENV.wait(lambda: ENV.js("return (await window.replica.get('DE')).capital;") == "Berlin (tab B)", "tab A to see tab B's write")
+        ENV.wait(lambda: (ENV.server_record("DE") or {}).get("capital") == "Berlin (tab B)", "the syncing tab to push it")
+        # A change on the server: pulled by tab A, seen by tab B.
+        ENV.admin("PUT", "IT", {"name": "Italy (server)"})
+        ENV.driver.switch_to.window(tab_b)
+        ENV.wait(lambda: ENV.js("return (await window.replica.get('IT')).name;") == "Italy (server)", "tab B to see the pulled change")
+        self.assertFalse(ENV.js("return window.replica.isSyncingTab;"))
+        self.assertIn("Italy (server)", ENV.driver.find_element("id", "list").text)
+        # Closing the syncing tab hands over.
+        ENV.driver.switch_to.window(tab_a)
+        ENV.driver.close()
+        ENV.driver.switch_to.window(tab_b)
+        ENV.wait(lambda: ENV.js("return window.replica.isSyncingTab;"), "tab B to take over")
+        ENV.admin("PUT", "ES", {"name": "Spain (after hand-over)"})
+        ENV.wait(lambda: ENV.js("return (await window.replica.get('ES')).name;") == "Spain (after hand-over)", "tab B to pull")
+
+    def test_08_a_deleted_database_is_rebuilt_from_the_bundle(self):
+        ENV.open(f"db=evicted&poll=0&token={ENV.jwt}")
+        ENV.wait(lambda: ENV.syncs(), "the first sync")
+        ENV.mode("offline")
+        ENV.js("await window.replica.put('XA', { name: 'Never synced' });")
+        ENV.js("""window.replica.close();
+                  await new Promise((resolve, reject) => { const r = indexedDB.deleteDatabase('evicted'); r.onsuccess = resolve; r.onerror = reject; });""")
+        ENV.mode("normal")
+        ENV.driver.refresh()
+        WebDriverWait(ENV.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
+        self.assertEqual(ENV.js("return window.replica.storageLoss;"), {"lostWrites": 1})
+        self.assertIn("1 unsynced change(s) were lost", ENV.driver.find_element("id", "banners").text)
+        self.assertIsNone(ENV.js("return (await window.replica.get('XA')) ?? null;"))
+        self.assertGreater(ENV.count(), 240)
+        ENV.wait(lambda: ENV.syncs(), "the pull after the rebuild")
+        self.assertEqual(ENV.count(), ENV.js("return (await window.replica.status()).count;"))
+        self.assertEqual(ENV.js("return (await window.replica.status()).token;"), ENV.head_token())
+        self.assertEqual(ENV.js("return (await window.replica.get('IT')).name;"), "Italy (server)")
+
+    def test_09_backoff_honours_retry_after(self):
+        ENV.open("db=backoff&poll=0")
+        ENV.wait(lambda: ENV.syncs(), "the first sync")
+        ENV.mode("retry-after")
+        before = time.time() * 1000
+        result = ENV.js("return await window.replica.sync();")
+        self.assertEqual(result["pull"]["kind"], "failed")
+        self.assertGreaterEqual(result["pull"]["retryAt"], before + 29_000)
+        ENV.log(clear=True)
+        result = ENV.js("return await window.replica.sync();")
+        self.assertEqual(result["pull"]["kind"], "deferred")
+        self.assertEqual(ENV.log(), [])
+        ENV.driver.refresh()
+        WebDriverWait(ENV.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
+        self.assertEqual(ENV.js("return (await window.replica.sync()).pull.kind;"), "deferred", "the wait survives a reload")
+
+    def test_10_screenshot_of_the_example_page_served_by_deltasnap(self):
+        ENV.open(f"db=screenshot&poll=0&token={ENV.jwt}", base=ENV.server_url)
+        ENV.wait(lambda: ENV.syncs(), "the first sync")
+        ENV.js("await window.replica.patch('PT', { name: 'Portugal (edited offline)' });")
+        ENV.driver.find_element("id", "search").send_keys("Port")
+        time.sleep(0.3)
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        path = os.path.join(ARTIFACTS, "example.png")
+        ENV.driver.save_screenshot(path)
+        self.assertGreater(os.path.getsize(path), 10_000)
+        self.assertIn("Portugal (edited offline)", ENV.driver.find_element("id", "list").text)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

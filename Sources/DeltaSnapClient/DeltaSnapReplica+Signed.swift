@@ -10,8 +10,11 @@ import Foundation
 /// the delta from the held token to the signed one (or the full body) → one full body when
 /// the result does not match the index → keep the last verified state and back off.
 extension DeltaSnapReplica {
-    /// `…/v1/index`, next to `…/v1/collections/{name}`.
-    var indexURL: URL { url.deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("index") }
+    /// `…/v1/index`, next to `…/v1/collections/{name}` (and `…/{name}/partitions/{key}`).
+    var indexURL: URL {
+        let levels = CollectionPath(collection)?.key == nil ? 2 : 4
+        return (0..<levels).reduce(url) { url, _ in url.deletingLastPathComponent() }.appendingPathComponent("index")
+    }
 
     func deltaURL(from base: String, to target: String) -> URL { url.appendingSegments("deltas", base, target) }
 
@@ -20,10 +23,14 @@ extension DeltaSnapReplica {
     func signedSync(now: Date, droppingAcknowledgedThrough settled: UInt64?) async -> SyncOutcome {
         var entry: SignedIndex.Entry
         let indexAsked: Double?
-        switch await verifiedEntry(now: now, revalidating: false) {
-        case .success(let verified): (entry, indexAsked) = (verified.entry, verified.serverAsked)
-        case .failure(let failure):
-            return recordFailure(failure.reason, retryable: true, serverAsked: failure.serverAsked, now: now, unavailable: failure.unavailable)
+        if let viewEntry {
+            (entry, indexAsked) = (viewEntry, nil)
+        } else {
+            switch await verifiedEntry(now: now, revalidating: false) {
+            case .success(let verified): (entry, indexAsked) = (verified.entry, verified.serverAsked)
+            case .failure(let failure):
+                return recordFailure(failure.reason, retryable: true, serverAsked: failure.serverAsked, now: now, unavailable: failure.unavailable)
+            }
         }
         if let token = state.token, token == entry.token, heldDigestFingerprint() == entry.digest {
             return recordSuccess(.notModified, etag: nil, lastModified: nil, serverAsked: indexAsked, now: now, droppingAcknowledgedThrough: settled)

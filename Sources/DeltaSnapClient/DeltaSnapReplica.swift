@@ -50,6 +50,9 @@ public actor DeltaSnapReplica {
     /// once, unless the server asked it to wait: that is ``ReplicaState/serverNotBefore``).
     var pushNotBefore: Date?
     var consecutivePushFailures = 0
+    /// The entry of this partition in its view's index, verified by the view
+    /// (``DeltaSnapView``): a signed pull goes toward it without fetching the index again.
+    var viewEntry: SignedIndex.Entry?
     /// Why the last sync failed (nil when it did not): whether trying later can help.
     public internal(set) var lastFailureKind: SyncFailureKind?
     /// How much a sync may download (``NetworkBudget/unlimited`` unless the app says otherwise).
@@ -73,6 +76,18 @@ public actor DeltaSnapReplica {
         timeout: Duration = .seconds(30), accessToken: String? = nil, pushBatchSize: Int = 500, trustedKeys: [TrustedKey] = [],
         acceptingServerChange: Bool = false
     ) throws {
+        try self.init(
+            path: path, collection: collection, url: url, bundledSnapshot: bundledSnapshot, transport: transport, retryPolicy: retryPolicy,
+            timeout: timeout, accessToken: accessToken, pushBatchSize: pushBatchSize, trustedKeys: trustedKeys,
+            acceptingServerChange: acceptingServerChange, scope: "")
+    }
+
+    /// `scope`: `""` for a file of its own, else the partition's path in a view's file
+    /// (``DeltaSnapView``), where it keeps its rows apart from the other partitions'.
+    init(
+        path: String, collection: String, url: URL, bundledSnapshot: String?, transport: any SyncTransport, retryPolicy: RetryPolicy,
+        timeout: Duration, accessToken: String?, pushBatchSize: Int, trustedKeys: [TrustedKey], acceptingServerChange: Bool, scope: String
+    ) throws {
         try CollectionPath.validate(collection)
         self.trustedKeys = trustedKeys
         self.collection = collection
@@ -83,7 +98,7 @@ public actor DeltaSnapReplica {
         self.accessToken = accessToken
         self.pushBatchSize = max(1, min(pushBatchSize, PushRequest.maximumMutations))
         let bundledReplica = bundledSnapshot.map(BundledReplica.isReplica) ?? false
-        let opened = try ReplicaStorage.opening(path, bundledReplica: bundledSnapshot)
+        let opened = try ReplicaStorage.opening(path, bundledReplica: bundledSnapshot, scope: scope)
         if let bundledSnapshot, opened.borrowed != nil {
             // First start from a bundled replica: read it in place; the first data change copies it.
             storage = opened

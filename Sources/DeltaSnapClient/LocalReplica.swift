@@ -19,6 +19,12 @@ public final class LocalReplica {
         storage = try ReplicaStorage(path: path)
     }
 
+    /// One collection or partition (`sets/8271`) of a view's file (``DeltaSnapView``).
+    public init(path: String, collection: String) throws {
+        try CollectionPath.validate(collection)
+        storage = try ReplicaStorage(path: path, scope: collection)
+    }
+
     /// The replica at `path` — or, while it is still read from its bundled replica (no data
     /// change has copied it to `path` yet), that bundle: reads and the checks of a local
     /// write see the bundled records, and the first write copies the bundle to `path`.

@@ -32,9 +32,14 @@ public enum ReplicaBindingError: Error, Equatable, CustomStringConvertible {
         if let held = state.collection, held != collection {
             throw ReplicaBindingError.otherCollection(path: path, held: held, requested: collection)
         }
-        if !acceptingServerChange, let held = state.server, let heldURL = URL(string: held),
-           heldURL.scheme?.lowercased() != url.scheme?.lowercased() || heldURL.host?.lowercased() != url.host?.lowercased() {
+        if !acceptingServerChange, let held = state.server, !isSameServer(held, url) {
             throw ReplicaBindingError.otherServer(path: path, held: held, requested: url.absoluteString)
         }
+    }
+
+    /// Whether `held` and `url` name one server: the same scheme and host.
+    static func isSameServer(_ held: String, _ url: URL) -> Bool {
+        guard let heldURL = URL(string: held) else { return false }
+        return heldURL.scheme?.lowercased() == url.scheme?.lowercased() && heldURL.host?.lowercased() == url.host?.lowercased()
     }
 }

@@ -9,8 +9,11 @@ import DeltaSnapSQLite
 /// Scopes are `""` or valid collection paths (letters, digits, `._:@/-`), so they are
 /// written into SQL as literals without any quoting problem.
 struct ReplicaScope: Sendable, Equatable {
-    /// `""`, or the partition (or collection) path of a view's member.
+    /// `""`, or the partition (or collection) path of a view's member; for a scope over
+    /// every partition of a collection (``partitions(of:in:)``), `NAME/`.
     let collection: String
+    /// Whether this scope spans every partition `NAME/*` (read-only: queries).
+    let spansPartitions: Bool
     /// Whether the tables have the `collection` column: not in a bundled replica baked by a
     /// release before views, read in place (read-only, so it cannot be migrated).
     let hasColumn: Bool
@@ -18,9 +21,32 @@ struct ReplicaScope: Sendable, Equatable {
     /// collection only, so `id` alone is unique there).
     let legacyKeys: Bool
 
+    init(collection: String, hasColumn: Bool, legacyKeys: Bool, spansPartitions: Bool = false) {
+        self.collection = collection
+        self.hasColumn = hasColumn
+        self.legacyKeys = legacyKeys
+        self.spansPartitions = spansPartitions
+    }
+
     /// Selects this scope's rows; `alias` qualifies the column (`r` in `records r`).
     func condition(_ alias: String? = nil) -> String {
-        hasColumn ? "\(alias.map { $0 + "." } ?? "")collection = '\(collection)'" : "1"
+        guard hasColumn else { return "1" }
+        let column = "\(alias.map { $0 + "." } ?? "")collection"
+        // `NAME/` up to `NAME0` ('0' follows '/'): every `NAME/KEY`, on the primary key's order.
+        return spansPartitions ? "\(column) >= '\(collection)' AND \(column) < '\(collection.dropLast())0'" : "\(column) = '\(collection)'"
+    }
+
+    /// Joins two tables' rows of the same record: same id, and same scope when the file has several.
+    func sameRecord(_ left: String, _ right: String) -> String {
+        hasColumn ? "\(left).collection = \(right).collection AND \(left).id = \(right).id" : "\(left).id = \(right).id"
+    }
+
+    /// The scope of every partition of collection `name` in the file `db`: queries over a
+    /// user's whole view of a collection.
+    static func partitions(of name: String, in db: SQLiteConnection) throws -> ReplicaScope {
+        precondition(CollectionName.isValid(name), "a collection name")
+        let file = try of("", in: db)
+        return ReplicaScope(collection: name + "/", hasColumn: file.hasColumn, legacyKeys: file.legacyKeys, spansPartitions: true)
     }
 
     /// The SQL literal of the scope, for inserts.
@@ -30,7 +56,7 @@ struct ReplicaScope: Sendable, Equatable {
     func key(_ column: String) -> String { legacyKeys ? column : "collection, \(column)" }
 
     /// The scope of `collection` in the file `db`, migrating a file from before views.
-    static func of(_ collection: String, in db: SQLiteConnection, writable: Bool) throws -> ReplicaScope {
+    static func of(_ collection: String, in db: SQLiteConnection) throws -> ReplicaScope {
         precondition(collection.isEmpty || CollectionPath.isValid(collection), "a scope is \"\" or a collection path")
         let hasColumn = try db.scalarInt("SELECT count(*) FROM pragma_table_info('records') WHERE name = 'collection'") == 1
         let legacyKeys = try db.scalarInt("SELECT count(*) FROM pragma_table_info('records') WHERE pk > 0") == 1

@@ -9,7 +9,11 @@ extension ReplicaStorage {
         let name = "records_by_" + field.split(separator: ".").joined(separator: "__")
         // Led by the scope in a file with the column, so a query over one partition uses it.
         let columns = scope.hasColumn ? "collection, \(expression)" : expression
+        guard try db.scalarInt("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = '\(name)'") == 0 else { return }
         try writeTransaction { try db.execute("CREATE INDEX IF NOT EXISTS \(name) ON records(\(columns))") }
+        // Statistics, sampled (bounded cost whatever the size): without them SQLite takes the
+        // scope for a selective column and walks the primary key (scope, id) rather than sort.
+        try db.execute("PRAGMA analysis_limit=1000; ANALYZE records")
     }
 
     /// Calls `body` with the canonical bytes of each record `query` selects, pending local
@@ -42,7 +46,7 @@ extension ReplicaStorage {
                 overlayKeys.append("\(try ReplicaQuery.expression(order.field, column: "o.body")) AS k\(index)")
             }
             let recordWhere = ([scope.condition("r")] + (try conditions(on: "r.body"))
-                + ["NOT EXISTS (SELECT 1 FROM overlay o WHERE \(scope.condition("o")) AND o.id = r.id)"]).joined(separator: " AND ")
+                + ["NOT EXISTS (SELECT 1 FROM overlay o WHERE \(scope.sameRecord("o", "r")))"]).joined(separator: " AND ")
             let overlayWhere = ([scope.condition("o"), "o.body IS NOT NULL"] + (try conditions(on: "o.body"))).joined(separator: " AND ")
             sql = """
                 SELECT body FROM (

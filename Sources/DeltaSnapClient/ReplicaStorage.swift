@@ -20,12 +20,12 @@ final class ReplicaStorage {
     /// The replica's own path (nil while a bundle is borrowed and not yet copied).
     private(set) var path: String?
     /// The rows this storage works on: `""` for a one-collection replica, a partition's
-    /// path in a view's file.
-    private(set) var scope: ReplicaScope
+    /// path in a view's file (changed only by ``ReplicaStorage/withScope(_:_:)``).
+    fileprivate(set) var scope: ReplicaScope
 
     init(path: String, scope collection: String = "") throws {
         db = try Self.openWritable(path)
-        scope = try ReplicaScope.of(collection, in: db, writable: true)
+        scope = try ReplicaScope.of(collection, in: db)
         self.path = path
         // Bookkeeping a crash left beside a just-installed copy of its bundle.
         if FileManager.default.fileExists(atPath: SyncBookkeeping.path(for: path)) { try adoptBookkeeping(bundleToken: nil) }
@@ -33,18 +33,19 @@ final class ReplicaStorage {
 
     /// The replica at `path` — or, while no data change has copied it there, the bundled
     /// replica `bundle`, read in place (a gzip snapshot is no replica: it is never borrowed).
-    static func opening(_ path: String, bundledReplica bundle: String?) throws -> ReplicaStorage {
-        if let bundle, BundledReplica.isReplica(bundle), !FileManager.default.fileExists(atPath: path) {
+    /// `scope`: one partition of a view's file (never read from a bundle).
+    static func opening(_ path: String, bundledReplica bundle: String?, scope: String = "") throws -> ReplicaStorage {
+        if scope.isEmpty, let bundle, BundledReplica.isReplica(bundle), !FileManager.default.fileExists(atPath: path) {
             return try ReplicaStorage(borrowing: bundle, copyingTo: path)
         }
-        return try ReplicaStorage(path: path)
+        return try ReplicaStorage(path: path, scope: scope)
     }
 
     /// Reads the bundled replica `source` in place (read-only: an app bundle is); the first
     /// write transaction copies it to `destination` and goes on there.
     init(borrowing source: String, copyingTo destination: String) throws {
         db = try SQLiteConnection(path: source, readOnly: true, create: false)
-        scope = try ReplicaScope.of("", in: db, writable: false)
+        scope = try ReplicaScope.of("", in: db)
         borrowed = (source, destination)
         path = nil
     }
@@ -86,7 +87,7 @@ final class ReplicaStorage {
         defer { lock.unlock() }
         if !FileManager.default.fileExists(atPath: destination) { try Self.install(copyOf: source, at: destination) }
         db = try Self.openWritable(destination)
-        scope = try ReplicaScope.of(scope.collection, in: db, writable: true)
+        scope = try ReplicaScope.of(scope.collection, in: db)
         borrowed = nil
         path = destination
         // An empty replica someone created at this path gets the bundle's rows (its queued
@@ -261,11 +262,11 @@ final class ReplicaStorage {
     func forEachRecord(_ body: (UnsafeRawBufferPointer) throws -> Void) throws {
         guard try hasOverlay() else { return try forEachServerRecord(body) }
         let statement = try db.prepare("""
-            SELECT r.id AS id, coalesce(o.body, r.body) AS body FROM records r LEFT JOIN overlay o ON o.id = r.id AND \(scope.condition("o"))
+            SELECT r.id AS id, coalesce(o.body, r.body) AS body FROM records r LEFT JOIN overlay o ON \(scope.sameRecord("o", "r"))
             WHERE \(scope.condition("r")) AND (o.id IS NULL OR o.body IS NOT NULL)
             UNION ALL
             SELECT o.id AS id, o.body AS body FROM overlay o
-            WHERE \(scope.condition("o")) AND o.body IS NOT NULL AND NOT EXISTS (SELECT 1 FROM records r WHERE \(scope.condition("r")) AND r.id = o.id)
+            WHERE \(scope.condition("o")) AND o.body IS NOT NULL AND NOT EXISTS (SELECT 1 FROM records r WHERE \(scope.sameRecord("r", "o")))
             ORDER BY id
             """)
         while try statement.step() { try statement.withBlob(1, body) }
@@ -284,9 +285,10 @@ final class ReplicaStorage {
     /// Visible records as the app sees them, from the verified count and the overlay.
     func localCount(serverCount: Int) throws -> Int {
         guard try hasOverlay() else { return serverCount }
-        let (o, r) = (scope.condition("o"), scope.condition("r"))
-        let added = try db.scalarInt("SELECT count(*) FROM overlay o WHERE \(o) AND o.body IS NOT NULL AND NOT EXISTS (SELECT 1 FROM records r WHERE \(r) AND r.id = o.id)") ?? 0
-        let removed = try db.scalarInt("SELECT count(*) FROM overlay o WHERE \(o) AND o.body IS NULL AND EXISTS (SELECT 1 FROM records r WHERE \(r) AND r.id = o.id)") ?? 0
+        let o = scope.condition("o")
+        let same = scope.sameRecord("r", "o")
+        let added = try db.scalarInt("SELECT count(*) FROM overlay o WHERE \(o) AND o.body IS NOT NULL AND NOT EXISTS (SELECT 1 FROM records r WHERE \(same))") ?? 0
+        let removed = try db.scalarInt("SELECT count(*) FROM overlay o WHERE \(o) AND o.body IS NULL AND EXISTS (SELECT 1 FROM records r WHERE \(same))") ?? 0
         return serverCount + Int(added) - Int(removed)
     }
 
@@ -310,5 +312,15 @@ final class ReplicaStorage {
             count += 1
         }
         return (count, checksum)
+    }
+}
+
+extension ReplicaStorage {
+    /// Runs `body` on the rows of `other` (statements are cached per SQL text, which names its scope).
+    func withScope<T>(_ other: ReplicaScope, _ body: () throws -> T) rethrows -> T {
+        let own = scope
+        scope = other
+        defer { scope = own }
+        return try body()
     }
 }

@@ -28,8 +28,17 @@ struct LocalCommand: AsyncParsableCommand {
         @Option(name: .long, help: "The bundled .replica it started from: while no data change has copied it to --replica, the write is checked against the bundle and copies it.")
         var snapshot: String?
 
+        @Option(name: .long, help: "In a view's replica (sync --url BASE_URL): the collection or partition NAME/KEY the write is for.")
+        var collection: String?
+
+        func validate() throws {
+            if collection != nil, snapshot != nil { throw ValidationError("--snapshot is for a one-collection replica; a view's partitions have none") }
+            if let collection, !CollectionPath.isValid(collection) { throw ValidationError(InvalidCollectionName(name: collection).description) }
+        }
+
         func open() throws -> LocalReplica {
-            try snapshot.map { try LocalReplica(path: replica, bundledReplica: $0) } ?? LocalReplica(path: replica)
+            if let collection { return try LocalReplica(path: replica, collection: collection) }
+            return try snapshot.map { try LocalReplica(path: replica, bundledReplica: $0) } ?? LocalReplica(path: replica)
         }
     }
 
@@ -136,11 +145,15 @@ struct PendingCommand: AsyncParsableCommand {
     @Flag(name: .long, help: "Also list writes the server accepted that no pull has brought back yet.")
     var all = false
 
+    @Option(name: .long, help: "In a view's replica: the collection or partition NAME/KEY whose writes to list.")
+    var collection: String?
+
     func run() async throws {
         try await reportingErrors {
             guard FileManager.default.fileExists(atPath: replica) else { throw FileError(path: replica, reason: "does not exist") }
             var out = ""
-            for write in try LocalReplica(path: replica).pendingWrites(includeAcknowledged: all) {
+            let local = try collection.map { try LocalReplica(path: replica, collection: $0) } ?? LocalReplica(path: replica)
+            for write in try local.pendingWrites(includeAcknowledged: all) {
                 out += "\(write.seq) \(write.operation.rawValue) \(write.id)"
                 if let value = write.value { out += " " + CanonicalJSON.string(value) }
                 if write.isAcknowledged { out += " acknowledged" }

@@ -156,12 +156,15 @@ struct DumpCommand: AsyncParsableCommand {
     @Option(name: .long, help: "The bundled .replica it started from: read in place while no data change has copied it to --replica.")
     var snapshot: String?
 
+    @Option(name: .long, help: "In a view's replica (sync --url BASE_URL): the collection or partition NAME/KEY to print.")
+    var collection: String?
+
     func run() async throws {
         try await reportingErrors {
             guard FileManager.default.fileExists(atPath: replica) || snapshot.map(BundledReplica.isReplica) == true else {
                 throw FileError(path: replica, reason: "does not exist (a replica started from a bundled .replica is read in place until its data changes: pass that file as --snapshot)")
             }
-            try ReplicaDump.dump(path: replica, bundledReplica: snapshot) { StandardOutput().write($0) }
+            try ReplicaDump.dump(path: replica, bundledReplica: snapshot, collection: collection) { StandardOutput().write($0) }
         }
     }
 }

@@ -25,6 +25,14 @@ struct SyncCommand: AsyncParsableCommand {
             The replica is bound to the collection and URL of its first sync: another --url \
             is refused (a moved server: --rebind).
 
+            With a base URL (http://HOST:PORT, no collection path) and --token, the replica \
+            holds the token's whole view: every public collection and every partition the \
+            token may read, in one file. Each partition's queued writes are pushed, the view \
+            is asked for once, and only what changed is fetched: one line per partition that \
+            changed (PARTITION: OUTCOME …; PARTITION: dropped, when it left the view — its \
+            data leaves the file, its queued writes are reported as refused), then \
+            view: N partitions, M changed, K dropped
+
             Exit codes: 0 done; 1 error (the replica holds no data, an answer could not be \
             used, another collection…); 2 usage; 3 some writes refused; 4 not done now, try \
             later (server unreachable, 408/429/5xx, its wait still running, or an update over \
@@ -32,7 +40,7 @@ struct SyncCommand: AsyncParsableCommand {
             """
     )
 
-    @Option(name: .long, help: "The collection URL, e.g. http://127.0.0.1:8080/v1/collections/notes.")
+    @Option(name: .long, help: "The collection URL, e.g. http://127.0.0.1:8080/v1/collections/notes; or the server's base URL (http://127.0.0.1:8080) to sync the token's whole view.")
     var url: String
 
     @Option(name: .long, help: "Path of the local replica (an SQLite file, created if missing).")
@@ -59,7 +67,11 @@ struct SyncCommand: AsyncParsableCommand {
         guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
     }
 
+    /// A base URL (no path) names the server, not a collection: the view of the token.
+    private var isView: Bool { (URL(string: url)?.path ?? "").trimmingCharacters(in: CharacterSet(charactersIn: "/")).isEmpty }
+
     func run() async throws {
+        if isView { return try await syncView() }
         let code = try await reportingErrors {
             let collectionURL = URL(string: url)!
             let replica = try DeltaSnapReplica(
@@ -93,6 +105,59 @@ struct SyncCommand: AsyncParsableCommand {
                 await PullLine.exitCode(for: outcome, replica: replica),
                 push.failure == nil ? nil : (push.failureKind == .unavailable ? Exit.unavailable : Exit.error),
                 push.refused.isEmpty ? nil : Exit.writesRefused,
+            ])
+        }
+        if let code { throw code }
+    }
+}
+
+extension SyncCommand {
+    /// `sync --url BASE_URL --token JWT`: the token's whole view into one replica file.
+    private func syncView() async throws {
+        let code = try await reportingErrors { () -> ExitCode? in
+            guard let token = token ?? ProcessInfo.processInfo.environment["DELTASNAP_TOKEN"] else {
+                throw ValidationError("syncing a view (a base --url) needs --token: the view is that token's")
+            }
+            let view = try DeltaSnapView(
+                path: replica, baseURL: URL(string: url)!, accessToken: token, trustedKeys: try TrustedKeys.load(trustedKey),
+                timeout: .milliseconds(Int(timeout * 1000)))
+            let started = ContinuousClock.now
+            let report = await view.sync()
+            var lines: [String] = []
+            var refused = 0
+            var pushFailed: SyncFailureKind?
+            for (partition, push) in report.pushes.sorted(by: { $0.key < $1.key }) {
+                lines.append("\(partition): pushed \(push.accepted), refused \(push.refused.count)")
+                refused += push.refused.count
+                for write in push.refused {
+                    lines.append("  \(write.seq) \(write.operation.rawValue) \(write.id) \(write.refusal.code): \(write.refusal.message)")
+                }
+                // A partition that left the view reports its writes as dropped below instead.
+                if let failure = push.failure, report.dropped[partition] == nil {
+                    lines.append("\(partition): push failed: \(failure) (\(push.stillQueued) queued)")
+                    pushFailed = pushFailed == .rejected ? .rejected : (push.failureKind ?? .rejected)
+                }
+            }
+            var pullFailed = false
+            for (partition, outcome) in report.partitions.sorted(by: { $0.key < $1.key }) {
+                lines.append("\(partition): " + (await PullLine.describe(outcome, replica: try view.replica(for: partition), since: started)))
+                if case .failed = outcome { pullFailed = true }
+            }
+            for (partition, lost) in report.dropped.sorted(by: { $0.key < $1.key }) {
+                lines.append("\(partition): dropped (\(lost.count) queued writes refused)")
+                refused += lost.count
+                for write in lost { lines.append("  \(write.seq) \(write.operation.rawValue) \(write.id) revoked: the partition left the view") }
+            }
+            var viewCode: ExitCode?
+            if case .failed(let reason, let unavailable) = report.index {
+                lines.append("view: failed: \(reason)")
+                viewCode = unavailable ? Exit.unavailable : Exit.error
+            }
+            lines.append("view: \(report.held) partitions, \(report.changed) changed, \(report.dropped.count) dropped")
+            print(lines.joined(separator: "\n"))
+            return Exit.combined([
+                viewCode, pullFailed ? Exit.unavailable : nil,
+                pushFailed.map { $0 == .unavailable ? Exit.unavailable : Exit.error }, refused > 0 ? Exit.writesRefused : nil,
             ])
         }
         if let code { throw code }

@@ -64,6 +64,13 @@ public final class TestDatabase: Sendable {
             from: RecordStream(source: ChunkSources.bytes(Array(text.utf8)), name: "test"), into: collection, replace: replace, progress: nil)
     }
 
+    /// NDJSON spread over partitions `collection/VALUE` by the value of `field`.
+    @discardableResult
+    public func importPartitioned(_ text: String, collection: String, by field: String) async throws -> [WriteResult] {
+        let groups = try PartitionRecords.group(RecordStream(source: ChunkSources.bytes(Array(text.utf8)), name: "test"), collection: collection, by: field)
+        return try await store.importPartitions(groups, replace: false)
+    }
+
     public func head(of collection: String) async throws -> CollectionHead? {
         try await store.head(of: collection)
     }

@@ -277,9 +277,9 @@ class BrowserClient(unittest.TestCase):
         self.assertEqual(ENV.js("return (await window.replica.get('FR')).capital;"), "Paris (offline edit)")
         self.assertIn("patch FR", ENV.driver.find_element("id", "queue").text)
         ENV.start_server()
-        result = ENV.sync()
-        self.assertEqual(result["push"]["accepted"], 1, result)
-        self.assertEqual(ENV.js("return (await window.replica.pendingWrites()).length;"), 0)
+        ENV.sync()
+        ENV.wait(lambda: ENV.js("return (await window.replica.pendingWrites()).length;") == 0, "the write to land and settle")
+        self.assertEqual(sum(s["push"]["accepted"] for s in ENV.syncs()), 1)
         self.assertEqual(ENV.server_record("FR")["capital"], "Paris (offline edit)")
         self.assertEqual(int(ENV.head_token().split(".")[1]), version_before + 1)
         # Pushing again (e.g. an answer that was lost) changes nothing on the server.
@@ -292,8 +292,10 @@ class BrowserClient(unittest.TestCase):
         ENV.admin("DELETE", "ZW")
         ENV.js("await window.replica.patch('ZW', { name: 'Zimbabwe (edited)' });")
         self.assertEqual(ENV.js("return (await window.replica.get('ZW')).name;"), "Zimbabwe (edited)")
-        result = ENV.sync()
-        self.assertEqual([(r["id"], r["code"]) for r in result["push"]["refused"]], [("ZW", "not_found")])
+        # The syncing tab pushes within 50 ms of a write; sync() makes sure it happened.
+        ENV.sync()
+        refused = ENV.wait(lambda: ENV.js("return window.deltasnapLog.filter((e) => e.type === 'refused').flatMap((e) => e.detail);"), "the refusal")
+        self.assertEqual([(r["id"], r["code"]) for r in refused], [("ZW", "not_found")])
         self.assertIsNone(ENV.js("return (await window.replica.get('ZW')) ?? null;"))
         self.assertTrue(ENV.js("return window.deltasnapLog.some((e) => e.type === 'refused');"))
         self.assertIn("not saved", ENV.driver.find_element("id", "banners").text)
@@ -395,16 +397,24 @@ class BrowserClient(unittest.TestCase):
         self.assertEqual(ENV.js("return (await window.replica.sync()).pull.kind;"), "deferred", "the wait survives a reload")
 
     def test_10_screenshot_of_the_example_page_served_by_deltasnap(self):
-        ENV.open(f"db=screenshot&poll=0&token={ENV.jwt}", base=ENV.server_url)
+        # Straight from `deltasnap serve --static clients/typescript/example`, without a token:
+        # the edit stays queued (the push gets 401), so the dot is amber and the queue shows it.
+        ENV.open("db=screenshot&poll=0", base=ENV.server_url)
         ENV.wait(lambda: ENV.syncs(), "the first sync")
-        ENV.js("await window.replica.patch('PT', { name: 'Portugal (edited offline)' });")
-        ENV.driver.find_element("id", "search").send_keys("Port")
+        ENV.driver.find_element("id", "edit-id").send_keys("AD")
+        ENV.driver.find_element("id", "edit-name").send_keys("Andorra (edited offline)")
+        ENV.driver.find_element("css selector", "#edit button").click()
+        ENV.wait(lambda: "Andorra (edited offline)" in ENV.driver.find_element("id", "list").text, "the edit to show")
+        ENV.driver.find_element("id", "search").send_keys("and")
+        ENV.wait(lambda: ENV.driver.find_element("id", "dot").get_attribute("data-indicator") == "amber", "the amber dot")
+        ENV.wait(lambda: "patch AD" in ENV.driver.find_element("id", "queue").text, "the queue view")
         time.sleep(0.3)
         os.makedirs(ARTIFACTS, exist_ok=True)
         path = os.path.join(ARTIFACTS, "example.png")
         ENV.driver.save_screenshot(path)
         self.assertGreater(os.path.getsize(path), 10_000)
-        self.assertIn("Portugal (edited offline)", ENV.driver.find_element("id", "list").text)
+        self.assertIn("Andorra (edited offline)", ENV.driver.find_element("id", "list").text)
+        self.assertNotIn("Afghanistan", ENV.driver.find_element("id", "list").text)
 
 
 if __name__ == "__main__":

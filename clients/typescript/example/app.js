@@ -99,7 +99,7 @@ async function draw() {
   const dot = $("dot");
   dot.dataset.indicator = status.indicator;
   const when = status.lastSuccessfulSync ? new Date(status.lastSuccessfulSync).toLocaleTimeString() : "never";
-  $("status").textContent = `${status.status} · last sync ${when}${status.lastError ? " · " + status.lastError : ""}${status.isSyncingTab ? " · this tab syncs" : ""}`;
+  $("status").textContent = `${status.status} · last sync ${when}${status.lastError ? " · " + status.lastError : ""}${status.pushError ? " · writes wait: " + status.pushError : ""}${status.isSyncingTab ? " · this tab syncs" : ""}`;
   $("queue-count").textContent = `(${pending.length})`;
   $("queue").replaceChildren(...pending.map((w) => {
     const li = document.createElement("li");

@@ -1,5 +1,6 @@
 import { BodyError, DeltaSnapError } from "./errors.js";
-import { canonicalString, compareUTF8, JsonNumber, JsonObject, JsonValue, parseJSON } from "./json.js";
+import { scanCanonicalRecord } from "./canonical-scan.js";
+import { canonicalString, compareUTF8, JsonNumber, JsonObject, JsonReader, JsonValue, parseJSON } from "./json.js";
 
 /** One entry of a body's `records`: a visible record's canonical text, or a tombstone. */
 export interface BodyRecord {
@@ -33,13 +34,14 @@ export interface Body {
  * ```
  */
 export function parseBody(text: string, collection: string): Body {
-  let document: JsonValue;
+  let document: JsonObject;
+  let list: BodyRecord[];
   try {
-    document = parseJSON(text);
+    ({ document, records: list } = readDocument(text));
   } catch (error) {
+    if (error instanceof BodyError) throw error;
     throw new BodyError("unreadable_body", `the body is not valid JSON (${(error as Error).message})`);
   }
-  if (!(document instanceof Map)) throw new BodyError("unreadable_body", "the body is not a JSON object");
   const format = document.get("format");
   if (!(format instanceof JsonNumber) || format.literal !== "1") throw new BodyError("wrong_format", `unsupported body format ${describe(format)}; this client reads format 1`);
   const name = requireString(document, "collection");
@@ -54,10 +56,8 @@ export function parseBody(text: string, collection: string): Body {
   const countValue = document.get("count");
   if (!(countValue instanceof JsonNumber) || !/^(0|[1-9][0-9]*)$/.test(countValue.literal)) throw new BodyError("wrong_format", "the body has no valid count");
   const count = Number(countValue.literal);
-  const list = document.get("records");
-  if (!Array.isArray(list)) throw new BodyError("wrong_format", "the body has no records array");
   if (list.length !== count) throw new BodyError("count_mismatch", `the body announces ${count} records but holds ${list.length}`);
-  const records = list.map(readRecord);
+  const records = list;
   if (kind === "full") {
     for (let i = 0; i < records.length; i++) {
       if (records[i].canonical === null) throw new BodyError("wrong_format", `a full body holds the tombstone "${records[i].id}"`);
@@ -71,6 +71,58 @@ export function parseBody(text: string, collection: string): Body {
     }
   }
   return { collection: name, kind, base, token, lastModified, checksum, count, records };
+}
+
+/**
+ * Reads the body object member by member; `records` element by element, taking a record's
+ * text as it is when it is already canonical (the common case: the server writes them so)
+ * and parsing it fully otherwise. Member order and layout do not matter.
+ */
+function readDocument(text: string): { document: JsonObject; records: BodyRecord[] } {
+  const reader = new JsonReader(text);
+  const document: JsonObject = new Map();
+  let records: BodyRecord[] | null = null;
+  reader.expect("{");
+  if (!reader.accept("}")) {
+    for (;;) {
+      reader.skipWhitespace();
+      if (text.charCodeAt(reader.pos) !== 0x22) reader.fail("expected a member name");
+      const key = reader.readString();
+      if (document.has(key) || (key === "records" && records)) reader.fail(`duplicate member "${key}"`);
+      reader.expect(":");
+      if (key === "records") records = readRecords(reader);
+      else document.set(key, reader.readValue(1));
+      if (reader.accept(",")) continue;
+      reader.expect("}");
+      break;
+    }
+  }
+  reader.skipWhitespace();
+  if (reader.pos !== text.length) reader.fail("unexpected text after the body");
+  if (!records) throw new BodyError("wrong_format", "the body has no records array");
+  return { document, records };
+}
+
+function readRecords(reader: JsonReader): BodyRecord[] {
+  const text = reader.text;
+  const records: BodyRecord[] = [];
+  reader.skipWhitespace();
+  if (text.charCodeAt(reader.pos) !== 0x5b) throw new BodyError("wrong_format", "the body has no records array");
+  reader.pos++;
+  if (reader.accept("]")) return records;
+  for (;;) {
+    reader.skipWhitespace();
+    const fast = scanCanonicalRecord(text, reader.pos);
+    if (fast) {
+      records.push({ id: fast.id, canonical: text.slice(reader.pos, fast.end) });
+      reader.pos = fast.end;
+    } else {
+      records.push(readRecord(reader.readValue(2)));
+    }
+    if (reader.accept(",")) continue;
+    reader.expect("]");
+    return records;
+  }
 }
 
 /** A record value as §2 makes it canonical: `hidden:false` dropped, `hidden:true` a tombstone. */

@@ -1,4 +1,5 @@
 import { loadBundledSnapshot } from "./bundle.js";
+import { StateChecksum } from "./checksum.js";
 import { BundleError, DeltaSnapError, WriteRefusedError } from "./errors.js";
 import { canonicalString, fromPlain } from "./json.js";
 import { Operation } from "./merge.js";
@@ -55,6 +56,8 @@ export interface ReplicaStatus {
   settling: number;
   lastSuccessfulSync: number | null;
   lastError: string | null;
+  /** Why the last push stopped early (its writes stay queued and are retried), or null. */
+  pushError: string | null;
   token: string | null;
   count: number;
   /** This tab is the one that syncs. */
@@ -237,7 +240,22 @@ export class DeltaSnapReplica extends EventTarget {
     const indicator = status === "failing" || status === "unverifiablyOld" || pushFailingLong ? "red" : pending.length > 0 || status !== "synced" ? "amber" : "green";
     return {
       status, indicator, queued, settling: pending.length - queued, lastSuccessfulSync: state.lastSuccessfulSync,
-      lastError: state.lastError ?? null, token: state.token, count: state.count, isSyncingTab: this.tabs.isLeader,
+      lastError: state.lastError ?? null, pushError: queued > 0 ? queue?.lastPushError ?? null : null, token: state.token, count: state.count, isSyncingTab: this.tabs.isLeader,
+    };
+  }
+
+  /**
+   * Recomputes the count and the state checksum from every stored server record and
+   * compares them with the ones kept (O(n); the syncs verify each apply already).
+   */
+  async verify(): Promise<{ ok: boolean; count: number; checksum: string; expected: { count: number; checksum: string } }> {
+    const state = await this.store.readState();
+    const records = await this.store.allServerRecords();
+    const sum = new StateChecksum();
+    for (const [, body] of records) sum.add(body);
+    return {
+      ok: sum.hex === state.checksum && records.length === state.count, count: records.length, checksum: sum.hex,
+      expected: { count: state.count, checksum: state.checksum },
     };
   }
 

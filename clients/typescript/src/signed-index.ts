@@ -88,6 +88,7 @@ export function parseSignedIndex(text: string): SignedIndex {
     if (!(s instanceof Map)) throw bad("a signature is not an object");
     let signature: Uint8Array;
     try { signature = fromBase64(string(s, "signature")); } catch (error) { if (error instanceof TrustError) throw error; throw bad("a signature is not base64"); }
+    if (signature.length !== 64) throw bad("a signature is not 64 bytes");
     return { key: string(s, "key"), signature };
   });
   return {

@@ -1,4 +1,5 @@
 import { StorageError } from "./errors.js";
+import { fold } from "./fold.js";
 import { applyLenient, applyStrict, Mutation, Operation } from "./merge.js";
 
 /**
@@ -46,6 +47,8 @@ export interface QueueState {
   pushFailingSince: number | null;
   pushFailures: number;
   pushNotBefore: number | null;
+  /** Why the last push stopped early (the writes stay queued), or null. */
+  lastPushError?: string | null;
 }
 
 /** A local write waiting for the server, or accepted and waiting for the pull that brings it. */
@@ -290,9 +293,31 @@ export class ReplicaStore {
       const current = local ? local.body : (((await request(tx.objectStore("records").get(write.id))) as string | undefined) ?? null);
       const value = applyStrict(write, current);
       const queue = await this.ensureQueue(tx);
+      const pendingStore = tx.objectStore("pending");
+      const all = (await request(pendingStore.getAll())) as PendingWrite[];
+      // §6 step 5a: fold into the newest write on this id when it was never sent.
+      const tail = all.filter((w) => w.id === write.id).pop();
+      if (tail && !tail.acked && tail.seq > queue.sentThrough) {
+        const serverHasRecord = (await request(tx.objectStore("records").get(write.id))) !== undefined;
+        const folded = fold(write, { op: tail.op, id: tail.id, value: tail.value }, serverHasRecord);
+        if (folded !== null) {
+          const rest = all.filter((w) => w.seq !== tail.seq);
+          let result: PendingWrite;
+          if (folded === "nothing") {
+            pendingStore.delete(tail.seq);
+            result = { ...tail, op: write.op, value: write.value };
+          } else {
+            result = { ...tail, op: folded.op, value: folded.value };
+            pendingStore.put(result, tail.seq);
+            rest.push(result);
+          }
+          await this.rebuildOverlay(tx, write.id, rest);
+          return result;
+        }
+      }
       const state = await this.readState(tx);
       const pending: PendingWrite = { seq: queue.lastSeq + 1, op: write.op, id: write.id, value: write.value, acked: false, createdAt: now, base: state.token };
-      tx.objectStore("pending").add(pending, pending.seq);
+      pendingStore.add(pending, pending.seq);
       tx.objectStore("meta").put({ ...queue, lastSeq: pending.seq }, "queue");
       tx.objectStore("overlay").put({ body: value }, write.id);
       return pending;

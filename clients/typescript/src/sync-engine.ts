@@ -359,7 +359,7 @@ export async function push(ctx: SyncContext): Promise<PushReport> {
     if (serverAsked !== null) break;
   }
   report.stillQueued = await queued();
-  await recordPushOutcome(ctx, report.failure !== null, serverAsked, now);
+  await recordPushOutcome(ctx, report.failure, serverAsked, now);
   return report;
 }
 
@@ -391,16 +391,19 @@ async function settle(store: ReplicaStore, batch: PendingWrite[], verdict: (w: P
   return complete;
 }
 
-async function recordPushOutcome(ctx: SyncContext, failed: boolean, serverAsked: number | null, now: number): Promise<void> {
+async function recordPushOutcome(ctx: SyncContext, failure: string | null, serverAsked: number | null, now: number): Promise<void> {
   if (serverAsked !== null) await ctx.store.updateState({ serverNotBefore: serverAsked });
   const queue = await ctx.store.readQueue();
   if (!queue) return;
-  if (failed) {
+  if (failure !== null) {
     const failures = queue.pushFailures + 1;
     const asked = serverAsked === null ? null : (serverAsked - now) / 1000;
-    await ctx.store.updateQueue({ pushFailures: failures, pushFailingSince: queue.pushFailingSince ?? now, pushNotBefore: now + retryDelay(failures, asked, Math.random(), ctx.retryPolicy ?? DEFAULT_RETRY_POLICY) * 1000 });
-  } else if (queue.pushFailures || queue.pushFailingSince || queue.pushNotBefore) {
-    await ctx.store.updateQueue({ pushFailures: 0, pushFailingSince: null, pushNotBefore: null });
+    await ctx.store.updateQueue({
+      pushFailures: failures, pushFailingSince: queue.pushFailingSince ?? now, lastPushError: failure,
+      pushNotBefore: now + retryDelay(failures, asked, Math.random(), ctx.retryPolicy ?? DEFAULT_RETRY_POLICY) * 1000,
+    });
+  } else if (queue.pushFailures || queue.pushFailingSince || queue.pushNotBefore || queue.lastPushError) {
+    await ctx.store.updateQueue({ pushFailures: 0, pushFailingSince: null, pushNotBefore: null, lastPushError: null });
   }
 }
 

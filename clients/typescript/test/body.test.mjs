@@ -83,3 +83,25 @@ test("the bundled snapshot (gzip) decodes, parses and verifies", async () => {
   body.records.forEach((r) => sum.add(r.canonical));
   assert.equal(sum.hex, manifest.checksum);
 });
+
+test("the canonical fast path takes canonical records as they are and nothing else", async () => {
+  const { scanCanonicalRecord } = await lib("canonical-scan");
+  const { canonicalRecord } = await lib("body");
+  for (const { input, canonical } of vectors.canonicalJSON.valid) {
+    const fast = scanCanonicalRecord(canonical, 0);
+    assert.ok(fast, canonical);
+    assert.equal(canonical.slice(0, fast.end), canonical);
+    const raw = scanCanonicalRecord(input, 0);
+    if (raw) assert.equal(input.slice(0, raw.end), canonicalRecord(input), input);
+  }
+  for (const notCanonical of ['{"b":1,"a":2,"id":"x"}', '{"id":"x","s":"\\/"}', '{"id":"x","s":"\\u000a"}', '{"id":"x","s":"\\u00e9"}', '{"id":"x","hidden":false}',
+    '{"id":"x", "a":1}', '{"id":"x","a":01}', '{"a":1}', '{"id":""}', '{"id":"x","o":{"b":1,"a":2}}', '{"id":"x","n":1.}', '{"id":"x","k\\"":1}']) {
+    assert.equal(scanCanonicalRecord(notCanonical, 0), null, notCanonical);
+  }
+});
+
+test("records parsed by the fast path and the full parser agree", () => {
+  const fast = parseBody(full, "vectors").records;
+  const slow = parseBody(full.replace(/\n\{/g, "\n {"), "vectors").records;  // a space defeats the fast path
+  assert.deepEqual(fast, slow);
+});

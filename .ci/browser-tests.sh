@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The browser client (clients/typescript) held to the protocol, in a real browser:
+#   1. builds the ES module with Debian's tsc and esbuild (no npm: nothing is downloaded
+#      for the client itself, it has no dependencies);
+#   2. `node --test`: the shared protocol vectors (Tests/Fixtures/protocol-vectors.json),
+#      body parsing, the merge rule, the fallback ladder and backoff;
+#   3. end to end in headless Chromium driven by Selenium: the harness
+#      (clients/typescript/e2e/test_browser.py) starts `deltasnap serve --static
+#      clients/typescript/example` on a free loopback port, a fault-injecting proxy in front
+#      of it, and Chromium; it stops and restarts the server itself (the offline-edit test).
+#      A screenshot of the example page lands in .build/browser-artifacts/example.png.
+# Missing tools are installed: apt (nodejs, node-typescript, esbuild, chromium,
+# chromium-driver, python3-venv) and PyPI (selenium, xxhash) into a venv under .build/.
+# Nothing is skipped: a missing tool that cannot be installed fails the run.
+#
+#   BIN=.build/debug/deltasnap .ci/browser-tests.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+BIN="${BIN:-$ROOT/.build/debug/deltasnap}"
+case "$BIN" in /*) ;; *) BIN="$ROOT/$BIN" ;; esac
+VENV="$ROOT/.build/browser-venv"
+ARTIFACTS="$ROOT/.build/browser-artifacts"
+SELENIUM_VERSION=4.51.0
+XXHASH_VERSION=4.1.0
+# Bounds, so CI fails rather than hangs (the whole run takes well under a minute here).
+E2E_TIMEOUT="${E2E_TIMEOUT:-180}"
+UNIT_TIMEOUT="${UNIT_TIMEOUT:-120}"
+
+[ -x "$BIN" ] || { echo "browser-tests: $BIN is missing; run 'swift build' first (or set BIN)" >&2; exit 1; }
+
+HARNESS_PID=""
+cleanup() {
+    # The harness runs in its own process group (setsid): the server, the proxy,
+    # chromedriver and Chromium it started go with it if it did not stop them itself.
+    if [ -n "$HARNESS_PID" ] && kill -0 "$HARNESS_PID" 2>/dev/null; then
+        kill -TERM -- "-$HARNESS_PID" 2>/dev/null || true
+        sleep 1
+        kill -KILL -- "-$HARNESS_PID" 2>/dev/null || true
+    fi
+}
+trap cleanup EXIT
+
+missing=()
+for package in nodejs node-typescript esbuild chromium chromium-driver python3-venv; do
+    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+done
+# nodesource's nodejs, for one, is not Debian's package but provides node: accept any node ≥ 18.
+if [ "${#missing[@]}" -gt 0 ]; then
+    sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "browser-tests: installing ${missing[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+fi
+for tool in node tsc esbuild chromium chromedriver; do
+    command -v "$tool" >/dev/null || { echo "browser-tests: '$tool' is still missing after installing packages" >&2; exit 1; }
+done
+node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 18 ? 0 : 1)' \
+    || { echo "browser-tests: node $(node --version) is too old; node --test needs 18 or later" >&2; exit 1; }
+
+# grep without -q reads pip's whole output: with pipefail, -q's early exit fails the pipe.
+if ! "$VENV/bin/pip" show selenium 2>/dev/null | grep "^Version: $SELENIUM_VERSION" >/dev/null \
+    || ! "$VENV/bin/pip" show xxhash 2>/dev/null | grep "^Version: $XXHASH_VERSION" >/dev/null; then
+    echo "browser-tests: installing selenium $SELENIUM_VERSION and xxhash $XXHASH_VERSION into $VENV"
+    rm -rf "$VENV"
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check "selenium==$SELENIUM_VERSION" "xxhash==$XXHASH_VERSION"
+fi
+
+echo "browser-tests: building clients/typescript"
+clients/typescript/build.sh
+
+echo "browser-tests: node --test (protocol vectors, bodies, merge rule, fallback ladder)"
+timeout "$UNIT_TIMEOUT" node --test clients/typescript/test/*.test.mjs
+
+echo "browser-tests: headless Chromium against deltasnap serve ($BIN)"
+mkdir -p "$ARTIFACTS"
+rm -f "$ARTIFACTS/example.png"
+set +e
+BIN="$BIN" REPO="$ROOT" ARTIFACTS="$ARTIFACTS" setsid timeout "$E2E_TIMEOUT" \
+    "$VENV/bin/python" -W ignore::ResourceWarning clients/typescript/e2e/test_browser.py &
+HARNESS_PID=$!
+wait "$HARNESS_PID"
+status=$?
+set -e
+HARNESS_PID=""
+if [ "$status" -ne 0 ]; then
+    [ "$status" -eq 124 ] && echo "browser-tests: the browser tests took longer than ${E2E_TIMEOUT}s" >&2
+    echo "browser-tests: FAILED (exit $status)" >&2
+    exit "$status"
+fi
+[ -s "$ARTIFACTS/example.png" ] || { echo "browser-tests: no screenshot was taken" >&2; exit 1; }
+echo "browser-tests: passed; screenshot in ${ARTIFACTS#$ROOT/}/example.png"

@@ -1,0 +1,245 @@
+import DeltaSnapCore
+import DeltaSnapTrust
+import Foundation
+
+/// A user's whole view — the public collections plus every partition their token may read
+/// (their own, the ones their memberships name) — kept in **one** replica file.
+///
+/// One request to `GET /v1/index` (with the user's token) tells what changed; only the
+/// partitions whose token moved are fetched, each verified and applied in its own
+/// transaction, and a partition that left the view (a revoked membership) is dropped from
+/// the device, its queued writes reported as refused. Nothing else is refetched.
+///
+/// ```swift
+/// let view = try DeltaSnapView(
+///     path: appSupport.appendingPathComponent("view.sqlite").path,
+///     baseURL: URL(string: "https://data.example.com")!, accessToken: jwt)
+/// let report = await view.sync()                        // pushes each queue, polls the view once
+/// let mine = try await view.query("sets", ReplicaQuery().filter("starred", .equal, .bool(true)))
+/// try await view.replica(for: "attempts/alice").insert(id: "a-42", json: #"{"score":3}"#)
+/// ```
+public actor DeltaSnapView {
+    public let path: String
+    public let baseURL: URL
+    public let transport: any SyncTransport
+    public let trustedKeys: [TrustedKey]
+    public let timeout: Duration
+    /// The user's token; its `sub` must be the subject of every signed view.
+    public private(set) var accessToken: String
+    /// The view's own bookkeeping (scope `""`): the index's validators and sequence.
+    private let storage: ReplicaStorage
+    /// Partitions opened so far (a connection each), by path.
+    private var members: [String: DeltaSnapReplica] = [:]
+
+    /// Opens (or creates) the view's file at `path` for the server at `baseURL` (its root:
+    /// `https://data.example.com`, no collection path).
+    public init(
+        path: String, baseURL: URL, accessToken: String, transport: any SyncTransport = URLSessionTransport(),
+        trustedKeys: [TrustedKey] = [], timeout: Duration = .seconds(30)
+    ) throws {
+        self.path = path
+        self.baseURL = baseURL
+        self.accessToken = accessToken
+        self.transport = transport
+        self.trustedKeys = trustedKeys
+        self.timeout = timeout
+        storage = try ReplicaStorage(path: path)
+        if let server = try storage.value(for: Self.serverKey), !ReplicaBindingError.isSameServer(server, baseURL) {
+            throw ReplicaBindingError.otherServer(path: path, held: server, requested: baseURL.absoluteString)
+        }
+    }
+
+    /// A new token (the old one expired); the view stays.
+    public func setAccessToken(_ token: String) {
+        accessToken = token
+        for member in members.values { Task { await member.setAccessToken(token) } }
+    }
+
+    /// The partitions (and collections) this device holds, sorted.
+    public func partitions() throws -> [String] {
+        try storage.heldPartitions().keys.sorted { $0.utf8Precedes($1) }
+    }
+
+    /// The replica of one partition of the view (`sets/8271`), for its reads and local
+    /// writes; its writes are pushed by the view's ``sync(now:)``.
+    public func replica(for partition: String) throws -> DeltaSnapReplica {
+        if let open = members[partition] { return open }
+        guard let path = CollectionPath(partition) else { throw InvalidCollectionName(name: partition) }
+        let replica = try DeltaSnapReplica(
+            path: self.path, collection: partition, url: baseURL.appendingPathComponent(String(path.urlPath.dropFirst())),
+            bundledSnapshot: nil, transport: transport, retryPolicy: RetryPolicy(), timeout: timeout, accessToken: accessToken,
+            pushBatchSize: 500, trustedKeys: trustedKeys, acceptingServerChange: false, scope: partition)
+        members[partition] = replica
+        return replica
+    }
+
+    /// The records of every partition of collection `name` the device holds, as the app
+    /// sees them (local writes included), selected and ordered by `query`.
+    public func query(_ name: String, _ query: ReplicaQuery = ReplicaQuery()) throws -> [JSONValue] {
+        try CollectionName.validate(name)
+        var results: [JSONValue] = []
+        try storage.acrossPartitions(of: name) {
+            try storage.query(query) { results.append(try JSONReader(bytes: Array($0)).readValue()) }
+        }
+        return results
+    }
+
+    /// Pushes every partition's queued writes, then asks the server once whether the view
+    /// changed, fetches what did, and drops what left it.
+    public func sync(now: Date = Date()) async -> ViewSyncReport {
+        var report = ViewSyncReport()
+        for partition in (try? storage.partitionsWithQueuedWrites()) ?? [] {
+            guard let member = try? replica(for: partition) else { continue }
+            report.pushes[partition] = await member.pushQueued(now: now)
+        }
+        let index: SignedIndex
+        let etag: String?
+        switch await fetchView(now: now) {
+        case .notModified:
+            report.index = .notModified
+            report.held = (try? storage.heldPartitions().count) ?? 0
+            return report
+        case .failed(let reason, let unavailable):
+            report.index = .failed(reason: reason, unavailable: unavailable)
+            report.held = (try? storage.heldPartitions().count) ?? 0
+            return report
+        case .fetched(let fetched, let tag):
+            (index, etag) = (fetched, tag)
+        }
+        let held = (try? storage.heldPartitions()) ?? [:]
+        var complete = true
+        for entry in index.entries where held[entry.collection] != entry.token {
+            do {
+                let outcome = await try replica(for: entry.collection).pull(toward: trustedKeys.isEmpty ? nil : entry, now: now)
+                report.partitions[entry.collection] = outcome
+                if case .failed = outcome { complete = false }
+                if case .deferred = outcome { complete = false }
+                if case .postponed = outcome { complete = false }
+            } catch {
+                report.partitions[entry.collection] = .failed(reason: "\(error)", retryAfter: nil)
+                complete = false
+            }
+        }
+        let listed = Set(index.entries.map(\.collection))
+        for partition in held.keys.sorted() where !listed.contains(partition) && CollectionPath(partition)?.key != nil {
+            members[partition] = nil
+            do { report.dropped[partition] = try storage.drop(partition: partition) } catch { complete = false }
+        }
+        report.index = .applied
+        report.held = (try? storage.heldPartitions().count) ?? listed.count
+        // Only a view applied in full is remembered: a partition that failed is fetched again
+        // at the next sync, even if the view's ETag is unchanged then.
+        if complete {
+            try? storage.writeTransaction {
+                try storage.setValue(etag, for: Self.etagKey)
+                try storage.setValue(String(index.sequence), for: Self.sequenceKey)
+                try storage.setValue(baseURL.absoluteString, for: Self.serverKey)
+            }
+        }
+        return report
+    }
+
+    private enum ViewAnswer {
+        case notModified
+        case fetched(SignedIndex, etag: String?)
+        case failed(reason: String, unavailable: Bool)
+    }
+
+    /// `GET /v1/index` with the token and the held ETag; a new view is checked before use:
+    /// with trusted keys its signature, expiry and sequence (never below the one held),
+    /// and always that it is this token's view.
+    private func fetchView(now: Date) async -> ViewAnswer {
+        var headers = SyncRequest.headers(accessToken: accessToken)
+        if let etag = try? storage.value(for: Self.etagKey) { headers["If-None-Match"] = etag }
+        let response: SyncResponse
+        do {
+            response = try await transport.fetch(SyncRequest(url: baseURL.appendingPathComponent("v1/index"), headers: headers, timeout: timeout))
+        } catch {
+            return .failed(reason: "view request failed: \(DeltaSnapReplica.describe(error))", unavailable: true)
+        }
+        defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
+        if response.status == 304 { return .notModified }
+        guard response.status == 200, let file = response.bodyFile else {
+            return .failed(reason: "view: unexpected status \(response.status)", unavailable: DeltaSnapReplica.isUnavailable(status: response.status))
+        }
+        do {
+            let index = try SignedIndex.parse(try DeltaSnapReplica.readSmallBody(file))
+            let held = try storage.value(for: Self.sequenceKey).flatMap { UInt64($0) }
+            if !trustedKeys.isEmpty {
+                try index.verify(trusting: trustedKeys, now: Int64(now.timeIntervalSince1970), heldSequence: held)
+            }
+            let subject = JWTSubject.of(accessToken)
+            guard index.subject == subject || (trustedKeys.isEmpty && index.subject == nil) else {
+                throw TrustError.malformedIndex("the view is \(index.subject.map { "\"\($0)\"'s" } ?? "the public index"), not \"\(subject ?? "?")\"'s")
+            }
+            return .fetched(index, etag: response.header("ETag"))
+        } catch {
+            return .failed(reason: "view refused: \(DeltaSnapReplica.describe(error))", unavailable: false)
+        }
+    }
+
+    static let etagKey = "viewETag"
+    static let sequenceKey = "viewSequence"
+    static let serverKey = "viewServer"
+}
+
+/// What one ``DeltaSnapView/sync(now:)`` did.
+public struct ViewSyncReport: Sendable {
+    public enum IndexOutcome: Sendable, Equatable {
+        /// Not asked yet.
+        case none
+        /// `304`: nothing in the view changed.
+        case notModified
+        /// A new view was read; ``DeltaSnapView`` fetched and dropped what it names.
+        case applied
+        /// The view could not be had or was refused; nothing was fetched or dropped.
+        case failed(reason: String, unavailable: Bool)
+    }
+
+    public var index = IndexOutcome.none
+    /// Per partition with queued writes: what its push did.
+    public var pushes: [String: PushReport] = [:]
+    /// Per partition whose token moved: what its pull did.
+    public var partitions: [String: SyncOutcome] = [:]
+    /// Partitions that left the view, with the queued writes that left with them (never sent).
+    public var dropped: [String: [PendingWrite]] = [:]
+    /// Partitions (and collections) held after the sync.
+    public var held = 0
+
+    public init() {}
+
+    /// Partitions fetched (a delta or a full body; not those dropped).
+    public var changed: Int {
+        partitions.values.filter { if case .applied = $0 { true } else if case .reset = $0 { true } else { false } }.count
+    }
+}
+
+/// The `sub` claim of a JWT, read without verifying it (the server does): which user a
+/// signed view must be for.
+enum JWTSubject {
+    static func of(_ token: String) -> String? {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3 else { return nil }
+        var base64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        guard let data = Data(base64Encoded: base64), case .string(let subject)? = (try? JSONReader(bytes: Array(data)).readValue())?["sub"] else {
+            return nil
+        }
+        return subject
+    }
+}
+
+extension DeltaSnapReplica {
+    /// Pulls this partition of a view: toward `entry` (an entry of the view's index the view
+    /// verified) when signed, else by its own conditional GET.
+    func pull(toward entry: SignedIndex.Entry?, now: Date) async -> SyncOutcome {
+        viewEntry = entry
+        defer { viewEntry = nil }
+        return await pull(now: now, waits: .all)
+    }
+
+    /// Pushes the queued writes alone (the view polls once for every partition afterwards).
+    func pushQueued(now: Date) async -> PushReport {
+        await pushPending(now: now, waits: .all)
+    }
+}

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Benchmarks the browser client in headless Chromium against a live `deltasnap serve`.
+
+  BIN=.build/release/deltasnap .build/browser-venv/bin/python clients/typescript/bench/run.py
+
+(after clients/typescript/build.sh; the venv is the one .ci/browser-tests.sh makes). Reports
+records/s for a 100,000-record full body apply, the time of a sync that applies a 1-record
+delta, and a first start from a 10,000-record bundle until the first query answers; writes
+them to .build/browser-artifacts/bench.json as well.
+"""
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.support.ui import WebDriverWait
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "../../.."))
+BIN = os.path.abspath(os.environ.get("BIN", os.path.join(REPO, ".build/debug/deltasnap")))
+ADMIN = "bench-admin"
+FULL = int(os.environ.get("FULL_RECORDS", "100000"))
+BUNDLE = int(os.environ.get("BUNDLE_RECORDS", "10000"))
+RUNS = int(os.environ.get("RUNS", "3"))
+
+
+def sh(*args, **kw):
+    return subprocess.run(args, check=True, capture_output=True, text=True, **kw).stdout
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="deltasnap-bench-")
+    server = driver = None
+    try:
+        db = os.path.join(tmp, "store.sqlite")
+        for name, count, seed in (("big", FULL, 1), ("ten", BUNDLE, 2)):
+            path = os.path.join(tmp, f"{name}.ndjson")
+            with open(path, "w") as f:
+                subprocess.run([BIN, "generate", "--count", str(count), "--seed", str(seed)], check=True, stdout=f)
+            sh(BIN, "import", "--db", db, "--collection", name, "--quiet", path)
+        static = os.path.join(tmp, "static")
+        shutil.copytree(HERE, static, ignore=shutil.ignore_patterns("*.py"))
+        shutil.copy(os.path.join(REPO, "clients/typescript/dist/deltasnap.js"), static)
+        sh(BIN, "bake", "--db", db, "--collection", "ten", "--out", static)
+        out = open(os.path.join(tmp, "serve.out"), "w")
+        server = subprocess.Popen([BIN, "serve", "--db", db, "--port", "0", "--write-token", ADMIN, "--static", static, "--log-level", "error"], stdout=out, stderr=subprocess.STDOUT)
+        port = None
+        for _ in range(150):
+            match = re.search(r"http://127\.0\.0\.1:(\d+)", open(out.name).read())
+            if match:
+                port = int(match.group(1))
+                break
+            time.sleep(0.1)
+        url = f"http://127.0.0.1:{port}"
+        options = webdriver.ChromeOptions()
+        for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", f"--user-data-dir={os.path.join(tmp, 'profile')}"):
+            options.add_argument(arg)
+        driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
+        driver.set_script_timeout(300)
+        driver.get(url + "/")
+        WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
+
+        def call(expression):
+            result = driver.execute_async_script("const done = arguments[0]; " + expression + ".then((v) => done({ ok: v }), (e) => done({ error: String(e && e.stack || e) }));")
+            if "error" in result:
+                raise RuntimeError(result["error"])
+            return result["ok"]
+
+        if os.environ.get("PHASES"):
+            print(call("window.bench.phases('big')"))
+        full, delta, start = [], [], []
+        for run in range(RUNS):
+            r = call("window.bench.fullApply('big')")
+            assert r["kind"] == "applied" and r["count"] == FULL, r
+            full.append(r["ms"])
+            for i in range(5):
+                body = json.dumps({"name": f"changed {run}.{i}"}).encode()
+                req = urllib.request.Request(f"{url}/v1/collections/big/records/r{i:07d}", data=body, method="PUT", headers={"Authorization": f"Bearer {ADMIN}"})
+                urllib.request.urlopen(req, timeout=10).read()
+                r = call("window.bench.deltaApply()")
+                assert r["kind"] == "applied" and r["changed"] == 1, r
+                delta.append(r["ms"])
+            r = call(f"window.bench.firstStart('ten', 'ten.snapshot', 'r{BUNDLE // 2:07d}')")
+            assert r["found"] and r["count"] == BUNDLE, r
+            start.append(r["ms"])
+        results = {
+            "fullApply": {"records": FULL, "medianMs": statistics.median(full), "recordsPerSecond": round(FULL / (statistics.median(full) / 1000))},
+            "oneRecordDeltaSync": {"medianMs": statistics.median(delta), "maxMs": max(delta)},
+            "firstStartFromBundle": {"records": BUNDLE, "medianMs": statistics.median(start)},
+            "chromium": driver.capabilities.get("browserVersion"),
+            "runs": RUNS,
+        }
+        artifacts = os.path.join(REPO, ".build/browser-artifacts")
+        os.makedirs(artifacts, exist_ok=True)
+        with open(os.path.join(artifacts, "bench.json"), "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"| measurement | result |\n|---|---|")
+        print(f"| apply a {FULL:,}-record full body (fetch, gunzip, verify, one IndexedDB transaction) | {results['fullApply']['medianMs']:.0f} ms, {results['fullApply']['recordsPerSecond']:,} records/s |")
+        print(f"| sync that applies a 1-record delta (request + verify + commit) | median {results['oneRecordDeltaSync']['medianMs']:.1f} ms, max {results['oneRecordDeltaSync']['maxMs']:.1f} ms |")
+        print(f"| first start from a {BUNDLE:,}-record bundle until the first query answers | {results['firstStartFromBundle']['medianMs']:.0f} ms |")
+        print(f"Chromium {results['chromium']}, {RUNS} runs, medians")
+    finally:
+        if driver:
+            driver.quit()
+        if server:
+            server.terminate()
+            server.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

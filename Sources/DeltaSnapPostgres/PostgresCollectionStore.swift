@@ -25,10 +25,15 @@ public final class PostgresCollectionStore: CollectionStore {
     /// How long to keep asking a lagging replica for a commit the primary announced.
     static let replicaCatchUpLimit: Duration = .seconds(30)
 
-    init(primary: PostgresStore, reader: PostgresStore, logger: Logger) {
+    /// The highest publication sequence the watcher has read (from the opening on): every
+    /// change after it is reported, so no head read on demand since can go stale unnoticed.
+    private let seen: ChangeFeedPosition
+
+    init(primary: PostgresStore, reader: PostgresStore, logger: Logger, openedAt: UInt64) {
         self.primary = primary
         self.reader = reader
         self.logger = logger
+        seen = ChangeFeedPosition(openedAt)
     }
 
     /// Connects to `url` (and `readReplica`, a streaming replica, when given); creates the
@@ -38,10 +43,12 @@ public final class PostgresCollectionStore: CollectionStore {
         logger: Logger = Logger(label: "deltasnap.postgres")
     ) async throws -> PostgresCollectionStore {
         let primary = try await PostgresStore.connect(url, configuration: configuration, logger: logger)
-        guard let readReplica else { return PostgresCollectionStore(primary: primary, reader: primary, logger: logger) }
         do {
+            guard let readReplica else {
+                return PostgresCollectionStore(primary: primary, reader: primary, logger: logger, openedAt: try await primary.latestPublished())
+            }
             let reader = try await PostgresStore.connect(readReplica, configuration: configuration, migrate: false, logger: logger)
-            return PostgresCollectionStore(primary: primary, reader: reader, logger: logger)
+            return PostgresCollectionStore(primary: primary, reader: reader, logger: logger, openedAt: (try? await reader.latestPublished()) ?? 0)
         } catch {
             await primary.close()
             throw error
@@ -95,9 +102,10 @@ public final class PostgresCollectionStore: CollectionStore {
         try await primary.compact(collection, throughVersion: version)
     }
 
-    /// Listens on the primary; on each commit reloads the heads from the reader, asking a
-    /// lagging replica again every 20 ms until it has the commit. On a lost connection it
-    /// reconnects (with back-off up to 2 s); every `10 × interval` it reloads regardless.
+    /// Listens on the primary; on each commit reads that collection's head from the reader,
+    /// asking a lagging replica again every 20 ms until it has the commit. On (re)connecting,
+    /// and every `10 × interval` regardless, it reads every head changed since it last looked
+    /// (the safety net for a notification lost between a drop and the next LISTEN).
     public func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { [self] in
@@ -107,8 +115,8 @@ public final class PostgresCollectionStore: CollectionStore {
                     do {
                         try await primary.listenForCommits(
                             onListening: { [self] in
-                                // Anything committed while no one listened is in this reload.
-                                if let heads = try? await reader.collections() { onChange(heads) }
+                                // Anything committed while no one listened is in this read.
+                                await catchUp(onChange)
                             },
                             onCommit: { [self] collection, version in
                                 await catchUp(collection: collection, version: version, onChange: onChange)
@@ -126,7 +134,7 @@ public final class PostgresCollectionStore: CollectionStore {
                 // The safety net: a notification lost between a drop and the next LISTEN.
                 while !Task.isCancelled {
                     do { try await Task.sleep(for: interval * 10) } catch { return }
-                    if let heads = try? await reader.collections() { onChange(heads) }
+                    await catchUp(onChange)
                 }
             }
             await group.waitForAll()
@@ -136,16 +144,50 @@ public final class PostgresCollectionStore: CollectionStore {
     private func catchUp(collection: String, version: UInt64, onChange: @Sendable ([CollectionHead]) -> Void) async {
         let deadline = ContinuousClock.now + Self.replicaCatchUpLimit
         while !Task.isCancelled {
-            guard let heads = try? await reader.collections() else { return }
-            onChange(heads)
-            let seen = heads.first { $0.name == collection }?.version ?? 0
-            if seen >= version || ContinuousClock.now > deadline { return }
+            guard let head = try? await reader.head(of: collection) else {
+                if ContinuousClock.now > deadline { return }
+                try? await Task.sleep(for: .milliseconds(20))
+                continue
+            }
+            onChange([head])
+            if head.version >= version || ContinuousClock.now > deadline { return }
             try? await Task.sleep(for: .milliseconds(20))
         }
+    }
+
+    /// Reports every head changed since the last read (the first adds every collection
+    /// that is not a partition).
+    private func catchUp(_ onChange: @Sendable ([CollectionHead]) -> Void) async {
+        let (from, first) = seen.current
+        guard let changed = try? await reader.heads(publishedAfter: from) else { return }
+        let collections = first ? ((try? await reader.collections()) ?? []) : []
+        seen.advance(to: changed.through)
+        onChange(collections + changed.heads)
     }
 
     public func close() async {
         await primary.close()
         if reader !== primary { await reader.close() }
+    }
+}
+
+/// Where a watcher is in the stream of changes: the highest publication sequence it read,
+/// and whether it has reported anything yet. Shared by the watcher's tasks.
+private final class ChangeFeedPosition: @unchecked Sendable {
+    private let lock = NSLock()
+    private var sequence: UInt64
+    private var reported = false
+
+    init(_ sequence: UInt64) {
+        self.sequence = sequence
+    }
+
+    var current: (sequence: UInt64, first: Bool) { lock.withLock { (sequence, !reported) } }
+
+    func advance(to next: UInt64) {
+        lock.withLock {
+            sequence = max(sequence, next)
+            reported = true
+        }
     }
 }

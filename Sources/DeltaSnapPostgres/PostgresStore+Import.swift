@@ -155,11 +155,12 @@ extension PostgresStore {
             "INSERT INTO deltasnap_versions(cid, version, committed_at) VALUES (\(locked.cid), \(version), \(committedAt))", logger: logger)
         let digestBytes = ByteBuffer(bytes: digest.bytes)
         let checksumBits = Int64(bitPattern: checksum.value)
+        let sequence = try await publishCommit(at: committedAt, on: connection)
         try await connection.query("""
-            UPDATE deltasnap_collections SET head = \(version), checksum = \(checksumBits), visible = \(Int64(visible)), digest = \(digestBytes)
+            UPDATE deltasnap_collections SET head = \(version), checksum = \(checksumBits), visible = \(Int64(visible)), digest = \(digestBytes),
+                published = \(sequence)
             WHERE cid = \(locked.cid)
             """, logger: logger)
-        try await publishCommit(at: committedAt, on: connection)
         // Delivered to every listening instance when (and only if) this transaction commits.
         try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \("\(collection) \(version)"))", logger: logger)
         let head = CollectionHead(
@@ -189,6 +190,9 @@ extension PostgresStore {
             // As on SQLite: a raised floor is published under a new sequence.
             if target > floor {
                 try await connection.query("UPDATE deltasnap_publication SET sequence = sequence + 1 WHERE id = 1", logger: logger)
+                try await connection.query("""
+                    UPDATE deltasnap_collections SET published = (SELECT sequence FROM deltasnap_publication WHERE id = 1) WHERE cid = \(cid)
+                    """, logger: logger)
             }
             try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \("\(collection) \(head)"))", logger: logger)
             return removed
@@ -197,7 +201,8 @@ extension PostgresStore {
 
     /// Raises the publication sequence by the one rule every store follows
     /// (``DeltaSnapStore/PublicationSequence``), under the row's lock.
-    private func publishCommit(at committedAt: Int64, on connection: PostgresConnection) async throws {
+    @discardableResult
+    private func publishCommit(at committedAt: Int64, on connection: PostgresConnection) async throws -> Int64 {
         var previous: Int64 = 0
         for try await sequence in try await connection.query(
             "SELECT sequence FROM deltasnap_publication WHERE id = 1 FOR UPDATE", logger: logger
@@ -207,6 +212,7 @@ extension PostgresStore {
             INSERT INTO deltasnap_publication(id, sequence) VALUES (1, \(sequence))
             ON CONFLICT (id) DO UPDATE SET sequence = EXCLUDED.sequence
             """, logger: logger)
+        return sequence
     }
 
     private static func binds(_ values: Int64...) -> PostgresBindings {

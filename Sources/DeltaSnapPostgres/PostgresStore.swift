@@ -25,7 +25,7 @@ import PostgresNIO
 final class PostgresStore: @unchecked Sendable {
     /// Version of the `deltasnap_*` tables this release creates and reads; recorded in
     /// `deltasnap_schema`, so a later release can migrate step by step.
-    public static let schemaVersion = 3
+    public static let schemaVersion = 4
 
     /// The channel every commit notifies (payload `NAME VERSION`), delivered at commit.
     public static let notificationChannel = "deltasnap_heads"
@@ -79,7 +79,7 @@ final class PostgresStore: @unchecked Sendable {
             }
             guard found <= Self.schemaVersion else { throw StoreError.newerSchema(found: found, supported: Self.schemaVersion) }
             // Each step once, in order: a store made by an older release is brought forward.
-            for (version, statements) in [(1, Self.schemaV1), (2, Self.schemaV2), (3, Self.schemaV3)] where found < version {
+            for (version, statements) in [(1, Self.schemaV1), (2, Self.schemaV2), (3, Self.schemaV3), (4, Self.schemaV4)] where found < version {
                 for statement in statements { try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger) }
                 try await connection.query("INSERT INTO deltasnap_schema(version) VALUES (\(version))", logger: logger)
             }
@@ -110,6 +110,14 @@ final class PostgresStore: @unchecked Sendable {
     /// Whether a push committed the version its results name, as SQLite's schema v4.
     private static let schemaV3 = [
         "ALTER TABLE deltasnap_push_results ADD COLUMN committed BOOLEAN NOT NULL DEFAULT TRUE",
+    ]
+
+    /// The publication sequence of each collection's (and partition's) last change, as
+    /// SQLite's schema v5: a watcher reads what changed since it last looked.
+    private static let schemaV4 = [
+        "ALTER TABLE deltasnap_collections ADD COLUMN published BIGINT NOT NULL DEFAULT 0",
+        "UPDATE deltasnap_collections SET published = coalesce((SELECT sequence FROM deltasnap_publication WHERE id = 1), 0)",
+        "CREATE INDEX deltasnap_collections_by_published ON deltasnap_collections(published)",
     ]
 
     /// Two-way sync, as SQLite's schema v2: each client's last write number, recent push
@@ -192,23 +200,70 @@ final class PostgresStore: @unchecked Sendable {
 
     // MARK: - Reads
 
-    /// Every collection's head, sorted by name (byte-wise).
+    /// Every collection's head but the partitions' (there may be millions: they are read one
+    /// by one, ``head(of:)``), sorted by name (byte-wise).
     public func collections() async throws -> [CollectionHead] {
-        try await pool.withConnection { try await Self.heads(on: $0, name: nil, logger: logger) }
+        try await pool.withConnection { try await Self.heads(on: $0, .unpartitioned, logger: logger) }
     }
 
     /// The head of `name`, or nil when it was never committed.
     public func head(of name: String) async throws -> CollectionHead? {
-        try await pool.withConnection { try await Self.heads(on: $0, name: name, logger: logger) }.first
+        try await pool.withConnection { try await Self.heads(on: $0, .named(name), logger: logger) }.first
     }
 
-    static func heads(on connection: PostgresConnection, name: String?, logger: Logger) async throws -> [CollectionHead] {
+    /// The heads changed under a publication sequence above `sequence`, and the highest
+    /// such sequence (`sequence` when none changed): what a watcher reads to catch up.
+    public func heads(publishedAfter sequence: UInt64) async throws -> (heads: [CollectionHead], through: UInt64) {
+        try await pool.withConnection { connection in
+            try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
+            do {
+                let heads = try await Self.heads(on: connection, .publishedAfter(Int64(clamping: sequence)), logger: logger)
+                let through = try await Self.latestPublished(on: connection, logger: logger)
+                try await connection.query("COMMIT", logger: logger)
+                return (heads, max(sequence, through))
+            } catch {
+                _ = try? await connection.query("ROLLBACK", logger: logger)
+                throw error
+            }
+        }
+    }
+
+    /// The highest publication sequence any collection or partition changed under.
+    public func latestPublished() async throws -> UInt64 {
+        try await pool.withConnection { try await Self.latestPublished(on: $0, logger: logger) }
+    }
+
+    private static func latestPublished(on connection: PostgresConnection, logger: Logger) async throws -> UInt64 {
+        var latest: Int64 = 0
+        for try await value in try await connection.query("SELECT coalesce(max(published), 0) FROM deltasnap_collections", logger: logger).decode(Int64.self) {
+            latest = value
+        }
+        return UInt64(max(0, latest))
+    }
+
+    /// Which heads ``heads(on:_:logger:)`` reads.
+    enum HeadSelection {
+        case unpartitioned
+        case named(String)
+        case publishedAfter(Int64)
+    }
+
+    static func heads(on connection: PostgresConnection, _ selection: HeadSelection, logger: Logger) async throws -> [CollectionHead] {
         var binds = PostgresBindings()
-        if let name { binds.append(name) }
+        let filter: String
+        switch selection {
+        case .unpartitioned: filter = "WHERE strpos(c.name, '/') = 0"
+        case .named(let name):
+            binds.append(name)
+            filter = "WHERE c.name = $1"
+        case .publishedAfter(let sequence):
+            binds.append(sequence)
+            filter = "WHERE c.published > $1"
+        }
         let sql = """
             SELECT c.name, c.epoch, c.head, c.checksum, c.visible, c.floor,
                    (SELECT v.committed_at FROM deltasnap_versions v WHERE v.cid = c.cid AND v.version = c.head)
-            FROM deltasnap_collections c \(name == nil ? "" : "WHERE c.name = $1") ORDER BY c.name COLLATE "C"
+            FROM deltasnap_collections c \(filter) ORDER BY c.name COLLATE "C"
             """
         var heads: [CollectionHead] = []
         let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
@@ -316,7 +371,7 @@ final class PostgresStore: @unchecked Sendable {
         let connection = try await pool.checkout()
         do {
             try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
-            guard let head = try await Self.heads(on: connection, name: collection, logger: logger).first else {
+            guard let head = try await Self.heads(on: connection, .named(collection), logger: logger).first else {
                 throw StoreError.unknownCollection(collection)
             }
             let count: Int

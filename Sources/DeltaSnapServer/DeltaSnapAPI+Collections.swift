@@ -49,7 +49,7 @@ extension DeltaSnapAPI {
 
     /// The answer to a poll of `name` once the caller may read it: 304, a delta or a full body.
     private func answerPoll(_ request: Request, name: String, start: ContinuousClock.Instant) async throws -> Response {
-        guard let served = heads[name] else { throw APIError.unknownCollection(name) }
+        guard let served = try await heads.served(name, store: store) else { throw APIError.unknownCollection(name) }
         // The common poll: the client holds the current token, sent back as received.
         if served.isCurrent(ifNoneMatch: request.headers[.ifNoneMatch]) {
             metrics.countOutcome(.notModified, since: start)

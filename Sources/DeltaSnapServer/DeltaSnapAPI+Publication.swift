@@ -159,7 +159,7 @@ extension DeltaSnapAPI {
         }
         let isPublic = configuration.access.isPublicRead(path)
         if !isPublic { _ = try await authorize(request, path, for: .read) }
-        guard let served = heads[name] else { throw APIError.unknownCollection(name) }
+        guard let served = try await heads.served(name, store: store) else { throw APIError.unknownCollection(name) }
         return (served.head, isPublic)
     }
 

@@ -36,7 +36,7 @@ extension DeltaSnapAPI {
         let path = try collectionPath(context)
         let name = path.description
         _ = try await authorize(request, path, for: .read)
-        guard heads[name] != nil else { throw APIError.unknownCollection(name) }
+        guard try await heads.served(name, store: store) != nil else { throw APIError.unknownCollection(name) }
         let id = try recordID(context)
         var limit = 100
         if let text = request.uri.queryParameters.get("limit") {

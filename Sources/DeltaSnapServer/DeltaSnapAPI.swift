@@ -42,6 +42,9 @@ public struct DeltaSnapServerConfiguration: Sendable {
     /// buffer (`deltasnap serve` passes its ``BufferedLogOutput``); nil sends it through the
     /// server's swift-log `Logger` like every other line.
     public var requestLogOutput: BufferedLogOutput?
+    /// How many partitions' heads are kept in memory (the ones in use): a store may hold
+    /// millions, read one by one on demand; every collection's head is always kept.
+    public var partitionHeadCapacity = 100_000
 
     public init(
         writeToken: String? = nil, maximumWriteBodyBytes: Int = 32 * 1024 * 1024,
@@ -101,7 +104,7 @@ public final class DeltaSnapAPI: Sendable {
         policy.adminToken = configuration.writeToken ?? policy.adminToken
         do {
             accessControl = try AccessControl(policy: policy)
-            heads = HeadCache(try await store.collections())
+            heads = HeadCache(try await store.collections(), partitionCapacity: configuration.partitionHeadCapacity)
         } catch {
             await store.close()
             throw error

@@ -37,59 +37,78 @@ struct ServedHead: Sendable {
     }
 }
 
-/// The heads of all collections, as the server answers polls with them: installed at once
-/// after the server's own commits and bodies, and replaced whenever the store reports
-/// another writer's commit (``DeltaSnapStore/CollectionStore/watchForChanges(every:onChange:)``).
+/// The heads the server answers polls with: every collection's, and the partitions' in
+/// use (a bounded cache: a store may hold millions, read one by one on demand). Installed
+/// at once after the server's own commits and bodies, and changed whenever the store reports
+/// another writer's commit (``DeltaSnapStore/CollectionStore/watchForChanges(every:onChange:)``),
+/// which names every change, so a cached head is never stale for longer than a watch.
 final class HeadCache: @unchecked Sendable {
     private let lock = NSLock()
-    private var heads: [String: ServedHead] = [:]
+    private var collections: [String: ServedHead] = [:]
+    private var partitions: [String: ServedHead] = [:]
+    /// Partitions kept at most; past it, an arbitrary one is forgotten (read again on demand).
+    let partitionCapacity: Int
 
-    init(_ initial: [CollectionHead]) {
+    init(_ initial: [CollectionHead], partitionCapacity: Int = 100_000) {
+        self.partitionCapacity = max(1, partitionCapacity)
         replace(with: initial)
     }
 
+    /// The head of `name` held in memory: every collection's, a partition's when cached.
     subscript(name: String) -> ServedHead? {
-        lock.withLock { heads[name] }
+        lock.withLock { CollectionPath.isPartition(name) ? partitions[name] : collections[name] }
     }
 
-    /// The head of `name`: from memory, else read from `store` (a collection another
-    /// instance created and the watcher has not reported yet) and kept.
-    func head(of name: String, store: any CollectionStore) async throws -> CollectionHead? {
-        if let served = self[name] { return served.head }
+    /// The head of `name`: from memory, else read from `store` (a partition not in use
+    /// lately, a collection another instance created that the watcher has not reported yet).
+    func served(_ name: String, store: any CollectionStore) async throws -> ServedHead? {
+        if let served = self[name] { return served }
         guard let head = try await store.head(of: name) else { return nil }
         update(head)
-        return head
+        return self[name] ?? ServedHead(head: head)
     }
 
+    /// ``served(_:store:)``'s head.
+    func head(of name: String, store: any CollectionStore) async throws -> CollectionHead? {
+        try await served(name, store: store)?.head
+    }
+
+    /// Every collection's head (no partition), sorted by name.
     var all: [ServedHead] {
-        lock.withLock { heads.values.sorted { $0.head.name.utf8Precedes($1.head.name) } }
+        lock.withLock { collections.values.sorted { $0.head.name.utf8Precedes($1.head.name) } }
     }
 
-    /// Installs a fresh read of every head. A head never moves backwards within its epoch,
-    /// and a collection the read lacks is kept (collections are never deleted): the read may
-    /// come from a replica behind a head this server already answered.
+    /// Installs heads the store reported. A head never moves backwards within its epoch,
+    /// and a collection the report lacks is kept (collections are never deleted): the read
+    /// may come from a replica behind a head this server already answered.
     func replace(with fresh: [CollectionHead]) {
         lock.withLock {
-            var next = heads
-            for head in fresh {
-                if let current = heads[head.name], current.head.epoch == head.epoch, current.head.version > head.version
-                    || (current.head.version == head.version && current.head.floor >= head.floor)
-                {
-                    next[head.name] = current
-                } else {
-                    next[head.name] = ServedHead(head: head)
-                }
-            }
-            heads = next
+            for head in fresh { install(head, keepingFloor: true) }
         }
     }
 
     /// Installs a head the server just committed or read, without waiting for the watcher.
     func update(_ head: CollectionHead) {
-        lock.withLock {
-            // Never move a head backwards: a concurrent poll may have seen a newer one.
-            if let current = heads[head.name], current.head.epoch == head.epoch, current.head.version >= head.version { return }
-            heads[head.name] = ServedHead(head: head)
+        lock.withLock { install(head, keepingFloor: false) }
+    }
+
+    /// Under the lock. `keepingFloor`: an equal version with a lower floor is older too (a
+    /// report from a replica that has not seen a compaction).
+    private func install(_ head: CollectionHead, keepingFloor: Bool) {
+        let isPartition = CollectionPath.isPartition(head.name)
+        let current = isPartition ? partitions[head.name] : collections[head.name]
+        if let current, current.head.epoch == head.epoch,
+           current.head.version > head.version || (current.head.version == head.version && (!keepingFloor || current.head.floor >= head.floor)) {
+            return
         }
+        let served = ServedHead(head: head)
+        guard isPartition else {
+            collections[head.name] = served
+            return
+        }
+        if current == nil, partitions.count >= partitionCapacity, let victim = partitions.keys.first {
+            partitions[victim] = nil
+        }
+        partitions[head.name] = served
     }
 }

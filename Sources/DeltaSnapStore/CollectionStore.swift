@@ -54,8 +54,10 @@ public protocol CollectionStore: Sendable {
     /// Deletes tombstones of versions up to `version` (at most the head) and raises the
     /// floor to it; a raised floor is published under a new sequence. Returns how many went.
     func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int
-    /// Calls `onChange` with every head whenever another writer (process or instance) may
-    /// have committed, until the task is cancelled.
+    /// Calls `onChange` with the heads that changed (a commit, a raised floor) since its
+    /// previous call, whoever wrote them (another process or instance), until the task is
+    /// cancelled; its first call has every collection that is not a partition. Partitions are
+    /// never all read: a store may hold millions.
     func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async
     /// Closes the store's connections. Call once, when done.
     func close() async

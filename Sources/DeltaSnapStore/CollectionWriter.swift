@@ -173,16 +173,17 @@ public final class CollectionWriter {
         try recordVersion.bind(2, version)
         try recordVersion.bind(3, committedAt)
         try recordVersion.run()
-        let updateHead = try db.prepare("UPDATE collections SET head = ?, checksum = ?, visible = ?, digest = ? WHERE cid = ?")
+        let previousSequence = try db.scalarInt("SELECT sequence FROM publication WHERE id = 1") ?? 0
+        let sequence = PublicationSequence.next(after: UInt64(previousSequence), at: committedAt)
+        try db.execute("INSERT INTO publication(id, sequence) VALUES (1, \(sequence)) ON CONFLICT(id) DO UPDATE SET sequence = excluded.sequence")
+        let updateHead = try db.prepare("UPDATE collections SET head = ?, checksum = ?, visible = ?, digest = ?, published = ? WHERE cid = ?")
         try updateHead.bind(1, version)
         try updateHead.bind(2, state.checksum.value)
         try updateHead.bind(3, state.count)
         try updateHead.bind(4, blob: (state.digest ?? .empty).bytes)
-        try updateHead.bind(5, cid)
+        try updateHead.bind(5, sequence)
+        try updateHead.bind(6, cid)
         try updateHead.run()
-        let previousSequence = try db.scalarInt("SELECT sequence FROM publication WHERE id = 1") ?? 0
-        let sequence = PublicationSequence.next(after: UInt64(previousSequence), at: committedAt)
-        try db.execute("INSERT INTO publication(id, sequence) VALUES (1, \(sequence)) ON CONFLICT(id) DO UPDATE SET sequence = excluded.sequence")
         let head = CollectionHead(
             name: collection, epoch: epoch,
             version: version, checksum: state.checksum, count: state.count, committedAt: committedAt, floor: previous?.floor ?? 0)

@@ -22,6 +22,9 @@ public final class SQLiteCollectionStore: CollectionStore {
     private let writer: WriterConnection?
     private let writes = BlockingQueue(label: "deltasnap.sqlite.writer")
     private let reads = BlockingQueue(label: "deltasnap.sqlite.readers", concurrent: true)
+    /// The publication sequence when the store was opened: a watcher reports every change
+    /// after it, so no head read on demand since the opening can go stale unnoticed.
+    private let openedAt: UInt64
 
     /// Opens (and creates, or upgrades) the store at `path`. `readOnly` opens no writer and
     /// creates nothing: a missing file is an error, and writes throw.
@@ -36,10 +39,14 @@ public final class SQLiteCollectionStore: CollectionStore {
             // The writer creates the schema, so read-only connections can open the file.
             writer = WriterConnection(try Store(path: path, configuration: configuration))
         }
+        let pool = self.pool
+        let store = try pool.checkout()
+        defer { pool.checkin(store) }
+        openedAt = (try? store.read { try $0.latestPublished() }) ?? 0
     }
 
     public func collections() async throws -> [CollectionHead] {
-        try await reading { try $0.collections() }
+        try await reading { store in try store.read { try $0.unpartitionedCollections() } }
     }
 
     public func head(of collection: String) async throws -> CollectionHead? {
@@ -88,7 +95,7 @@ public final class SQLiteCollectionStore: CollectionStore {
     /// Polls SQLite's `data_version`, which changes whenever another connection commits.
     public func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async {
         // Runs until cancelled, whatever happens: the server stops when its watcher returns.
-        let watcher = DataVersionWatcher(path: path)
+        let watcher = DataVersionWatcher(path: path, since: openedAt)
         while !Task.isCancelled {
             do {
                 try await Task.sleep(for: interval)
@@ -126,17 +133,29 @@ private final class DataVersionWatcher: @unchecked Sendable {
     private let path: String
     private var connection: Store?
     private var lastDataVersion: Int64?
+    /// The highest publication sequence read so far.
+    private var lastSeen: UInt64
+    private var first = true
 
-    init(path: String) {
+    init(path: String, since sequence: UInt64) {
         self.path = path
+        lastSeen = sequence
     }
 
-    /// Every head when the file changed since the last call (or on the first call); nil otherwise.
+    /// The heads changed since the last call when the file changed (the first call adds
+    /// every collection that is not a partition); nil otherwise.
     func headsIfChanged() -> [CollectionHead]? {
         if connection == nil { connection = try? Store(path: path, readOnly: true) }
         guard let connection, let version = try? connection.dataVersion(), version != lastDataVersion else { return nil }
+        let read: (heads: [CollectionHead], through: UInt64)? = try? connection.read { [lastSeen, first] reader in
+            let changed = try reader.heads(publishedAfter: lastSeen)
+            return first ? (try reader.unpartitionedCollections() + changed.heads, changed.through) : changed
+        }
+        guard let read else { return nil }
         lastDataVersion = version
-        return try? connection.collections()
+        lastSeen = read.through
+        first = false
+        return read.heads
     }
 }
 

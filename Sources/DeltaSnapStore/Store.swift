@@ -20,7 +20,7 @@ public final class Store {
     public let configuration: StoreConfiguration
     let db: SQLiteConnection
 
-    static let schemaVersion: Int64 = 4
+    static let schemaVersion: Int64 = 5
 
     public init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false) throws {
         if let epoch = configuration.epochForNewCollections, !ServerToken.isEpoch(epoch) {
@@ -50,6 +50,15 @@ public final class Store {
             // Whether a push committed the version its results name (a batch that changed
             // nothing names the head, someone else's): conflict copies ask (§5.6).
             if current < 4 { try db.execute("ALTER TABLE push_results ADD COLUMN committed INTEGER NOT NULL DEFAULT 1") }
+            // The publication sequence of each collection's (and partition's) last change, so
+            // a watcher reads what changed since it last looked, not a million heads.
+            if current < 5 {
+                try db.execute("""
+                    ALTER TABLE collections ADD COLUMN published INTEGER NOT NULL DEFAULT 0;
+                    UPDATE collections SET published = coalesce((SELECT sequence FROM publication WHERE id = 1), 0);
+                    CREATE INDEX IF NOT EXISTS collections_by_published ON collections(published);
+                    """)
+            }
             try db.execute("PRAGMA user_version = \(Self.schemaVersion)")
         }
     }
@@ -216,7 +225,12 @@ public final class Store {
             try update.run()
             // A raised floor is published (the signed index lists it): a new sequence, so two
             // indexes with one sequence always state the same thing (docs/PROTOCOL.md §8.1).
-            if target > head.floor { try db.execute("UPDATE publication SET sequence = sequence + 1 WHERE id = 1") }
+            if target > head.floor {
+                try db.execute("UPDATE publication SET sequence = sequence + 1 WHERE id = 1")
+                let published = try db.prepare("UPDATE collections SET published = (SELECT sequence FROM publication WHERE id = 1) WHERE name = ?")
+                try published.bind(1, collection)
+                try published.run()
+            }
             return removed
         }
     }

@@ -11,7 +11,30 @@ public struct StoreReader {
 
     /// Every collection's head, sorted by name.
     public func collections() throws -> [CollectionHead] {
-        let statement = try db.prepare(Self.headSQL + " ORDER BY c.name")
+        try heads(Self.headSQL + " ORDER BY c.name")
+    }
+
+    /// Every collection's head but the partitions' (there may be millions: they are read
+    /// one by one, ``head(of:)``), sorted by name.
+    public func unpartitionedCollections() throws -> [CollectionHead] {
+        try heads(Self.headSQL + " WHERE instr(c.name, '/') = 0 ORDER BY c.name")
+    }
+
+    /// The heads of the collections and partitions changed (committed, or their floor raised)
+    /// under a publication sequence above `sequence`, and the highest such sequence (or
+    /// `sequence` when none changed): what a watcher reads to catch up.
+    public func heads(publishedAfter sequence: UInt64) throws -> (heads: [CollectionHead], through: UInt64) {
+        let changed = try heads(Self.headSQL + " WHERE c.published > \(Int64(clamping: sequence))")
+        return (changed, max(sequence, try latestPublished()))
+    }
+
+    /// The highest publication sequence any collection or partition changed under.
+    public func latestPublished() throws -> UInt64 {
+        UInt64(max(0, try db.scalarInt("SELECT max(published) FROM collections") ?? 0))
+    }
+
+    private func heads(_ sql: String) throws -> [CollectionHead] {
+        let statement = try db.prepare(sql)
         var heads: [CollectionHead] = []
         while try statement.step() { heads.append(Self.head(from: statement)) }
         return heads

@@ -202,6 +202,47 @@ import Testing
     }
 }
 
+/// The server holds every collection's head but only the partitions in use: it serves
+/// partitions it never saw (created by another process), and another writer's commit
+/// reaches it whether or not the partition is still cached.
+@Suite struct PartitionHeadTests {
+    @Test(arguments: TestBackend.allCases) func partitionsAreReadOnDemandAndKeptFreshBeyondTheCache(_ backend: TestBackend) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await TestDatabase.make(backend, in: dir)
+        try await store.importText(#"{"id":"c"}"#, collection: "countries")
+        let server = try await TestServer.start(database: store.url, partitionHeadCapacity: 2)
+        func poll(_ key: Int, _ etag: String? = nil) async throws -> RawHTTPClient.Response {
+            let headers = etag.map { ["If-None-Match": $0] } ?? [:]
+            return try await offPool { try server.connect().request("GET", "/v1/collections/sets/partitions/k\(key)", headers: headers) }
+        }
+        do {
+            // Created after the server started, by another writer: served at once.
+            for key in 0..<5 { try await store.importText(#"{"id":"q","v":0}"#, collection: "sets/k\(key)") }
+            var etags: [String] = []
+            for key in 0..<5 {
+                let first = try await poll(key)
+                #expect(first.status == 200)
+                etags.append(try #require(first.header("ETag")))
+            }
+            // Each changes again (outside the server); five partitions, room for two.
+            for key in 0..<5 { try await store.importText(#"{"id":"q","v":1}"#, collection: "sets/k\(key)") }
+            try await Task.sleep(for: .milliseconds(200))
+            for key in 0..<5 {
+                let next = try await poll(key, etags[key])
+                #expect(next.status == 200 && next.text.contains(#""kind":"delta""#), "k\(key): \(next.status)")
+            }
+            #expect(try await poll(99).status == 404)
+        } catch {
+            await server.stop()
+            await store.stop()
+            throw error
+        }
+        await server.stop()
+        await store.stop()
+    }
+}
+
 @Suite struct AccessRulesTests {
     @Test func aRulesFileIsRead() throws {
         let rules = try AccessRules(yaml: PartitionTests.rules)

@@ -169,10 +169,13 @@ import Testing
         let db = try SQLiteConnection(path: dir.file("s.sqlite"))
         try db.execute("""
             DROP TABLE push_clients; DROP TABLE push_results; DROP TABLE history; DROP TABLE publication;
-            ALTER TABLE collections DROP COLUMN digest; PRAGMA user_version = 1
+            ALTER TABLE collections DROP COLUMN digest; DROP INDEX collections_by_published; ALTER TABLE collections DROP COLUMN published;
+            PRAGMA user_version = 1
             """)
         let store = try Store(path: dir.file("s.sqlite"))
-        #expect(try db.scalarInt("PRAGMA user_version") == 4)  // every step since, up to the current schema
+        #expect(try db.scalarInt("PRAGMA user_version") == 5)  // every step since, up to the current schema
+        // The watchers' change feed: every collection published at the sequence of the migration.
+        #expect(try store.read { try $0.heads(publishedAfter: 0).heads.map(\.name) } == ["notes"])
         // Signed data: the digest of a store from before it is computed once, from the records.
         let digest = try store.read { try $0.digest(of: "notes") }
         let recomputed = try store.read { try $0.recomputedDigest(of: "notes") }

@@ -21,7 +21,8 @@ public final class TestServer: Sendable {
         maximumWriteBodyBytes: Int = 1024 * 1024, fullBodyCacheMaximumRecords: Int = 100_000,
         access: AccessPolicy = AccessPolicy(), logNotModified: Bool = false, logger: Logger? = nil,
         compaction: CompactionSchedule? = nil, port: Int = 0, signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30,
-        readDatabase: String? = nil, changePollInterval: Duration = .milliseconds(20), forkCollections: Set<String> = []
+        readDatabase: String? = nil, changePollInterval: Duration = .milliseconds(20), forkCollections: Set<String> = [],
+        partitionHeadCapacity: Int = 100_000
     ) async throws -> TestServer {
         let logger = logger ?? {
             var quiet = Logger(label: "test-server")
@@ -29,14 +30,13 @@ public final class TestServer: Sendable {
             return quiet
         }()
         let store = try await StoreFactory.open(try StoreLocation(database, readReplica: readDatabase), logger: logger)
-        let server = try await DeltaSnapServer(
-            store: store,
-            configuration: .init(
-                writeToken: writeToken, maximumWriteBodyBytes: maximumWriteBodyBytes,
-                fullBodyCacheMaximumRecords: fullBodyCacheMaximumRecords, changePollInterval: changePollInterval,
-                access: access, logNotModified: logNotModified, compaction: compaction, signingKeys: signingKeys, indexMaxAge: indexMaxAge,
-                forkCollections: forkCollections),
-            logger: logger)
+        var configuration = DeltaSnapServerConfiguration(
+            writeToken: writeToken, maximumWriteBodyBytes: maximumWriteBodyBytes,
+            fullBodyCacheMaximumRecords: fullBodyCacheMaximumRecords, changePollInterval: changePollInterval,
+            access: access, logNotModified: logNotModified, compaction: compaction, signingKeys: signingKeys, indexMaxAge: indexMaxAge,
+            forkCollections: forkCollections)
+        configuration.partitionHeadCapacity = partitionHeadCapacity
+        let server = try await DeltaSnapServer(store: store, configuration: configuration, logger: logger)
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let task = Task {
             try await server.run(host: "127.0.0.1", port: port, handleSignals: false) { port in

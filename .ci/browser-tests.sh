@@ -21,23 +21,28 @@ BIN="${BIN:-$ROOT/.build/debug/deltasnap}"
 case "$BIN" in /*) ;; *) BIN="$ROOT/$BIN" ;; esac
 VENV="$ROOT/.build/browser-venv"
 ARTIFACTS="$ROOT/.build/browser-artifacts"
+# The harness's stores, keys, browser profile and logs; removed after every run.
+E2E_TMP="$ROOT/.build/browser-tmp"
 SELENIUM_VERSION=4.51.0
 XXHASH_VERSION=4.1.0
-# Bounds, so CI fails rather than hangs (the whole run takes well under a minute here).
-E2E_TIMEOUT="${E2E_TIMEOUT:-180}"
+# Bounds, so CI fails rather than hangs (the whole run takes about a minute on 2 cores).
+E2E_TIMEOUT="${E2E_TIMEOUT:-210}"
 UNIT_TIMEOUT="${UNIT_TIMEOUT:-120}"
 
 [ -x "$BIN" ] || { echo "browser-tests: $BIN is missing; run 'swift build' first (or set BIN)" >&2; exit 1; }
 
 HARNESS_PID=""
 cleanup() {
-    # The harness runs in its own process group (setsid): the server, the proxy,
-    # chromedriver and Chromium it started go with it if it did not stop them itself.
-    if [ -n "$HARNESS_PID" ] && kill -0 "$HARNESS_PID" 2>/dev/null; then
+    # The harness runs in its own process group (setsid, so the group's id is its PID): the
+    # server, the proxy, chromedriver and Chromium it started go with the group, even when
+    # `timeout` killed the harness before it could stop them itself.
+    if [ -n "$HARNESS_PID" ] && kill -0 -- "-$HARNESS_PID" 2>/dev/null; then
         kill -TERM -- "-$HARNESS_PID" 2>/dev/null || true
         sleep 1
         kill -KILL -- "-$HARNESS_PID" 2>/dev/null || true
     fi
+    HARNESS_PID=""
+    rm -rf "$E2E_TMP"
 }
 trap cleanup EXIT
 
@@ -76,14 +81,15 @@ timeout "$UNIT_TIMEOUT" node --test clients/typescript/test/*.test.mjs
 echo "browser-tests: headless Chromium against deltasnap serve ($BIN)"
 mkdir -p "$ARTIFACTS"
 rm -f "$ARTIFACTS/example.png"
+rm -rf "$E2E_TMP" && mkdir -p "$E2E_TMP"
 set +e
-BIN="$BIN" REPO="$ROOT" ARTIFACTS="$ARTIFACTS" setsid timeout "$E2E_TIMEOUT" \
+BIN="$BIN" REPO="$ROOT" ARTIFACTS="$ARTIFACTS" TMPDIR="$E2E_TMP" setsid timeout "$E2E_TIMEOUT" \
     "$VENV/bin/python" -W ignore::ResourceWarning clients/typescript/e2e/test_browser.py &
 HARNESS_PID=$!
 wait "$HARNESS_PID"
 status=$?
 set -e
-HARNESS_PID=""
+cleanup
 if [ "$status" -ne 0 ]; then
     [ "$status" -eq 124 ] && echo "browser-tests: the browser tests took longer than ${E2E_TIMEOUT}s" >&2
     echo "browser-tests: FAILED (exit $status)" >&2

@@ -32,10 +32,10 @@ SECRET = "e2e-jwt-secret"
 WAIT = 20
 
 
-def http(method, url, body=None, headers=None):
+def http(method, url, body=None, headers=None, timeout=10):
     req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, dict(resp.headers), resp.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read().decode()
@@ -61,6 +61,8 @@ class Env:
         for name in ("countries.snapshot", "countries.index"):
             shutil.copy(os.path.join(baked, name), self.static)
         shutil.copy(os.path.join(keys, "signing.pub"), self.static)
+        for name in ("harness.html", "harness.js"):
+            shutil.copy(os.path.join(HERE, name), self.static)
         self.jwt = subprocess.run([BIN, "token", "--secret", SECRET, "--subject", "alice", "--write", "countries"],
                                   check=True, capture_output=True, text=True).stdout.strip()
         self.server = None
@@ -83,7 +85,7 @@ class Env:
 
     def start_server(self):
         args = [BIN, "serve", "--db", self.db, "--port", str(self.server_port), "--write-token", ADMIN, "--jwt-secret", SECRET,
-                "--signing-key", self.key, "--static", EXAMPLE, "--log-level", "error"]
+                "--signing-key", self.key, "--static", EXAMPLE, "--log-level", "error", "--max-body-bytes", str(256 << 20)]
         out = os.path.join(self.tmp, "serve.out")
         with open(out, "w") as f:
             self.server = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
@@ -152,11 +154,14 @@ class Env:
                 return json.loads(line)
         return None
 
-    def open(self, query, base=None):
+    def open(self, query, base=None, first_sync=True):
+        """Loads the example page; by default until the syncing tab's first sync is done."""
         self.driver.get(f"{base or self.url}/?{query}")
         WebDriverWait(self.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready"))
         ready = self.driver.execute_script("return document.body.dataset.ready")
         assert ready == "1", self.driver.execute_script("return JSON.stringify(window.deltasnapLog)")
+        if first_sync:
+            self.wait(lambda: self.syncs(), "the first sync")
 
     def js(self, body, *args):
         """Runs an async JS function body in the page; returns its value (errors raise)."""
@@ -178,7 +183,7 @@ class Env:
         raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
     def sync(self):
-        return self.js("return await window.replica.sync({ ignoreBackoff: true });")
+        return self.js("return await window.replica.sync({ waits: 'serverRequested' });")
 
     def count(self):
         return self.js("return (await window.replica.all()).length;")
@@ -242,6 +247,7 @@ class BrowserClient(unittest.TestCase):
 
     def test_03_a_corrupted_delta_resets_with_no_moment_of_missing_data(self):
         ENV.open("db=pull&poll=0")
+        ENV.wait(lambda: ENV.syncs(), "the sync at start")
         ENV.admin("PUT", "AE", {"name": "Emirates (after a bad delta)"})
         ENV.js("""window.minCount = Infinity;
                   const sample = async () => { window.minCount = Math.min(window.minCount, (await window.replica.all()).length); };
@@ -339,7 +345,7 @@ class BrowserClient(unittest.TestCase):
         tab_a = ENV.driver.current_window_handle
         ENV.driver.switch_to.new_window("tab")
         tab_b = ENV.driver.current_window_handle
-        ENV.open(f"db=tabs&poll=1&token={ENV.jwt}")
+        ENV.open(f"db=tabs&poll=1&token={ENV.jwt}", first_sync=False)
         time.sleep(0.5)
         self.assertFalse(ENV.js("return window.replica.isSyncingTab;"))
         # A write in the tab that does not sync: visible in both, pushed by the syncing tab.
@@ -360,6 +366,29 @@ class BrowserClient(unittest.TestCase):
         ENV.wait(lambda: ENV.js("return window.replica.isSyncingTab;"), "tab B to take over")
         ENV.admin("PUT", "ES", {"name": "Spain (after hand-over)"})
         ENV.wait(lambda: ENV.js("return (await window.replica.get('ES')).name;") == "Spain (after hand-over)", "tab B to pull")
+
+    def test_07b_a_frozen_syncing_tab_hands_over(self):
+        ENV.open(f"db=freeze&poll=1&token={ENV.jwt}")
+        ENV.wait(lambda: ENV.js("return window.replica.isSyncingTab;"), "tab A to lead")
+        tab_a = ENV.driver.current_window_handle
+        ENV.driver.switch_to.new_window("tab")
+        tab_b = ENV.driver.current_window_handle
+        ENV.open(f"db=freeze&poll=1&token={ENV.jwt}", first_sync=False)
+        self.assertFalse(ENV.js("return window.replica.isSyncingTab;"))
+        # The browser freezes tab A (as it does to background tabs): A hands the lock over.
+        ENV.driver.switch_to.window(tab_a)
+        ENV.driver.execute_cdp_cmd("Page.setWebLifecycleState", {"state": "frozen"})
+        ENV.driver.switch_to.window(tab_b)
+        ENV.wait(lambda: ENV.js("return window.replica.isSyncingTab;"), "tab B to take over from the frozen tab")
+        ENV.admin("PUT", "CA", {"name": "Canada (while A sleeps)"})
+        ENV.wait(lambda: ENV.js("return (await window.replica.get('CA')).name;") == "Canada (while A sleeps)", "tab B to pull")
+        # Tab A wakes up as a follower and sees what happened meanwhile.
+        ENV.driver.switch_to.window(tab_a)
+        ENV.driver.execute_cdp_cmd("Page.setWebLifecycleState", {"state": "active"})
+        self.assertFalse(ENV.js("return window.replica.isSyncingTab;"))
+        self.assertEqual(ENV.js("return (await window.replica.get('CA')).name;"), "Canada (while A sleeps)")
+        ENV.driver.switch_to.window(tab_b)
+        self.assertTrue(ENV.js("return window.replica.isSyncingTab;"))
 
     def test_08_a_deleted_database_is_rebuilt_from_the_bundle(self):
         ENV.open(f"db=evicted&poll=0&token={ENV.jwt}")
@@ -415,6 +444,65 @@ class BrowserClient(unittest.TestCase):
         self.assertGreater(os.path.getsize(path), 10_000)
         self.assertIn("Andorra (edited offline)", ENV.driver.find_element("id", "list").text)
         self.assertNotIn("Afghanistan", ENV.driver.find_element("id", "list").text)
+
+
+    def test_10b_offline_edits_to_one_record_fold_into_one_write(self):
+        # No background sync: a push between the two writes would (rightly) prevent the fold.
+        ENV.open(f"db=fold&sync=0&token={ENV.jwt}", first_sync=False)
+        ENV.mode("offline")
+        ENV.js("""await window.replica.patch('NO', { capital: 'Oslo' });
+                  await window.replica.patch('NO', { motto: 'Alt for Norge', capital: 'Oslo (twice)' });""")
+        pending = ENV.js("return await window.replica.pendingWrites();")
+        self.assertEqual([(w["seq"], w["op"], w["value"]) for w in pending], [(1, "patch", '{"capital":"Oslo (twice)","motto":"Alt for Norge"}')])
+        ENV.mode("normal")
+        ENV.sync()
+        ENV.wait(lambda: ENV.js("return (await window.replica.pendingWrites()).length;") == 0, "the folded write to land")
+        record = ENV.server_record("NO")
+        self.assertEqual((record["capital"], record["motto"]), ("Oslo (twice)", "Alt for Norge"))
+
+    def test_11_a_tab_closed_during_a_100000_record_apply_leaves_the_old_or_the_new_state(self):
+        def post(revision):
+            data = subprocess.run([BIN, "generate", "--count", "100000", "--revision", str(revision)], check=True, capture_output=True).stdout
+            status, _, text = http("POST", f"{ENV.server_url}/v1/collections/big/records", data, {"Authorization": f"Bearer {ADMIN}"}, timeout=120)
+            self.assertEqual(status, 200, text)
+            return json.loads(text)["token"]
+
+        def in_new_tab(query, first_sync):
+            main = ENV.driver.current_window_handle
+            ENV.driver.switch_to.new_window("tab")
+            ENV.driver.get(f"{ENV.url}/harness.html?collection=big&{query}")
+            WebDriverWait(ENV.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
+            if first_sync:
+                ENV.wait(lambda: ENV.syncs(), "the first sync", timeout=120)
+            return main
+
+        old = post(0)
+        trials = ("big-a", "big-b", "big-c")
+        for db in trials:
+            main = in_new_tab(f"db={db}", True)
+            self.assertEqual(ENV.syncs()[0]["pull"]["kind"], "applied")
+            self.assertEqual(ENV.js("return (await window.replica.status()).count;"), 100000)
+            ENV.driver.close()
+            ENV.driver.switch_to.window(main)
+        new = post(1)
+        seen = {}
+        for db, delay in zip(trials, (0.0, 0.1, 4.0)):
+            main = in_new_tab(f"db={db}", False)
+            # Close the tab once the 100,000-record delta is verified and its transaction is
+            # being written (or after it finished, if it was quicker than this loop).
+            ENV.wait(lambda: ENV.driver.execute_script("return window.phase === 'commit' || window.deltasnapLog.length > 0;"), "the commit", timeout=120)
+            time.sleep(delay)
+            ENV.driver.close()
+            ENV.driver.switch_to.window(main)
+            main = in_new_tab(f"db={db}&sync=0", False)
+            state = ENV.js("const s = await window.replica.status(); return { token: s.token, count: s.count, check: await window.replica.verify() };")
+            ENV.driver.close()
+            ENV.driver.switch_to.window(main)
+            self.assertIn(state["token"], (old, new), state)
+            self.assertEqual(state["count"], 100000)
+            self.assertTrue(state["check"]["ok"], state)
+            seen[db] = "old" if state["token"] == old else "new"
+        print(f"\n    tab closed during the apply, state after: {seen}", file=sys.stderr)
 
 
 if __name__ == "__main__":

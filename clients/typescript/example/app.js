@@ -1,6 +1,7 @@
 // The example app: the countries list, kept in IndexedDB by the DeltaSnap browser client.
 // Query parameters (handy for tests and demos): ?token=JWT, ?db=NAME, ?poll=SECONDS,
-// ?trusted=1 (verify signed data with ./signing.pub and ./countries.index), ?bundle=0.
+// ?trusted=1 (verify signed data with ./signing.pub and ./countries.index), ?bundle=0,
+// ?sync=0 (no background sync: only the "Sync now" button syncs).
 import { DeltaSnapReplica, WriteRefusedError } from "./deltasnap.js";
 
 const params = new URLSearchParams(location.search);
@@ -23,6 +24,8 @@ async function start() {
     trustedKeys,
     accessToken: () => tokenField.value.trim() || null,
     pollInterval: Number(params.get("poll") ?? 30),
+    autoSync: params.get("sync") !== "0",
+    persist: true,
   });
   window.replica = replica;
   replica.addEventListener("change", (e) => { log("change", e.detail); render(); });
@@ -42,7 +45,7 @@ async function start() {
   if (replica.storageLoss) log("storage-lost-at-open", replica.storageLoss);
 
   $("search").addEventListener("input", render);
-  $("sync").addEventListener("click", () => replica.sync({ ignoreBackoff: true }));
+  $("sync").addEventListener("click", () => replica.sync({ waits: "serverRequested" }));
   $("list").addEventListener("click", async (e) => {
     const li = e.target.closest("li");
     if (!li) return;

@@ -9,8 +9,8 @@
  * ```
  */
 export { DeltaSnapReplica } from "./replica.js";
-export type { ReplicaOptions, ReplicaStatus, StorageLoss, SyncResult } from "./replica.js";
-export type { PullOutcome, PushReport, RefusedWrite } from "./sync-engine.js";
+export type { JsonRecord, ReplicaOptions, ReplicaStatus, StorageLoss, SyncResult } from "./replica.js";
+export type { PullOutcome, PushReport, RefusedWrite, SyncPhase, WaitPolicy } from "./sync-engine.js";
 export type { PendingWrite } from "./store.js";
 export { BodyError, BundleError, DeltaSnapError, JSONParseError, StorageError, TrustError, WriteRefusedError } from "./errors.js";
 // The protocol's building blocks, for tools and tests.

@@ -67,7 +67,7 @@ export class RecordPages {
     }
     for (let i = 0; i < sorted.length; i += PAGE_SIZE) {
       const slice = sorted.slice(i, i + PAGE_SIZE);
-      store.put({ ids: slice.map((r) => r[0]), bodies: slice.map((r) => r[1]) } satisfies Page, slice[0][0]);
+      store.put({ ids: slice.map((r) => r[0]), bodies: slice.map((r) => r[1]) } as Page, slice[0][0]);
     }
   }
 

@@ -6,8 +6,11 @@ import { Operation } from "./merge.js";
 import { DEFAULT_RETRY_POLICY, RetryPolicy } from "./retry.js";
 import { ALLOWED_CLOCK_SKEW, TrustedKey } from "./signed-index.js";
 import { PendingWrite, ReplicaStore } from "./store.js";
-import { pull, PullOutcome, push, PushReport, SyncContext, waitingUntil } from "./sync-engine.js";
+import { pull, PullOutcome, push, PushReport, SyncContext, waitingUntil, WaitPolicy } from "./sync-engine.js";
 import { TabCoordinator, TabMessage } from "./tabs.js";
+
+/** A record as the app reads it: a plain JSON object with a string `id`. */
+export type JsonRecord = { id: string; [field: string]: unknown };
 
 /** Options of {@link DeltaSnapReplica.open}. */
 export interface ReplicaOptions {
@@ -34,6 +37,11 @@ export interface ReplicaOptions {
   retryPolicy?: RetryPolicy;
   /** A `fetch` to use instead of the global one. */
   fetch?: typeof fetch;
+  /**
+   * Ask the browser to keep this origin's storage (`navigator.storage.persist()`), so it is
+   * not evicted under pressure. Browsers may refuse quietly; see `replica.persisted`.
+   */
+  persist?: boolean;
 }
 
 /** What one `sync()` did: the push step, then the pull. */
@@ -80,6 +88,8 @@ const FAILING_AFTER_MS = 3600_000;
  * Events (`addEventListener`): `change` (data changed, in this tab or another), `sync`
  * (`detail`: a {@link SyncResult}, in the syncing tab), `refused` (`detail`: the refused
  * writes, already rolled back, in every tab), `storage-lost` (`detail`: {@link StorageLoss}),
+ * `progress` (`detail.phase`: `push`, `request`, `verify`, `commit`, in the syncing tab),
+ * `leader` / `resign` (this tab starts / stops being the syncing one),
  * `error` (`detail`: a `DeltaSnapError`, e.g. an unusable bundle).
  *
  * ```ts
@@ -93,6 +103,8 @@ const FAILING_AFTER_MS = 3600_000;
 export class DeltaSnapReplica extends EventTarget {
   /** Set when the database had been deleted by the browser since the last visit. */
   storageLoss: StorageLoss | null = null;
+  /** With `persist`: whether the browser agreed to keep the storage (null: not asked, or no answer). */
+  persisted: boolean | null = null;
   private readonly tabs: TabCoordinator;
   private running: Promise<SyncResult> | null = null;
   private timer: ReturnType<typeof setTimeout> | null = null;
@@ -101,7 +113,7 @@ export class DeltaSnapReplica extends EventTarget {
 
   private constructor(readonly collection: string, private readonly store: ReplicaStore, private readonly ctx: SyncContext, private readonly options: ReplicaOptions) {
     super();
-    this.tabs = new TabCoordinator(store.name, () => this.becameSyncingTab(), (m) => this.onTabMessage(m));
+    this.tabs = new TabCoordinator(store.name, () => this.becameSyncingTab(), (m) => this.onTabMessage(m), (wasLeader, freezing) => this.suspended(wasLeader, freezing), () => this.store.resume());
   }
 
   /** Opens (or creates) the replica; at first start, loads the bundled snapshot before returning. */
@@ -123,7 +135,11 @@ export class DeltaSnapReplica extends EventTarget {
       now: () => Date.now(),
     };
     const replica = new DeltaSnapReplica(collection, store, ctx, options);
+    ctx.onPhase = (phase) => replica.dispatchEvent(new CustomEvent("progress", { detail: { phase } }));
     replica.checkStorageLoss(created);
+    if (options.persist) {
+      try { replica.persisted = (await globalThis.navigator?.storage?.persist?.()) ?? null; } catch { replica.persisted = null; }
+    }
     await replica.loadBundleIfEmpty();
     if (options.autoSync !== false) replica.tabs.start();
     // Events found while opening reach listeners the app adds once `open` resolved.
@@ -134,20 +150,23 @@ export class DeltaSnapReplica extends EventTarget {
 
   // MARK: - Reading
 
-  /** The record as the app sees it (pending local writes included), or `undefined`. */
-  async get(id: string): Promise<Record<string, unknown> | undefined> {
+  /**
+   * The record as the app sees it (pending local writes included), or `undefined`.
+   * `T` is the app's record type (not checked: the data is whatever the server holds).
+   */
+  async get<T = JsonRecord>(id: string): Promise<T | undefined> {
     const body = await this.store.get(id);
     return body === null ? undefined : JSON.parse(body);
   }
 
   /** Every visible record (pending local writes included), sorted by id. */
-  async all(): Promise<Record<string, unknown>[]> {
+  async all<T = JsonRecord>(): Promise<T[]> {
     return (await this.store.all()).map(([, body]) => JSON.parse(body));
   }
 
   /** Visible records for which `predicate` is true. */
-  async filter(predicate: (record: Record<string, unknown>) => boolean): Promise<Record<string, unknown>[]> {
-    return (await this.all()).filter(predicate);
+  async filter<T = JsonRecord>(predicate: (record: T) => boolean): Promise<T[]> {
+    return (await this.all<T>()).filter(predicate);
   }
 
   // MARK: - Writing (PROTOCOL.md §6 step 5)
@@ -189,29 +208,34 @@ export class DeltaSnapReplica extends EventTarget {
    * Pushes the queued writes, then pulls (PROTOCOL.md §6 step 6). In a tab that is not
    * the syncing one it asks that tab to sync and resolves with `null`. Concurrent calls
    * share one run. Never throws for network or server problems: see the result.
+   *
+   * `waits`: `"all"` (the default: the server's `Retry-After`/`Backoff` and the backoff after
+   * failures), `"serverRequested"` (a person pressing "sync now": only the server's wait),
+   * `"none"` (an operator's override).
    */
-  async sync(options: { ignoreBackoff?: boolean } = {}): Promise<SyncResult | null> {
+  async sync(options: { waits?: WaitPolicy } = {}): Promise<SyncResult | null> {
     if (!this.tabs.isLeader && this.options.autoSync !== false) {
       this.tabs.post({ type: "sync-request" });
       return null;
     }
     if (this.running) return this.running;
-    this.running = this.runSync(options.ignoreBackoff ?? false).finally(() => { this.running = null; });
+    this.running = this.runSync(options.waits ?? "all").finally(() => { this.running = null; });
     return this.running;
   }
 
-  private async runSync(ignoreBackoff: boolean): Promise<SyncResult> {
+  private async runSync(waits: WaitPolicy): Promise<SyncResult> {
     const emptyPush: PushReport = { accepted: 0, refused: [], copied: [], batches: 0, failure: null, stillQueued: 0 };
     let result: SyncResult;
-    const wait = ignoreBackoff ? null : await waitingUntil(this.ctx, true);
+    const wait = await waitingUntil(this.ctx, waits, "pull");
     if (wait !== null) {
       result = { push: { ...emptyPush, stillQueued: (await this.store.pendingWrites(false)).length }, pull: { kind: "deferred", until: wait } };
     } else {
-      const pushed = await push(this.ctx);
+      const pushed = await push(this.ctx, waits);
       // Writes accepted so far are in the state the pull brings: they leave the queue in the
       // pull's own transaction, never before, so they never flicker out of view.
       const settleThrough = Math.max(0, ...(await this.store.pendingWrites(true)).filter((w) => w.acked).map((w) => w.seq)) || null;
-      const serverWait = ignoreBackoff ? null : await waitingUntil(this.ctx, false);
+      // A wait the push's answer asked for holds the pull too.
+      const serverWait = await waitingUntil(this.ctx, waits === "none" ? "none" : "serverRequested", "pull");
       const pulled: PullOutcome = serverWait !== null ? { kind: "deferred", until: serverWait } : await pull(this.ctx, settleThrough);
       result = { push: pushed, pull: pulled };
     }
@@ -268,6 +292,7 @@ export class DeltaSnapReplica extends EventTarget {
   close(): void {
     this.closed = true;
     if (this.timer) clearTimeout(this.timer);
+    globalThis.removeEventListener?.("online", this.onOnline);
     this.tabs.close();
     this.store.close();
   }
@@ -276,8 +301,30 @@ export class DeltaSnapReplica extends EventTarget {
 
   private becameSyncingTab(): void {
     this.dispatchEvent(new CustomEvent("leader"));
+    // Back online: try at once rather than when the backoff after the failures ends.
+    globalThis.addEventListener?.("online", this.onOnline);
     this.schedule(0);
   }
+
+  /**
+   * This tab is being frozen or cached (or closed): a frozen tab ends its IndexedDB
+   * transactions now — one held while frozen would block every other tab's — and a tab
+   * that synced lets another tab sync from now on.
+   */
+  private suspended(wasLeader: boolean, freezing: boolean): void {
+    // (An unloading page keeps its transactions: one committing a local write must finish.)
+    if (freezing && !this.closed) this.store.suspend();
+    if (!wasLeader) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    globalThis.removeEventListener?.("online", this.onOnline);
+    this.dispatchEvent(new CustomEvent("resign"));
+  }
+
+  private readonly onOnline = () => {
+    if (this.closed || !this.tabs.isLeader) return;
+    this.sync({ waits: "serverRequested" }).catch((error) => this.dispatchEvent(new CustomEvent("error", { detail: error })));
+  };
 
   /** Runs a sync after `delayMs`, then keeps polling while this tab leads. */
   private schedule(delayMs: number): void {
@@ -287,7 +334,8 @@ export class DeltaSnapReplica extends EventTarget {
       this.timer = null;
       try { await this.sync(); } catch (error) { this.dispatchEvent(new CustomEvent("error", { detail: error })); }
       const poll = this.options.pollInterval ?? 60;
-      const wait = await waitingUntil(this.ctx, true).catch(() => null);
+      const wait = await Promise.all([waitingUntil(this.ctx, "all", "pull"), waitingUntil(this.ctx, "all", "push")])
+        .then(([a, b]) => (a === null ? b : b === null ? a : Math.min(a, b))).catch(() => null);
       const queued = (await this.store.pendingWrites(false).catch(() => [])).length;
       // Writes still queued are retried when the backoff ends, whatever the poll interval.
       const next = wait !== null ? wait - Date.now() : queued > 0 ? 5_000 : poll > 0 ? poll * 1000 : null;

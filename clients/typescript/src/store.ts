@@ -1,13 +1,15 @@
 import { StorageError } from "./errors.js";
 import { fold } from "./fold.js";
 import { applyLenient, applyStrict, Mutation, Operation } from "./merge.js";
+import { RecordPages } from "./record-pages.js";
 
 /**
  * The replica in IndexedDB: the verified server state (records + state), the write queue
  * and the overlay (PROTOCOL.md §6). Every change that must be atomic is one IndexedDB
  * transaction, so a tab closed at any moment leaves the old state or the new one.
  *
- * Object stores: `records` (id → canonical text, the verified server state), `overlay`
+ * Object stores: `pages` (the verified server records, a few hundred per row: see
+ * `RecordPages`), `overlay`
  * (id → { body: canonical text | null }: the local value of ids with pending writes),
  * `pending` (seq → PendingWrite), `meta` ("state" → ReplicaState, "queue" → QueueState).
  * The state and the queue are separate rows so that a pull (one tab) and a local write
@@ -85,7 +87,7 @@ export interface PreparedApply {
 /** Thrown inside a transaction when the state moved under it (another tab applied first). */
 export class StateMovedError extends Error {}
 
-const STORES = ["records", "overlay", "pending", "meta"];
+const STORES = ["pages", "overlay", "pending", "meta"];
 
 function request<T>(r: IDBRequest<T>): Promise<T> {
   return new Promise((resolve, reject) => {
@@ -95,7 +97,36 @@ function request<T>(r: IDBRequest<T>): Promise<T> {
 }
 
 export class ReplicaStore {
+  /** Transactions not finished yet, so a tab about to be frozen can end them. */
+  private readonly active = new Set<IDBTransaction>();
+
   private constructor(readonly db: IDBDatabase, readonly name: string) {}
+
+  /** While set, new transactions wait for `resume` (the tab is frozen). */
+  private gate: Promise<void> | null = null;
+  private openGate: (() => void) | null = null;
+
+  /**
+   * The tab is about to be frozen: abort every transaction still open and start no new one
+   * until `resume`. A frozen tab's transaction — even a read one, started by code that ran
+   * just before the freeze — holds IndexedDB's locks, and every other tab's writes (and
+   * the reads queued behind them) would wait until this tab thaws. An aborted apply leaves
+   * the state as it was; the sync that made it reports a failure.
+   */
+  suspend(): void {
+    if (!this.gate) this.gate = new Promise((resolve) => (this.openGate = resolve));
+    for (const tx of this.active) {
+      try { tx.abort(); } catch { /* finished meanwhile */ }
+    }
+    this.active.clear();
+  }
+
+  /** The tab runs again: transactions may start. */
+  resume(): void {
+    this.openGate?.();
+    this.gate = null;
+    this.openGate = null;
+  }
 
   /** Opens (creating when missing) the database; `created` is true when it did not exist. */
   static async open(name: string): Promise<{ store: ReplicaStore; created: boolean }> {
@@ -131,15 +162,17 @@ export class ReplicaStore {
 
   /** Runs `body` in one transaction; it commits when `body` resolves, aborts when it throws. */
   async transaction<T>(mode: IDBTransactionMode, body: (tx: IDBTransaction) => Promise<T>): Promise<T> {
+    while (this.gate) await this.gate;
     let tx: IDBTransaction;
     try {
       tx = (this.db.transaction as (s: string[], m: IDBTransactionMode, o?: object) => IDBTransaction)(STORES, mode, { durability: "strict" });
     } catch (error) {
       throw new StorageError(`IndexedDB refused a transaction: ${(error as Error).message}`, error);
     }
+    this.active.add(tx);
     const done = new Promise<void>((resolve, reject) => {
-      tx.oncomplete = () => resolve();
-      tx.onabort = () => reject(tx.error ?? new StorageError("the transaction was aborted"));
+      tx.oncomplete = () => { this.active.delete(tx); resolve(); };
+      tx.onabort = () => { this.active.delete(tx); reject(tx.error ?? new StorageError("the transaction was aborted")); };
     });
     let result: T;
     try {
@@ -184,29 +217,27 @@ export class ReplicaStore {
     return this.transaction("readonly", async (tx) => {
       const local = (await request(tx.objectStore("overlay").get(id))) as { body: string | null } | undefined;
       if (local) return local.body;
-      return ((await request(tx.objectStore("records").get(id))) as string | undefined) ?? null;
+      return (await (await RecordPages.open(tx)).get(id)) ?? null;
     });
   }
 
   /** Every visible record as the app sees it (overlay over server state), sorted by id. */
   async all(): Promise<[string, string][]> {
     return this.transaction("readonly", async (tx) => {
-      const records = tx.objectStore("records");
-      const [ids, bodies, overlayIds, overlay] = await Promise.all([
-        request(records.getAllKeys()), request(records.getAll()),
-        request(tx.objectStore("overlay").getAllKeys()), request(tx.objectStore("overlay").getAll()),
+      const [records, overlayIds, overlay] = await Promise.all([
+        RecordPages.all(tx), request(tx.objectStore("overlay").getAllKeys()), request(tx.objectStore("overlay").getAll()),
       ]);
       const local = new Map<string, string | null>();
       overlayIds.forEach((id, i) => local.set(id as string, (overlay[i] as { body: string | null }).body));
+      if (local.size === 0) return records;
       const out: [string, string][] = [];
-      ids.forEach((id, i) => {
-        const key = id as string;
+      for (const [key, body] of records) {
         if (local.has(key)) {
-          const body = local.get(key)!;
+          const value = local.get(key)!;
           local.delete(key);
-          if (body !== null) out.push([key, body]);
-        } else out.push([key, bodies[i] as string]);
-      });
+          if (value !== null) out.push([key, value]);
+        } else out.push([key, body]);
+      }
       for (const [id, body] of local) if (body !== null) out.push([id, body]);
       if (local.size) out.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
       return out;
@@ -216,21 +247,19 @@ export class ReplicaStore {
   /** The server's values of `ids` (undefined: absent). */
   async serverRecords(ids: string[]): Promise<Map<string, string>> {
     return this.transaction("readonly", async (tx) => {
-      const store = tx.objectStore("records");
-      const values = await Promise.all(ids.map((id) => request(store.get(id))));
+      const pages = await RecordPages.open(tx);
       const out = new Map<string, string>();
-      ids.forEach((id, i) => { if (values[i] !== undefined) out.set(id, values[i] as string); });
+      for (const id of ids) {
+        const body = await pages.get(id);
+        if (body !== undefined) out.set(id, body);
+      }
       return out;
     });
   }
 
   /** Every server record (for recomputing the digest once). */
   async allServerRecords(): Promise<[string, string][]> {
-    return this.transaction("readonly", async (tx) => {
-      const store = tx.objectStore("records");
-      const [ids, bodies] = await Promise.all([request(store.getAllKeys()), request(store.getAll())]);
-      return ids.map((id, i) => [id as string, bodies[i] as string]);
-    });
+    return this.transaction("readonly", (tx) => RecordPages.all(tx));
   }
 
   // MARK: - Applying a verified body
@@ -245,19 +274,22 @@ export class ReplicaStore {
     return this.transaction("readwrite", async (tx) => {
       const current = await this.readState(tx);
       if (current.token !== prepared.expectToken) throw new StateMovedError(`the replica moved to ${current.token} meanwhile`);
-      const records = tx.objectStore("records");
-      if (prepared.replaceAll) records.clear();
-      for (const [id, body] of prepared.upserts) records.put(body, id);
-      for (const id of prepared.deletes) records.delete(id);
+      if (prepared.replaceAll) RecordPages.replaceAll(tx, prepared.upserts);
+      const pages = await RecordPages.open(tx);
+      if (!prepared.replaceAll) {
+        for (const [id, body] of prepared.upserts) await pages.set(id, body);
+        for (const id of prepared.deletes) await pages.delete(id);
+      }
       const next = { ...current, ...prepared.state };
       tx.objectStore("meta").put(next, "state");
-      await this.settleAfterPull(tx, settleThrough);
+      await this.settleAfterPull(tx, settleThrough, pages);
+      pages.flush();
       return next;
     });
   }
 
   /** Drops accepted writes up to `through` and recomputes every overlay (inside a pull's transaction). */
-  private async settleAfterPull(tx: IDBTransaction, through: number | null): Promise<void> {
+  private async settleAfterPull(tx: IDBTransaction, through: number | null, pages?: RecordPages): Promise<void> {
     const pending = ((await request(tx.objectStore("pending").getAll())) as PendingWrite[]);
     const kept: PendingWrite[] = [];
     for (const w of pending) {
@@ -265,17 +297,19 @@ export class ReplicaStore {
       else kept.push(w);
     }
     tx.objectStore("overlay").clear();
-    for (const id of new Set(kept.map((w) => w.id))) await this.rebuildOverlay(tx, id, kept);
+    if (kept.length === 0) return;
+    const server = pages ?? (await RecordPages.open(tx));
+    for (const id of new Set(kept.map((w) => w.id))) await this.rebuildOverlay(tx, id, kept, server);
   }
 
   /** An id's local value: its server value with its pending writes replayed leniently, in seq order. */
-  private async rebuildOverlay(tx: IDBTransaction, id: string, pending?: PendingWrite[]): Promise<void> {
+  private async rebuildOverlay(tx: IDBTransaction, id: string, pending?: PendingWrite[], pages?: RecordPages): Promise<void> {
     const writes = (pending ?? ((await request(tx.objectStore("pending").getAll())) as PendingWrite[])).filter((w) => w.id === id);
     if (writes.length === 0) {
       tx.objectStore("overlay").delete(id);
       return;
     }
-    let value = ((await request(tx.objectStore("records").get(id))) as string | undefined) ?? null;
+    let value = (await (pages ?? (await RecordPages.open(tx))).get(id)) ?? null;
     for (const w of writes.sort((a, b) => a.seq - b.seq)) value = applyLenient({ op: w.op, id, value: w.value }, value);
     tx.objectStore("overlay").put({ body: value }, id);
   }
@@ -290,7 +324,8 @@ export class ReplicaStore {
   async enqueue(write: Mutation, now: number): Promise<PendingWrite> {
     return this.transaction("readwrite", async (tx) => {
       const local = (await request(tx.objectStore("overlay").get(write.id))) as { body: string | null } | undefined;
-      const current = local ? local.body : (((await request(tx.objectStore("records").get(write.id))) as string | undefined) ?? null);
+      const pages = await RecordPages.open(tx);
+      const current = local ? local.body : ((await pages.get(write.id)) ?? null);
       const value = applyStrict(write, current);
       const queue = await this.ensureQueue(tx);
       const pendingStore = tx.objectStore("pending");
@@ -298,7 +333,7 @@ export class ReplicaStore {
       // §6 step 5a: fold into the newest write on this id when it was never sent.
       const tail = all.filter((w) => w.id === write.id).pop();
       if (tail && !tail.acked && tail.seq > queue.sentThrough) {
-        const serverHasRecord = (await request(tx.objectStore("records").get(write.id))) !== undefined;
+        const serverHasRecord = (await pages.get(write.id)) !== undefined;
         const folded = fold(write, { op: tail.op, id: tail.id, value: tail.value }, serverHasRecord);
         if (folded !== null) {
           const rest = all.filter((w) => w.seq !== tail.seq);
@@ -311,7 +346,7 @@ export class ReplicaStore {
             pendingStore.put(result, tail.seq);
             rest.push(result);
           }
-          await this.rebuildOverlay(tx, write.id, rest);
+          await this.rebuildOverlay(tx, write.id, rest, pages);
           return result;
         }
       }

@@ -1,5 +1,5 @@
 import { verifyBody, VerifiedApply } from "./apply.js";
-import { Body, isBodyProblem, parseBody } from "./body.js";
+import { isBodyProblem, parseBody } from "./body.js";
 import { BodyError, DeltaSnapError, TrustError } from "./errors.js";
 import { decideAfterUnusableBody, decidePullAnswer, decidePushAnswer, isUnavailable, PullStep } from "./ladder.js";
 import { StateDigest } from "./lthash.js";
@@ -55,7 +55,12 @@ export interface SyncContext {
   timeoutMs: number;
   retryPolicy: RetryPolicy;
   now: () => number;
+  /** Told when a pull reaches its next phase (for a progress indicator). */
+  onPhase?: (phase: SyncPhase) => void;
 }
+
+/** Where a sync stands: pushing, requesting, verifying a body, committing it. */
+export type SyncPhase = "push" | "request" | "verify" | "commit";
 
 const MAX_BATCH = 500;
 const MAX_BATCH_BYTES = 512 * 1024;
@@ -106,11 +111,23 @@ async function recordFailure(ctx: SyncContext, reason: string, code: string, una
   return { kind: "failed", reason, code, unavailable, retryAt: notBefore };
 }
 
-/** The wait still running before any request to the server, if any. */
-export async function waitingUntil(ctx: SyncContext, includeOwnBackoff: boolean): Promise<number | null> {
+/**
+ * Which waits a sync respects (as the Swift client's `WaitPolicy`): `all` — the server's
+ * (`Retry-After`/`Backoff`) and the replica's own backoff after failures (an app syncing in
+ * the background); `serverRequested` — only the server's (a person pressing "sync now": a
+ * network error is retried at once, the server's wait is not); `none` — an operator's override.
+ */
+export type WaitPolicy = "all" | "serverRequested" | "none";
+
+/** The wait still running before a request (`push`: the push's own backoff, else the pull's), if any. */
+export async function waitingUntil(ctx: SyncContext, waits: WaitPolicy, step: "pull" | "push"): Promise<number | null> {
+  if (waits === "none") return null;
   const state = await ctx.store.readState();
-  const queue = await ctx.store.readQueue();
-  const until = Math.max(state.serverNotBefore ?? 0, includeOwnBackoff ? Math.max(state.notBefore ?? 0, queue?.pushNotBefore ?? 0) : 0);
+  let until = state.serverNotBefore ?? 0;
+  if (waits === "all") {
+    const own = step === "pull" ? state.notBefore : (await ctx.store.readQueue())?.pushNotBefore;
+    until = Math.max(until, own ?? 0);
+  }
   return until > ctx.now() ? until : null;
 }
 
@@ -119,6 +136,7 @@ export async function waitingUntil(ctx: SyncContext, includeOwnBackoff: boolean)
  * accepted up to `settleThrough` in the transaction that stores the pulled state.
  */
 export async function pull(ctx: SyncContext, settleThrough: number | null): Promise<PullOutcome> {
+  ctx.onPhase?.("request");
   return ctx.trustedKeys.length ? signedPull(ctx, settleThrough) : plainPull(ctx, settleThrough);
 }
 
@@ -152,6 +170,7 @@ async function answerPull(ctx: SyncContext, step: PullStep, response: Response |
   try {
     const text = await readText(response!);
     if (text === null) throw new BodyError("unreadable_body", "the body broke off (or its gzip is damaged)");
+    ctx.onPhase?.("verify");
     const body = parseBody(text, ctx.collection);
     verified = await verifyBody(body, held, ctx.store, ctx.collection, {
       expectFull: step === "full", maintainDigest: false,
@@ -170,6 +189,7 @@ async function answerPull(ctx: SyncContext, step: PullStep, response: Response |
 }
 
 async function commit(ctx: SyncContext, verified: VerifiedApply, settleThrough: number | null, serverNotBefore: number | null, resetReason: string | null, extra: Partial<ReplicaState> = {}): Promise<PullOutcome> {
+  ctx.onPhase?.("commit");
   verified.prepared.state = { ...verified.prepared.state, ...successState(ctx.now(), serverNotBefore), ...extra };
   try {
     await ctx.store.commitApply(verified.prepared, settleThrough);
@@ -187,21 +207,28 @@ function encodeSegment(token: string): string {
   return encodeURIComponent(token).replace(/[!'()*]/g, (c) => "%" + c.charCodeAt(0).toString(16).toUpperCase());
 }
 
+type IndexFailure = { reason: string; code: string; unavailable: boolean; serverNotBefore: number | null };
+
+/** `GET /v1/index`, verified (§8.4 step 1); a failure is recorded (backoff) and returned. */
 async function fetchIndex(ctx: SyncContext, held: ReplicaState, revalidate: boolean): Promise<{ index: SignedIndex; response: Response } | PullOutcome> {
-  const first = await fetchIndexOnce(ctx, held, revalidate ? "no-cache" : "default");
+  let answer = await fetchIndexOnce(ctx, held, revalidate ? "no-cache" : "default");
   // A refused index may be a damaged copy the browser's cache keeps under the genuine ETag
   // (a revalidation would only confirm it): fetch it whole from the network, once.
-  if (!("index" in first) && first.kind === "failed" && first.code !== "index_unavailable") return fetchIndexOnce(ctx, held, "reload");
-  return first;
+  if ("failure" in answer && answer.failure.code !== "index_unavailable") answer = await fetchIndexOnce(ctx, held, "reload");
+  if ("failure" in answer) {
+    const f = answer.failure;
+    return recordFailure(ctx, f.reason, f.code, f.unavailable, f.serverNotBefore);
+  }
+  return answer;
 }
 
-async function fetchIndexOnce(ctx: SyncContext, held: ReplicaState, cache: RequestCache): Promise<{ index: SignedIndex; response: Response } | PullOutcome> {
+async function fetchIndexOnce(ctx: SyncContext, held: ReplicaState, cache: RequestCache): Promise<{ index: SignedIndex; response: Response } | { failure: IndexFailure }> {
   const now = ctx.now();
   const response = await request(ctx, ctx.serverURL + "/v1/index", { headers: await authHeaders(ctx), cache });
   const serverNotBefore = askedUntil(response, now);
   if (!response || response.status !== 200) {
-    const d = decidePullAnswer("full", response?.status ?? null);
-    return recordFailure(ctx, `index: ${d.action === "keep" ? d.reason : "unexpected answer"}`, "index_unavailable", d.action === "keep" && d.unavailable, serverNotBefore);
+    const status = response?.status ?? null;
+    return { failure: { reason: `index: ${status === null ? "no answer from the server" : `status ${status}`}`, code: "index_unavailable", unavailable: status === null || isUnavailable(status), serverNotBefore } };
   }
   const text = await readText(response);
   try {
@@ -212,7 +239,7 @@ async function fetchIndexOnce(ctx: SyncContext, held: ReplicaState, cache: Reque
     return { index, response };
   } catch (error) {
     if (!(error instanceof TrustError)) throw error;
-    return recordFailure(ctx, `refused the index: ${error.message}`, error.code, false, serverNotBefore);
+    return { failure: { reason: `refused the index: ${error.message}`, code: error.code, unavailable: false, serverNotBefore } };
   }
 }
 
@@ -251,6 +278,7 @@ async function signedPull(ctx: SyncContext, settleThrough: number | null): Promi
     try {
       const text = await readText(r);
       if (text === null) throw new BodyError("unreadable_body", "the body broke off");
+      ctx.onPhase?.("verify");
       return await verifyBody(parseBody(text, ctx.collection), held, ctx.store, ctx.collection, { expectFull, expected: entry, maintainDigest: true });
     } catch (error) {
       if (!isBodyProblem(error)) throw error;
@@ -288,11 +316,18 @@ async function errorCode(response: Response): Promise<string | null> {
  * and settles each answer in one local transaction. Retrying is safe: a write keeps its
  * number, so the server applies it at most once.
  */
-export async function push(ctx: SyncContext): Promise<PushReport> {
+export async function push(ctx: SyncContext, waits: WaitPolicy = "all"): Promise<PushReport> {
   const report: PushReport = { accepted: 0, refused: [], copied: [], batches: 0, failure: null, stillQueued: 0 };
   const store = ctx.store;
   const queued = () => store.pendingWrites(false).then((w) => w.length);
   if ((await queued()) === 0) return report;
+  const wait = await waitingUntil(ctx, waits, "push");
+  if (wait !== null) {
+    report.failure = `deferred until ${new Date(wait).toISOString()} (backoff)`;
+    report.stillQueued = await queued();
+    return report;
+  }
+  ctx.onPhase?.("push");
   const now = ctx.now();
   let serverAsked: number | null = null;
   let rotated = false;
@@ -406,5 +441,3 @@ async function recordPushOutcome(ctx: SyncContext, failure: string | null, serve
     await ctx.store.updateQueue({ pushFailures: 0, pushFailingSince: null, pushNotBefore: null, lastPushError: null });
   }
 }
-
-export type { Body };

@@ -10,7 +10,7 @@ PORT ?= 8080
 SAMPLE_EPOCH := 00000000005a3b1e
 SAMPLE_DATE := 1767225600
 
-.PHONY: deps build build-release run run-postgres serve demo test conformance soak bench bench-http bench-import-stall bench-postgres bench-first-sync fuzz snapshots check-snapshots clean help
+.PHONY: browser-tests browser-client bench-browser deps build build-release run run-postgres serve demo test conformance soak bench bench-http bench-import-stall bench-postgres bench-first-sync fuzz snapshots check-snapshots clean help
 
 help:
 	@echo "make run         import the sample into $(DB) if absent, bake it, and serve it on $(HOST):$(PORT)"
@@ -28,6 +28,8 @@ help:
 	@echo "make bench-first-sync  a bundled 1M-record .replica: first sync answered 304, first 1-record delta (RECORDS)"
 	@echo "make fuzz        libFuzzer on every parser, FUZZ_SECONDS (60) per target"
 	@echo "make snapshots   rebake Snapshots/ from Snapshots/sample/ (reproducible)"
+	@echo "make browser-tests  the TypeScript browser client: node --test on the protocol vectors, Selenium in headless Chromium"
+	@echo "make bench-browser  the browser client in Chromium: 100k-record full apply, 1-record delta, first start from a 10k bundle"
 
 deps:
 	@.ci/install-deps.sh
@@ -38,12 +40,13 @@ build: deps
 build-release: deps
 	$(SWIFT) build -c release --product deltasnap
 
-run: build-release
+run: build-release browser-client
 	@mkdir -p $(dir $(DB))
 	@if [ ! -f $(DB) ]; then $(RELEASE_BIN) import --db $(DB) --collection countries Snapshots/sample/countries.ndjson; fi
 	$(RELEASE_BIN) bake --db $(DB) --collection countries --out var/snapshots
 	$(RELEASE_BIN) inspect var/snapshots/countries.snapshot
-	$(RELEASE_BIN) serve --db $(DB) --host $(HOST) --port $(PORT)
+	@echo "The example web app (clients/typescript/example): http://$(HOST):$(PORT)/"
+	$(RELEASE_BIN) serve --db $(DB) --host $(HOST) --port $(PORT) --static clients/typescript/example
 
 # PostgreSQL + two stateless instances + nginx in front (see docs/ARCHITECTURE.md).
 run-postgres: build-release
@@ -95,6 +98,8 @@ test: deps
 	@# The server as a third party sees it: its description validated, and schemathesis
 	@# finding no server error and no response that departs from it.
 	.ci/conformance.sh
+	@# The browser client in a real headless Chromium (installs node, tsc, esbuild, chromium).
+	BIN=$(DEBUG_BIN) .ci/browser-tests.sh
 	@# Bounded forms of the long checks: a soak on the debug build, and each fuzzer briefly
 	@# (every committed seed is replayed first, then libFuzzer mutates).
 	SOAK_REQUESTS=20000 RSS_SLACK_MB=16 BIN=$(DEBUG_BIN) Benchmarks/soak.sh
@@ -123,3 +128,13 @@ check-snapshots: snapshots
 
 clean:
 	rm -rf .build var
+
+browser-tests: build
+	BIN=$(DEBUG_BIN) .ci/browser-tests.sh
+
+# Builds clients/typescript (dist/ and the copies in example/) with Debian's tsc and esbuild.
+browser-client: deps
+	clients/typescript/build.sh
+
+bench-browser: build-release browser-client
+	BIN=$(RELEASE_BIN) clients/typescript/bench/run.sh

@@ -51,10 +51,26 @@ trap cleanup EXIT
 TOKEN="conformance-write-token"
 "$BIN" import --db "$WORK/store.sqlite" --collection countries Snapshots/sample/countries.ndjson >/dev/null
 "$BIN" import --db "$WORK/store.sqlite" --collection items <(printf '{"id":"r0000001","name":"one"}\n{"id":"a","v":1}\n') >/dev/null
+# Partitions under access rules (PROTOCOL.md §10): alice owns attempts/alice and is a member
+# of sets/8271; bob owns attempts/bob. The runs below as each of them see only their slice.
+"$BIN" import --db "$WORK/store.sqlite" --collection attempts --partition-by owner \
+    <(printf '{"id":"a1","owner":"alice","score":3}\n{"id":"b1","owner":"bob","score":5}\n') >/dev/null
+"$BIN" import --db "$WORK/store.sqlite" --collection sets --partition-by set <(printf '{"id":"q1","set":"8271"}\n') >/dev/null
+"$BIN" import --db "$WORK/store.sqlite" --collection members/alice <(printf '{"id":"sets/8271","role":"write"}\n') >/dev/null
+cat >"$WORK/rules.yaml" <<'YAML'
+collections:
+  countries: { read: public, write: admin }
+  items:     { read: public, write: claims }
+  attempts:  { partitioned: true, read: owner, write: owner }
+  sets:      { partitioned: true, read: member, write: member }
+memberships: members
+YAML
+JWT_SECRET="conformance-jwt-secret"
 "$BIN" keygen --out "$WORK/keys" >/dev/null
 # Port 0: the kernel picks a free loopback port; the "serving" line says which.
 "$BIN" serve --db "$WORK/store.sqlite" --host 127.0.0.1 --port 0 --write-token "$TOKEN" \
-    --max-body-bytes 1048576 --signing-key "$WORK/keys/signing.key" >"$WORK/serve.out" 2>"$WORK/serve.err" &
+    --max-body-bytes 1048576 --signing-key "$WORK/keys/signing.key" --rules "$WORK/rules.yaml" --jwt-secret "$JWT_SECRET" \
+    >"$WORK/serve.out" 2>"$WORK/serve.err" &
 SERVER_PID=$!
 PORT=""
 for _ in $(seq 1 300); do
@@ -78,6 +94,22 @@ if [ "$status" -ne 0 ]; then
     echo "conformance: schemathesis FAILED (exit $status); the full report is above" >&2
     exit 1
 fi
+# Then as two users, on what their tokens change: the partitions' endpoints and the view.
+for user in alice bob; do
+    USER_TOKEN="$("$BIN" token --secret "$JWT_SECRET" --subject "$user" --write items)"
+    echo "conformance: schemathesis as $user on the partitions and /v1/index"
+    timeout "$TIME_LIMIT" "$VENV/bin/st" run docs/openapi.yaml --url "http://127.0.0.1:$PORT" \
+        -H "Authorization: Bearer $USER_TOKEN" --include-path-regex '/partitions/|^/v1/index$' \
+        --phases examples,coverage,fuzzing \
+        --max-examples "$(( (MAX_EXAMPLES + 4) / 5 ))" --seed "$SEED" --workers 1 --no-color --generation-database none \
+        --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
+        >"$WORK/schemathesis-$user.log" 2>&1 || status=$?
+    tail -n 8 "$WORK/schemathesis-$user.log"
+    if [ "$status" -ne 0 ]; then
+        echo "conformance: schemathesis as $user FAILED (exit $status)" >&2
+        exit 1
+    fi
+done
 if grep -q "request failed" "$WORK/serve.err" "$WORK/serve.out"; then
     grep "request failed" "$WORK/serve.err" "$WORK/serve.out" | head -5 >&2
     echo "conformance: the server logged a failed request (a 500)" >&2

@@ -10,7 +10,7 @@ PORT ?= 8080
 SAMPLE_EPOCH := 00000000005a3b1e
 SAMPLE_DATE := 1767225600
 
-.PHONY: browser-tests browser-client bench-browser deps build build-release run run-postgres serve demo test conformance soak bench bench-http bench-import-stall bench-postgres bench-first-sync fuzz snapshots check-snapshots clean help
+.PHONY: browser-tests browser-client bench-browser deps build build-release run run-postgres serve demo test conformance soak bench bench-http bench-import-stall bench-postgres bench-first-sync bench-partitions fuzz snapshots check-snapshots clean help
 
 help:
 	@echo "make run         import the sample into $(DB) if absent, bake it, and serve it on $(HOST):$(PORT)"
@@ -25,6 +25,7 @@ help:
 	@echo "                 (BASELINE_BIN=old/deltasnap: the old build side by side)"
 	@echo "make bench-import-stall  304 latency idle and during a 30 MB import through the write API"
 	@echo "make bench-postgres  SQLite vs two instances on PostgreSQL behind nginx, import rates, a 1M full body"
+	@echo "make bench-partitions  import --partition-by; a view's 304 vs nginx; 1M partitions, 10k users: RSS, a changed view"
 	@echo "make bench-first-sync  a bundled 1M-record .replica: first sync answered 304, first 1-record delta (RECORDS)"
 	@echo "make fuzz        libFuzzer on every parser, FUZZ_SECONDS (60) per target"
 	@echo "make snapshots   rebake Snapshots/ from Snapshots/sample/ (reproducible)"
@@ -72,6 +73,10 @@ bench-import-stall: deps
 # The first sync of a bundled .replica: a 304 never copies it; the first delta (RECORDS, 1M).
 bench-first-sync: deps
 	Benchmarks/bench-first-sync.sh
+
+# Partitions and views: import --partition-by, a view's 304 next to nginx's, 1M partitions with 10k users.
+bench-partitions: deps
+	Benchmarks/bench-partitions.sh
 
 # SQLite vs 2 instances on PostgreSQL behind nginx; import rates; a 1M full body (MILLION=0 skips it).
 bench-postgres: deps

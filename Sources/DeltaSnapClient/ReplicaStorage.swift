@@ -80,13 +80,14 @@ final class ReplicaStorage {
     private func adoptIfBorrowed() throws {
         guard let (source, destination) = borrowed else { return }
         let bundleToken = try Self.stateValues(in: db, scope: scope)["token"]
-        statements = [:]
+        statements.removeAll()
         db = try SQLiteConnection(path: ":memory:")
         // One adopter at a time: the check for an existing replica and the install are one step.
         let lock = try FileLock(path: destination + "-adopt.lock")
         defer { lock.unlock() }
         if !FileManager.default.fileExists(atPath: destination) { try Self.install(copyOf: source, at: destination) }
         db = try Self.openWritable(destination)
+        statements = StatementCache(db)
         scope = try ReplicaScope.of(scope.collection, in: db)
         borrowed = nil
         path = destination
@@ -155,13 +156,10 @@ final class ReplicaStorage {
     }
 
     /// Statements prepared once per connection: local writes and reads are hot paths.
-    private var statements: [String: SQLiteStatement] = [:]
+    private lazy var statements = StatementCache(db)
 
     func statement(_ sql: String) throws -> SQLiteStatement {
-        if let cached = statements[sql] { return cached }
-        let prepared = try db.prepare(sql)
-        statements[sql] = prepared
-        return prepared
+        try statements(sql)
     }
 
     // MARK: - State

@@ -45,18 +45,25 @@ public final class CollectionWriter {
     private var state: StateAccumulator
     private var seen = Set<String>()
 
+    private let statements: StatementCache
     private let lookup: SQLiteStatement
     private let upsert: SQLiteStatement
     private var storedLookup: SQLiteStatement?
 
-    init(db: SQLiteConnection, collection: String, configuration: StoreConfiguration) throws {
+    init(db: SQLiteConnection, statements: StatementCache, collection: String, configuration: StoreConfiguration) throws {
         self.db = db
+        self.statements = statements
         self.collection = collection
         self.configuration = configuration
         let reader = StoreReader(db: db)
-        if let head = try reader.head(of: collection) {
+        let lookupHead = try statements(StoreReader.headSQL + " WHERE c.name = ?")
+        try lookupHead.bind(1, collection)
+        // Reset at once: a statement left on a row keeps its read open past the commit.
+        let found = try lookupHead.step() ? StoreReader.head(from: lookupHead) : nil
+        lookupHead.reset()
+        if let head = found {
             previous = head
-            let select = try db.prepare("SELECT cid FROM collections WHERE name = ?")
+            let select = try statements("SELECT cid FROM collections WHERE name = ?")
             try select.bind(1, collection)
             _ = try select.step()
             cid = select.int64(0)
@@ -68,7 +75,7 @@ public final class CollectionWriter {
         } else {
             // Created inside this transaction: rolled back with it if nothing is committed.
             epoch = configuration.epochForNewCollections ?? ServerToken.randomEpoch()
-            let insert = try db.prepare("INSERT INTO collections(name, epoch, head, checksum, visible) VALUES (?, ?, 0, 0, 0)")
+            let insert = try statements("INSERT INTO collections(name, epoch, head, checksum, visible) VALUES (?, ?, 0, 0, 0)")
             try insert.bind(1, collection)
             try insert.bind(2, epoch)
             try insert.run()
@@ -76,8 +83,8 @@ public final class CollectionWriter {
             state = StateAccumulator(collection: collection, checksum: .empty, count: 0, digest: .empty)
             version = 1
         }
-        lookup = try db.prepare("SELECT hidden, hash, body FROM records WHERE cid = ? AND id = ?")
-        upsert = try db.prepare("""
+        lookup = try statements("SELECT hidden, hash, body FROM records WHERE cid = ? AND id = ?")
+        upsert = try statements("""
             INSERT INTO records(cid, id, version, hidden, hash, body) VALUES (?, ?, ?, ?, ?, ?)
             ON CONFLICT(cid, id) DO UPDATE SET
                 version = excluded.version, hidden = excluded.hidden, hash = excluded.hash, body = excluded.body
@@ -168,15 +175,17 @@ public final class CollectionWriter {
         // Commit times never go backwards, so the version <-> time map stays monotone
         // for If-Modified-Since even if the clock steps back.
         let committedAt = configuration.commitTime(after: previous?.committedAt)
-        let recordVersion = try db.prepare("INSERT INTO versions(cid, version, committed_at) VALUES (?, ?, ?)")
+        let recordVersion = try statements("INSERT INTO versions(cid, version, committed_at) VALUES (?, ?, ?)")
         try recordVersion.bind(1, cid)
         try recordVersion.bind(2, version)
         try recordVersion.bind(3, committedAt)
         try recordVersion.run()
         let previousSequence = try db.scalarInt("SELECT sequence FROM publication WHERE id = 1") ?? 0
         let sequence = PublicationSequence.next(after: UInt64(previousSequence), at: committedAt)
-        try db.execute("INSERT INTO publication(id, sequence) VALUES (1, \(sequence)) ON CONFLICT(id) DO UPDATE SET sequence = excluded.sequence")
-        let updateHead = try db.prepare("UPDATE collections SET head = ?, checksum = ?, visible = ?, digest = ?, published = ? WHERE cid = ?")
+        let publish = try statements("INSERT INTO publication(id, sequence) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET sequence = excluded.sequence")
+        try publish.bind(1, sequence)
+        try publish.run()
+        let updateHead = try statements("UPDATE collections SET head = ?, checksum = ?, visible = ?, digest = ?, published = ? WHERE cid = ?")
         try updateHead.bind(1, version)
         try updateHead.bind(2, state.checksum.value)
         try updateHead.bind(3, state.count)

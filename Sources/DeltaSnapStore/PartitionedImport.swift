@@ -64,7 +64,7 @@ extension Store {
         try db.transaction(.immediate) {
             try partitions.map { partition in
                 try CollectionPath.validate(partition.path)
-                let writer = try CollectionWriter(db: db, collection: partition.path, configuration: configuration)
+                let writer = try CollectionWriter(db: db, statements: statements, collection: partition.path, configuration: configuration)
                 for record in partition.records { try writer.put(record) }
                 if replace { try writer.hideRecordsNotPut() }
                 return try writer.commit()

@@ -83,7 +83,7 @@ extension Store {
             let now = Int64(Date().timeIntervalSince1970)
             let ledger = PushLedger(db: db, collection: collection, client: user.map { "\($0)/\(client)" } ?? client, displayName: client)
             let lastSeq = try ledger.lastSeq()
-            let writer = try CollectionWriter(db: db, collection: collection, configuration: configuration)
+            let writer = try CollectionWriter(db: db, statements: statements, collection: collection, configuration: configuration)
             let fork = policy == .fork
                 ? ForkCheck(client: client, epoch: writer.epoch, committedByThisClient: { try ledger.committed(version: $0) }) : nil
             let plan = try PushPlan(

@@ -19,6 +19,8 @@ public final class Store {
     public let path: String
     public let configuration: StoreConfiguration
     let db: SQLiteConnection
+    /// Statements the writes reuse (a partitioned import opens a writer per partition).
+    lazy var statements = StatementCache(db)
 
     static let schemaVersion: Int64 = 5
 
@@ -188,7 +190,7 @@ public final class Store {
     public func write(to collection: String, _ body: (CollectionWriter) throws -> Void) throws -> WriteResult {
         try CollectionPath.validate(collection)
         return try db.transaction(.immediate) {
-            let writer = try CollectionWriter(db: db, collection: collection, configuration: configuration)
+            let writer = try CollectionWriter(db: db, statements: statements, collection: collection, configuration: configuration)
             try body(writer)
             return try writer.commit()
         }

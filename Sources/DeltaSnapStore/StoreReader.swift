@@ -50,13 +50,13 @@ public struct StoreReader {
         return head
     }
 
-    private static let headSQL = """
+    static let headSQL = """
         SELECT c.name, c.epoch, c.head, c.checksum, c.visible, c.floor,
                (SELECT v.committed_at FROM versions v WHERE v.cid = c.cid AND v.version = c.head)
         FROM collections c
         """
 
-    private static func head(from statement: SQLiteStatement) -> CollectionHead {
+    static func head(from statement: SQLiteStatement) -> CollectionHead {
         CollectionHead(
             name: statement.string(0), epoch: statement.string(1), version: statement.uint64(2),
             checksum: StateChecksum(value: statement.uint64(3)), count: Int(statement.int64(4)),

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Partitions and views (issue 20), on 127.0.0.1 only, with `deltasnap serve` as a user
+# starts it (default flags: the request log at info) plus --rules and --jwt-secret:
+#   1. `import --partition-by`: IMPORT_RECORDS records into as many partitions (SQLite);
+#   2. an unchanged view of VIEW_PARTITIONS partitions answered 304 (token verified on every
+#      request), wrk, next to nginx answering 304 for a static file in the same run;
+#   3. PARTITIONS partitions in one store, USERS users each polling their view once (a private
+#      partition each, plus the shared sets their memberships name): the server's RSS after,
+#      and the latency of a changed view (one of VIEW_PARTITIONS changed) over REPEATS.
+#
+#   Benchmarks/bench-partitions.sh                       # 1,000,000 partitions, 10,000 users
+#   PARTITIONS=100000 USERS=1000 Benchmarks/bench-partitions.sh   # a quicker run
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/bench-common.sh"
+IMPORT_RECORDS="${IMPORT_RECORDS:-100000}"
+VIEW_PARTITIONS="${VIEW_PARTITIONS:-1000}"
+PARTITIONS="${PARTITIONS:-1000000}"
+USERS="${USERS:-10000}"
+REPEATS="${REPEATS:-20}"
+DURATION="${DURATION:-10s}"
+THREADS="${THREADS:-2}"
+CONNECTIONS="${CONNECTIONS:-32}"
+DS_PORT="${DS_PORT:-18090}"
+NGINX_PORT="${NGINX_PORT:-18091}"
+SECRET="bench-partitions-secret"
+
+need nginx wrk curl
+NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
+build_release
+make_workspace bench-partitions
+RESULTS="$TMP/results.tsv"
+: >"$RESULTS"
+
+# ---------------------------------------------------------------- 1. partitioned import
+say "import --partition-by: $IMPORT_RECORDS records into $IMPORT_RECORDS partitions"
+python3 - "$IMPORT_RECORDS" >"$TMP/import.ndjson" <<'PY'
+import sys
+for i in range(int(sys.argv[1])):
+    print('{"id":"q%d","set":"s%d","question":"%d + %d"}' % (i, i, i, i))
+PY
+start=$(date +%s.%N)
+"$BIN" import --db "$TMP/import.sqlite" --collection sets --partition-by set --quiet "$TMP/import.ndjson" >"$TMP/import.out"
+IMPORT_SECONDS=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.2f", e - s }')
+IMPORT_RATE=$(awk -v n="$IMPORT_RECORDS" -v t="$IMPORT_SECONDS" 'BEGIN { printf "%.0f", n / t }')
+cat "$TMP/import.out" >&2
+rm -f "$TMP/import.sqlite"*
+
+# ---------------------------------------------------------------- 3's store (2 uses it too)
+DB="$TMP/store.sqlite"
+say "store: $PARTITIONS partitions (sets), $USERS users (attempts/uN, members/uN), user 'heavy' member of $VIEW_PARTITIONS sets"
+python3 - "$PARTITIONS" "$USERS" "$VIEW_PARTITIONS" "$TMP" <<'PY'
+import sys
+partitions, users, view, tmp = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+with open(tmp + "/sets.ndjson", "w") as f:
+    for i in range(partitions):
+        f.write('{"id":"q","set":"s%d","question":"%d"}\n' % (i, i))
+with open(tmp + "/attempts.ndjson", "w") as f:
+    for u in range(users):
+        f.write('{"id":"a1","owner":"u%d","score":%d}\n' % (u, u % 7))
+with open(tmp + "/members.ndjson", "w") as f:
+    for u in range(users):
+        for k in range(3):
+            f.write('{"id":"sets/s%d","owner":"u%d","role":"read"}\n' % ((u * 3 + k) % partitions, u))
+    for k in range(view):
+        f.write('{"id":"sets/s%d","owner":"heavy","role":"read"}\n' % (k * (partitions // view)))
+PY
+"$BIN" import --db "$DB" --collection countries --quiet "$ROOT/Snapshots/sample/countries.ndjson" >/dev/null
+for part in sets:set attempts:owner members:owner; do
+    "$BIN" import --db "$DB" --collection "${part%%:*}" --partition-by "${part#*:}" --quiet "$TMP/${part%%:*}.ndjson" >&2
+done
+cat >"$TMP/rules.yaml" <<'YAML'
+collections:
+  countries: { read: public, write: admin }
+  attempts:  { partitioned: true, read: owner, write: owner }
+  sets:      { partitioned: true, read: member, write: member }
+memberships: members
+YAML
+
+# JWTs minted here (HS256): one per user, as the app's auth service would.
+python3 - "$SECRET" "$USERS" >"$TMP/tokens.txt" <<'PY'
+import base64, hashlib, hmac, json, sys, time
+secret, users = sys.argv[1].encode(), int(sys.argv[2])
+def b64(data): return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+header = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+for sub in ["heavy"] + ["u%d" % u for u in range(users)]:
+    body = b64(json.dumps({"sub": sub, "exp": int(time.time()) + 7200}).encode())
+    signature = b64(hmac.new(secret, (header + "." + body).encode(), hashlib.sha256).digest())
+    print(header + "." + body + "." + signature)
+PY
+HEAVY_TOKEN="$(head -1 "$TMP/tokens.txt")"
+
+start_serve "$BIN" "$DB" "$DS_PORT" --rules "$TMP/rules.yaml" --jwt-secret "$SECRET"
+INDEX="http://127.0.0.1:$DS_PORT/v1/index"
+VIEW_ETAG="$(etag_of "$INDEX" -H "Authorization: Bearer $HEAVY_TOKEN")"
+VIEW_COUNT=$(curl -s -H "Authorization: Bearer $HEAVY_TOKEN" "$INDEX" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["index"]["collections"]))')
+STATUS=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $HEAVY_TOKEN" -H "If-None-Match: $VIEW_ETAG" "$INDEX")
+say "heavy's view: $VIEW_COUNT entries, ETag $VIEW_ETAG, revalidated: $STATUS"
+[[ "$STATUS" == 304 ]] || { echo "the unchanged view was not a 304" >&2; exit 1; }
+
+# ---------------------------------------------------------------- 2. 304 of a view vs nginx
+mkdir -p "$TMP/www" "$TMP/nginx/tmp"
+cp "$ROOT/Snapshots/countries.snapshot" "$TMP/www/index.json"
+chmod 755 "$TMP" "$TMP/www"; chmod 644 "$TMP/www/index.json"
+cat >"$TMP/nginx/nginx.conf" <<EOF
+daemon off;
+worker_processes auto;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $TMP/nginx/tmp/body;
+    proxy_temp_path $TMP/nginx/tmp/proxy;
+    fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
+    uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
+    scgi_temp_path $TMP/nginx/tmp/scgi;
+    keepalive_requests 1000000;
+    server { listen 127.0.0.1:$NGINX_PORT; root $TMP/www; location / { etag on; } }
+}
+EOF
+"$NGINX" -e "$TMP/nginx/error.log" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
+NGINX_PID=$!
+PIDS+=("$NGINX_PID")
+for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$NGINX_PORT/index.json" && break; sleep 0.1; done
+NG_URL="http://127.0.0.1:$NGINX_PORT/index.json"
+NG_ETAG="$(etag_of "$NG_URL")"
+WATCH_PIDS=("$DS_PID")
+run_wrk nginx-304 "$NG_URL" "If-None-Match: $NG_ETAG"
+run_wrk view-304 "$INDEX" "Authorization: Bearer $HEAVY_TOKEN" "If-None-Match: $VIEW_ETAG"
+kill "$NGINX_PID" 2>/dev/null || true
+
+# ---------------------------------------------------------------- 3. many users, a changed view
+say "$USERS users poll their view once"
+RSS_BEFORE=$(vmrss_mb "$DS_PID")
+python3 - "$DS_PORT" "$TMP/tokens.txt" <<'PY'
+import http.client, sys
+port, tokens = int(sys.argv[1]), open(sys.argv[2]).read().split()[1:]
+connection = http.client.HTTPConnection("127.0.0.1", port)
+bad = 0
+for token in tokens:
+    connection.request("GET", "/v1/index", headers={"Authorization": "Bearer " + token})
+    response = connection.getresponse()
+    response.read()
+    bad += response.status != 200
+if bad:
+    sys.exit("%d views were not 200" % bad)
+PY
+RSS_AFTER=$(vmrss_mb "$DS_PID")
+HWM=$(vmhwm_mb "$DS_PID")
+
+say "a changed view: one of heavy's $VIEW_COUNT partitions changes, $REPEATS times"
+: >"$TMP/changed.txt"
+STEP=$((PARTITIONS / VIEW_PARTITIONS))
+for i in $(seq 1 "$REPEATS"); do
+    OLD="$(etag_of "$INDEX" -H "Authorization: Bearer $HEAVY_TOKEN")"
+    printf '{"id":"q","question":"changed %d"}\n' "$i" | "$BIN" import --db "$DB" --collection "sets/s$(( (i % VIEW_PARTITIONS) * STEP ))" --quiet - >/dev/null
+    sleep 0.3   # the server notices another process's commit within 100 ms
+    curl -s -o /dev/null -w '%{http_code} %{time_total}\n' -H "Authorization: Bearer $HEAVY_TOKEN" -H "If-None-Match: $OLD" "$INDEX" >>"$TMP/changed.txt"
+done
+grep -qv '^200 ' "$TMP/changed.txt" && { echo "a changed view was not a 200:" >&2; cat "$TMP/changed.txt" >&2; exit 1; }
+CHANGED_P50=$(awk '{ print $2 * 1000 }' "$TMP/changed.txt" | sort -n | awk '{ a[NR] = $1 } END { printf "%.2f", a[int((NR + 1) / 2)] }')
+CHANGED_MAX=$(awk '{ print $2 * 1000 }' "$TMP/changed.txt" | sort -n | tail -1)
+
+# ---------------------------------------------------------------- report
+get() { awk -F'\t' -v n="$1" -v c="$2" '$1 == n { print $c }' "$RESULTS"; }
+echo
+echo "import --partition-by (SQLite): $IMPORT_RECORDS records into $IMPORT_RECORDS partitions in $IMPORT_SECONDS s = $IMPORT_RATE records/s"
+echo
+echo "| case (wrk -t$THREADS -c$CONNECTIONS -d$DURATION) | req/s | p50 ms | p99 ms | ×nginx |"
+echo "|---|---:|---:|---:|---:|"
+NG=$(get nginx-304 2)
+printf '| nginx 304 (static file) | %s | %s | %s | 1.00 |\n' "$NG" "$(get nginx-304 3)" "$(get nginx-304 4)"
+printf '| view of %s partitions, 304 (JWT verified) | %s | %s | %s | %s |\n' "$VIEW_COUNT" "$(get view-304 2)" "$(get view-304 3)" "$(get view-304 4)" \
+    "$(awk -v a="$(get view-304 2)" -v b="$NG" 'BEGIN { printf "%.2f", a / b }')"
+echo
+echo "$PARTITIONS partitions, $USERS users' views answered: server RSS $RSS_BEFORE MB before, $RSS_AFTER MB after (peak $HWM MB)"
+echo "changed view (1 of $VIEW_COUNT partitions changed), $REPEATS times: p50 $CHANGED_P50 ms, max $CHANGED_MAX ms"

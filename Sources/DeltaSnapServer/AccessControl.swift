@@ -145,6 +145,8 @@ final class AccessControl: Sendable {
     /// still finds its key whichever kind it is. Built once, on first use, because
     /// `JWTKeyCollection` is an actor; the keys themselves are parsed (and refused) at init.
     private let keySets: Task<[JWTKeyCollection], Never>
+    /// Tokens that verified, until they expire (bounded).
+    private let verified = VerifiedTokens()
 
     init(policy: AccessPolicy) throws {
         self.policy = policy
@@ -276,11 +278,16 @@ final class AccessControl: Sendable {
         if let admin = policy.adminToken, Self.constantTimeEqual(token, admin) {
             return Principal(subject: "admin", claims: nil, isAdmin: true)
         }
+        // A token verified before is the same bytes with the same claims: a poll repeats it,
+        // so it is checked once (its expiry on every use), not parsed and re-signed each time.
+        if let known = verified.principal(for: token, now: Date()) { return known }
         var failure: (any Error)?
         for keys in await keySets.value {
             do {
                 let claims = try await keys.verify(token, as: AccessClaims.self)
-                return Principal(subject: claims.sub.value, claims: claims, isAdmin: false)
+                let principal = Principal(subject: claims.sub.value, claims: claims, isAdmin: false)
+                verified.remember(token, as: principal, until: claims.exp.value)
+                return principal
             } catch {
                 // An expiry is the most useful thing to report; otherwise the first failure.
                 if failure == nil || Self.isExpiry(error) { failure = error }
@@ -346,5 +353,35 @@ extension APIError {
     /// `401` for a request without a bearer token; `what` says what needed it.
     static func missingToken(_ what: String) -> APIError {
         APIError(.unauthorized, "unauthorized", "\(what) the header 'Authorization: Bearer <token>'", headers: [.wwwAuthenticate: "Bearer"])
+    }
+}
+
+/// JWTs that verified, with who they are and until when: a bounded cache, so memory grows
+/// with the active users only.
+final class VerifiedTokens: @unchecked Sendable {
+    private let lock = NSLock()
+    private var entries: [String: (principal: Principal, expires: Date)] = [:]
+    private let capacity: Int
+
+    init(capacity: Int = 10_000) {
+        self.capacity = capacity
+    }
+
+    func principal(for token: String, now: Date) -> Principal? {
+        lock.withLock {
+            guard let entry = entries[token] else { return nil }
+            guard entry.expires > now else {
+                entries[token] = nil
+                return nil
+            }
+            return entry.principal
+        }
+    }
+
+    func remember(_ token: String, as principal: Principal, until expires: Date) {
+        lock.withLock {
+            if entries.count >= capacity, entries[token] == nil, let victim = entries.keys.first { entries[victim] = nil }
+            entries[token] = (principal, expires)
+        }
     }
 }

@@ -45,11 +45,28 @@ extension DeltaSnapAPI {
         // not even looked at (as before views existed).
         let principal = policy.everythingPublic && policy.rules.collections.isEmpty ? Principal.anonymous : try await accessControl.principal(of: request)
         let isView = principal.subject != Principal.anonymous.subject || principal.isAdmin || principal.claims != nil
-        let listed = isView ? try await viewHeads(of: principal) : heads.all.map(\.head).filter { name in
-            CollectionPath(name.name).map { $0.key == nil && policy.isPublicRead($0) } ?? false
+        let now = Int64(Date().timeIntervalSince1970)
+        let published: IndexPublisher.Published
+        // Views are kept per subject and claims: another token of the same user may name
+        // other partitions in its claims.
+        let slot = principal.claims.map { "\($0.sub.value)\u{0}\(($0.read ?? []).joined(separator: ","))\u{0}\(($0.write ?? []).joined(separator: ","))" }
+            ?? principal.subject
+        if isView, let cached = publication.cached(for: slot, now: now), let dependencies = cached.dependencies,
+           heads.stillHolds(dependencies)
+        {
+            // The common poll of a view: nothing it was built from changed, so it is the same
+            // document — no membership, head or store read, no signature.
+            published = cached
+        } else if isView {
+            let (listed, dependencies) = try await viewHeads(of: principal)
+            published = try await publication.current(
+                heads: listed, subject: principal.subject, slot: slot, dependencies: dependencies, store: store, now: now)
+        } else {
+            let listed = heads.all.map(\.head).filter { name in
+                CollectionPath(name.name).map { $0.key == nil && policy.isPublicRead($0) } ?? false
+            }
+            published = try await publication.current(heads: listed, subject: nil, slot: "", dependencies: nil, store: store, now: now)
         }
-        let published = try await publication.current(
-            heads: listed, subject: isView ? principal.subject : nil, store: store, now: Int64(Date().timeIntervalSince1970))
         let maxAge = configuration.indexMaxAge
         let headers: HTTPFields = [
             .contentType: "application/json",
@@ -68,9 +85,14 @@ extension DeltaSnapAPI {
     /// names), their own partitions, the partitions their memberships and claims name.
     /// Partitions of public partitioned collections are not listed unless named so: there
     /// may be millions.
-    func viewHeads(of principal: Principal) async throws -> [CollectionHead] {
+    /// The dependencies are every head it looked at, listed or not (a partition that does not
+    /// exist yet too): while they hold, the view is the same.
+    func viewHeads(of principal: Principal) async throws -> ([CollectionHead], ViewDependencies) {
         var listed: [CollectionHead] = []
-        for served in heads.all where !CollectionPath.isPartition(served.head.name) {
+        let collections = heads.all
+        var dependencies = ViewDependencies(heads: [], collectionCount: collections.count)
+        for served in collections {
+            dependencies.heads.append((served.head.name, served.head.token, served.head.floor))
             guard let path = CollectionPath(served.head.name) else { continue }
             if try await accessControl.mayRead(path, as: principal, memberships: memberships) { listed.append(served.head) }
         }
@@ -83,12 +105,13 @@ extension DeltaSnapAPI {
             candidates.formUnion(((claims.read ?? []) + (claims.write ?? [])).filter(CollectionPath.isPartition))
         }
         for name in candidates.sorted(by: { $0.utf8Precedes($1) }) {
-            guard let path = CollectionPath(name), try await accessControl.mayRead(path, as: principal, memberships: memberships),
-                  let head = try await heads.head(of: name, store: store)
+            let head = try await heads.head(of: name, store: store)
+            dependencies.heads.append((name, head?.token, head?.floor ?? 0))
+            guard let head, let path = CollectionPath(name), try await accessControl.mayRead(path, as: principal, memberships: memberships)
             else { continue }
             listed.append(head)
         }
-        return listed.sorted { $0.name.utf8Precedes($1.name) }
+        return (listed.sorted { $0.name.utf8Precedes($1.name) }, dependencies)
     }
 
     /// `GET /v1/collections/{name}/deltas/{base}/{target}`: the changes from `base` to the

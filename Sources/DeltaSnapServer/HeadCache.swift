@@ -73,6 +73,19 @@ final class HeadCache: @unchecked Sendable {
         try await served(name, store: store)?.head
     }
 
+    /// Whether every head `dependencies` names is still the one it recorded (the same token
+    /// and floor, or still absent), and no collection was added: one pass under the lock.
+    func stillHolds(_ dependencies: ViewDependencies) -> Bool {
+        lock.withLock {
+            guard collections.count == dependencies.collectionCount else { return false }
+            for (name, token, floor) in dependencies.heads {
+                let held = CollectionPath.isPartition(name) ? partitions[name] : collections[name]
+                guard held?.head.token == token, (held?.head.floor ?? 0) == floor else { return false }
+            }
+            return true
+        }
+    }
+
     /// Every collection's head (no partition), sorted by name.
     var all: [ServedHead] {
         lock.withLock { collections.values.sorted { $0.head.name.utf8Precedes($1.head.name) } }
@@ -111,4 +124,11 @@ final class HeadCache: @unchecked Sendable {
         }
         partitions[head.name] = served
     }
+}
+
+/// The heads a view was built from — every one it looked at, listed or not (a partition not
+/// created yet is recorded as absent) — and how many collections there were.
+struct ViewDependencies: Sendable {
+    var heads: [(name: String, token: ServerToken?, floor: UInt64)]
+    var collectionCount: Int
 }

@@ -21,13 +21,15 @@ final class IndexPublisher: @unchecked Sendable {
         var issued: Int64
         var document: ByteBuffer
         var etag: String
+        /// For a view: what it was built from (see ``HeadCache/stillHolds(_:)``).
+        var dependencies: ViewDependencies?
     }
 
     private let lock = NSLock()
     private let keys: [IndexSigningKey]
     private let lifetime: Int64
     private let capacity: Int
-    /// By subject; "" is the public index (a `sub` is never empty).
+    /// By slot: a view's subject and claims; "" is the public index (a `sub` is never empty).
     private var published: [String: Published] = [:]
 
     init(keys: [IndexSigningKey], lifetime: Int64, capacity: Int = 10_000) {
@@ -37,14 +39,19 @@ final class IndexPublisher: @unchecked Sendable {
     }
 
     /// The current document listing `heads` (the heads the server answers polls with), for
-    /// `subject` (nil: the public index).
-    func current(heads: [CollectionHead], subject: String?, store: any CollectionStore, now: Int64) async throws -> Published {
-        let slot = subject ?? ""
+    /// `subject` (nil: the public index), kept under `slot`.
+    func current(
+        heads: [CollectionHead], subject: String?, slot: String, dependencies: ViewDependencies?, store: any CollectionStore, now: Int64
+    ) async throws -> Published {
         let key = heads.map { "\($0.name) \($0.token) \($0.floor)" }
-        if let published = lock.withLock({ published[slot] }), published.key == key, now - published.issued < lifetime / 4 {
-            return published
+        if var published = lock.withLock({ published[slot] }), published.key == key, now - published.issued < lifetime / 4 {
+            published.dependencies = dependencies
+            let kept = published
+            lock.withLock { self.published[slot] = kept }
+            return kept
         }
-        let built = try await build(names: heads.map(\.name), subject: subject, store: store, now: now)
+        var built = try await build(names: heads.map(\.name), subject: subject, store: store, now: now)
+        built.dependencies = dependencies
         lock.withLock {
             // Two requests may build at once; keep the newer one.
             if let held = published[slot], held.issued > built.issued { return }
@@ -54,6 +61,12 @@ final class IndexPublisher: @unchecked Sendable {
             published[slot] = built
         }
         return built
+    }
+
+    /// The view kept under `slot` as last built, while it needs no re-signing.
+    func cached(for slot: String, now: Int64) -> Published? {
+        guard let held = lock.withLock({ published[slot] }), now - held.issued < lifetime / 4 else { return nil }
+        return held
     }
 
     private func build(names: [String], subject: String?, store: any CollectionStore, now: Int64) async throws -> Published {

@@ -13,13 +13,7 @@ import Testing
 /// poll, signed views through a compromised mirror, and `deltasnap sync` with a base URL.
 @Suite struct ViewSyncTests {
     static let secret = "view-sync-test-secret"
-    static let rules = """
-        collections:
-          countries: { read: public, write: admin }
-          attempts:  { partitioned: true, read: owner,  write: owner }
-          sets:      { partitioned: true, read: member, write: member }
-        memberships: members
-        """
+    static let rules = Fixtures.studyAppRules
 
     struct Fixture: Sendable {
         let server: TestServer

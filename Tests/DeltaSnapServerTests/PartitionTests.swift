@@ -11,13 +11,7 @@ import Testing
 /// out, and isolation (a partition one may not read answers as one that does not exist).
 @Suite struct PartitionTests {
     static let secret = "partition-test-secret"
-    static let rules = """
-        collections:
-          countries: { read: public, write: admin }
-          attempts:  { partitioned: true, read: owner,  write: owner }
-          sets:      { partitioned: true, read: member, write: member }
-        memberships: members
-        """
+    static let rules = Fixtures.studyAppRules
 
     struct Fixture: Sendable {
         let server: TestServer

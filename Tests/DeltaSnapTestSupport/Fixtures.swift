@@ -6,6 +6,16 @@ import Foundation
 /// Builders for test data.
 public enum Fixtures {
     /// NDJSON text of synthetic records `range`.
+    /// The access rules of a study-set app (PROTOCOL.md §10): public countries, one attempts
+    /// partition per user, shared sets by membership.
+    public static let studyAppRules = """
+        collections:
+          countries: { read: public, write: admin }
+          attempts:  { partitioned: true, read: owner,  write: owner }
+          sets:      { partitioned: true, read: member, write: member }
+        memberships: members
+        """
+
     public static func ndjson(_ range: Range<Int>, revision: Int = 0, seed: UInt64 = 1) -> String {
         let generator = SyntheticRecords(seed: seed)
         var out: [UInt8] = []

@@ -58,19 +58,24 @@ public struct DeltaSnapServer: Sendable {
             configuration: .init(address: .hostname(host, port: port), serverName: nil),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) },
             logger: logger)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await service.watchForChanges() }
-            if let schedule = service.configuration.compaction {
-                group.addTask { [logger] in await service.runCompaction(schedule, logger: logger) }
-            }
-            group.addTask {
-                if handleSignals { try await app.runService() } else { try await Self.runUntilCancelled(app, logger: logger) }
-            }
-            // Whichever ends first (the server, normally) ends the other.
-            defer { group.cancelAll() }
-            try await group.next()
+        // The watcher and the compaction schedule run beside the server and are cancelled when
+        // it ends, but not waited for: a stop must not hang on a store whose watcher is slow to
+        // see its cancellation (a PostgreSQL notification stream across a database restart).
+        let watcher = Task { await service.watchForChanges() }
+        let compaction = service.configuration.compaction.map { schedule in
+            Task { [logger] in await service.runCompaction(schedule, logger: logger) }
         }
+        let served: Result<Void, any Error>
+        do {
+            if handleSignals { try await app.runService() } else { try await Self.runUntilCancelled(app, logger: logger) }
+            served = .success(())
+        } catch {
+            served = .failure(error)
+        }
+        watcher.cancel()
+        compaction?.cancel()
         await service.shutdown()
+        try served.get()
     }
 
     /// Runs `app` until this task is cancelled, then shuts it down gracefully, at most

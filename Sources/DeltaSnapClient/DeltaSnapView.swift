@@ -110,7 +110,7 @@ public actor DeltaSnapView {
         var complete = true
         for entry in index.entries where held[entry.collection] != entry.token {
             do {
-                let outcome = await try replica(for: entry.collection).pull(toward: trustedKeys.isEmpty ? nil : entry, now: now)
+                let outcome = try await replica(for: entry.collection).pull(toward: trustedKeys.isEmpty ? nil : entry, now: now)
                 report.partitions[entry.collection] = outcome
                 if case .failed = outcome { complete = false }
                 if case .deferred = outcome { complete = false }

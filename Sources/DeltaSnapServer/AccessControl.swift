@@ -106,6 +106,12 @@ public struct AccessClaims: JWTPayload, Equatable {
     func mayWrite(_ collection: String) -> Bool { Self.names(write, collection) }
     func mayRead(_ collection: String) -> Bool { Self.names(read, collection) || mayWrite(collection) }
 
+    /// Whether these claims give `right` on `path`: a claim may name the collection (every
+    /// partition of it) or one partition.
+    func allow(_ right: AccessControl.Right, on path: CollectionPath) -> Bool {
+        [path.name, path.description].contains { right == .write ? mayWrite($0) : mayRead($0) }
+    }
+
     private static func names(_ list: [String]?, _ collection: String) -> Bool {
         list?.contains { $0 == collection || $0 == "*" } ?? false
     }
@@ -230,7 +236,7 @@ final class AccessControl: Sendable {
             return right == .read || role == .write
         case .claims:
             guard let claims = principal.claims else { return false }
-            return [path.name, path.description].contains { right == .write ? claims.mayWrite($0) : claims.mayRead($0) }
+            return claims.allow(right, on: path)
         }
     }
 
@@ -246,7 +252,7 @@ final class AccessControl: Sendable {
         if principal.isAdmin { return true }
         guard let rule = policy.rules[path.name] else {
             if policy.isPublicRead(path) { return true }
-            return principal.claims.map { $0.mayRead(path.description) || $0.mayRead(path.name) } ?? false
+            return principal.claims?.allow(.read, on: path) ?? false
         }
         guard rule.partitioned == (path.key != nil) else { return false }
         return try await grants(rule.read, .read, on: path, to: principal, memberships: memberships)
@@ -264,11 +270,7 @@ final class AccessControl: Sendable {
         }
         let principal = try await verify(token)
         if principal.isAdmin { return principal }
-        // A claim may name the collection (every partition of it) or one partition.
-        let allowed = [path.name, path.description].contains { name in
-            (right == .write ? principal.claims?.mayWrite(name) : principal.claims?.mayRead(name)) == true
-        }
-        guard allowed else {
+        guard principal.claims?.allow(right, on: path) == true else {
             throw APIError(.forbidden, "forbidden", "the token of \"\(principal.subject)\" does not allow \(right == .write ? "writing" : "reading") collection \"\(path)\"")
         }
         return principal

@@ -10,7 +10,7 @@ PORT ?= 8080
 SAMPLE_EPOCH := 00000000005a3b1e
 SAMPLE_DATE := 1767225600
 
-.PHONY: browser-tests browser-client bench-browser deps build build-release run run-postgres serve demo test conformance soak bench bench-http bench-import-stall bench-postgres bench-first-sync bench-partitions fuzz snapshots check-snapshots clean help
+.PHONY: live-tests bench-live browser-tests browser-client bench-browser deps build build-release run run-postgres serve demo test conformance soak bench bench-http bench-import-stall bench-postgres bench-first-sync bench-partitions fuzz snapshots check-snapshots clean help
 
 help:
 	@echo "make run         import the sample into $(DB) if absent, bake it, and serve it on $(HOST):$(PORT)"
@@ -29,6 +29,8 @@ help:
 	@echo "make bench-first-sync  a bundled 1M-record .replica: first sync answered 304, first 1-record delta (RECORDS)"
 	@echo "make fuzz        libFuzzer on every parser, FUZZ_SECONDS (60) per target"
 	@echo "make snapshots   rebake Snapshots/ from Snapshots/sample/ (reproducible)"
+	@echo "make live-tests  long-polls from outside: 10,000 waiters, 200 clients through nginx proxy_cache, a cutting proxy"
+	@echo "make bench-live  live mode: commit to applied (p50/p99, one instance and two on PostgreSQL), RSS per waiter (release)"
 	@echo "make browser-tests  the TypeScript browser client: node --test on the protocol vectors, Selenium in headless Chromium"
 	@echo "make bench-browser  the browser client in Chromium: 100k-record full apply, 1-record delta, first start from a 10k bundle"
 
@@ -105,6 +107,9 @@ test: deps
 	.ci/conformance.sh
 	@# The browser client in a real headless Chromium (installs node, tsc, esbuild, chromium).
 	BIN=$(DEBUG_BIN) .ci/browser-tests.sh
+	@# Long-polls from outside: 10,000 held requests, a shared cache collapsing 200 waiters,
+	@# a proxy that cuts held requests.
+	BIN=$(DEBUG_BIN) .ci/live-tests.sh
 	@# Bounded forms of the long checks: a soak on the debug build, and each fuzzer briefly
 	@# (every committed seed is replayed first, then libFuzzer mutates).
 	SOAK_REQUESTS=20000 RSS_SLACK_MB=16 BIN=$(DEBUG_BIN) Benchmarks/soak.sh
@@ -136,6 +141,13 @@ clean:
 
 browser-tests: build
 	BIN=$(DEBUG_BIN) .ci/browser-tests.sh
+
+live-tests: build
+	BIN=$(DEBUG_BIN) .ci/live-tests.sh
+
+# Commit → applied on a waiting client, one instance and two on PostgreSQL; 10,000 waiters' RSS.
+bench-live: build-release
+	BIN=$(RELEASE_BIN) Benchmarks/bench-live.sh
 
 # Builds clients/typescript (dist/ and the copies in example/) with Debian's tsc and esbuild.
 browser-client: deps

@@ -85,8 +85,10 @@ public actor DeltaSnapView {
     }
 
     /// Pushes every partition's queued writes, then asks the server once whether the view
-    /// changed, fetches what did, and drops what left it.
-    public func sync(now: Date = Date()) async -> ViewSyncReport {
+    /// changed, fetches what did, and drops what left it. With `waitingUpTo` seconds (1–60)
+    /// the server holds the question until the view changes or the time is up (a long-poll,
+    /// docs/PROTOCOL.md §11); see ``live(_:onSync:)``.
+    public func sync(now: Date = Date(), waitingUpTo wait: Int? = nil) async -> ViewSyncReport {
         var report = ViewSyncReport()
         for partition in (try? storage.partitionsWithQueuedWrites()) ?? [] {
             guard let member = try? replica(for: partition) else { continue }
@@ -94,7 +96,7 @@ public actor DeltaSnapView {
         }
         let index: SignedIndex
         let etag: String?
-        switch await fetchView(now: now) {
+        switch await fetchView(now: now, wait: wait) {
         case .notModified:
             report.index = .notModified
             report.held = (try? storage.heldPartitions().count) ?? 0
@@ -139,6 +141,25 @@ public actor DeltaSnapView {
         return report
     }
 
+    /// Live mode: waits on the server for a change to the view, syncs it, and waits again,
+    /// until the calling task is cancelled (cancel it when the app goes to the background).
+    /// `onSync` receives every sync that changed something (a new view, or pushed writes).
+    /// Falls back to polling when held requests are cut (see ``LiveOptions``). Local writes
+    /// made meanwhile are pushed by the app's own ``sync(now:waitingUpTo:)``, or by the next
+    /// round.
+    public func live(_ options: LiveOptions = LiveOptions(), onSync: @Sendable (ViewSyncReport) async -> Void) async {
+        var loop = LiveLoop(options: options)
+        await loop.run { wait in
+            let report = await sync(waitingUpTo: wait)
+            if report.index == .applied || !report.pushes.isEmpty { await onSync(report) }
+            switch report.index {
+            case .applied: return .changed
+            case .failed: return .failed
+            case .notModified, .none: return .unchanged
+            }
+        }
+    }
+
     private enum ViewAnswer {
         case notModified
         case fetched(SignedIndex, etag: String?)
@@ -148,12 +169,16 @@ public actor DeltaSnapView {
     /// `GET /v1/index` with the token and the held ETag; a new view is checked before use:
     /// with trusted keys its signature, expiry and sequence (never below the one held),
     /// and always that it is this token's view.
-    private func fetchView(now: Date) async -> ViewAnswer {
+    private func fetchView(now: Date, wait: Int?) async -> ViewAnswer {
         var headers = SyncRequest.headers(accessToken: accessToken)
-        if let etag = try? storage.value(for: Self.etagKey) { headers["If-None-Match"] = etag }
+        let etag = try? storage.value(for: Self.etagKey)
+        if let etag { headers["If-None-Match"] = etag }
+        var url = baseURL.appendingPathComponent("v1/index")
+        // A view is private: no shared cache sits between, so If-None-Match reaches the server.
+        if let wait, etag != nil { url.append(queryItems: [URLQueryItem(name: "wait", value: String(wait))]) }
         let response: SyncResponse
         do {
-            response = try await transport.fetch(SyncRequest(url: baseURL.appendingPathComponent("v1/index"), headers: headers, timeout: timeout))
+            response = try await transport.fetch(SyncRequest(url: url, headers: headers, timeout: timeout + .seconds(wait ?? 0)))
         } catch {
             return .failed(reason: "view request failed: \(DeltaSnapReplica.describe(error))", unavailable: true)
         }

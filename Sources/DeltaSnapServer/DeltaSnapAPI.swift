@@ -45,6 +45,12 @@ public struct DeltaSnapServerConfiguration: Sendable {
     /// How many partitions' heads are kept in memory (the ones in use): a store may hold
     /// millions, read one by one on demand; every collection's head is always kept.
     public var partitionHeadCapacity = 100_000
+    /// Requests `GET /v1/index?wait=` may hold at once; one more is answered `503` with
+    /// `Retry-After`.
+    public var maximumWaiters = 10_000
+    /// Commits closer together than this wake a waiting request once (the first at once,
+    /// the rest at the end of the interval).
+    public var waitDebounce: Duration = .milliseconds(50)
 
     public init(
         writeToken: String? = nil, maximumWriteBodyBytes: Int = 32 * 1024 * 1024,
@@ -95,6 +101,8 @@ public final class DeltaSnapAPI: Sendable {
     let accessControl: AccessControl
     let publication: IndexPublisher
     let memberships: MembershipDirectory
+    /// The requests held by `GET /v1/index?wait=`, woken by every head change.
+    let waiters: IndexWaiters
 
     /// A service on `store`, which it owns from now on (``shutdown()`` closes it; so does a
     /// failed init).
@@ -102,9 +110,11 @@ public final class DeltaSnapAPI: Sendable {
         self.configuration = configuration
         var policy = configuration.access
         policy.adminToken = configuration.writeToken ?? policy.adminToken
+        waiters = IndexWaiters(debounce: configuration.waitDebounce, capacity: configuration.maximumWaiters)
         do {
             accessControl = try AccessControl(policy: policy)
-            heads = HeadCache(try await store.collections(), partitionCapacity: configuration.partitionHeadCapacity)
+            heads = HeadCache(
+                try await store.collections(), partitionCapacity: configuration.partitionHeadCapacity, waiters: waiters)
         } catch {
             await store.close()
             throw error
@@ -134,6 +144,12 @@ public final class DeltaSnapAPI: Sendable {
     /// Picks up commits made by other processes or instances; runs until cancelled.
     public func watchForChanges() async {
         await store.watchForChanges(every: configuration.changePollInterval) { [heads] fresh in heads.replace(with: fresh) }
+    }
+
+    /// Answers every request waiting on `GET /v1/index?wait=` now, and every later one at
+    /// once: the first step of a graceful shutdown, so held requests do not delay it.
+    public func releaseWaiters() {
+        waiters.close()
     }
 
     /// Closes the store's connections (after the server stopped).

@@ -67,7 +67,14 @@ public struct DeltaSnapServer: Sendable {
         }
         let served: Result<Void, any Error>
         do {
-            if handleSignals { try await app.runService() } else { try await Self.runUntilCancelled(app, logger: logger) }
+            // Services stop in reverse order: the held index requests are answered first, so
+            // the server's graceful shutdown does not wait out their waits.
+            let services: [any Service] = [app, WaiterRelease(service: service)]
+            if handleSignals {
+                try await ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)).run()
+            } else {
+                try await Self.runUntilCancelled(services, logger: logger)
+            }
             served = .success(())
         } catch {
             served = .failure(error)
@@ -84,8 +91,8 @@ public struct DeltaSnapServer: Sendable {
     /// traps ("Deinited NIOAsyncWriter without calling finish()", swift-nio#2637); a graceful
     /// shutdown serves and closes it. The bound keeps a connection held open by a client from
     /// delaying a stop for ever.
-    static func runUntilCancelled(_ app: some Service, logger: Logger, grace: Duration = .seconds(2)) async throws {
-        let services = ServiceGroup(configuration: .init(services: [app], logger: logger))
+    static func runUntilCancelled(_ services: [any Service], logger: Logger, grace: Duration = .seconds(2)) async throws {
+        let services = ServiceGroup(configuration: .init(services: services, logger: logger))
         // Unstructured, so the caller's cancellation reaches it only as a graceful shutdown.
         let running = Task { try await services.run() }
         try await withTaskCancellationHandler {
@@ -97,5 +104,16 @@ public struct DeltaSnapServer: Sendable {
                 running.cancel()
             }
         }
+    }
+}
+
+/// Answers every request held by `GET /v1/index?wait=` when a graceful shutdown begins.
+private struct WaiterRelease: Service {
+    let service: DeltaSnapAPI
+
+    func run() async throws {
+        // Throws when the group is cancelled instead (the server failed): release then too.
+        try? await gracefulShutdown()
+        service.releaseWaiters()
     }
 }

@@ -48,9 +48,12 @@ final class HeadCache: @unchecked Sendable {
     private var partitions: [String: ServedHead] = [:]
     /// Partitions kept at most; past it, an arbitrary one is forgotten (read again on demand).
     let partitionCapacity: Int
+    /// Woken whenever a head changes: the requests waiting on a view (`?wait=`).
+    let waiters: IndexWaiters?
 
-    init(_ initial: [CollectionHead], partitionCapacity: Int = 100_000) {
+    init(_ initial: [CollectionHead], partitionCapacity: Int = 100_000, waiters: IndexWaiters? = nil) {
         self.partitionCapacity = max(1, partitionCapacity)
+        self.waiters = waiters
         replace(with: initial)
     }
 
@@ -64,7 +67,9 @@ final class HeadCache: @unchecked Sendable {
     func served(_ name: String, store: any CollectionStore) async throws -> ServedHead? {
         if let served = self[name] { return served }
         guard let head = try await store.head(of: name) else { return nil }
-        update(head)
+        // No wake: reading a head into the cache changes no view (a newer commit than the
+        // one a waiter saw is reported by the watcher or installed by ``update(_:)``).
+        lock.withLock { _ = install(head, keepingFloor: false) }
         return self[name] ?? ServedHead(head: head)
     }
 
@@ -95,34 +100,38 @@ final class HeadCache: @unchecked Sendable {
     /// and a collection the report lacks is kept (collections are never deleted): the read
     /// may come from a replica behind a head this server already answered.
     func replace(with fresh: [CollectionHead]) {
-        lock.withLock {
-            for head in fresh { install(head, keepingFloor: true) }
+        let changed = lock.withLock {
+            fresh.reduce(false) { changed, head in install(head, keepingFloor: true) || changed }
         }
+        if changed { waiters?.changed() }
     }
 
     /// Installs a head the server just committed or read, without waiting for the watcher.
     func update(_ head: CollectionHead) {
-        lock.withLock { install(head, keepingFloor: false) }
+        if lock.withLock({ install(head, keepingFloor: false) }) { waiters?.changed() }
     }
 
     /// Under the lock. `keepingFloor`: an equal version with a lower floor is older too (a
-    /// report from a replica that has not seen a compaction).
-    private func install(_ head: CollectionHead, keepingFloor: Bool) {
+    /// report from a replica that has not seen a compaction). Whether the head held changed
+    /// (a partition read on demand into the cache is no change).
+    private func install(_ head: CollectionHead, keepingFloor: Bool) -> Bool {
         let isPartition = CollectionPath.isPartition(head.name)
         let current = isPartition ? partitions[head.name] : collections[head.name]
         if let current, current.head.epoch == head.epoch,
            current.head.version > head.version || (current.head.version == head.version && (!keepingFloor || current.head.floor >= head.floor)) {
-            return
+            return false
         }
         let served = ServedHead(head: head)
+        let changed = current.map { $0.head.token != head.token || $0.head.floor != head.floor } ?? true
         guard isPartition else {
             collections[head.name] = served
-            return
+            return changed
         }
         if current == nil, partitions.count >= partitionCapacity, let victim = partitions.keys.first {
             partitions[victim] = nil
         }
         partitions[head.name] = served
+        return changed
     }
 }
 

@@ -111,6 +111,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("A YAML file of access rules: per collection who may read and write it (public, admin, owner, member, claims) and whether it is partitioned (NAME/KEY); the memberships collection. See docs/PROTOCOL.md §10.", valueName: "FILE"))
     var rules: String?
 
+    @Option(name: .long, help: "Requests GET /v1/index?wait= may hold at once (a long-poll each); one more is answered 503 with Retry-After.")
+    var maxWaiters = 10_000
+
+    @Option(name: .long, help: "Milliseconds within which commits wake a waiting /v1/index request once: the first wakes it at once, the rest at the end of the interval.")
+    var waitDebounceMs = 50
+
     @Option(name: .customLong("static"), help: ArgumentHelp("A directory of static files (a web app) served at / next to the API, on the same origin.", valueName: "DIR"))
     var staticDirectory: String?
 
@@ -130,6 +136,8 @@ struct ServeCommand: AsyncParsableCommand {
         if let compactOlderThan, !(compactOlderThan >= 0) { throw ValidationError("--compact-older-than must be 0 or more days") }
         guard compactEvery > 0 else { throw ValidationError("--compact-every must be positive") }
         guard indexMaxAge > 0 else { throw ValidationError("--index-max-age must be positive") }
+        guard maxWaiters >= 0 else { throw ValidationError("--max-waiters must be 0 or more") }
+        guard (0...10_000).contains(waitDebounceMs) else { throw ValidationError("--wait-debounce-ms must be 0...10000") }
         guard indexLifetime >= 60 else { throw ValidationError("--index-lifetime must be at least 60 seconds") }
         for name in TokenCommand.list(mergeFork) where !CollectionName.isValid(name) {
             throw ValidationError("invalid collection name \"\(name)\" in --merge-fork")
@@ -182,12 +190,14 @@ struct ServeCommand: AsyncParsableCommand {
             access.rules = try AccessRules(yaml: text)
         }
         let retention = Int64(retentionDays) * 86_400
-        let configuration = DeltaSnapServerConfiguration(
+        var configuration = DeltaSnapServerConfiguration(
             writeToken: token, maximumWriteBodyBytes: maxBodyBytes, access: access,
             pushRetention: PushRetention(results: retention, history: retention), logNotModified: logNotModified,
             compaction: compactionSchedule, signingKeys: try signingKey.map { try IndexSigningKey(contentsOf: $0) },
             indexMaxAge: indexMaxAge, indexLifetime: indexLifetime, requestLogOutput: logOutput,
             forkCollections: Set(TokenCommand.list(mergeFork)))
+        configuration.maximumWaiters = maxWaiters
+        configuration.waitDebounce = .milliseconds(waitDebounceMs)
         let location = try StoreLocation(db, readReplica: readDb)
         var server = try await DeltaSnapServer(store: try await StoreFactory.open(location, logger: logger), configuration: configuration, logger: logger)
         server.staticFiles = staticDirectory

@@ -3,6 +3,7 @@ import DeltaSnapClient
 import DeltaSnapCore
 import DeltaSnapTrust
 import Foundation
+import Synchronization
 
 struct SyncCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -33,6 +34,13 @@ struct SyncCommand: AsyncParsableCommand {
             data leaves the file, its queued writes are reported as refused), then \
             view: N partitions, M changed, K dropped
 
+            With --watch it runs until stopped (SIGINT), syncing every --interval seconds and \
+            printing the lines of each sync that changed something. With --live, each \
+            round waits on the server's index (GET /v1/index?wait=, up to --wait seconds) \
+            instead, so a change shows up within moments of its commit; when something \
+            between cuts held requests (a proxy's read timeout), it waits shorter, down to \
+            polling every --interval seconds.
+
             Exit codes: 0 done; 1 error (the replica holds no data, an answer could not be \
             used, another collection…); 2 usage; 3 some writes refused; 4 not done now, try \
             later (server unreachable, 408/429/5xx, its wait still running, or an update over \
@@ -58,6 +66,18 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(name: .long, help: "A public key (signing.pub) whose signature pulled data must carry; repeat it while keys rotate.")
     var trustedKey: [String] = []
 
+    @Flag(name: .long, help: "Keep syncing until stopped (SIGINT), printing each sync that changed something.")
+    var watch = false
+
+    @Flag(name: .long, help: "With --watch: wait on the server for changes (a long-poll on /v1/index) instead of polling.")
+    var live = false
+
+    @Option(name: .long, help: "Seconds between syncs with --watch (and between polls when --live falls back).")
+    var interval: Double = 30
+
+    @Option(name: .long, help: "Seconds each --live request waits on the server (1-60).")
+    var wait = 30
+
     @OptionGroup var waits: WaitOptions
 
     @OptionGroup var budget: BudgetOptions
@@ -65,6 +85,13 @@ struct SyncCommand: AsyncParsableCommand {
     func validate() throws {
         guard URL(string: url)?.scheme?.hasPrefix("http") == true else { throw ValidationError("--url must be an http(s) URL") }
         guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+        guard !live || watch else { throw ValidationError("--live needs --watch: it keeps running") }
+        guard interval > 0 else { throw ValidationError("--interval must be positive") }
+        guard (1...60).contains(wait) else { throw ValidationError("--wait must be 1...60 seconds") }
+    }
+
+    private var liveOptions: LiveOptions {
+        LiveOptions(wait: wait, pollInterval: .milliseconds(Int(interval * 1000)))
     }
 
     /// A base URL (no path) names the server, not a collection: the view of the token.
@@ -79,39 +106,76 @@ struct SyncCommand: AsyncParsableCommand {
                 timeout: .milliseconds(Int(timeout * 1000)), accessToken: token ?? ProcessInfo.processInfo.environment["DELTASNAP_TOKEN"],
                 trustedKeys: try TrustedKeys.load(trustedKey), acceptingServerChange: waits.rebind)
             await replica.setNetworkBudget(budget.budget)
+            if watch {
+                try await watchCollection(replica)
+                return ExitCode?.none
+            }
             let started = ContinuousClock.now
             // A person ran this command: a network error is retried now, but never sooner
             // than the server asked (unless --ignore-backoff).
             let outcome = await replica.sync(waits: waits.policy)
-            let push = await replica.lastPushReport
-            var lines: [String] = []
-            if push.batches > 0 || push.failure != nil {
-                lines.append("pushed \(push.accepted)")
-                lines.append("refused \(push.refused.count)")
-                for refused in push.refused {
-                    lines.append("  \(refused.seq) \(refused.operation.rawValue) \(refused.id) \(refused.refusal.code): \(refused.refusal.message)")
-                }
-                if !push.copied.isEmpty {
-                    lines.append("copied \(push.copied.count)")
-                    for copied in push.copied { lines.append("  \(copied.seq) \(copied.operation.rawValue) \(copied.id) as \(copied.copy)") }
-                }
-                if let failure = push.failure { lines.append("push failed: \(failure) (\(push.stillQueued) queued)") }
-            }
-            lines.append("pulled: " + (await PullLine.describe(outcome, replica: replica, since: started)))
+            let (lines, code) = await Self.report(outcome, of: replica, since: started)
             print(lines.joined(separator: "\n"))
             await PullLine.noteDeferral(outcome)
             try await PullLine.requireData(replica, outcome: outcome)
-            return Exit.combined([
-                await PullLine.exitCode(for: outcome, replica: replica),
-                push.failure == nil ? nil : (push.failureKind == .unavailable ? Exit.unavailable : Exit.error),
-                push.refused.isEmpty ? nil : Exit.writesRefused,
-            ])
+            return code
         }
         if let code { throw code }
     }
 }
 
 extension SyncCommand {
+    /// The lines of one sync of a collection (its push, then its pull), and its exit code.
+    private static func report(_ outcome: SyncOutcome, of replica: DeltaSnapReplica, since started: ContinuousClock.Instant) async -> ([String], ExitCode?) {
+        let push = await replica.lastPushReport
+        var lines: [String] = []
+        if push.batches > 0 || push.failure != nil {
+            lines.append("pushed \(push.accepted)")
+            lines.append("refused \(push.refused.count)")
+            for refused in push.refused {
+                lines.append("  \(refused.seq) \(refused.operation.rawValue) \(refused.id) \(refused.refusal.code): \(refused.refusal.message)")
+            }
+            if !push.copied.isEmpty {
+                lines.append("copied \(push.copied.count)")
+                for copied in push.copied { lines.append("  \(copied.seq) \(copied.operation.rawValue) \(copied.id) as \(copied.copy)") }
+            }
+            if let failure = push.failure { lines.append("push failed: \(failure) (\(push.stillQueued) queued)") }
+        }
+        lines.append("pulled: " + (await PullLine.describe(outcome, replica: replica, since: started)))
+        let code = Exit.combined([
+            await PullLine.exitCode(for: outcome, replica: replica),
+            push.failure == nil ? nil : (push.failureKind == .unavailable ? Exit.unavailable : Exit.error),
+            push.refused.isEmpty ? nil : Exit.writesRefused,
+        ])
+        return (lines, code)
+    }
+
+    /// `--watch` on a collection: every --interval, or live; prints each sync that changed
+    /// something, or failed.
+    private func watchCollection(_ replica: DeltaSnapReplica) async throws {
+        if live {
+            // The `ms=` of a line counts from the end of the previous sync: the wait included.
+            let started = Mutex(ContinuousClock.now)
+            await replica.live(liveOptions) { outcome in
+                let since = started.withLock { $0 }
+                if case .notModified = outcome {} else { Self.emit(await Self.report(outcome, of: replica, since: since).0) }
+                started.withLock { $0 = .now }
+            }
+            return
+        }
+        while !Task.isCancelled {
+            let started = ContinuousClock.now
+            let outcome = await replica.sync(waits: waits.ignoreBackoff ? .none : .all)
+            if case .notModified = outcome {} else { Self.emit(await Self.report(outcome, of: replica, since: started).0) }
+            try await Task.sleep(for: .milliseconds(Int(interval * 1000)))
+        }
+    }
+
+    /// Prints `lines` and flushes them: a script reading a pipe sees each change as it comes.
+    static func emit(_ lines: [String]) {
+        FileHandle.standardOutput.write(Data((lines.joined(separator: "\n") + "\n").utf8))
+    }
+
     /// `sync --url BASE_URL --token JWT`: the token's whole view into one replica file.
     private func syncView() async throws {
         let code = try await reportingErrors { () -> ExitCode? in
@@ -121,46 +185,78 @@ extension SyncCommand {
             let view = try DeltaSnapView(
                 path: replica, baseURL: URL(string: url)!, accessToken: token, trustedKeys: try TrustedKeys.load(trustedKey),
                 timeout: .milliseconds(Int(timeout * 1000)))
+            if watch {
+                try await watchView(view)
+                return nil
+            }
             let started = ContinuousClock.now
             let report = await view.sync()
-            var lines: [String] = []
-            var refused = 0
-            var pushFailed: SyncFailureKind?
-            for (partition, push) in report.pushes.sorted(by: { $0.key < $1.key }) {
-                lines.append("\(partition): pushed \(push.accepted), refused \(push.refused.count)")
-                refused += push.refused.count
-                for write in push.refused {
-                    lines.append("  \(write.seq) \(write.operation.rawValue) \(write.id) \(write.refusal.code): \(write.refusal.message)")
-                }
-                // A partition that left the view reports its writes as dropped below instead.
-                if let failure = push.failure, report.dropped[partition] == nil {
-                    lines.append("\(partition): push failed: \(failure) (\(push.stillQueued) queued)")
-                    pushFailed = pushFailed == .rejected ? .rejected : (push.failureKind ?? .rejected)
-                }
-            }
-            var pullFailed = false
-            for (partition, outcome) in report.partitions.sorted(by: { $0.key < $1.key }) {
-                lines.append("\(partition): " + (await PullLine.describe(outcome, replica: try view.replica(for: partition), since: started)))
-                if case .failed = outcome { pullFailed = true }
-            }
-            for (partition, lost) in report.dropped.sorted(by: { $0.key < $1.key }) {
-                lines.append("\(partition): dropped (\(lost.count) queued writes refused)")
-                refused += lost.count
-                for write in lost { lines.append("  \(write.seq) \(write.operation.rawValue) \(write.id) revoked: the partition left the view") }
-            }
-            var viewCode: ExitCode?
-            if case .failed(let reason, let unavailable) = report.index {
-                lines.append("view: failed: \(reason)")
-                viewCode = unavailable ? Exit.unavailable : Exit.error
-            }
-            lines.append("view: \(report.held) partitions, \(report.changed) changed, \(report.dropped.count) dropped")
+            let (lines, code) = try await Self.report(report, of: view, since: started)
             print(lines.joined(separator: "\n"))
-            return Exit.combined([
-                viewCode, pullFailed ? Exit.unavailable : nil,
-                pushFailed.map { $0 == .unavailable ? Exit.unavailable : Exit.error }, refused > 0 ? Exit.writesRefused : nil,
-            ])
+            return code
         }
         if let code { throw code }
+    }
+
+    /// The lines of one sync of a view, and its exit code.
+    private static func report(_ report: ViewSyncReport, of view: DeltaSnapView, since started: ContinuousClock.Instant) async throws -> ([String], ExitCode?) {
+        var lines: [String] = []
+        var refused = 0
+        var pushFailed: SyncFailureKind?
+        for (partition, push) in report.pushes.sorted(by: { $0.key < $1.key }) {
+            lines.append("\(partition): pushed \(push.accepted), refused \(push.refused.count)")
+            refused += push.refused.count
+            for write in push.refused {
+                lines.append("  \(write.seq) \(write.operation.rawValue) \(write.id) \(write.refusal.code): \(write.refusal.message)")
+            }
+            // A partition that left the view reports its writes as dropped below instead.
+            if let failure = push.failure, report.dropped[partition] == nil {
+                lines.append("\(partition): push failed: \(failure) (\(push.stillQueued) queued)")
+                pushFailed = pushFailed == .rejected ? .rejected : (push.failureKind ?? .rejected)
+            }
+        }
+        var pullFailed = false
+        for (partition, outcome) in report.partitions.sorted(by: { $0.key < $1.key }) {
+            lines.append("\(partition): " + (await PullLine.describe(outcome, replica: try view.replica(for: partition), since: started)))
+            if case .failed = outcome { pullFailed = true }
+        }
+        for (partition, lost) in report.dropped.sorted(by: { $0.key < $1.key }) {
+            lines.append("\(partition): dropped (\(lost.count) queued writes refused)")
+            refused += lost.count
+            for write in lost { lines.append("  \(write.seq) \(write.operation.rawValue) \(write.id) revoked: the partition left the view") }
+        }
+        var viewCode: ExitCode?
+        if case .failed(let reason, let unavailable) = report.index {
+            lines.append("view: failed: \(reason)")
+            viewCode = unavailable ? Exit.unavailable : Exit.error
+        }
+        lines.append("view: \(report.held) partitions, \(report.changed) changed, \(report.dropped.count) dropped")
+
+        let code = Exit.combined([
+            viewCode, pullFailed ? Exit.unavailable : nil,
+            pushFailed.map { $0 == .unavailable ? Exit.unavailable : Exit.error }, refused > 0 ? Exit.writesRefused : nil,
+        ])
+        return (lines, code)
+    }
+
+    /// `--watch` on a view: every --interval, or live; prints each sync that changed
+    /// something, or failed.
+    private func watchView(_ view: DeltaSnapView) async throws {
+        if live {
+            let started = Mutex(ContinuousClock.now)
+            await view.live(liveOptions) { report in
+                let since = started.withLock { $0 }
+                if let lines = try? await Self.report(report, of: view, since: since).0 { Self.emit(lines) }
+                started.withLock { $0 = .now }
+            }
+            return
+        }
+        while !Task.isCancelled {
+            let started = ContinuousClock.now
+            let report = await view.sync()
+            if report.index != .notModified || !report.pushes.isEmpty { Self.emit(try await Self.report(report, of: view, since: started).0) }
+            try await Task.sleep(for: .milliseconds(Int(interval * 1000)))
+        }
     }
 }
 

@@ -25,7 +25,7 @@ import Testing
         let app = Application(
             router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
             onServerRunning: { continuation.yield($0.localAddress?.port ?? 0) }, logger: quiet)
-        let running = Task { try await DeltaSnapServer.runUntilCancelled(app, logger: quiet) }
+        let running = Task { try await DeltaSnapServer.runUntilCancelled([app], logger: quiet) }
         defer { running.cancel() }
         var iterator = ports.makeAsyncIterator()
         let port = try #require(await iterator.next())

@@ -1,0 +1,130 @@
+import Foundation
+
+/// The requests held by `GET /v1/index?wait=` (docs/PROTOCOL.md §11), and the signal that
+/// wakes them: any head the server installs — its own commit, or another process's or
+/// instance's reported by the watcher.
+///
+/// A waiter is one continuation in a dictionary: it holds no thread, no task and no database
+/// connection. Wakes are debounced: the first change after a quiet period wakes every waiter
+/// at once (no added latency), later ones within `debounce` are gathered into one wake at the
+/// end of it, so a storm of commits wakes each waiter at most once per interval. Deadlines
+/// are kept by one sweep that runs only while someone waits.
+///
+/// A waiter reads ``generation`` *before* it builds its answer and waits for a generation
+/// past it: a change between the two is never missed (at worst it wakes once for nothing).
+final class IndexWaiters: @unchecked Sendable {
+    enum Wake: Sendable, Equatable {
+        /// Something changed: build the answer again and compare.
+        case changed
+        /// The deadline passed with no change.
+        case timedOut
+        /// The server is shutting down: answer now.
+        case closed
+        /// ``capacity`` requests wait already (`503`).
+        case full
+    }
+
+    private struct Waiter {
+        var continuation: CheckedContinuation<Wake, Never>
+        var deadline: ContinuousClock.Instant
+    }
+
+    let debounce: Duration
+    let capacity: Int
+    private let sweepInterval: Duration
+    private let lock = NSLock()
+    private var generationValue: UInt64 = 0
+    private var waiters: [UInt64: Waiter] = [:]
+    private var nextID: UInt64 = 0
+    private var lastWake: ContinuousClock.Instant?
+    private var wakeScheduled = false
+    private var sweeping = false
+    private var isClosed = false
+
+    init(debounce: Duration = .milliseconds(50), capacity: Int = 10_000, sweepInterval: Duration = .milliseconds(100)) {
+        self.debounce = debounce
+        self.capacity = max(0, capacity)
+        self.sweepInterval = sweepInterval
+    }
+
+    /// Advances at every wake.
+    var generation: UInt64 { lock.withLock { generationValue } }
+
+    /// How many requests wait now.
+    var count: Int { lock.withLock { waiters.count } }
+
+    /// Something a view may list changed: wake every waiter now, or at the end of the
+    /// current debounce interval if a wake happened within it.
+    func changed() {
+        let now = ContinuousClock.now
+        let delay: Duration? = lock.withLock {
+            guard !wakeScheduled, !isClosed else { return nil }
+            wakeScheduled = true
+            guard let lastWake, now - lastWake < debounce else { return .zero }
+            return debounce - (now - lastWake)
+        }
+        guard let delay else { return }
+        if delay == .zero { return wakeAll() }
+        Task { [self] in
+            try? await Task.sleep(for: delay)
+            wakeAll()
+        }
+    }
+
+    /// Waits until a wake past `generation`, `deadline`, or shutdown.
+    func wait(after generation: UInt64, until deadline: ContinuousClock.Instant) async -> Wake {
+        await withCheckedContinuation { continuation in
+            let (immediate, startSweep): (Wake?, Bool) = lock.withLock {
+                if isClosed { return (.closed, false) }
+                if generationValue != generation { return (.changed, false) }
+                if ContinuousClock.now >= deadline { return (.timedOut, false) }
+                if waiters.count >= capacity { return (.full, false) }
+                nextID += 1
+                waiters[nextID] = Waiter(continuation: continuation, deadline: deadline)
+                defer { sweeping = true }
+                return (nil, !sweeping)
+            }
+            if let immediate { return continuation.resume(returning: immediate) }
+            if startSweep { Task { [self] in await sweep() } }
+        }
+    }
+
+    /// Answers every waiter (graceful shutdown) and every later wait at once.
+    func close() {
+        let woken = lock.withLock {
+            isClosed = true
+            defer { waiters.removeAll() }
+            return waiters.values.map(\.continuation)
+        }
+        for continuation in woken { continuation.resume(returning: .closed) }
+    }
+
+    private func wakeAll() {
+        let woken = lock.withLock {
+            wakeScheduled = false
+            lastWake = .now
+            generationValue &+= 1
+            defer { waiters.removeAll(keepingCapacity: true) }
+            return waiters.values.map(\.continuation)
+        }
+        for continuation in woken { continuation.resume(returning: .changed) }
+    }
+
+    /// Times out the waiters whose deadline passed, every ``sweepInterval`` while any wait.
+    private func sweep() async {
+        while true {
+            try? await Task.sleep(for: sweepInterval)
+            let now = ContinuousClock.now
+            let (expired, goOn) = lock.withLock {
+                let due = waiters.filter { $0.value.deadline <= now }
+                for id in due.keys { waiters[id] = nil }
+                // Decided under the lock: a waiter that comes after this sweep stopped starts
+                // a new one.
+                sweeping = !waiters.isEmpty
+                return (due.values.map(\.continuation), sweeping)
+            }
+            for continuation in expired { continuation.resume(returning: .timedOut) }
+            if !goOn { return }
+        }
+    }
+}

@@ -1,0 +1,140 @@
+@testable import DeltaSnapClient
+import DeltaSnapCore
+import DeltaSnapServer
+import DeltaSnapTestSupport
+import Foundation
+import Testing
+
+/// Live mode (docs/CLIENT.md): a replica, a view and `deltasnap sync --watch --live` learn
+/// of a commit while they wait on a real server on 127.0.0.1, and stop when told.
+@Suite struct LiveClientTests {
+    /// Polls `condition` every 50 ms for at most `seconds`.
+    static func eventually(within seconds: Double, _ condition: () async throws -> Bool) async throws -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if try await condition() { return true }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return try await condition()
+    }
+
+    static func put(_ server: TestServer, _ path: String, _ json: String) async throws {
+        let response = try await offPool {
+            try server.connect().request("PUT", path, headers: ["Authorization": "Bearer \(TestServer.writeToken)"], body: Array(json.utf8))
+        }
+        #expect(response.status == 200, "\(response.text)")
+    }
+
+    @Test func aLiveReplicaHasACommitAppliedWithinMomentsAndStopsWhenCancelled() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await TestDatabase.make(.sqlite, in: dir)
+        try await store.importText(#"{"id":"AD","name":"Andorra"}"#, collection: "countries")
+        let server = try await TestServer.start(database: store.url)
+        try await server.stopping {
+            let replica = try DeltaSnapReplica(
+                path: dir.file("r.sqlite"), collection: "countries", url: URL(string: "\(server.baseURL)/v1/collections/countries")!)
+            let outcomes = Locked<[String]>([])
+            let live = Task { await replica.live(LiveOptions(wait: 20)) { outcome in outcomes.withLock { $0.append(outcome.name) } } }
+            #expect(try await Self.eventually(within: 10) { await replica.count == 1 })
+            // Now waiting on the server: a commit shows up without a poll interval.
+            try await Task.sleep(for: .milliseconds(300))
+            let committed = Date()
+            try await Self.put(server, "/v1/collections/countries/records/FR", #"{"name":"France"}"#)
+            #expect(try await Self.eventually(within: 10) { try await replica.record(id: "FR") != nil })
+            let latency = Date().timeIntervalSince(committed)
+            #expect(latency < 5, "commit to applied: \(latency) s")
+            let stopping = Date()
+            live.cancel()
+            await live.value
+            #expect(Date().timeIntervalSince(stopping) < 5, "a cancelled live replica must stop at once")
+            #expect(outcomes.current.contains("delta"), "\(outcomes.current)")
+        }
+        await store.stop()
+    }
+
+    @Test func aLiveViewPullsItsUsersPartitionWhenItChanges() async throws {
+        try await ViewSyncTests().withServer { f in
+            let alice = try await f.view("alice")
+            let reports = Locked(0)
+            let live = Task { await alice.live(LiveOptions(wait: 20)) { _ in reports.withLock { $0 += 1 } } }
+            #expect(try await Self.eventually(within: 10) { try await alice.partitions().count == 4 })
+            try await Task.sleep(for: .milliseconds(300))
+            try await Self.put(f.server, "/v1/collections/attempts/partitions/alice/records/a2", #"{"score":9}"#)
+            #expect(try await Self.eventually(within: 10) { try f.dump("alice", "attempts/alice").contains(#""a2""#) })
+            // A membership granted while waiting moves the partition in.
+            try await f.setMembership("alice", "sets/9000", role: "read")
+            #expect(try await Self.eventually(within: 10) { try await alice.partitions().contains("sets/9000") })
+            live.cancel()
+            await live.value
+            #expect(reports.current >= 3)
+        }
+    }
+
+    @Test func syncWatchLivePrintsALinePerChangeAsItArrives() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await TestDatabase.make(.sqlite, in: dir)
+        try await store.importText(#"{"id":"AD","name":"Andorra"}"#, collection: "countries")
+        let server = try await TestServer.start(database: store.url)
+        try await server.stopping {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: CLI.binary)
+            process.arguments = [
+                "sync", "--url", "\(server.baseURL)/v1/collections/countries", "--replica", dir.file("r.sqlite"), "--watch", "--live", "--wait", "20",
+            ]
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            let lines = Locked<[String]>([])
+            let handle = output.fileHandleForReading
+            let reader = Thread {
+                var pending = Data()
+                while case let data = handle.availableData, !data.isEmpty {
+                    pending.append(data)
+                    while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                        let line = String(decoding: pending[pending.startIndex..<newline], as: UTF8.self)
+                        lines.withLock { $0.append(line) }
+                        pending.removeSubrange(pending.startIndex...newline)
+                    }
+                }
+            }
+            reader.start()
+            #expect(try await Self.eventually(within: 10) { lines.current.count == 1 })
+            #expect(lines.current.first?.hasPrefix("pulled: full ") == true, "\(lines.current)")
+            for (index, code) in ["FR", "BE"].enumerated() {
+                try await Task.sleep(for: .milliseconds(300))
+                try await Self.put(server, "/v1/collections/countries/records/\(code)", #"{"name":"\#(code)"}"#)
+                #expect(try await Self.eventually(within: 10) { lines.current.count == index + 2 }, "\(lines.current)")
+                #expect(lines.current.last?.hasPrefix("pulled: delta ") == true && lines.current.last?.contains("changed=1") == true)
+            }
+            kill(process.processIdentifier, SIGINT)
+            process.waitUntilExit()
+        }
+        await store.stop()
+    }
+
+    @Test func heldRequestsCutByAProxyShortenTheWaitDownToPolling() {
+        var loop = LiveLoop(options: LiveOptions(wait: 30, pollInterval: .seconds(7), maximumBackoff: .seconds(60)))
+        #expect(loop.wait == 30)
+        // Cut after 10 s of a 30 s wait: wait 5 s from now on, at once.
+        #expect(loop.pause(after: .failed, held: .seconds(10)) == .zero && loop.wait == 5)
+        #expect(loop.pause(after: .unchanged, held: .seconds(5)) == .zero)
+        // Cut after 1.5 s: plain polling every pollInterval.
+        #expect(loop.pause(after: .failed, held: .milliseconds(1_500)) == .zero && loop.wait == nil)
+        #expect(loop.pause(after: .unchanged, held: .milliseconds(5)) == .seconds(7))
+        // Failures at once (no server) back off, doubling up to the cap.
+        #expect(loop.pause(after: .failed, held: .milliseconds(2)) == .seconds(1))
+        #expect(loop.pause(after: .failed, held: .milliseconds(2)) == .seconds(2))
+        #expect(loop.pause(after: .failed, held: .milliseconds(2)) == .seconds(4))
+        for _ in 0..<10 { _ = loop.pause(after: .failed, held: .milliseconds(2)) }
+        #expect(loop.pause(after: .failed, held: .milliseconds(2)) == .seconds(60))
+        let until = Date().addingTimeInterval(3)
+        #expect(loop.pause(after: .deferred(until: until), held: .zero, now: until.addingTimeInterval(-3)) == .seconds(3))
+        // A fast failure does not shorten a wait.
+        var fresh = LiveLoop(options: LiveOptions(wait: 30))
+        #expect(fresh.pause(after: .failed, held: .milliseconds(20)) == .seconds(1) && fresh.wait == 30)
+    }
+}

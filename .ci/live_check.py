@@ -10,6 +10,8 @@ only: asyncio opens thousands of connections in one thread.
   waiters   N held requests on one server: all answered after one commit; RSS per waiter.
   storm     M waiters re-waiting while commits go on as fast as they can for a second: each
             waiter woken a bounded number of times.
+  latency   commit (on --origin) -> `sync --watch --live` (on --client-port) has it applied,
+            over --iterations commits: p50 and p99.
 """
 import argparse
 import asyncio
@@ -174,6 +176,7 @@ async def check_waiters(args):
     """N held requests: all answered after one commit; the server's RSS per waiter."""
     writer = Writer(args.origin, args.token)
     etag = await current_etag(args.origin)
+    idle_rate = await ordinary_poll_rate(args.origin, etag)
     await asyncio.sleep(0.5)
     before = rss_kb(args.server_pid)
     connecting = asyncio.Semaphore(256)
@@ -196,7 +199,8 @@ async def check_waiters(args):
         statuses[status] = statuses.get(status, 0) + 1
     if statuses != {200: args.waiters}:
         fail(f"after one commit the waiters got {statuses}")
-    print(f"live: one commit answered all {args.waiters} waiters in {took:.2f} s; {ordinary:.0f} ordinary 304 polls/s while they waited")
+    print(f"live: one commit answered all {args.waiters} waiters in {took:.2f} s; ordinary 304 polls on one connection: "
+          f"{idle_rate:.0f}/s idle, {ordinary:.0f}/s while they waited ({ordinary / idle_rate:.2f}x)")
     if args.max_kb_per_waiter and (held - before) / args.waiters > args.max_kb_per_waiter:
         fail(f"{(held - before) / args.waiters:.1f} KB per waiter (at most {args.max_kb_per_waiter})")
 
@@ -259,9 +263,46 @@ async def check_storm(args):
         fail(f"a waiter was woken {most} times by {writer.count} commits in {seconds:.2f} s (bound {bound})")
 
 
+async def check_latency(args):
+    """Commit on one server, a live CLI client on another (or the same) has it applied."""
+    writer = Writer(args.origin, args.token)
+    replica = os.path.join(args.work, f"latency-{args.client_port}.sqlite")
+    process = await asyncio.create_subprocess_exec(
+        args.bin, "sync", "--url", f"http://127.0.0.1:{args.client_port}/v1/collections/countries", "--replica", replica,
+        "--watch", "--live", "--wait", "30", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    samples = []
+    try:
+        first = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
+        records = int(re.search(r"records=(\d+)", first).group(1))
+        for _ in range(args.iterations):
+            await asyncio.sleep(0.2)
+            started = time.monotonic()
+            await writer.commit()
+            records += 1
+            while True:
+                line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
+                if not line:
+                    fail("sync --watch --live ended")
+                if f"records={records}" in line:
+                    break
+            samples.append((time.monotonic() - started) * 1000)
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except asyncio.TimeoutError:
+            process.kill()
+    samples.sort()
+    p50 = samples[len(samples) // 2]
+    p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+    where = "one instance" if args.client_port == args.origin else "commit on one instance, client on another"
+    print(f"live: commit -> applied by a waiting client ({where}), {len(samples)} commits: p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
+          f"max {samples[-1]:.1f} ms")
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("checks", nargs="+", choices=["cache", "fallback", "waiters", "storm"])
+    parser.add_argument("checks", nargs="+", choices=["cache", "fallback", "waiters", "storm", "latency"])
     parser.add_argument("--origin", type=int, required=True)
     parser.add_argument("--cache", type=int)
     parser.add_argument("--cut", type=int)
@@ -275,10 +316,13 @@ def main():
     parser.add_argument("--storm-waiters", type=int, default=200)
     parser.add_argument("--debounce-ms", type=int, default=50)
     parser.add_argument("--max-kb-per-waiter", type=float, default=0)
+    parser.add_argument("--client-port", type=int)
+    parser.add_argument("--iterations", type=int, default=50)
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    checks = {"cache": check_cache, "fallback": check_fallback, "waiters": check_waiters, "storm": check_storm}
+    args.client_port = args.client_port or args.origin
+    checks = {"cache": check_cache, "fallback": check_fallback, "waiters": check_waiters, "storm": check_storm, "latency": check_latency}
     for name in args.checks:
         asyncio.run(checks[name](args))
 

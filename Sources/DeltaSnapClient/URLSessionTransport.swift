@@ -34,7 +34,9 @@ public final class URLSessionTransport: NSObject, SyncTransport, @unchecked Send
                 receiver.start(session.dataTask(with: urlRequest), continuation: continuation)
             }
         } onCancel: {
-            session.invalidateAndCancel()
+            // Not `session.invalidateAndCancel()`: run before the task exists (the caller was
+            // cancelled already), it left a task created afterwards never completing.
+            receiver.cancel()
         }
     }
 }
@@ -61,9 +63,33 @@ private final class BodyReceiver: NSObject, URLSessionDataDelegate, @unchecked S
         handle = try FileHandle(forWritingTo: file)
     }
 
+    private var task: URLSessionDataTask?
+    private var isCancelled = false
+
     func start(_ task: URLSessionDataTask, continuation: CheckedContinuation<SyncResponse, any Error>) {
-        lock.withLock { self.continuation = continuation }
+        let cancelled = lock.withLock {
+            if !isCancelled {
+                self.continuation = continuation
+                self.task = task
+            }
+            return isCancelled
+        }
+        guard !cancelled else {
+            try? handle.close()
+            try? FileManager.default.removeItem(at: file)
+            return continuation.resume(throwing: CancellationError())
+        }
         task.resume()
+    }
+
+    /// The caller was cancelled: before ``start(_:continuation:)`` it throws at once, after
+    /// it the task is cancelled (and completes with an error).
+    func cancel() {
+        let task = lock.withLock {
+            isCancelled = true
+            return self.task
+        }
+        task?.cancel()
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse, completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {

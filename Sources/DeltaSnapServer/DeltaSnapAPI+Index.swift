@@ -36,7 +36,9 @@ extension DeltaSnapAPI {
             // A view is one user's: only their own cache may keep it.
             .cacheControl: isView ? "private, no-cache" : "public, max-age=\(maxAge), stale-while-revalidate=\(maxAge)",
         ]
-        guard let wait, let known = ifNoneMatch ?? query.get("etag") else {
+        // `*` names no version to wait past: answered at once, as any conditional request.
+        let known = (ifNoneMatch ?? query.get("etag")).flatMap { $0.trimmingCharacters(in: .whitespaces) == "*" ? nil : $0 }
+        guard let wait, let known else {
             let published = try await currentIndex(for: principal, isView: isView)
             headers[.eTag] = published.etag
             if ConditionalRequest(ifNoneMatch: ifNoneMatch, ifModifiedSince: nil).matches(entityTag: published.etag) {

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.parse
 import urllib.request
 
 from selenium import webdriver
@@ -65,6 +66,22 @@ class Env:
             shutil.copy(os.path.join(HERE, name), self.static)
         self.jwt = subprocess.run([BIN, "token", "--secret", SECRET, "--subject", "alice", "--write", "countries"],
                                   check=True, capture_output=True, text=True).stdout.strip()
+        # Partitions under access rules (PROTOCOL.md §10), for the view tests: alice owns
+        # attempts/alice and is a member of sets/8271; bob owns attempts/bob.
+        self.rules = os.path.join(self.tmp, "rules.yaml")
+        with open(self.rules, "w") as f:
+            f.write("collections:\n"
+                    "  countries: { read: public, write: claims }\n"
+                    "  attempts: { partitioned: true, read: owner, write: owner }\n"
+                    "  sets: { partitioned: true, read: member, write: member }\n"
+                    "memberships: members\n")
+        for partition, record in (("attempts/alice", {"id": "a1", "score": 3}), ("attempts/bob", {"id": "b1", "score": 5}),
+                                  ("sets/8271", {"id": "q1", "question": "2+2"}), ("sets/9000", {"id": "q1", "question": "3+3"}),
+                                  ("members/alice", {"id": "sets/8271", "role": "write"})):
+            subprocess.run([BIN, "import", "--db", self.db, "--collection", partition, "--quiet", "-"],
+                           input=json.dumps(record) + "\n", check=True, capture_output=True, text=True)
+        self.tokens = {who: subprocess.run([BIN, "token", "--secret", SECRET, "--subject", who], check=True, capture_output=True,
+                                           text=True).stdout.strip() for who in ("alice", "bob")}
         self.server = None
         self.server_port = 0
         self.start_server()
@@ -85,7 +102,7 @@ class Env:
 
     def start_server(self):
         args = [BIN, "serve", "--db", self.db, "--port", str(self.server_port), "--write-token", ADMIN, "--jwt-secret", SECRET,
-                "--signing-key", self.key, "--static", EXAMPLE, "--log-level", "error", "--max-body-bytes", str(256 << 20)]
+                "--signing-key", self.key, "--rules", self.rules, "--static", EXAMPLE, "--log-level", "error", "--max-body-bytes", str(256 << 20)]
         out = os.path.join(self.tmp, "serve.out")
         with open(out, "w") as f:
             self.server = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
@@ -503,6 +520,73 @@ class BrowserClient(unittest.TestCase):
             self.assertTrue(state["check"]["ok"], state)
             seen[db] = "old" if state["token"] == old else "new"
         print(f"\n    tab closed during the apply, state after: {seen}", file=sys.stderr)
+
+    def test_12_a_users_view_moves_partitions_in_and_out(self):
+        """DeltaSnapView: exactly the token's slice, a local write, move-in, move-out, a 304."""
+        ENV.driver.get(f"{ENV.url}/harness.html?db=view-page&sync=0")
+        WebDriverWait(ENV.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
+
+        def open_view(who):
+            ENV.js("const { DeltaSnapView } = await import('./deltasnap.js');"
+                   "window.views = window.views || {};"
+                   "window.views[args[0]] = await DeltaSnapView.open({ accessToken: args[1], trustedKeys: [args[2]], databasePrefix: 'e2e-view' });",
+                   who, ENV.tokens[who], open(os.path.join(ENV.static, "signing.pub")).read().strip())
+
+        def sync(who):
+            return ENV.js("const r = await window.views[args[0]].sync(); return JSON.parse(JSON.stringify(r, (k, v) => typeof v === 'bigint' ? String(v) : v));", who)
+
+        def databases():
+            return sorted(d["name"] for d in ENV.js("return await indexedDB.databases();") if d["name"].startswith("e2e-view:"))
+
+        def membership(method, partition, role=None):
+            body = json.dumps({"id": partition, "role": role}).encode() if role else None
+            status, _, text = http(method, f"{ENV.server_url}/v1/collections/members/partitions/alice/records/{urllib.parse.quote(partition, safe='')}",
+                                   body, {"Authorization": f"Bearer {ADMIN}"})
+            self.assertEqual(status, 200, text)
+
+        open_view("alice")
+        first = sync("alice")
+        self.assertEqual(first["index"]["kind"], "applied", first)
+        # Her partitions, and the public collections (earlier tests made `big` too).
+        partitions = lambda report: [p for p in report["held"] if "/" in p]
+        self.assertEqual(partitions(first), ["attempts/alice", "members/alice", "sets/8271"], first)
+        self.assertIn("countries", first["held"])
+        self.assertEqual(ENV.js("return (await window.views.alice.query('sets')).map((r) => r.question);"), ["2+2"])
+        # Nothing of bob's reached the browser.
+        self.assertFalse(any("bob" in name or "9000" in name for name in databases()), databases())
+        self.assertEqual(sync("alice")["index"]["kind"], "not-modified")
+
+        # A local write in her own partition, pushed by the next sync.
+        ENV.js("await (await window.views.alice.replica('attempts/alice')).insert('a2', { score: 9 });")
+        pushed = sync("alice")
+        self.assertEqual(pushed["pushes"]["attempts/alice"]["accepted"], 1, pushed)
+        status, _, body = http("GET", f"{ENV.server_url}/v1/collections/attempts/partitions/alice", headers={"Authorization": f"Bearer {ENV.tokens['alice']}"})
+        self.assertIn('"id":"a2"', body)
+
+        # Move-in: a membership granted; move-out: one revoked — nothing else refetched.
+        membership("PUT", "sets/9000", "read")
+        moved_in = sync("alice")
+        self.assertIn("sets/9000", moved_in["held"])
+        self.assertEqual(sorted(moved_in["partitions"]), ["members/alice", "sets/9000"], moved_in)
+        self.assertEqual(ENV.js("return (await window.views.alice.query('sets')).map((r) => r.question).sort();"), ["2+2", "3+3"])
+        ENV.js("await (await window.views.alice.replica('sets/8271')).patch('q1', { note: 'unsent' });")
+        ENV.mode("offline")
+        offline = sync("alice")
+        self.assertEqual(offline["index"]["kind"], "failed", offline)
+        ENV.mode("normal")
+        membership("DELETE", "sets/8271")
+        moved_out = sync("alice")
+        self.assertEqual(list(moved_out["dropped"]), ["sets/8271"], moved_out)
+        self.assertEqual(len(moved_out["dropped"]["sets/8271"]), 1, "the unsent write is reported")
+        self.assertNotIn("sets/8271", moved_out["held"])
+        self.assertFalse(any(name.endswith(":sets/8271") for name in databases()), databases())
+        self.assertEqual(ENV.js("return (await window.views.alice.query('sets')).map((r) => r.question);"), ["3+3"])
+
+        # Bob's view is his: his partition, never hers.
+        open_view("bob")
+        bob = sync("bob")
+        self.assertEqual(partitions(bob), ["attempts/bob"], bob)
+        self.assertIn("countries", bob["held"])
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ export class BodyError extends DeltaSnapError {
 
 /** A signed index (PROTOCOL.md §8) that must not be trusted; nothing was changed. */
 export class TrustError extends DeltaSnapError {
-  constructor(code: "bad_key" | "bad_index" | "untrusted" | "bad_signature" | "expired" | "replayed" | "not_listed" | "no_webcrypto", message: string) {
+  constructor(code: "bad_key" | "bad_index" | "untrusted" | "bad_signature" | "expired" | "replayed" | "not_listed" | "other_subject" | "no_webcrypto", message: string) {
     super(code, message);
   }
 }

@@ -1,6 +1,7 @@
 /**
  * DeltaSnap's browser client: a verified, offline-first replica of one collection in
- * IndexedDB (docs/PROTOCOL.md). Zero runtime dependencies.
+ * IndexedDB (docs/PROTOCOL.md), and a user's whole view of partitions (`DeltaSnapView`).
+ * Zero runtime dependencies.
  *
  * ```ts
  * import { DeltaSnapReplica } from "./deltasnap.js";
@@ -8,7 +9,9 @@
  * const all = await countries.all();
  * ```
  */
-export { DeltaSnapReplica } from "./replica.js";
+export { DeltaSnapReplica, collectionPath } from "./replica.js";
+export { DeltaSnapView, jwtSubject } from "./view.js";
+export type { ViewOptions, ViewSyncReport } from "./view.js";
 export type { JsonRecord, ReplicaOptions, ReplicaStatus, StorageLoss, SyncResult } from "./replica.js";
 export type { PullOutcome, PushReport, RefusedWrite, SyncPhase, WaitPolicy } from "./sync-engine.js";
 export type { PendingWrite } from "./store.js";

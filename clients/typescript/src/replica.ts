@@ -14,7 +14,7 @@ export type JsonRecord = { id: string; [field: string]: unknown };
 
 /** Options of {@link DeltaSnapReplica.open}. */
 export interface ReplicaOptions {
-  /** The collection name, e.g. `"countries"`. */
+  /** The collection name, e.g. `"countries"`, or a partition `NAME/KEY` (`"sets/8271"`, PROTOCOL.md §10). */
   collection: string;
   /** The server root (scheme, host, port). Default: the page's origin. */
   serverURL?: string;
@@ -78,6 +78,16 @@ export interface StorageLoss {
   lostWrites: number;
 }
 
+/**
+ * A collection (`NAME`) or a partition (`NAME/KEY`) as PROTOCOL.md §1 and §10.1 allow them.
+ * Throws `DeltaSnapError("bad_collection_name")`.
+ */
+export function collectionPath(text: string): { name: string; key: string | null } {
+  const match = /^([a-z0-9][a-z0-9_-]{0,63})(?:\/([A-Za-z0-9._:@-]{1,128}))?$/.exec(text);
+  if (!match) throw new DeltaSnapError("bad_collection_name", `"${text}" is not a collection name ([a-z0-9][a-z0-9_-]{0,63}) or NAME/KEY (KEY: 1-128 of A-Za-z0-9._:@-)`);
+  return { name: match[1], key: match[2] ?? null };
+}
+
 /** Syncing fails for this long before the dot turns red (as the Swift client). */
 const FAILING_AFTER_MS = 3600_000;
 
@@ -119,7 +129,7 @@ export class DeltaSnapReplica extends EventTarget {
   /** Opens (or creates) the replica; at first start, loads the bundled snapshot before returning. */
   static async open(options: ReplicaOptions): Promise<DeltaSnapReplica> {
     const collection = options.collection;
-    if (!/^[a-z0-9][a-z0-9_-]{0,63}$/.test(collection)) throw new DeltaSnapError("bad_collection_name", `"${collection}" is not a collection name ([a-z0-9][a-z0-9_-]{0,63})`);
+    const path = collectionPath(collection);
     const name = options.databaseName ?? `deltasnap:${collection}`;
     const { store, created } = await ReplicaStore.open(name);
     const serverURL = (options.serverURL ?? globalThis.location?.origin ?? "").replace(/\/+$/, "");
@@ -128,7 +138,7 @@ export class DeltaSnapReplica extends EventTarget {
     const trustedKeys = await Promise.all((options.trustedKeys ?? []).map((k) => TrustedKey.parse(k)));
     const ctx: SyncContext = {
       store, collection, serverURL, trustedKeys, fetch: fetcher,
-      collectionURL: `${serverURL}/v1/collections/${collection}`,
+      collectionURL: `${serverURL}/v1/collections/${path.name}` + (path.key === null ? "" : `/partitions/${encodeURIComponent(path.key)}`),
       accessToken: async () => (typeof token === "function" ? await token() : token ?? null),
       timeoutMs: options.requestTimeout ?? 30_000,
       retryPolicy: options.retryPolicy ?? DEFAULT_RETRY_POLICY,
@@ -195,6 +205,26 @@ export class DeltaSnapReplica extends EventTarget {
     this.changed("local-write");
     if (this.tabs.isLeader) this.schedule(50);
     return write;
+  }
+
+  /**
+   * Pushes the queued writes without pulling (a view pulls only the partitions its index
+   * says changed). Never throws for network or server problems: see the report.
+   */
+  async pushQueued(): Promise<PushReport> {
+    const report = await push(this.ctx, "all");
+    await this.rememberPending();
+    if (report.refused.length) {
+      this.dispatchEvent(new CustomEvent("refused", { detail: report.refused }));
+      this.tabs.post({ type: "refused", writes: report.refused });
+    }
+    if (report.batches) this.changed("push");
+    return report;
+  }
+
+  /** The name of this replica's IndexedDB database. */
+  get databaseName(): string {
+    return this.store.name;
   }
 
   /** The writes not settled yet, oldest first (queued, and accepted ones waiting for their pull). */

@@ -60,6 +60,8 @@ export interface SignedIndex {
   expires: bigint;
   entries: Map<string, IndexEntry>;
   signatures: { key: string; signature: Uint8Array }[];
+  /** A user's view (§10.3): the `sub` it is for; null for the public index. */
+  subject: string | null;
   /** "deltasnap-index-v1\n" + the canonical bytes of `index` (re-serialised, §8.1). */
   signedMessage: Uint8Array;
 }
@@ -91,9 +93,11 @@ export function parseSignedIndex(text: string): SignedIndex {
     if (signature.length !== 64) throw bad("a signature is not 64 bytes");
     return { key: string(s, "key"), signature };
   });
+  const subject = index.get("subject");
+  if (subject !== undefined && typeof subject !== "string") throw bad(`"subject" is not a string`);
   return {
     sequence: integer(index, "sequence"), issued: integer(index, "issued"), expires: integer(index, "expires"),
-    entries, signatures, signedMessage: utf8("deltasnap-index-v1\n" + canonicalString(index)),
+    entries, signatures, subject: subject ?? null, signedMessage: utf8("deltasnap-index-v1\n" + canonicalString(index)),
   };
 }
 

@@ -88,9 +88,38 @@ extension DeltaSnapAPI {
         let path = try collectionPath(context)
         let (head, isPublic) = try await publishedHead(path, request)
         let target = try Self.token(in: context, "token")
+        let query = request.uri.queryParameters
+        if query.has("limit") || query.has("after") {
+            return Self.cacheable(try await page(of: path, target: target, head: head, query: query), isPublic: isPublic)
+        }
         try requireCurrent(target, head: head)
         let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
         return Self.cacheable(try await fullResponse(head: head, gzip: gzip, since: start, target: target), isPublic: isPublic)
+    }
+
+    /// The largest `limit` of a page.
+    static let largestPage = 1_000
+
+    /// `…/snapshots/{token}?limit=N&after=ID`: up to N records of version `target` after ID
+    /// in id order, and the `next` to ask for (docs/PROTOCOL.md §8.6). A page never shifts:
+    /// the version is kept while pages of it are asked for (``PagedVersions``).
+    private func page(of path: CollectionPath, target: String, head: CollectionHead, query: Parameters) async throws -> Response {
+        guard let token = ServerToken(target) else { throw APIError.badToken(target) }
+        let limit: Int
+        if let text = query.get("limit") {
+            guard let value = Int(text), (1...Self.largestPage).contains(value) else {
+                throw APIError(.badRequest, "invalid_limit", "limit must be an integer from 1 to \(Self.largestPage)")
+            }
+            limit = value
+        } else {
+            limit = 100
+        }
+        let after = query.get("after").flatMap { $0.isEmpty ? nil : $0 }
+        if token.epoch == head.epoch && token.version > head.version { try requireCurrent(target, head: head) }
+        guard let version = try await pagedVersions.version(of: path.description, token: target, current: head, store: store) else {
+            throw APIError(.notFound, "superseded", "token \(target) is no longer the newest and its pages are no longer kept (now \(head.token)); page from the new head")
+        }
+        return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: version.page(after: after, limit: limit)))
     }
 
     /// The head of a collection or partition that has cacheable URLs, and whether anyone may

@@ -103,6 +103,8 @@ public final class DeltaSnapAPI: Sendable {
     let memberships: MembershipDirectory
     /// The requests held by `GET /v1/index?wait=`, woken by every head change.
     let waiters: IndexWaiters
+    /// The versions clients page through (`…/snapshots/{token}?limit=&after=`).
+    let pagedVersions = PagedVersions()
 
     /// A service on `store`, which it owns from now on (``shutdown()`` closes it; so does a
     /// failed init).

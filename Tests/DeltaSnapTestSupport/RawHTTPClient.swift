@@ -30,6 +30,10 @@ public final class RawHTTPClient {
 
     public struct Failure: Error, CustomStringConvertible {
         public var description: String
+
+        public init(description: String) {
+            self.description = description
+        }
     }
 
     private let socket: Int32

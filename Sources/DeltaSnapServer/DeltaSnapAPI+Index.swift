@@ -3,6 +3,8 @@ import DeltaSnapStore
 import Foundation
 import HTTPTypes
 import Hummingbird
+import HummingbirdCore
+import NIOCore
 
 /// `GET /v1/index`: the public index, a user's view, and the long-poll on either
 /// (docs/PROTOCOL.md §8.1, §10, §11).
@@ -53,26 +55,72 @@ extension DeltaSnapAPI {
             // Read before the answer is built: a change in between wakes the wait below.
             let generation = waiters.generation
             let published = try await currentIndex(for: principal, isView: isView)
-            headers[.eTag] = published.etag
             let changed = !held.matches(entityTag: published.etag)
-            var wake = IndexWaiters.Wake.changed
             if !changed {
-                wake = await waiters.wait(after: generation, until: deadline)
-                if wake == .changed { continue }
-                if wake == .full {
-                    throw APIError(.serviceUnavailable, "too_many_waiters", "this server holds \(waiters.capacity) waiting requests already; retry shortly", headers: [.retryAfter: "1"])
+                switch await waiters.wait(after: generation, until: deadline) {
+                case .changed: continue
+                case .full: throw APIError.tooManyWaiters(waiters.capacity)
+                case .timedOut, .closed: break
                 }
             }
-            // Never the cursor received: a client answered from a cached entry asks a new URL.
-            headers[.deltaSnapCursor] = String(max(Int64(Date().timeIntervalSince1970), cursor + 1))
-            if !changed, ifNoneMatch != nil { return Response(status: .notModified, headers: headers) }
-            return Response(status: .ok, headers: headers, body: .init(byteBuffer: published.document))
+            let answer = Self.heldAnswer(published, changed: changed, viaIfNoneMatch: ifNoneMatch != nil, cursor: cursor, headers: headers)
+            return Response(status: answer.status, headers: answer.headers, body: answer.body.map { .init(byteBuffer: $0) } ?? .init())
         }
     }
 
-    /// The index `principal` sees now: built (and signed) only when a head it lists changed.
-    private func currentIndex(for principal: Principal, isView: Bool) async throws -> IndexPublisher.Published {
+    /// The answer to a held request (docs/PROTOCOL.md §11.2), on the router's path and the
+    /// fast path alike: the index when it differs from the held `ETag`; when it does not, a
+    /// `304` to a request that sent `If-None-Match`, the same index to one that sent only
+    /// `?etag=` (a cache's). Always a `DeltaSnap-Cursor` past the one received.
+    static func heldAnswer(
+        _ published: IndexPublisher.Published, changed: Bool, viaIfNoneMatch: Bool, cursor: Int64, headers: HTTPFields
+    ) -> (status: HTTPResponse.Status, headers: HTTPFields, body: ByteBuffer?) {
+        var headers = headers
+        headers[.eTag] = published.etag
+        // Never the cursor received: a client answered from a cached entry asks a new URL.
+        headers[.deltaSnapCursor] = String(max(Int64(Date().timeIntervalSince1970), cursor + 1))
+        if !changed, viaIfNoneMatch { return (.notModified, headers, nil) }
+        return (.ok, headers, published.document)
+    }
+
+    /// A held request on the public index that memory alone can park (``FastPathHandler``):
+    /// what it waits for and how to answer it.
+    struct ParkableWait {
+        var generation: UInt64
+        var deadline: ContinuousClock.Instant
+        /// The public index it holds (its `ETag` is the client's).
+        var published: IndexPublisher.Published
+        var viaIfNoneMatch: Bool
+        var cursor: Int64
+        var headers: HTTPFields
+    }
+
+    /// `GET /v1/index?wait=` for the public index whose client holds the current one, or nil
+    /// (the router answers: a view, a bad parameter, an index that changed or must be rebuilt).
+    func parkableWait(_ request: HTTPRequest) -> ParkableWait? {
+        guard request.method == .get || request.method == .head, let target = request.path, target.hasPrefix("/v1/index?") else { return nil }
         let policy = accessControl.policy
+        // A token names a view (or is a 401): the router decides, unless tokens are not looked at.
+        guard request.headerFields[.authorization] == nil || (policy.everythingPublic && policy.rules.collections.isEmpty) else { return nil }
+        let uri = URI(target)
+        guard uri.path == "/v1/index" else { return nil }
+        let query = uri.queryParameters
+        let ifNoneMatch = request.headerFields[values: .ifNoneMatch].joinedOrNil
+        guard let wait = try? Self.waitSeconds(query.get("wait")), let cursor = try? Self.cursor(query.get("cursor")),
+              let known = ifNoneMatch ?? query.get("etag"), known.trimmingCharacters(in: .whitespaces) != "*"
+        else { return nil }
+        let generation = waiters.generation
+        guard let published = publication.freshPublic(heads: publicHeads, now: Int64(Date().timeIntervalSince1970)),
+              ConditionalRequest(ifNoneMatch: known, ifModifiedSince: nil).matches(entityTag: published.etag)
+        else { return nil }
+        let maxAge = configuration.indexMaxAge
+        return ParkableWait(
+            generation: generation, deadline: .now + .seconds(wait), published: published, viaIfNoneMatch: ifNoneMatch != nil, cursor: cursor,
+            headers: [.contentType: "application/json", .cacheControl: "public, max-age=\(maxAge), stale-while-revalidate=\(maxAge)"])
+    }
+
+    /// The index `principal` sees now: built (and signed) only when a head it lists changed.
+    func currentIndex(for principal: Principal, isView: Bool) async throws -> IndexPublisher.Published {
         let now = Int64(Date().timeIntervalSince1970)
         // Views are kept per subject and claims: another token of the same user may name
         // other partitions in its claims.
@@ -89,10 +137,15 @@ extension DeltaSnapAPI {
             return try await publication.current(
                 heads: listed, subject: principal.subject, slot: slot, dependencies: dependencies, store: store, now: now)
         }
-        let listed = heads.all.map(\.head).filter { name in
-            CollectionPath(name.name).map { $0.key == nil && policy.isPublicRead($0) } ?? false
+        return try await publication.current(heads: publicHeads, subject: nil, slot: "", dependencies: nil, store: store, now: now)
+    }
+
+    /// The heads the public index lists: every collection anyone may read (no partition).
+    var publicHeads: [CollectionHead] {
+        let policy = accessControl.policy
+        return heads.all.map(\.head).filter { head in
+            CollectionPath(head.name).map { $0.key == nil && policy.isPublicRead($0) } ?? false
         }
-        return try await publication.current(heads: listed, subject: nil, slot: "", dependencies: nil, store: store, now: now)
     }
 
     /// `?wait=`: absent, or whole seconds from 1 to ``longestWait``.
@@ -146,6 +199,12 @@ extension DeltaSnapAPI {
         return (listed.sorted { $0.name.utf8Precedes($1.name) }, dependencies)
     }
 
+}
+
+extension APIError {
+    static func tooManyWaiters(_ capacity: Int) -> APIError {
+        APIError(.serviceUnavailable, "too_many_waiters", "this server holds \(capacity) waiting requests already; retry shortly", headers: [.retryAfter: "1"])
+    }
 }
 
 extension HTTPField.Name {

@@ -45,6 +45,12 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         switch unwrapInboundIn(data) {
         case .head(let request):
             let start = ContinuousClock.now
+            // A pipelined request ends a held one's wait: answers keep their order.
+            if parked != nil { answerParked(changedTo: nil, context: context) }
+            if routed.count == 0, let wait = service.parkableWait(request), park(wait, request: request, start: start, context: context) {
+                droppingRequestParts = true
+                return
+            }
             if routed.count == 0, let answer = service.fastAnswer(to: request, start: start) {
                 droppingRequestParts = true
                 write(answer, to: request, start: start, context: context)
@@ -63,6 +69,12 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
+    func channelInactive(context: ChannelHandlerContext) {
+        if let parked { service.waiters.cancel(parked.id) }
+        parked = nil
+        context.fireChannelInactive()
+    }
+
     func channelReadComplete(context: ChannelHandlerContext) {
         // One flush per read: pipelined polls that arrived together leave together.
         if needsFlush {
@@ -75,6 +87,107 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         if case .end = unwrapOutboundIn(data) { routed.count -= 1 }
         context.write(data, promise: promise)
+    }
+
+    // MARK: - Held requests on the public index
+
+    /// A `GET /v1/index?wait=` held here, with no task: a closure in ``IndexWaiters`` and
+    /// this value are all it costs beyond its connection.
+    private struct Parked {
+        var id: UInt64
+        var wait: DeltaSnapAPI.ParkableWait
+        var request: HTTPRequest
+        var start: ContinuousClock.Instant
+    }
+
+    private var parked: Parked?
+
+    /// Holds `wait` until the public index changes, its deadline or shutdown; false when the
+    /// router must answer instead (it changed already, or no more requests may wait).
+    private func park(_ wait: DeltaSnapAPI.ParkableWait, request: HTTPRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) -> Bool {
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        switch service.waiters.register(after: wait.generation, until: wait.deadline, wake: { wake in
+            bound.eventLoop.execute {
+                let (handler, context) = bound.value
+                handler.woken(wake, context: context)
+            }
+        }) {
+        case .waiting(let id):
+            parked = Parked(id: id, wait: wait, request: request, start: start)
+            return true
+        case .immediate(.timedOut), .immediate(.closed):
+            parked = Parked(id: 0, wait: wait, request: request, start: start)
+            answerParked(changedTo: nil, context: context)
+            return true
+        case .immediate(.changed), .immediate(.full):
+            return false
+        }
+    }
+
+    /// On the event loop.
+    private func woken(_ wake: IndexWaiters.Wake, context: ChannelHandlerContext) {
+        guard let held = parked else { return }
+        guard wake == .changed else { return answerParked(changedTo: nil, context: context) }
+        let generation = service.waiters.generation
+        if let fresh = service.publication.freshPublic(heads: service.publicHeads, now: Int64(Date().timeIntervalSince1970)) {
+            return settle(held, fresh: fresh, generation: generation, context: context)
+        }
+        // The index must be rebuilt (read and signed): off the event loop, once for every
+        // request woken by this change (the publisher builds each document once).
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        let service = service
+        Task {
+            let rebuilt = try? await service.currentIndex(for: .anonymous, isView: false)
+            bound.eventLoop.execute {
+                let (handler, context) = bound.value
+                guard let held = handler.parked else { return }
+                guard let rebuilt else { return handler.answerParked(changedTo: nil, context: context) }
+                handler.settle(held, fresh: rebuilt, generation: generation, context: context)
+            }
+        }
+    }
+
+    /// Answers `held` with `fresh` when it differs from what the client holds, else waits on.
+    private func settle(_ held: Parked, fresh: IndexPublisher.Published, generation: UInt64, context: ChannelHandlerContext) {
+        if fresh.etag != held.wait.published.etag { return answerParked(changedTo: fresh, context: context) }
+        var wait = held.wait
+        wait.generation = generation
+        parked = nil
+        if !park(wait, request: held.request, start: held.start, context: context) {
+            // Changed again meanwhile, or no room: the answer is due now.
+            parked = held
+            answerParked(changedTo: nil, context: context)
+        }
+    }
+
+    /// Writes the parked request's answer: `changedTo` the new index, or nil for "no change".
+    private func answerParked(changedTo fresh: IndexPublisher.Published?, context: ChannelHandlerContext) {
+        guard let held = parked else { return }
+        parked = nil
+        if held.id != 0 { service.waiters.cancel(held.id) }
+        let answer = DeltaSnapAPI.heldAnswer(
+            fresh ?? held.wait.published, changed: fresh != nil, viaIfNoneMatch: held.wait.viaIfNoneMatch, cursor: held.wait.cursor,
+            headers: held.wait.headers)
+        let identity = ResponseIdentity(
+            status: answer.status, clientsID: held.request.headerFields[.xRequestID], logNotModified: logNotModified,
+            newID: { RequestID().description })
+        var headers = answer.headers
+        headers[.date] = date.now()
+        if let requestID = identity.requestID { headers[.xRequestID] = requestID }
+        let body = held.request.method == .get ? answer.body : nil
+        if let length = answer.body?.readableBytes { headers[.contentLength] = String(length) }
+        context.write(wrapOutboundOut(.head(HTTPResponse(status: answer.status, headerFields: headers))), promise: nil)
+        if let body { context.write(wrapOutboundOut(.body(body)), promise: nil) }
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        if held.request.headerFields[values: .connection].contains(where: { $0.lowercased().contains("close") }) {
+            context.close(promise: nil)
+        }
+        service.metrics.countResponse(route: "/v1/index", status: answer.status.code)
+        if identity.logged, let requestID = identity.requestID {
+            requestLog.write(
+                requestID: requestID, method: held.request.method, path: held.request.path ?? "",
+                status: answer.status, since: held.start, bytes: body?.readableBytes)
+        }
     }
 
     private func write(_ answer: FastAnswer, to request: HTTPRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) {

@@ -31,6 +31,8 @@ final class IndexPublisher: @unchecked Sendable {
     private let capacity: Int
     /// By slot: a view's subject and claims; "" is the public index (a `sub` is never empty).
     private var published: [String: Published] = [:]
+    /// Builds in flight, by slot and key.
+    private var building: [String: Task<Published, any Error>] = [:]
 
     init(keys: [IndexSigningKey], lifetime: Int64, capacity: Int = 10_000) {
         self.keys = keys
@@ -50,7 +52,17 @@ final class IndexPublisher: @unchecked Sendable {
             lock.withLock { self.published[slot] = kept }
             return kept
         }
-        var built = try await build(names: heads.map(\.name), subject: subject, store: store, now: now)
+        // One build per document at a time: a commit wakes every waiting request at once,
+        // and each would otherwise read and sign the same document.
+        let flight = slot + "\u{1}" + key.joined(separator: "\u{2}")
+        let (task, owns) = lock.withLock { () -> (Task<Published, any Error>, Bool) in
+            if let running = building[flight] { return (running, false) }
+            let task = Task { try await self.build(names: heads.map(\.name), subject: subject, store: store, now: now) }
+            building[flight] = task
+            return (task, true)
+        }
+        defer { if owns { lock.withLock { building[flight] = nil } } }
+        var built = try await task.value
         built.dependencies = dependencies
         lock.withLock {
             // Two requests may build at once; keep the newer one.
@@ -61,6 +73,14 @@ final class IndexPublisher: @unchecked Sendable {
             published[slot] = built
         }
         return built
+    }
+
+    /// The public index as last built, when it lists exactly `heads` and needs no
+    /// re-signing: read without waiting (the fast path parks requests on it).
+    func freshPublic(heads: [CollectionHead], now: Int64) -> Published? {
+        guard let held = lock.withLock({ published[""] }), now - held.issued < lifetime / 4, held.key.count == heads.count else { return nil }
+        for (entry, head) in zip(held.key, heads) where entry != "\(head.name) \(head.token) \(head.floor)" { return nil }
+        return held
     }
 
     /// The view kept under `slot` as last built, while it needs no re-signing.

@@ -4,8 +4,8 @@ import Foundation
 /// wakes them: any head the server installs — its own commit, or another process's or
 /// instance's reported by the watcher.
 ///
-/// A waiter is one continuation in a dictionary: it holds no thread, no task and no database
-/// connection. Wakes are debounced: the first change after a quiet period wakes every waiter
+/// A waiter is one closure in a dictionary (a continuation's resumption, or a parked
+/// connection's answer): it holds no thread, no task and no database connection. Wakes are debounced: the first change after a quiet period wakes every waiter
 /// at once (no added latency), later ones within `debounce` are gathered into one wake at the
 /// end of it, so a storm of commits wakes each waiter at most once per interval. Deadlines
 /// are kept by one sweep that runs only while someone waits.
@@ -24,8 +24,16 @@ final class IndexWaiters: @unchecked Sendable {
         case full
     }
 
+    /// What ``register(after:until:wake:)`` did.
+    enum Registration: Sendable, Equatable {
+        /// Waiting: `wake` will be called once (unless ``cancel(_:)`` comes first).
+        case waiting(id: UInt64)
+        /// Not waiting: the answer is already known (`wake` is not called).
+        case immediate(Wake)
+    }
+
     private struct Waiter {
-        var continuation: CheckedContinuation<Wake, Never>
+        var wake: @Sendable (Wake) -> Void
         var deadline: ContinuousClock.Instant
     }
 
@@ -74,19 +82,33 @@ final class IndexWaiters: @unchecked Sendable {
     /// Waits until a wake past `generation`, `deadline`, or shutdown.
     func wait(after generation: UInt64, until deadline: ContinuousClock.Instant) async -> Wake {
         await withCheckedContinuation { continuation in
-            let (immediate, startSweep): (Wake?, Bool) = lock.withLock {
-                if isClosed { return (.closed, false) }
-                if generationValue != generation { return (.changed, false) }
-                if ContinuousClock.now >= deadline { return (.timedOut, false) }
-                if waiters.count >= capacity { return (.full, false) }
-                nextID += 1
-                waiters[nextID] = Waiter(continuation: continuation, deadline: deadline)
-                defer { sweeping = true }
-                return (nil, !sweeping)
+            if case .immediate(let wake) = register(after: generation, until: deadline, wake: { continuation.resume(returning: $0) }) {
+                continuation.resume(returning: wake)
             }
-            if let immediate { return continuation.resume(returning: immediate) }
-            if startSweep { Task { [self] in await sweep() } }
         }
+    }
+
+    /// Calls `wake` once, at a wake past `generation`, at `deadline`, or at shutdown — from
+    /// whichever thread notices it: a caller on an event loop hops back itself. No task is
+    /// held meanwhile (``FastPathHandler`` parks a request this way).
+    func register(after generation: UInt64, until deadline: ContinuousClock.Instant, wake: @escaping @Sendable (Wake) -> Void) -> Registration {
+        let (registration, startSweep): (Registration, Bool) = lock.withLock {
+            if isClosed { return (.immediate(.closed), false) }
+            if generationValue != generation { return (.immediate(.changed), false) }
+            if ContinuousClock.now >= deadline { return (.immediate(.timedOut), false) }
+            if waiters.count >= capacity { return (.immediate(.full), false) }
+            nextID += 1
+            waiters[nextID] = Waiter(wake: wake, deadline: deadline)
+            defer { sweeping = true }
+            return (.waiting(id: nextID), !sweeping)
+        }
+        if startSweep { Task { [self] in await sweep() } }
+        return registration
+    }
+
+    /// Forgets waiter `id` without waking it (its connection closed).
+    func cancel(_ id: UInt64) {
+        lock.withLock { waiters[id] = nil }
     }
 
     /// Answers every waiter (graceful shutdown) and every later wait at once.
@@ -94,9 +116,9 @@ final class IndexWaiters: @unchecked Sendable {
         let woken = lock.withLock {
             isClosed = true
             defer { waiters.removeAll() }
-            return waiters.values.map(\.continuation)
+            return waiters.values.map(\.wake)
         }
-        for continuation in woken { continuation.resume(returning: .closed) }
+        for wake in woken { wake(.closed) }
     }
 
     private func wakeAll() {
@@ -105,9 +127,9 @@ final class IndexWaiters: @unchecked Sendable {
             lastWake = .now
             generationValue &+= 1
             defer { waiters.removeAll(keepingCapacity: true) }
-            return waiters.values.map(\.continuation)
+            return waiters.values.map(\.wake)
         }
-        for continuation in woken { continuation.resume(returning: .changed) }
+        for wake in woken { wake(.changed) }
     }
 
     /// Times out the waiters whose deadline passed, every ``sweepInterval`` while any wait.
@@ -121,9 +143,9 @@ final class IndexWaiters: @unchecked Sendable {
                 // Decided under the lock: a waiter that comes after this sweep stopped starts
                 // a new one.
                 sweeping = !waiters.isEmpty
-                return (due.values.map(\.continuation), sweeping)
+                return (due.values.map(\.wake), sweeping)
             }
-            for continuation in expired { continuation.resume(returning: .timedOut) }
+            for wake in expired { wake(.timedOut) }
             if !goOn { return }
         }
     }

@@ -79,6 +79,39 @@ import Testing
         }
     }
 
+    /// The public index's held requests are parked on their connection (no task): HEAD, a
+    /// pipelined request behind one, `Connection: close`.
+    @Test func aParkedRequestAnswersHeadPipeliningAndClose() async throws {
+        try await Self.withServer(.sqlite) { server, _ in
+            let etag = try #require(try await Self.timed(server, "/v1/index").response.header("ETag"))
+            let head = try await Self.timed(server, "/v1/index?wait=1", headers: ["If-None-Match": etag], method: "HEAD")
+            #expect(head.response.status == 304 && head.seconds >= 0.9 && head.response.body.isEmpty)
+            let port = server.port
+            // A second request behind a held one: the held one is answered at once, in order.
+            let (first, second, seconds) = try await offPool {
+                let client = try RawHTTPClient(port: port)
+                let started = Date()
+                _ = try client.sendRaw(Array("GET /v1/index?wait=20 HTTP/1.1\r\nHost: x\r\nIf-None-Match: \(etag)\r\n\r\n".utf8), awaitingResponse: false)
+                _ = try client.sendRaw(Array("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".utf8), awaitingResponse: false)
+                return (try client.nextResponse(), try client.nextResponse(), Date().timeIntervalSince(started))
+            }
+            #expect(first.status == 304 && first.header("DeltaSnap-Cursor") != nil && second.status == 200 && seconds < 5, "\(first.status) \(second.status) \(seconds)")
+            // Connection: close is honoured after a held answer.
+            let closed = try await offPool {
+                let client = try RawHTTPClient(port: port)
+                let answer = try client.request("GET", "/v1/index?wait=1", headers: ["If-None-Match": etag, "Connection": "close"])
+                let after = try client.sendRaw(Array("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".utf8), method: "GET")
+                return (answer.status, after == nil)
+            }
+            #expect(closed.0 == 304 && closed.1, "the connection stays open after Connection: close")
+            async let changed = Self.timed(server, "/v1/index?wait=20", headers: ["If-None-Match": etag], method: "HEAD")
+            try await Task.sleep(for: .milliseconds(300))
+            try await Self.put(server, "/v1/collections/countries/records/FR", #"{"name":"France"}"#)
+            let woken = try await changed
+            #expect(woken.response.status == 200 && woken.response.body.isEmpty && woken.response.header("Content-Length").map { Int($0)! > 0 } == true)
+        }
+    }
+
     @Test func aWaitOrCursorOutOfRangeIsABadRequest() async throws {
         try await Self.withServer(.sqlite) { server, _ in
             for query in ["wait=0", "wait=61", "wait=soon", "wait=-1"] {

@@ -112,6 +112,13 @@ public final class BodyReader {
                 }
                 try json.expect(UInt8(ascii: ","))
             }
+            try json.skipWhitespace()
+            // The common case in one pass: a canonical record wholly in the buffer.
+            if let scanned = json.withBufferedBytes(CanonicalRecordScanner.scanPrefix) {
+                json.skipBuffered(scanned.length)
+                recordsRead += 1
+                return scanned.record
+            }
             let line = json.line
             let offset = json.offset
             let raw = try json.readRawValue()

@@ -13,12 +13,24 @@ enum CanonicalRecordScanner {
         return scanner.record()
     }
 
+    /// One canonical record at the start of `bytes` and how many bytes it takes; what follows
+    /// it is not looked at. A body reader finds each record's end and validates it in this
+    /// one pass (nil: not canonical, or not wholly in `bytes` — the caller falls back).
+    static func scanPrefix(_ bytes: UnsafeRawBufferPointer) -> (record: Record, length: Int)? {
+        var scanner = Scanner(bytes: bytes, requiresEnd: false)
+        guard let record = scanner.record() else { return nil }
+        return (record, scanner.index)
+    }
+
     private struct Scanner {
         let bytes: UnsafeRawBufferPointer
         var index = 0
+        /// Whether the record must end exactly at the end of ``bytes``.
+        var requiresEnd = true
 
-        init(bytes: UnsafeRawBufferPointer) {
+        init(bytes: UnsafeRawBufferPointer, requiresEnd: Bool = true) {
             self.bytes = bytes
+            self.requiresEnd = requiresEnd
         }
 
         mutating func record() -> Record? {
@@ -49,10 +61,10 @@ enum CanonicalRecordScanner {
                 if separator == UInt8(ascii: "}") { break }
                 guard separator == UInt8(ascii: ",") else { return nil }
             }
-            guard index == bytes.count, let idRange else { return nil }
+            guard !requiresEnd || index == bytes.count, let idRange else { return nil }
             if hiddenTrue && keys != 2 { return nil }
             let id = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[idRange]), as: UTF8.self)
-            return Record(canonicalBytes: Array(bytes), id: id, isHidden: hiddenTrue)
+            return Record(canonicalBytes: Array(UnsafeRawBufferPointer(rebasing: bytes[..<index])), id: id, isHidden: hiddenTrue)
         }
 
         func peek() -> UInt8? { index < bytes.count ? bytes[index] : nil }

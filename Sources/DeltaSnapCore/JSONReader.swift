@@ -68,6 +68,17 @@ public final class JSONReader {
         return false
     }
 
+    /// The bytes buffered after the current position (a prefix of what is left to read).
+    func withBufferedBytes<T>(_ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T {
+        try buffer.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[position...])) }
+    }
+
+    /// Moves past `count` buffered bytes that contain no line break (a canonical record).
+    func skipBuffered(_ count: Int) {
+        precondition(position + count <= buffer.count)
+        position += count
+    }
+
     private func peek() throws -> UInt8? {
         try ensureByte() ? buffer[position] : nil
     }

@@ -58,6 +58,15 @@ async def read_response(reader):
     return status, headers, body
 
 
+async def interrupt(process):
+    """SIGINT (how a person stops `sync --watch`), then SIGKILL if it has not ended in 10 s."""
+    process.send_signal(signal.SIGINT)
+    try:
+        await asyncio.wait_for(process.wait(), 10)
+    except asyncio.TimeoutError:
+        process.kill()
+
+
 def rss_kb(pid):
     with open(f"/proc/{pid}/status") as status:
         for line in status:
@@ -155,11 +164,7 @@ async def check_fallback(args):
                     break
         print(f"live: through a proxy that cuts held requests after 1 s, sync --watch --live still converged ({expected} records)")
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            await asyncio.wait_for(process.wait(), 10)
-        except asyncio.TimeoutError:
-            process.kill()
+        await interrupt(process)
 
 
 async def open_waiter(port, path, headers, connecting):
@@ -287,11 +292,7 @@ async def check_latency(args):
                     break
             samples.append((time.monotonic() - started) * 1000)
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            await asyncio.wait_for(process.wait(), 10)
-        except asyncio.TimeoutError:
-            process.kill()
+        await interrupt(process)
     samples.sort()
     p50 = samples[len(samples) // 2]
     p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]

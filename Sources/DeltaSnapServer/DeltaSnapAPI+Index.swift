@@ -32,11 +32,10 @@ extension DeltaSnapAPI {
         let query = request.uri.queryParameters
         let wait = try Self.waitSeconds(query.get("wait"))
         let ifNoneMatch = request.headers[values: .ifNoneMatch].joinedOrNil
-        let maxAge = configuration.indexMaxAge
         var headers: HTTPFields = [
             .contentType: "application/json",
             // A view is one user's: only their own cache may keep it.
-            .cacheControl: isView ? "private, no-cache" : "public, max-age=\(maxAge), stale-while-revalidate=\(maxAge)",
+            .cacheControl: isView ? "private, no-cache" : publicIndexCacheControl,
         ]
         // `*` names no version to wait past: answered at once, as any conditional request.
         let known = (ifNoneMatch ?? query.get("etag")).flatMap { $0.trimmingCharacters(in: .whitespaces) == "*" ? nil : $0 }
@@ -86,6 +85,8 @@ extension DeltaSnapAPI {
     /// A held request on the public index that memory alone can park (``FastPathHandler``):
     /// what it waits for and how to answer it.
     struct ParkableWait {
+        /// The user whose view it is; nil for the public index.
+        var caller: Principal?
         var generation: UInt64
         var deadline: ContinuousClock.Instant
         /// The public index it holds (its `ETag` is the client's).
@@ -95,13 +96,12 @@ extension DeltaSnapAPI {
         var headers: HTTPFields
     }
 
-    /// `GET /v1/index?wait=` for the public index whose client holds the current one, or nil
-    /// (the router answers: a view, a bad parameter, an index that changed or must be rebuilt).
+    /// `GET /v1/index?wait=` whose client holds the current index or view, or nil (the router
+    /// answers: a bad parameter or token, an index that changed or must be rebuilt).
     func parkableWait(_ request: HTTPRequest) -> ParkableWait? {
-        guard request.method == .get || request.method == .head, let target = request.path, target.hasPrefix("/v1/index?") else { return nil }
-        let policy = accessControl.policy
-        // A token names a view (or is a 401): the router decides, unless tokens are not looked at.
-        guard request.headerFields[.authorization] == nil || (policy.everythingPublic && policy.rules.collections.isEmpty) else { return nil }
+        guard request.method == .get || request.method == .head, let target = request.path, target.hasPrefix("/v1/index?"),
+              case .some(let caller) = indexCaller(request)
+        else { return nil }
         let uri = URI(target)
         guard uri.path == "/v1/index" else { return nil }
         let query = uri.queryParameters
@@ -110,27 +110,23 @@ extension DeltaSnapAPI {
               let known = ifNoneMatch ?? query.get("etag"), known.trimmingCharacters(in: .whitespaces) != "*"
         else { return nil }
         let generation = waiters.generation
-        guard let published = publication.freshPublic(heads: publicHeads, now: Int64(Date().timeIntervalSince1970)),
-              ConditionalRequest(ifNoneMatch: known, ifModifiedSince: nil).matches(entityTag: published.etag)
+        guard let published = indexFromMemory(for: caller), ConditionalRequest(ifNoneMatch: known, ifModifiedSince: nil).matches(entityTag: published.etag)
         else { return nil }
-        let maxAge = configuration.indexMaxAge
         return ParkableWait(
-            generation: generation, deadline: .now + .seconds(wait), published: published, viaIfNoneMatch: ifNoneMatch != nil, cursor: cursor,
-            headers: [.contentType: "application/json", .cacheControl: "public, max-age=\(maxAge), stale-while-revalidate=\(maxAge)"])
+            caller: caller, generation: generation, deadline: .now + .seconds(wait), published: published, viaIfNoneMatch: ifNoneMatch != nil,
+            cursor: cursor, headers: [.contentType: "application/json", .cacheControl: caller == nil ? publicIndexCacheControl : "private, no-cache"])
+    }
+
+    /// A shared cache may keep the public index `--index-max-age` seconds.
+    private var publicIndexCacheControl: String {
+        "public, max-age=\(configuration.indexMaxAge), stale-while-revalidate=\(configuration.indexMaxAge)"
     }
 
     /// The index `principal` sees now: built (and signed) only when a head it lists changed.
     func currentIndex(for principal: Principal, isView: Bool) async throws -> IndexPublisher.Published {
         let now = Int64(Date().timeIntervalSince1970)
-        // Views are kept per subject and claims: another token of the same user may name
-        // other partitions in its claims.
-        let slot = principal.claims.map { "\($0.sub.value)\u{0}\(($0.read ?? []).joined(separator: ","))\u{0}\(($0.write ?? []).joined(separator: ","))" }
-            ?? principal.subject
-        if isView, let cached = publication.cached(for: slot, now: now), let dependencies = cached.dependencies,
-           heads.stillHolds(dependencies)
-        {
-            // The common poll of a view: nothing it was built from changed, so it is the same
-            // document — no membership, head or store read, no signature.
+        let slot = Self.slot(of: principal)
+        if isView, let cached = viewFromMemory(slot: slot, now: now) {
             return cached
         } else if isView {
             let (listed, dependencies) = try await viewHeads(of: principal)
@@ -138,6 +134,55 @@ extension DeltaSnapAPI {
                 heads: listed, subject: principal.subject, slot: slot, dependencies: dependencies, store: store, now: now)
         }
         return try await publication.current(heads: publicHeads, subject: nil, slot: "", dependencies: nil, store: store, now: now)
+    }
+
+    /// Views are kept per subject and claims: another token of the same user may name other
+    /// partitions in its claims.
+    static func slot(of principal: Principal) -> String {
+        principal.claims.map { "\($0.sub.value)\u{0}\(($0.read ?? []).joined(separator: ","))\u{0}\(($0.write ?? []).joined(separator: ","))" }
+            ?? principal.subject
+    }
+
+    /// The common poll of a view: nothing it was built from changed, so it is the document
+    /// kept under `slot` — no membership, head or store read, no signature.
+    func viewFromMemory(slot: String, now: Int64) -> IndexPublisher.Published? {
+        guard let cached = publication.cached(for: slot, now: now), let dependencies = cached.dependencies, heads.stillHolds(dependencies) else { return nil }
+        return cached
+    }
+
+    /// The index `principal` sees now when memory alone has it (nil: the public index),
+    /// without waiting: the fast path answers and parks requests on it.
+    func indexFromMemory(for principal: Principal?) -> IndexPublisher.Published? {
+        let now = Int64(Date().timeIntervalSince1970)
+        guard let principal else { return publication.freshPublic(heads: publicHeads, now: now) }
+        return viewFromMemory(slot: Self.slot(of: principal), now: now)
+    }
+
+    /// Who a request to `/v1/index` on the fast path is: nil for the public index, the user
+    /// for a view; `.none` when memory cannot tell (an unknown or bad token: the router decides).
+    func indexCaller(_ request: HTTPRequest) -> Principal?? {
+        let policy = accessControl.policy
+        // Without rules or private collections a token is not even looked at.
+        if policy.everythingPublic && policy.rules.collections.isEmpty { return .some(nil) }
+        guard let header = request.headerFields[.authorization] else { return .some(nil) }
+        guard let token = AccessControl.bearerToken(header), let principal = accessControl.knownPrincipal(token) else { return .none }
+        let isView = principal.subject != Principal.anonymous.subject || principal.isAdmin || principal.claims != nil
+        return .some(isView ? principal : nil)
+    }
+
+    /// `GET /v1/index` (no query) answered from memory: a view or the public index that
+    /// nothing it lists has changed since it was built; nil leaves it to the router.
+    func indexAnswerFromMemory(_ request: HTTPRequest) -> (status: HTTPResponse.Status, headers: HTTPFields, body: ByteBuffer?)? {
+        guard request.method == .get || request.method == .head, request.path == "/v1/index",
+              case .some(let caller) = indexCaller(request), let published = indexFromMemory(for: caller)
+        else { return nil }
+        let headers: HTTPFields = [
+            .contentType: "application/json", .cacheControl: caller == nil ? publicIndexCacheControl : "private, no-cache", .eTag: published.etag,
+        ]
+        if ConditionalRequest(ifNoneMatch: request.headerFields[values: .ifNoneMatch].joinedOrNil, ifModifiedSince: nil).matches(entityTag: published.etag) {
+            return (.notModified, headers, nil)
+        }
+        return (.ok, headers, published.document)
     }
 
     /// The heads the public index lists: every collection anyone may read (no partition).

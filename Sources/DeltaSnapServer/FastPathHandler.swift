@@ -51,6 +51,11 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 droppingRequestParts = true
                 return
             }
+            if routed.count == 0, let answer = service.indexAnswerFromMemory(request) {
+                droppingRequestParts = true
+                writeIndexAnswer(answer, to: request, start: start, context: context)
+                return
+            }
             if routed.count == 0, let answer = service.fastAnswer(to: request, start: start) {
                 droppingRequestParts = true
                 write(answer, to: request, start: start, context: context)
@@ -129,7 +134,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         guard let held = parked else { return }
         guard wake == .changed else { return answerParked(changedTo: nil, context: context) }
         let generation = service.waiters.generation
-        if let fresh = service.publication.freshPublic(heads: service.publicHeads, now: Int64(Date().timeIntervalSince1970)) {
+        if let fresh = service.indexFromMemory(for: held.wait.caller) {
             return settle(held, fresh: fresh, generation: generation, context: context)
         }
         // The index must be rebuilt (read and signed): off the event loop, once for every
@@ -137,7 +142,8 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         let service = service
         Task {
-            let rebuilt = try? await service.currentIndex(for: .anonymous, isView: false)
+            let caller = held.wait.caller
+            let rebuilt = try? await service.currentIndex(for: caller ?? .anonymous, isView: caller != nil)
             bound.eventLoop.execute {
                 let (handler, context) = bound.value
                 guard let held = handler.parked else { return }
@@ -168,25 +174,34 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let answer = DeltaSnapAPI.heldAnswer(
             fresh ?? held.wait.published, changed: fresh != nil, viaIfNoneMatch: held.wait.viaIfNoneMatch, cursor: held.wait.cursor,
             headers: held.wait.headers)
+        writeIndexAnswer(answer, to: held.request, start: held.start, context: context)
+        context.flush()
+        if held.request.headerFields[values: .connection].contains(where: { $0.lowercased().contains("close") }) {
+            context.close(promise: nil)
+        }
+    }
+
+    /// Writes an answer of `GET /v1/index` given here (flushed with the read, or by the caller).
+    private func writeIndexAnswer(
+        _ answer: (status: HTTPResponse.Status, headers: HTTPFields, body: ByteBuffer?), to request: HTTPRequest, start: ContinuousClock.Instant,
+        context: ChannelHandlerContext
+    ) {
         let identity = ResponseIdentity(
-            status: answer.status, clientsID: held.request.headerFields[.xRequestID], logNotModified: logNotModified,
+            status: answer.status, clientsID: request.headerFields[.xRequestID], logNotModified: logNotModified,
             newID: { RequestID().description })
         var headers = answer.headers
         headers[.date] = date.now()
         if let requestID = identity.requestID { headers[.xRequestID] = requestID }
-        let body = held.request.method == .get ? answer.body : nil
+        let body = request.method == .get ? answer.body : nil
         if let length = answer.body?.readableBytes { headers[.contentLength] = String(length) }
         context.write(wrapOutboundOut(.head(HTTPResponse(status: answer.status, headerFields: headers))), promise: nil)
         if let body { context.write(wrapOutboundOut(.body(body)), promise: nil) }
-        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
-        if held.request.headerFields[values: .connection].contains(where: { $0.lowercased().contains("close") }) {
-            context.close(promise: nil)
-        }
+        context.write(wrapOutboundOut(.end(nil)), promise: nil)
+        needsFlush = true
         service.metrics.countResponse(route: "/v1/index", status: answer.status.code)
         if identity.logged, let requestID = identity.requestID {
             requestLog.write(
-                requestID: requestID, method: held.request.method, path: held.request.path ?? "",
-                status: answer.status, since: held.start, bytes: body?.readableBytes)
+                requestID: requestID, method: request.method, path: request.path ?? "", status: answer.status, since: start, bytes: body?.readableBytes)
         }
     }
 

@@ -25,13 +25,22 @@ import Testing
         #expect(response.status == 200, "\(response.text)")
     }
 
-    @Test func aLiveReplicaHasACommitAppliedWithinMomentsAndStopsWhenCancelled() async throws {
+    /// A server on a store holding `countries` (one record), stopped after `body`.
+    static func withCountries(_ body: (TestServer, TemporaryDirectory) async throws -> Void) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let store = try await TestDatabase.make(.sqlite, in: dir)
         try await store.importText(#"{"id":"AD","name":"Andorra"}"#, collection: "countries")
         let server = try await TestServer.start(database: store.url)
-        try await server.stopping {
+        do { try await server.stopping { try await body(server, dir) } } catch {
+            await store.stop()
+            throw error
+        }
+        await store.stop()
+    }
+
+    @Test func aLiveReplicaHasACommitAppliedWithinMomentsAndStopsWhenCancelled() async throws {
+        try await Self.withCountries { server, dir in
             let replica = try DeltaSnapReplica(
                 path: dir.file("r.sqlite"), collection: "countries", url: URL(string: "\(server.baseURL)/v1/collections/countries")!)
             let outcomes = Locked<[String]>([])
@@ -50,7 +59,6 @@ import Testing
             #expect(Date().timeIntervalSince(stopping) < 5, "a cancelled live replica must stop at once")
             #expect(outcomes.current.contains("delta"), "\(outcomes.current)")
         }
-        await store.stop()
     }
 
     @Test func aLiveViewPullsItsUsersPartitionWhenItChanges() async throws {
@@ -72,12 +80,7 @@ import Testing
     }
 
     @Test func syncWatchLivePrintsALinePerChangeAsItArrives() async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let store = try await TestDatabase.make(.sqlite, in: dir)
-        try await store.importText(#"{"id":"AD","name":"Andorra"}"#, collection: "countries")
-        let server = try await TestServer.start(database: store.url)
-        try await server.stopping {
+        try await Self.withCountries { server, dir in
             let process = Process()
             process.executableURL = URL(fileURLWithPath: CLI.binary)
             process.arguments = [
@@ -113,7 +116,6 @@ import Testing
             kill(process.processIdentifier, SIGINT)
             process.waitUntilExit()
         }
-        await store.stop()
     }
 
     @Test func heldRequestsCutByAProxyShortenTheWaitDownToPolling() {

@@ -146,7 +146,11 @@ extension DeltaSnapAPI {
     /// The common poll of a view: nothing it was built from changed, so it is the document
     /// kept under `slot` — no membership, head or store read, no signature.
     func viewFromMemory(slot: String, now: Int64) -> IndexPublisher.Published? {
-        guard let cached = publication.cached(for: slot, now: now), let dependencies = cached.dependencies, heads.stillHolds(dependencies) else { return nil }
+        guard let cached = publication.cached(for: slot, now: now), let dependencies = cached.dependencies else { return nil }
+        let (holds, at) = heads.stillHolds(dependencies)
+        guard holds else { return nil }
+        // Checked in full: the next poll compares one number until another head changes.
+        if at != dependencies.heldAt { publication.noteStillHolds(slot: slot, at: at) }
         return cached
     }
 
@@ -219,8 +223,10 @@ extension DeltaSnapAPI {
     /// exist yet too): while they hold, the view is the same.
     func viewHeads(of principal: Principal) async throws -> ([CollectionHead], ViewDependencies) {
         var listed: [CollectionHead] = []
+        // Taken before any head is read: a change while the view is built is seen by the next poll.
+        let heldAt = heads.changes
         let collections = heads.all
-        var dependencies = ViewDependencies(heads: [], collectionCount: collections.count)
+        var dependencies = ViewDependencies(heads: [], collectionCount: collections.count, heldAt: heldAt)
         for served in collections {
             dependencies.heads.append((served.head.name, served.head.token, served.head.floor))
             guard let path = CollectionPath(served.head.name) else { continue }

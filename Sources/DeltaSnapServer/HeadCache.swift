@@ -78,17 +78,29 @@ final class HeadCache: @unchecked Sendable {
         try await served(name, store: store)?.head
     }
 
+    /// Counts the heads installed by commits (``update(_:)``, ``replace(with:)``); a head
+    /// read into the cache on demand changes nothing.
+    var changes: UInt64 { lock.withLock { changeCount } }
+    private var changeCount: UInt64 = 0
+
     /// Whether every head `dependencies` names is still the one it recorded (the same token
-    /// and floor, or still absent), and no collection was added: one pass under the lock.
-    func stillHolds(_ dependencies: ViewDependencies) -> Bool {
+    /// and floor, or still absent), and no collection was added: one comparison while no head
+    /// changed since they last held, else one pass under the lock. With the count it held at.
+    func stillHolds(_ dependencies: ViewDependencies) -> (holds: Bool, at: UInt64) {
         lock.withLock {
-            guard collections.count == dependencies.collectionCount else { return false }
-            for (name, token, floor) in dependencies.heads {
-                let held = CollectionPath.isPartition(name) ? partitions[name] : collections[name]
-                guard held?.head.token == token, (held?.head.floor ?? 0) == floor else { return false }
-            }
-            return true
+            if dependencies.heldAt == changeCount { return (true, changeCount) }
+            return (holdsInFull(dependencies), changeCount)
         }
+    }
+
+    /// Under the lock.
+    private func holdsInFull(_ dependencies: ViewDependencies) -> Bool {
+        guard collections.count == dependencies.collectionCount else { return false }
+        for (name, token, floor) in dependencies.heads {
+            let held = CollectionPath.isPartition(name) ? partitions[name] : collections[name]
+            guard held?.head.token == token, (held?.head.floor ?? 0) == floor else { return false }
+        }
+        return true
     }
 
     /// Every collection's head (no partition), sorted by name.
@@ -101,14 +113,21 @@ final class HeadCache: @unchecked Sendable {
     /// may come from a replica behind a head this server already answered.
     func replace(with fresh: [CollectionHead]) {
         let changed = lock.withLock {
-            fresh.reduce(false) { changed, head in install(head, keepingFloor: true) || changed }
+            let changed = fresh.reduce(false) { changed, head in install(head, keepingFloor: true) || changed }
+            if changed { changeCount &+= 1 }
+            return changed
         }
         if changed { waiters?.changed() }
     }
 
     /// Installs a head the server just committed or read, without waiting for the watcher.
     func update(_ head: CollectionHead) {
-        if lock.withLock({ install(head, keepingFloor: false) }) { waiters?.changed() }
+        let changed = lock.withLock {
+            let changed = install(head, keepingFloor: false)
+            if changed { changeCount &+= 1 }
+            return changed
+        }
+        if changed { waiters?.changed() }
     }
 
     /// Under the lock. `keepingFloor`: an equal version with a lower floor is older too (a
@@ -140,4 +159,7 @@ final class HeadCache: @unchecked Sendable {
 struct ViewDependencies: Sendable {
     var heads: [(name: String, token: ServerToken?, floor: UInt64)]
     var collectionCount: Int
+    /// ``HeadCache/changes`` when these were last known to hold: while it has not moved, no
+    /// head changed at all and the check is one comparison, however many heads a view lists.
+    var heldAt: UInt64
 }

@@ -83,6 +83,15 @@ final class IndexPublisher: @unchecked Sendable {
         return held
     }
 
+    /// The view under `slot` was found still to hold at head change count `at`.
+    func noteStillHolds(slot: String, at: UInt64) {
+        lock.withLock {
+            guard var dependencies = published[slot]?.dependencies, dependencies.heldAt < at else { return }
+            dependencies.heldAt = at
+            published[slot]?.dependencies = dependencies
+        }
+    }
+
     /// The view kept under `slot` as last built, while it needs no re-signing.
     func cached(for slot: String, now: Int64) -> Published? {
         guard let held = lock.withLock({ published[slot] }), now - held.issued < lifetime / 4 else { return nil }

@@ -33,6 +33,9 @@ final class IndexPublisher: @unchecked Sendable {
     private var published: [String: Published] = [:]
     /// Builds in flight, by slot and key.
     private var building: [String: Task<Published, any Error>] = [:]
+    /// Entries stated before, by "name token floor" (bounded: emptied when full).
+    private var entries: [String: SignedIndex.Entry] = [:]
+    private let entryCapacity = 200_000
 
     init(keys: [IndexSigningKey], lifetime: Int64, capacity: Int = 10_000) {
         self.keys = keys
@@ -57,7 +60,7 @@ final class IndexPublisher: @unchecked Sendable {
         let flight = slot + "\u{1}" + key.joined(separator: "\u{2}")
         let (task, owns) = lock.withLock { () -> (Task<Published, any Error>, Bool) in
             if let running = building[flight] { return (running, false) }
-            let task = Task { try await self.build(names: heads.map(\.name), subject: subject, store: store, now: now) }
+            let task = Task { try await self.build(heads: heads, headKeys: key, subject: subject, store: store, now: now) }
             building[flight] = task
             return (task, true)
         }
@@ -98,12 +101,28 @@ final class IndexPublisher: @unchecked Sendable {
         return held
     }
 
-    private func build(names: [String], subject: String?, store: any CollectionStore, now: Int64) async throws -> Published {
-        let published = try await store.publishedState(of: names)
-        let index = SignedIndex(sequence: published.sequence, issued: now, expires: now + lifetime, entries: published.entries, subject: subject)
-        let key = published.entries.map { "\($0.collection) \($0.token) \($0.floor)" }
+    /// Reads (from `store`) only the entries not stated before: an entry — a token and the
+    /// digest of its state — never changes, so a view of a thousand partitions of which one
+    /// changed reads one. The sequence is read every time.
+    private func build(heads: [CollectionHead], headKeys: [String], subject: String?, store: any CollectionStore, now: Int64) async throws -> Published {
+        let known = lock.withLock { headKeys.map { entries[$0] } }
+        let missing = zip(heads, known).compactMap { $1 == nil ? $0.name : nil }
+        let read = try await store.publishedState(of: missing)
+        let fresh = Dictionary(read.entries.map { ($0.collection, $0) }, uniquingKeysWith: { $1 })
+        // A read entry may be newer than the head asked for (a commit since): it is what the
+        // store states now, and the published key says so.
+        let listed = zip(heads, known).compactMap { head, known in known ?? fresh[head.name] }
+        lock.withLock {
+            if entries.count + read.entries.count > entryCapacity { entries.removeAll(keepingCapacity: true) }
+            for entry in read.entries { entries[Self.key(of: entry)] = entry }
+        }
+        let index = SignedIndex(sequence: read.sequence, issued: now, expires: now + lifetime, entries: listed, subject: subject)
         let document = index.signed(with: keys).document
         let etag = "\"" + SHA256.hash(data: document).prefix(12).map { String(format: "%02x", $0) }.joined() + "\""
-        return Published(key: key, issued: now, document: ByteBuffer(bytes: document), etag: etag)
+        return Published(key: listed.map(Self.key), issued: now, document: ByteBuffer(bytes: document), etag: etag)
+    }
+
+    private static func key(of entry: SignedIndex.Entry) -> String {
+        "\(entry.collection) \(entry.token) \(entry.floor)"
     }
 }

@@ -225,14 +225,16 @@ final class AccessControl: Sendable {
 
     /// Whether `audience` includes `principal` for `right` on `path` (the admin is handled before).
     private func grants(
-        _ audience: AccessRules.Audience, _ right: Right, on path: CollectionPath, to principal: Principal, memberships: MembershipDirectory
+        _ audience: AccessRules.Audience, _ right: Right, on path: CollectionPath, to principal: Principal, memberships: MembershipDirectory,
+        roles: [String: MembershipDirectory.Role]? = nil
     ) async throws -> Bool {
         switch audience {
         case .public: return true
         case .admin: return false
         case .owner: return path.key == principal.subject
         case .member:
-            guard let role = try await memberships.role(of: principal.subject, in: path) else { return false }
+            let role = if let roles { roles[path.description] } else { try await memberships.role(of: principal.subject, in: path) }
+            guard let role else { return false }
             return right == .read || role == .write
         case .claims:
             guard let claims = principal.claims else { return false }
@@ -248,14 +250,17 @@ final class AccessControl: Sendable {
     }
 
     /// Whether `principal` may read `path`, for building a view (never throws for a refusal).
-    func mayRead(_ path: CollectionPath, as principal: Principal, memberships: MembershipDirectory) async throws -> Bool {
+    /// `roles`: the principal's memberships, when the caller read them once for many paths.
+    func mayRead(
+        _ path: CollectionPath, as principal: Principal, memberships: MembershipDirectory, roles: [String: MembershipDirectory.Role]? = nil
+    ) async throws -> Bool {
         if principal.isAdmin { return true }
         guard let rule = policy.rules[path.name] else {
             if policy.isPublicRead(path) { return true }
             return principal.claims?.allow(.read, on: path) ?? false
         }
         guard rule.partitioned == (path.key != nil) else { return false }
-        return try await grants(rule.read, .read, on: path, to: principal, memberships: memberships)
+        return try await grants(rule.read, .read, on: path, to: principal, memberships: memberships, roles: roles)
     }
 
     /// The principal `request` acts as, if it may exercise `right` on `path` by the settings

@@ -233,17 +233,19 @@ extension DeltaSnapAPI {
             if try await accessControl.mayRead(path, as: principal, memberships: memberships) { listed.append(served.head) }
         }
         var candidates = Set<String>()
+        // Read once for every candidate below, not once per candidate.
+        let roles = principal.claims == nil ? [:] : try await memberships.roles(of: principal.subject)
         if let claims = principal.claims {
             for (name, rule) in accessControl.policy.rules.collections where rule.partitioned {
                 if let own = CollectionPath(name: name, key: principal.subject) { candidates.insert(own.description) }
             }
-            candidates.formUnion(try await memberships.roles(of: principal.subject).keys)
+            candidates.formUnion(roles.keys)
             candidates.formUnion(((claims.read ?? []) + (claims.write ?? [])).filter(CollectionPath.isPartition))
         }
         for name in candidates.sorted(by: { $0.utf8Precedes($1) }) {
             let head = try await heads.head(of: name, store: store)
             dependencies.heads.append((name, head?.token, head?.floor ?? 0))
-            guard let head, let path = CollectionPath(name), try await accessControl.mayRead(path, as: principal, memberships: memberships)
+            guard let head, let path = CollectionPath(name), try await accessControl.mayRead(path, as: principal, memberships: memberships, roles: roles)
             else { continue }
             listed.append(head)
         }

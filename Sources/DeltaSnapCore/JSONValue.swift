@@ -1,3 +1,5 @@
+import Foundation
+
 /// A parsed JSON value, kept in the shape DeltaSnap needs for canonical bytes.
 ///
 /// Numbers keep their literal text (`1.0` stays `1.0`, `12345678901234567890` loses no
@@ -50,6 +52,16 @@ extension String {
     /// (Swift's `<` on `String` follows Unicode canonical equivalence, not bytes).
     @inlinable
     public func utf8Precedes(_ other: String) -> Bool {
-        utf8.lexicographicallyPrecedes(other.utf8)
+        // Native strings are contiguous UTF-8: one memcmp instead of a generic byte loop
+        // (sorting a view's thousand entries spent most of its time there).
+        let fast = utf8.withContiguousStorageIfAvailable { mine in
+            other.utf8.withContiguousStorageIfAvailable { theirs -> Bool in
+                let common = Swift.min(mine.count, theirs.count)
+                let order = common == 0 ? 0 : memcmp(mine.baseAddress!, theirs.baseAddress!, common)
+                return order != 0 ? order < 0 : mine.count < theirs.count
+            }
+        }
+        if let fast, let result = fast { return result }
+        return utf8.lexicographicallyPrecedes(other.utf8)
     }
 }

@@ -77,9 +77,8 @@ public final class PostgresCollectionStore: CollectionStore {
         try await primary.publishedState(of: names)
     }
 
-    /// One transaction per partition (a batched path like SQLite's is still to come).
     public func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult] {
-        try await importEachPartition(partitions, replace: replace)
+        try await primary.importPartitions(partitions, replace: replace)
     }
 
     public func importRecords(
@@ -119,6 +118,8 @@ public final class PostgresCollectionStore: CollectionStore {
                                 await catchUp(onChange)
                             },
                             onCommit: { [self] collection, version in
+                                // A commit of many partitions names none: read what changed.
+                                if collection == "*" { return await catchUp(onChange) }
                                 await catchUp(collection: collection, version: version, onChange: onChange)
                             })
                     } catch {

@@ -202,7 +202,7 @@ extension PostgresStore {
     /// Raises the publication sequence by the one rule every store follows
     /// (``DeltaSnapStore/PublicationSequence``), under the row's lock.
     @discardableResult
-    private func publishCommit(at committedAt: Int64, on connection: PostgresConnection) async throws -> Int64 {
+    func publishCommit(at committedAt: Int64, on connection: PostgresConnection) async throws -> Int64 {
         var previous: Int64 = 0
         for try await sequence in try await connection.query(
             "SELECT sequence FROM deltasnap_publication WHERE id = 1 FOR UPDATE", logger: logger
@@ -302,28 +302,12 @@ struct CopyRows {
     var buffer: [UInt8] = []
     var isFull: Bool { buffer.count >= 256 * 1024 }
 
-    private static let hex = Array("0123456789abcdef".utf8)
+    static let hex = Array("0123456789abcdef".utf8)
 
     mutating func append(_ record: Record) {
-        for byte in record.id.utf8 {
-            switch byte {
-            case UInt8(ascii: "\\"): buffer += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
-            case 0x09: buffer += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
-            case 0x0A: buffer += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
-            case 0x0D: buffer += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
-            default: buffer.append(byte)
-            }
-        }
-        buffer.append(0x09)
-        buffer.append(record.isHidden ? UInt8(ascii: "t") : UInt8(ascii: "f"))
-        buffer.append(0x09)
-        buffer += Array(String(Int64(bitPattern: record.isHidden ? 0 : record.hash)).utf8)
-        buffer.append(0x09)
-        buffer += [UInt8(ascii: "\\"), UInt8(ascii: "\\"), UInt8(ascii: "x")]
-        for byte in record.bytes {
-            buffer.append(Self.hex[Int(byte >> 4)])
-            buffer.append(Self.hex[Int(byte & 0x0F)])
-        }
-        buffer.append(0x0A)
+        appendText(record.id)
+        appendText(record.isHidden ? "t" : "f")
+        appendText(String(Int64(bitPattern: record.isHidden ? 0 : record.hash)))
+        appendBytes(record.bytes, last: true)
     }
 }

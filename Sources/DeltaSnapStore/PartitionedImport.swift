@@ -43,20 +43,6 @@ public struct PartitionRecords: Sendable {
     }
 }
 
-extension CollectionStore {
-    /// Imports each partition's records as one version of that partition (see
-    /// ``CollectionStore/importPartitions(_:replace:)``): one import per partition, for a
-    /// store with no faster way.
-    public func importEachPartition(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult] {
-        var results: [WriteResult] = []
-        for partition in partitions {
-            results.append(try await importRecords(
-                from: RecordStream(records: partition.records, name: partition.path), into: partition.path, replace: replace, progress: nil))
-        }
-        return results
-    }
-}
-
 extension Store {
     /// Every partition's records in one transaction, one version per partition that
     /// changed: a hundred thousand small partitions commit at the cost of one.

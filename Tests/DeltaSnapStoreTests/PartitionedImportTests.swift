@@ -1,6 +1,7 @@
 import DeltaSnapCore
 import DeltaSnapStore
 import DeltaSnapTestSupport
+import DeltaSnapTrust
 import Foundation
 import Testing
 
@@ -62,6 +63,45 @@ import Testing
         #expect(result.status == 1)
         #expect(result.stderr.hasPrefix("deltasnap: \(input):2: ") && result.stderr.contains(reason), "\(result.stderr)")
         #expect(try Store(path: dir.file("s.sqlite")).head(of: "sets/1") == nil)
+    }
+
+    /// New and existing partitions in one import: the new ones written in bulk (PostgreSQL),
+    /// the existing merged; a duplicate id anywhere commits nothing; every digest equals one
+    /// recomputed from the records.
+    @Test(arguments: TestBackend.allCases) func newAndExistingPartitionsInOneImportStateWhatARecomputationStates(_ backend: TestBackend) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await TestDatabase.make(backend, in: dir)
+        do {
+            try await store.importText(#"{"id":"q1","set":"old","text":"before"}"#, collection: "sets/old")
+            let input = (0..<300).map { #"{"id":"q\#($0 % 7)","set":"s\#($0 / 7)","text":"t\#($0)"}"# }.joined(separator: "\n")
+                + "\n" + #"{"id":"q1","set":"old","text":"after"}"# + "\n"
+            let results = try await store.importPartitioned(input, collection: "sets", by: "set")
+            #expect(results.count == 44 && results.allSatisfy(\.committed))
+            #expect(try await store.head(of: "sets/old")?.version == 2)
+            #expect(try await store.head(of: "sets/s0")?.count == 7)
+            #expect(try await store.head(of: "sets/s42")?.count == 6)
+            let names = ["sets/old", "sets/s0", "sets/s42"]
+            let stated = try await store.store.publishedState(of: names)
+            for entry in stated.entries {
+                var digest = StateDigest.empty
+                for line in try await store.export(entry.collection).split(separator: "\n") {
+                    let record = try Record(json: Array(line.utf8))
+                    digest.add(collection: entry.collection, id: record.id, canonical: record.bytes)
+                }
+                #expect(entry.digest == digest.fingerprint, "\(entry.collection)")
+            }
+            let before = try await store.publishedSequence()
+            let duplicate = #"{"id":"x","set":"fresh"}"# + "\n" + #"{"id":"x","set":"fresh"}"# + "\n" + #"{"id":"q1","set":"old","text":"again"}"#
+            await #expect(throws: (any Error).self) { try await store.importPartitioned(duplicate, collection: "sets", by: "set") }
+            #expect(try await store.head(of: "sets/fresh") == nil)
+            #expect(try await store.head(of: "sets/old")?.version == 2)
+            #expect(try await store.publishedSequence() == before)
+        } catch {
+            await store.stop()
+            throw error
+        }
+        await store.stop()
     }
 
     @Test func partitionByNeedsACollectionName() throws {

@@ -21,12 +21,13 @@ extension PostgresStore {
                 "SELECT name FROM deltasnap_collections WHERE name = ANY(\(partitions.map(\.path)))", logger: logger
             ).decode(String.self) { existing.insert(name) }
             var results = try await insertNew(partitions.filter { !existing.contains($0.path) }, on: connection)
+            var merged = false
             for partition in partitions where existing.contains(partition.path) {
                 let locked = try await lock(partition.path, on: connection)
                 results[partition.path] = try await merge(
-                    RecordStream(records: partition.records, name: partition.path), into: locked, replace: replace, progress: nil, on: connection)
-                // Created per merge (ON COMMIT DROP would keep it until the end of this transaction).
-                try await connection.query("DROP TABLE deltasnap_incoming", logger: logger)
+                    RecordStream(records: partition.records, name: partition.path), into: locked, replace: replace, progress: nil, on: connection,
+                    reusingIncoming: merged)
+                merged = true
             }
             return partitions.map { results[$0.path]! }
         }

@@ -25,6 +25,10 @@ final class PostgresConnectionPool: @unchecked Sendable {
     private var nextID = 1
     private let maximumOpen: Int
     private let checkoutTimeout: Duration
+    /// Set by ``close()``: no connection is opened or kept after it (a task the server did not
+    /// wait for — a watcher, a wake — may still ask; PostgresNIO traps on a connection
+    /// released unclosed).
+    private var isClosed = false
 
     init(url: PostgresURL, maximumOpen: Int = 24, checkoutTimeout: Duration = .seconds(10), logger: Logger) throws {
         self.url = url
@@ -42,7 +46,8 @@ final class PostgresConnectionPool: @unchecked Sendable {
     func checkout() async throws -> PostgresConnection {
         while true {
             enum Next { case reuse(PostgresConnection), connect(Int), wait }
-            let next: Next = lock.withLock {
+            let next: Next? = lock.withLock {
+                if isClosed { return nil }
                 while let connection = idle.popLast() {
                     if !connection.isClosed { return .reuse(connection) }
                     open -= 1
@@ -52,6 +57,7 @@ final class PostgresConnectionPool: @unchecked Sendable {
                 nextID += 1
                 return .connect(nextID)
             }
+            guard let next else { throw StoreError.unavailable(url.description, "the store was closed") }
             switch next {
             case .reuse(let connection):
                 return connection
@@ -86,14 +92,16 @@ final class PostgresConnectionPool: @unchecked Sendable {
 
     /// Returns a connection; a closed one (the server went away) is dropped.
     func checkin(_ connection: PostgresConnection) {
-        let waiter = lock.withLock {
-            if connection.isClosed {
+        let (waiter, closing) = lock.withLock {
+            let closing = isClosed && !connection.isClosed
+            if connection.isClosed || isClosed {
                 open -= 1
             } else {
                 idle.append(connection)
             }
-            return waiters.isEmpty ? nil : waiters.removeFirst()
+            return (waiters.isEmpty ? nil : waiters.removeFirst(), closing)
         }
+        if closing { Task { try? await connection.close() } }
         waiter?.continuation.resume(returning: true)
     }
 
@@ -140,6 +148,7 @@ final class PostgresConnectionPool: @unchecked Sendable {
     /// Closes every idle connection (at shutdown).
     func close() async {
         let connections = lock.withLock {
+            isClosed = true
             defer { idle.removeAll() }
             open -= idle.count
             return idle

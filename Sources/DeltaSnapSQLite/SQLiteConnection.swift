@@ -102,6 +102,9 @@ public final class SQLiteConnection {
     /// Rows changed by the last INSERT, UPDATE or DELETE.
     public var changes: Int { Int(sqlite3_changes(handle)) }
 
+    /// The rowid of the last row this connection inserted.
+    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
     var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
 
     /// The SQLite library version, e.g. "3.40.1".

@@ -79,7 +79,7 @@ public final class CollectionWriter {
             try insert.bind(1, collection)
             try insert.bind(2, epoch)
             try insert.run()
-            cid = try db.scalarInt("SELECT last_insert_rowid()") ?? 0
+            cid = db.lastInsertRowID
             state = StateAccumulator(collection: collection, checksum: .empty, count: 0, digest: .empty)
             version = 1
         }
@@ -91,14 +91,21 @@ public final class CollectionWriter {
             """)
     }
 
+    /// Partitions with at most this many visible records keep no stored digest.
+    static let smallestStoredDigest = 8
+
     /// Adds, changes, hides or un-hides one record. Throws ``StoreError/duplicateID(_:)``
     /// when the same id was already put in this write.
     public func put(_ record: Record) throws {
         guard seen.insert(record.id).inserted else { throw StoreError.duplicateID(record.id) }
-        try lookup.bind(1, cid)
-        try lookup.bind(2, record.id)
         let hash = record.isHidden ? 0 : record.hash
-        let found = try lookup.step()
+        // A collection created by this write holds no record yet: nothing to look up.
+        var found = false
+        if previous != nil {
+            try lookup.bind(1, cid)
+            try lookup.bind(2, record.id)
+            found = try lookup.step()
+        }
         let change = record.bytes.withUnsafeBytes { bytes in
             guard found else { return state.put(id: record.id, isHidden: record.isHidden, hash: hash, bytes: bytes, replacing: nil) }
             let stored = (isHidden: lookup.bool(0), hash: lookup.uint64(1))
@@ -180,7 +187,9 @@ public final class CollectionWriter {
         try recordVersion.bind(2, version)
         try recordVersion.bind(3, committedAt)
         try recordVersion.run()
-        let previousSequence = try db.scalarInt("SELECT sequence FROM publication WHERE id = 1") ?? 0
+        let readSequence = try statements("SELECT sequence FROM publication WHERE id = 1")
+        let previousSequence = try readSequence.step() ? readSequence.int64(0) : 0
+        readSequence.reset()
         let sequence = PublicationSequence.next(after: UInt64(previousSequence), at: committedAt)
         let publish = try statements("INSERT INTO publication(id, sequence) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET sequence = excluded.sequence")
         try publish.bind(1, sequence)
@@ -189,7 +198,14 @@ public final class CollectionWriter {
         try updateHead.bind(1, version)
         try updateHead.bind(2, state.checksum.value)
         try updateHead.bind(3, state.count)
-        try updateHead.bind(4, blob: (state.digest ?? .empty).bytes)
+        // A small partition's digest is not stored: recomputing it from its few records
+        // (readers and the next writer do when it is absent) costs less than writing 2 KiB per
+        // partition — most of a partitioned import's writes, millions of partitions over.
+        if state.count <= Self.smallestStoredDigest && CollectionPath.isPartition(collection) {
+            try updateHead.bindNull(4)
+        } else {
+            try updateHead.bind(4, blob: (state.digest ?? .empty).bytes)
+        }
         try updateHead.bind(5, sequence)
         try updateHead.bind(6, cid)
         try updateHead.run()

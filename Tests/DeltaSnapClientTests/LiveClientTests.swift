@@ -86,25 +86,15 @@ import Testing
             process.arguments = [
                 "sync", "--url", "\(server.baseURL)/v1/collections/countries", "--replica", dir.file("r.sqlite"), "--watch", "--live", "--wait", "20",
             ]
-            let output = Pipe()
+            // Output to a file, read as it grows: no pipe and no reading thread to outlive the test.
+            let outputPath = dir.file("live.out")
+            FileManager.default.createFile(atPath: outputPath, contents: nil)
+            let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
             process.standardOutput = output
             process.standardError = FileHandle.nullDevice
             try process.run()
             defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
-            let lines = Locked<[String]>([])
-            let handle = output.fileHandleForReading
-            let reader = Thread {
-                var pending = Data()
-                while case let data = handle.availableData, !data.isEmpty {
-                    pending.append(data)
-                    while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
-                        let line = String(decoding: pending[pending.startIndex..<newline], as: UTF8.self)
-                        lines.withLock { $0.append(line) }
-                        pending.removeSubrange(pending.startIndex...newline)
-                    }
-                }
-            }
-            reader.start()
+            let lines = LinesOfFile(path: outputPath)
             #expect(try await Self.eventually(within: 10) { lines.current.count == 1 })
             #expect(lines.current.first?.hasPrefix("pulled: full ") == true, "\(lines.current)")
             for (index, code) in ["FR", "BE"].enumerated() {
@@ -115,6 +105,16 @@ import Testing
             }
             kill(process.processIdentifier, SIGINT)
             process.waitUntilExit()
+        }
+    }
+
+    /// The complete lines of a file another process appends to, read again on each access.
+    struct LinesOfFile {
+        let path: String
+
+        var current: [String] {
+            let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+            return text.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
         }
     }
 

@@ -1,4 +1,6 @@
 import DeltaSnapCore
+import DeltaSnapSQLite
+import DeltaSnapTrust
 
 /// The records of one partition in a partitioned import.
 public struct PartitionRecords: Sendable {
@@ -45,16 +47,107 @@ public struct PartitionRecords: Sendable {
 
 extension Store {
     /// Every partition's records in one transaction, one version per partition that
-    /// changed: a hundred thousand small partitions commit at the cost of one.
+    /// changed: a hundred thousand small partitions commit at the cost of one. Partitions new
+    /// to the store — most of a first import — are written with three statements each (their
+    /// row, their version, their records) and one publication for them all; existing ones
+    /// merge as any write does (``CollectionWriter``).
     public func importPartitions(_ partitions: [PartitionRecords], replace: Bool) throws -> [WriteResult] {
         try db.transaction(.immediate) {
-            try partitions.map { partition in
+            var fresh = NewPartitions(db: db, statements: statements, configuration: configuration)
+            let exists = try statements("SELECT 1 FROM collections WHERE name = ?")
+            let results = try partitions.map { partition in
                 try CollectionPath.validate(partition.path)
+                try exists.bind(1, partition.path)
+                let existing = try exists.step()
+                exists.reset()
+                if !existing { return try fresh.write(partition) }
                 let writer = try CollectionWriter(db: db, statements: statements, collection: partition.path, configuration: configuration)
                 for record in partition.records { try writer.put(record) }
                 if replace { try writer.hideRecordsNotPut() }
                 return try writer.commit()
             }
+            return results
         }
+    }
+}
+
+/// The partitions of one import that have no row yet, written as their first version: what
+/// ``CollectionWriter`` does for a new collection without what a new collection cannot need
+/// (a head to read, records to look up, a row to update after inserting it), and one
+/// publication sequence for them all.
+private struct NewPartitions {
+    let db: SQLiteConnection
+    let statements: StatementCache
+    let configuration: StoreConfiguration
+    /// Fixed at the first partition written: every one of them is published by it.
+    private var published: (sequence: UInt64, committedAt: Int64)?
+
+    init(db: SQLiteConnection, statements: StatementCache, configuration: StoreConfiguration) {
+        self.db = db
+        self.statements = statements
+        self.configuration = configuration
+    }
+
+    mutating func write(_ partition: PartitionRecords) throws -> WriteResult {
+        var seen = Set<String>(minimumCapacity: partition.records.count)
+        // A digest is only stored for partitions larger than CollectionWriter.smallestStoredDigest.
+        let needsDigest = partition.records.count > CollectionWriter.smallestStoredDigest
+        var state = StateAccumulator(collection: partition.path, checksum: .empty, count: 0, digest: needsDigest ? .empty : nil)
+        for record in partition.records {
+            guard seen.insert(record.id).inserted else { throw StoreError.duplicateID(record.id) }
+            state.put(record, replacing: nil)
+        }
+        guard state.upserted > 0 else {
+            return WriteResult(collection: partition.path, committed: false, head: nil, upserted: 0, hidden: 0, unchanged: state.unchanged)
+        }
+        let (sequence, committedAt) = try publication()
+        let epoch = configuration.epochForNewCollections ?? ServerToken.randomEpoch()
+        let insert = try statements(
+            "INSERT INTO collections(name, epoch, head, checksum, visible, digest, published) VALUES (?, ?, 1, ?, ?, ?, ?)")
+        try insert.bind(1, partition.path)
+        try insert.bind(2, epoch)
+        try insert.bind(3, state.checksum.value)
+        try insert.bind(4, state.count)
+        if state.count > CollectionWriter.smallestStoredDigest, let digest = state.digest {
+            try insert.bind(5, blob: digest.bytes)
+        } else {
+            try insert.bindNull(5)
+        }
+        try insert.bind(6, sequence)
+        try insert.run()
+        let cid = db.lastInsertRowID
+        let version = try statements("INSERT INTO versions(cid, version, committed_at) VALUES (?, 1, ?)")
+        try version.bind(1, cid)
+        try version.bind(2, committedAt)
+        try version.run()
+        let record = try statements("INSERT INTO records(cid, id, version, hidden, hash, body) VALUES (?, ?, 1, 0, ?, ?)")
+        // A tombstone in a new partition hides nothing: only visible records are written.
+        for visible in partition.records where !visible.isHidden {
+            try record.bind(1, cid)
+            try record.bind(2, visible.id)
+            try record.bind(3, visible.hash)
+            try record.bind(4, blob: visible.bytes)
+            try record.run()
+        }
+        let head = CollectionHead(
+            name: partition.path, epoch: epoch, version: 1, checksum: state.checksum, count: state.count, committedAt: committedAt, floor: 0)
+        return WriteResult(
+            collection: partition.path, committed: true, head: head, upserted: state.upserted, hidden: state.hidden, unchanged: state.unchanged)
+    }
+
+    /// The sequence and commit time every new partition of this import is published with.
+    private mutating func publication() throws -> (UInt64, Int64) {
+        if let published { return published }
+        let committedAt = configuration.commitTime(after: nil)
+        let read = try statements("SELECT sequence FROM publication WHERE id = 1")
+        let previous = try read.step() ? read.int64(0) : 0
+        read.reset()
+        let sequence = PublicationSequence.next(after: UInt64(previous), at: committedAt)
+        // Raised now: an existing partition merged later in this import publishes past it.
+        let publish = try statements("INSERT INTO publication(id, sequence) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET sequence = excluded.sequence")
+        try publish.bind(1, sequence)
+        try publish.run()
+        published = (sequence, committedAt)
+        return (sequence, committedAt)
     }
 }

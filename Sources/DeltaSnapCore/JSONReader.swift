@@ -141,10 +141,41 @@ public final class JSONReader {
     /// validating them: the caller validates (see `Record.parse`). Tracks lines, so
     /// ``line`` stays right; throws only at the end of the input.
     public func readRawValue() throws -> [UInt8] {
+        try scanRawValue(keeping: true)
+    }
+
+    /// Moves past the next value as ``readRawValue()`` reads it, keeping nothing.
+    public func skipValue() throws {
+        _ = try scanRawValue(keeping: false)
+    }
+
+    /// The value of member `key` of the object at the reader's position; every other member
+    /// is skipped, not built (a partitioned import reads one field of every record). Nil when
+    /// the value is not an object or has no such member. For input already known to be valid
+    /// JSON (a record's canonical bytes): skipped members are not validated.
+    public func member(_ key: String) throws -> JSONValue? {
+        guard try peekSignificantByte() == UInt8(ascii: "{") else { return nil }
+        position += 1
+        if try peekSignificantByte() == UInt8(ascii: "}") { return nil }
+        while true {
+            try skipWhitespace()
+            guard try peek() == UInt8(ascii: "\"") else { throw error("expected a string key") }
+            let name = try readString()
+            try expect(UInt8(ascii: ":"))
+            if name == key { return try readValue(depth: 1) }
+            try skipValue()
+            try skipWhitespace()
+            let separator = try next()
+            if separator == UInt8(ascii: "}") { return nil }
+            guard separator == UInt8(ascii: ",") else { throw error("expected ',' or '}' in object, found \(describe(separator))") }
+        }
+    }
+
+    private func scanRawValue(keeping: Bool) throws -> [UInt8] {
         try skipWhitespace()
         guard try ensureByte() else { throw error("unexpected end of input, expected a value") }
         var raw: [UInt8] = []
-        raw.reserveCapacity(512)
+        if keeping { raw.reserveCapacity(512) }
         let first = buffer[position]
         if first != UInt8(ascii: "{") && first != UInt8(ascii: "[") && first != UInt8(ascii: "\"") {
             // A scalar: up to the next delimiter.
@@ -154,7 +185,7 @@ public final class JSONReader {
                     || byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\n") || byte == UInt8(ascii: "\r") || byte == UInt8(ascii: "\t") {
                     break
                 }
-                raw.append(byte)
+                if keeping { raw.append(byte) }
                 position += 1
             }
             return raw
@@ -188,7 +219,7 @@ public final class JSONReader {
                 }
                 if done { break }
             }
-            raw.append(contentsOf: buffer[start..<position])
+            if keeping { raw.append(contentsOf: buffer[start..<position]) }
             if done { return raw }
         }
     }

@@ -37,3 +37,17 @@ import Testing
         #expect(String(decoding: tab, as: UTF8.self) == #""a\tb\u0001\"\\""#)
     }
 }
+
+/// `JSONReader.member(_:)`: one member's value, the others skipped unbuilt.
+@Suite struct JSONMemberTests {
+    @Test func oneMemberIsReadAndTheOthersSkipped() throws {
+        let text = #"{"a":{"b":[1,"}",{"c":null}]},"id":"x\"y","set":"8271","z":-1.5e3}"#
+        #expect(try JSONReader(bytes: Array(text.utf8)).member("set") == .string("8271"))
+        #expect(try JSONReader(bytes: Array(text.utf8)).member("z") == JSONReader(bytes: Array("-1.5e3".utf8)).readValue())
+        #expect(try JSONReader(bytes: Array(text.utf8)).member("a") == JSONReader(bytes: Array(#"{"b":[1,"}",{"c":null}]}"#.utf8)).readValue())
+        #expect(try JSONReader(bytes: Array(text.utf8)).member("missing") == nil)
+        #expect(try JSONReader(bytes: Array("{}".utf8)).member("set") == nil)
+        #expect(try JSONReader(bytes: Array("[1]".utf8)).member("set") == nil)
+        #expect(throws: JSONParseError.self) { try JSONReader(bytes: Array(#"{"a" 1}"#.utf8)).member("b") }
+    }
+}

@@ -232,6 +232,8 @@ extension DeltaSnapAPI {
             guard let path = CollectionPath(served.head.name) else { continue }
             if try await accessControl.mayRead(path, as: principal, memberships: memberships) { listed.append(served.head) }
         }
+        let listedCollections = listed
+        var listedPartitions: [CollectionHead] = []
         var candidates = Set<String>()
         // Read once for every candidate below, not once per candidate.
         let roles = principal.claims == nil ? [:] : try await memberships.roles(of: principal.subject)
@@ -247,9 +249,29 @@ extension DeltaSnapAPI {
             dependencies.heads.append((name, head?.token, head?.floor ?? 0))
             guard let head, let path = CollectionPath(name), try await accessControl.mayRead(path, as: principal, memberships: memberships, roles: roles)
             else { continue }
-            listed.append(head)
+            listedPartitions.append(head)
         }
-        return (listed.sorted { $0.name.utf8Precedes($1.name) }, dependencies)
+        // Both lists are in name order already: merged, not sorted again.
+        return (Self.merged(listedCollections, listedPartitions), dependencies)
+    }
+
+    /// Two lists of heads in name order (UTF-8), as one.
+    static func merged(_ a: [CollectionHead], _ b: [CollectionHead]) -> [CollectionHead] {
+        var out: [CollectionHead] = []
+        out.reserveCapacity(a.count + b.count)
+        var (i, j) = (0, 0)
+        while i < a.count && j < b.count {
+            if b[j].name.utf8Precedes(a[i].name) {
+                out.append(b[j])
+                j += 1
+            } else {
+                out.append(a[i])
+                i += 1
+            }
+        }
+        out += a[i...]
+        out += b[j...]
+        return out
     }
 
 }

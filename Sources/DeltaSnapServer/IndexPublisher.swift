@@ -117,7 +117,7 @@ final class IndexPublisher: @unchecked Sendable {
             for entry in read.entries { entries[Self.key(of: entry)] = entry }
         }
         let index = SignedIndex(sequence: read.sequence, issued: now, expires: now + lifetime, entries: listed, subject: subject)
-        let document = index.signed(with: keys).document
+        let document = index.signedDocument(with: keys)
         let etag = "\"" + SHA256.hash(data: document).prefix(12).map { String(format: "%02x", $0) }.joined() + "\""
         return Published(key: listed.map(Self.key), issued: now, document: ByteBuffer(bytes: document), etag: etag)
     }

@@ -121,8 +121,28 @@ public struct SignedIndex: Sendable, Equatable {
 
     /// The document as served and bundled, ending with a newline.
     public var document: [UInt8] {
+        document(index: CanonicalJSON.bytes(indexValue))
+    }
+
+    /// ``signed(with:)``'s ``document``, with the index serialised once for both the
+    /// signatures and the document (a server builds a view of thousands of entries this way).
+    ///
+    /// ```swift
+    /// let bytes = SignedIndex(sequence: s, issued: now, expires: now + 86_400, entries: entries).signedDocument(with: keys)
+    /// ```
+    public func signedDocument(with keys: [IndexSigningKey]) -> [UInt8] {
+        let index = CanonicalJSON.bytes(indexValue)
+        var copy = self
+        if !keys.isEmpty {
+            let message = Self.signingDomain + index
+            copy.signatures = keys.map { Signature(keyID: $0.publicKey.id, bytes: $0.signature(for: message)) }
+        }
+        return copy.document(index: index)
+    }
+
+    private func document(index: [UInt8]) -> [UInt8] {
         var out = Array(#"{"index":"#.utf8)
-        CanonicalJSON.write(indexValue, into: &out)
+        out += index
         out += Array(#","signatures":"#.utf8)
         CanonicalJSON.write(.array(signatures.map { signature in
             .object([JSONMember("key", .string(signature.keyID)), JSONMember("signature", .string(Data(signature.bytes).base64EncodedString()))])

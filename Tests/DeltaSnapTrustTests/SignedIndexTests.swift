@@ -9,6 +9,17 @@ import Testing
         collection: "countries", token: "00000000000000a1.3", version: 3, count: 249, floor: 1,
         digest: String(repeating: "ab", count: 32), lastModified: "Sun, 22 Nov 2026 12:00:00 GMT")
 
+    @Test func theOnePassDocumentIsTheSignedIndexsDocument() throws {
+        var second = entry
+        second.collection = "sets/8271"
+        for keys in [[], [IndexSigningKey.generate()], [IndexSigningKey.generate(), IndexSigningKey.generate()]] {
+            for subject in [nil, "alice"] as [String?] {
+                let index = SignedIndex(sequence: 7, issued: 100, expires: 200, entries: [entry, second], subject: subject)
+                #expect(index.signedDocument(with: keys) == index.signed(with: keys).document)
+            }
+        }
+    }
+
     @Test func aDocumentRoundTripsAndVerifies() throws {
         let key = IndexSigningKey.generate()
         let index = SignedIndex(sequence: 42, issued: 1_000, expires: 2_000, entries: [entry]).signed(with: [key])

@@ -282,12 +282,7 @@ final class AccessControl: Sendable {
     }
 
     private func verify(_ token: String) async throws -> Principal {
-        if let admin = policy.adminToken, Self.constantTimeEqual(token, admin) {
-            return Principal(subject: "admin", claims: nil, isAdmin: true)
-        }
-        // A token verified before is the same bytes with the same claims: a poll repeats it,
-        // so it is checked once (its expiry on every use), not parsed and re-signed each time.
-        if let known = verified.principal(for: token, now: Date()) { return known }
+        if let known = knownPrincipal(token) { return known }
         var failure: (any Error)?
         for keys in await keySets.value {
             do {
@@ -322,7 +317,9 @@ final class AccessControl: Sendable {
     }
 
     /// Who `token` is, when memory alone can tell: the admin token, or a JWT that verified
-    /// before and has not expired (the fast path answers such a user's view poll).
+    /// before and has not expired (the fast path answers such a user's view poll). A token
+    /// verified before is the same bytes with the same claims: a poll repeats it, so it is
+    /// checked once (its expiry on every use), not parsed and re-signed each time.
     func knownPrincipal(_ token: String) -> Principal? {
         if let admin = policy.adminToken, Self.constantTimeEqual(token, admin) {
             return Principal(subject: "admin", claims: nil, isAdmin: true)

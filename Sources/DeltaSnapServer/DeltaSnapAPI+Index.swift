@@ -32,20 +32,12 @@ extension DeltaSnapAPI {
         let query = request.uri.queryParameters
         let wait = try Self.waitSeconds(query.get("wait"))
         let ifNoneMatch = request.headers[values: .ifNoneMatch].joinedOrNil
-        var headers: HTTPFields = [
-            .contentType: "application/json",
-            // A view is one user's: only their own cache may keep it.
-            .cacheControl: isView ? "private, no-cache" : publicIndexCacheControl,
-        ]
+        let headers = indexHeaders(isView: isView)
         // `*` names no version to wait past: answered at once, as any conditional request.
         let known = (ifNoneMatch ?? query.get("etag")).flatMap { $0.trimmingCharacters(in: .whitespaces) == "*" ? nil : $0 }
         guard let wait, let known else {
-            let published = try await currentIndex(for: principal, isView: isView)
-            headers[.eTag] = published.etag
-            if ConditionalRequest(ifNoneMatch: ifNoneMatch, ifModifiedSince: nil).matches(entityTag: published.etag) {
-                return Response(status: .notModified, headers: headers)
-            }
-            return Response(status: .ok, headers: headers, body: .init(byteBuffer: published.document))
+            let answer = indexAnswer(try await currentIndex(for: principal, isView: isView), isView: isView, ifNoneMatch: ifNoneMatch)
+            return Response(status: answer.status, headers: answer.headers, body: answer.body.map { .init(byteBuffer: $0) } ?? .init())
         }
         let cursor = try Self.cursor(query.get("cursor"))
         let deadline = ContinuousClock.now + .seconds(wait)
@@ -114,10 +106,9 @@ extension DeltaSnapAPI {
         else { return nil }
         return ParkableWait(
             caller: caller, generation: generation, deadline: .now + .seconds(wait), published: published, viaIfNoneMatch: ifNoneMatch != nil,
-            cursor: cursor, headers: [.contentType: "application/json", .cacheControl: caller == nil ? publicIndexCacheControl : "private, no-cache"])
+            cursor: cursor, headers: indexHeaders(isView: caller != nil))
     }
 
-    /// A shared cache may keep the public index `--index-max-age` seconds.
     private var publicIndexCacheControl: String {
         "public, max-age=\(configuration.indexMaxAge), stale-while-revalidate=\(configuration.indexMaxAge)"
     }
@@ -180,13 +171,26 @@ extension DeltaSnapAPI {
         guard request.method == .get || request.method == .head, request.path == "/v1/index",
               case .some(let caller) = indexCaller(request), let published = indexFromMemory(for: caller)
         else { return nil }
-        let headers: HTTPFields = [
-            .contentType: "application/json", .cacheControl: caller == nil ? publicIndexCacheControl : "private, no-cache", .eTag: published.etag,
-        ]
-        if ConditionalRequest(ifNoneMatch: request.headerFields[values: .ifNoneMatch].joinedOrNil, ifModifiedSince: nil).matches(entityTag: published.etag) {
+        return indexAnswer(published, isView: caller != nil, ifNoneMatch: request.headerFields[values: .ifNoneMatch].joinedOrNil)
+    }
+
+    /// The answer to `GET /v1/index` without a wait, on the router's path and the fast path
+    /// alike: `304` when `ifNoneMatch` names `published`, else the document.
+    func indexAnswer(
+        _ published: IndexPublisher.Published, isView: Bool, ifNoneMatch: String?
+    ) -> (status: HTTPResponse.Status, headers: HTTPFields, body: ByteBuffer?) {
+        var headers = indexHeaders(isView: isView)
+        headers[.eTag] = published.etag
+        if ConditionalRequest(ifNoneMatch: ifNoneMatch, ifModifiedSince: nil).matches(entityTag: published.etag) {
             return (.notModified, headers, nil)
         }
         return (.ok, headers, published.document)
+    }
+
+    /// `Content-Type` and `Cache-Control` of every index answer: a view is one user's, only
+    /// their own cache may keep it; a shared cache may keep the public index `--index-max-age`.
+    func indexHeaders(isView: Bool) -> HTTPFields {
+        [.contentType: "application/json", .cacheControl: isView ? "private, no-cache" : publicIndexCacheControl]
     }
 
     /// The heads the public index lists: every collection anyone may read (no partition).

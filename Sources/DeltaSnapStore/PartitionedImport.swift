@@ -140,14 +140,8 @@ private struct NewPartitions {
     private mutating func publication() throws -> (UInt64, Int64) {
         if let published { return published }
         let committedAt = configuration.commitTime(after: nil)
-        let read = try statements("SELECT sequence FROM publication WHERE id = 1")
-        let previous = try read.step() ? read.int64(0) : 0
-        read.reset()
-        let sequence = PublicationSequence.next(after: UInt64(previous), at: committedAt)
         // Raised now: an existing partition merged later in this import publishes past it.
-        let publish = try statements("INSERT INTO publication(id, sequence) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET sequence = excluded.sequence")
-        try publish.bind(1, sequence)
-        try publish.run()
+        let sequence = try statements.publishCommit(at: committedAt)
         published = (sequence, committedAt)
         return (sequence, committedAt)
     }

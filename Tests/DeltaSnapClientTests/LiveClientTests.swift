@@ -19,9 +19,7 @@ import Testing
     }
 
     static func put(_ server: TestServer, _ path: String, _ json: String) async throws {
-        let response = try await offPool {
-            try server.connect().request("PUT", path, headers: ["Authorization": "Bearer \(TestServer.writeToken)"], body: Array(json.utf8))
-        }
+        let response = try await server.adminPut(path, json)
         #expect(response.status == 200, "\(response.text)")
     }
 

@@ -24,10 +24,8 @@ import Testing
         }
     }
 
-    static func put(_ server: TestServer, _ path: String, _ json: String, token: String = TestServer.writeToken) async throws {
-        let response = try await offPool {
-            try server.connect().request("PUT", path, headers: ["Authorization": "Bearer \(token)"], body: Array(json.utf8))
-        }
+    static func put(_ server: TestServer, _ path: String, _ json: String) async throws {
+        let response = try await server.adminPut(path, json)
         #expect(response.status == 200, "\(response.text)")
     }
 

@@ -83,6 +83,15 @@ public final class TestServer: Sendable {
         _ = await task.result
     }
 
+    /// `PUT path` with `json` as the admin (the write token), on its own connection, off the
+    /// cooperative pool.
+    public func adminPut(_ path: String, _ json: String) async throws -> RawHTTPClient.Response {
+        let port = port
+        return try await offPool {
+            try RawHTTPClient(port: port).request("PUT", path, headers: ["Authorization": "Bearer \(TestServer.writeToken)"], body: Array(json.utf8))
+        }
+    }
+
     /// A new raw connection to the server.
     public func connect() throws -> RawHTTPClient {
         try RawHTTPClient(port: port)

@@ -1,5 +1,5 @@
-# Shared by bench-http.sh and bench-memory.sh (sourced, not run): the release binary, a
-# temporary directory, and a cleanup that stops every process they started, by PID.
+# Shared by the bench-*.sh scripts (sourced, not run): the release binary, a temporary
+# directory, nginx, and a cleanup that stops every process they started, by PID.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="$ROOT/.build/release/deltasnap"
 COLLECTION=items
@@ -51,6 +51,45 @@ cleanup() {
         [[ -n "$pid" ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
     done
     rm -rf "$TMP"
+}
+
+# Starts nginx on loopback ports with the `http` block's own lines read from stdin (servers,
+# upstreams) after the settings every bench shares: temporary files under $TMP/nginx,
+# keep-alive connections that are never closed for their request count, the access log off
+# unless NGINX_ACCESS_LOG gives its directive, NGINX_WORKERS workers (default: one per core,
+# as deployed). Sets NGINX_PID; nginx is stopped on exit with the rest. Waits for URL ($1).
+start_nginx_with() { # URL_TO_WAIT_FOR  <http-block lines
+    local nginx
+    nginx="$(command -v nginx || echo /usr/sbin/nginx)"
+    mkdir -p "$TMP/nginx/tmp"
+    # nginx workers started by root run as "nobody": they must be able to enter $TMP.
+    chmod 755 "$TMP"
+    {
+        cat <<EOF
+daemon off;
+worker_processes ${NGINX_WORKERS:-auto};
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+    ${NGINX_ACCESS_LOG:-access_log off;}
+    client_body_temp_path $TMP/nginx/tmp/body;
+    proxy_temp_path $TMP/nginx/tmp/proxy;
+    fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
+    uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
+    scgi_temp_path $TMP/nginx/tmp/scgi;
+    keepalive_requests 1000000;
+EOF
+        cat
+        echo "}"
+    } >"$TMP/nginx/nginx.conf"
+    "$nginx" -e "$TMP/nginx/error.log" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
+    NGINX_PID=$!
+    PIDS+=("$NGINX_PID")
+    for _ in $(seq 1 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done
+    echo "nginx did not answer $1; its log:" >&2
+    cat "$TMP/nginx/error.log" >&2
+    exit 1
 }
 
 # Starts `BINARY serve --db DB --host 127.0.0.1 --port PORT [flags…]` (stdout in

@@ -32,7 +32,6 @@ RUN_MEMORY=0
 [[ "${1:-}" == "--memory" ]] && RUN_MEMORY=1
 
 need nginx wrk curl
-NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 build_release
 make_workspace bench-http
 
@@ -59,28 +58,14 @@ SNAPSHOT="$TMP/www/$COLLECTION.snapshot"
 SNAP_BYTES=$(stat -c %s "$SNAPSHOT")
 
 # ---------------------------------------------------------------- nginx
-mkdir -p "$TMP/nginx/tmp"
 # nginx workers started by root run as "nobody": let them read the baked file.
-chmod 755 "$TMP" "$TMP/www"; chmod 644 "$SNAPSHOT"
-write_nginx_conf() { # MODE
-    local access="access_log off;"
-    [[ "$1" == logged ]] && access="access_log $TMP/nginx/access.log combined buffer=64k flush=1s;"
-cat >"$TMP/nginx/nginx.conf" <<EOF
-daemon off;
-worker_processes $NGINX_WORKERS;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-    $access
-    client_body_temp_path $TMP/nginx/tmp/body;
-    proxy_temp_path $TMP/nginx/tmp/proxy;
-    fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
-    uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
-    scgi_temp_path $TMP/nginx/tmp/scgi;
+chmod 755 "$TMP/www"; chmod 644 "$SNAPSHOT"
+start_nginx() { # MODE
+    NGINX_ACCESS_LOG="access_log off;"
+    [[ "$1" == logged ]] && NGINX_ACCESS_LOG="access_log $TMP/nginx/access.log combined buffer=64k flush=1s;"
+    start_nginx_with "http://127.0.0.1:$NGINX_PORT/$COLLECTION.snapshot" <<EOF
     sendfile on;
     tcp_nopush on;
-    keepalive_requests 1000000;
     server {
         listen 127.0.0.1:$NGINX_PORT;
         root $TMP/www;
@@ -90,15 +75,7 @@ http {
             add_header Content-Encoding gzip;
         }
     }
-}
 EOF
-}
-start_nginx() { # MODE
-    write_nginx_conf "$1"
-    "$NGINX" -e "$TMP/nginx/error.log" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
-    NGINX_PID=$!
-    PIDS+=("$NGINX_PID")
-    for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$NGINX_PORT/$COLLECTION.snapshot" && break; sleep 0.1; done
 }
 start_nginx silent
 

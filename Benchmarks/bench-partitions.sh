@@ -25,7 +25,6 @@ NGINX_PORT="${NGINX_PORT:-18091}"
 SECRET="bench-partitions-secret"
 
 need nginx wrk curl
-NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 build_release
 make_workspace bench-partitions
 RESULTS="$TMP/results.tsv"
@@ -98,30 +97,12 @@ say "heavy's view: $VIEW_COUNT entries, ETag $VIEW_ETAG, revalidated: $STATUS"
 [[ "$STATUS" == 304 ]] || { echo "the unchanged view was not a 304" >&2; exit 1; }
 
 # ---------------------------------------------------------------- 2. 304 of a view vs nginx
-mkdir -p "$TMP/www" "$TMP/nginx/tmp"
+mkdir -p "$TMP/www"
 cp "$ROOT/Snapshots/countries.snapshot" "$TMP/www/index.json"
-chmod 755 "$TMP" "$TMP/www"; chmod 644 "$TMP/www/index.json"
-cat >"$TMP/nginx/nginx.conf" <<EOF
-daemon off;
-worker_processes auto;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $TMP/nginx/tmp/body;
-    proxy_temp_path $TMP/nginx/tmp/proxy;
-    fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
-    uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
-    scgi_temp_path $TMP/nginx/tmp/scgi;
-    keepalive_requests 1000000;
+chmod 755 "$TMP/www"; chmod 644 "$TMP/www/index.json"
+start_nginx_with "http://127.0.0.1:$NGINX_PORT/index.json" <<EOF
     server { listen 127.0.0.1:$NGINX_PORT; root $TMP/www; location / { etag on; } }
-}
 EOF
-"$NGINX" -e "$TMP/nginx/error.log" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
-NGINX_PID=$!
-PIDS+=("$NGINX_PID")
-for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$NGINX_PORT/index.json" && break; sleep 0.1; done
 NG_URL="http://127.0.0.1:$NGINX_PORT/index.json"
 NG_ETAG="$(etag_of "$NG_URL")"
 WATCH_PIDS=("$DS_PID")

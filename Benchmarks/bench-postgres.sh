@@ -20,7 +20,6 @@ CONNECTIONS="${CONNECTIONS:-32}"
 MILLION="${MILLION:-0}"
 
 need nginx wrk curl
-NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 build_release
 make_workspace bench-postgres
 trap 'stop_postgres_cluster; cleanup' EXIT
@@ -61,22 +60,8 @@ start_serve sqlite "$SQLITE"; SQ_PORT=$SERVE_PORT; SQ_PID=$SERVE_PID
 start_serve pg1 "$PG_URL"; PG1_PORT=$SERVE_PORT; PG1_PID=$SERVE_PID
 start_serve pg2 "$PG_URL"; PG2_PORT=$SERVE_PORT; PG2_PID=$SERVE_PID
 LB_PORT=$(free_port); STATIC_PORT=$(free_port)
-mkdir -p "$TMP/nginx/tmp"
-chmod 755 "$TMP" "$TMP/www"; chmod 644 "$TMP/www/$COLLECTION.snapshot"
-cat >"$TMP/nginx/nginx.conf" <<CONF
-daemon off;
-worker_processes auto;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $TMP/nginx/tmp/body;
-    proxy_temp_path $TMP/nginx/tmp/proxy;
-    fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
-    uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
-    scgi_temp_path $TMP/nginx/tmp/scgi;
-    keepalive_requests 1000000;
+chmod 755 "$TMP/www"; chmod 644 "$TMP/www/$COLLECTION.snapshot"
+start_nginx_with "http://127.0.0.1:$STATIC_PORT/$COLLECTION.snapshot" <<CONF
     upstream deltasnap { server 127.0.0.1:$PG1_PORT; server 127.0.0.1:$PG2_PORT; keepalive 64; }
     server {
         listen 127.0.0.1:$LB_PORT;
@@ -94,10 +79,7 @@ http {
         sendfile on;
         location / { etag on; default_type application/octet-stream; add_header Content-Encoding gzip; }
     }
-}
 CONF
-"$NGINX" -e "$TMP/nginx/error.log" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
-PIDS+=($!)
 SQ_URL="http://127.0.0.1:$SQ_PORT/v1/collections/$COLLECTION"
 PG_URL_HTTP="http://127.0.0.1:$LB_PORT/v1/collections/$COLLECTION"
 NG_URL="http://127.0.0.1:$STATIC_PORT/$COLLECTION.snapshot"

@@ -143,7 +143,8 @@ public actor DeltaSnapView {
 
     /// Live mode: waits on the server for a change to the view, syncs it, and waits again,
     /// until the calling task is cancelled (cancel it when the app goes to the background).
-    /// `onSync` receives every sync that changed something (a new view, or pushed writes).
+    /// `onSync` receives every sync that changed something (a new view, or pushed writes)
+    /// or failed (the loop backs off, then tries again).
     /// Falls back to polling when held requests are cut (see ``LiveOptions``). Local writes
     /// made meanwhile are pushed by the app's own ``sync(now:waitingUpTo:)``, or by the next
     /// round.
@@ -151,7 +152,7 @@ public actor DeltaSnapView {
         var loop = LiveLoop(options: options)
         await loop.run { wait in
             let report = await sync(waitingUpTo: wait)
-            if report.index == .applied || !report.pushes.isEmpty { await onSync(report) }
+            if report.isWorthReporting { await onSync(report) }
             switch report.index {
             case .applied: return .changed
             case .failed: return .failed
@@ -232,6 +233,12 @@ public struct ViewSyncReport: Sendable {
     public var held = 0
 
     public init() {}
+
+    /// Whether anything happened that an app (or `sync --watch`) would report: a new view,
+    /// pushed writes, or a failure — anything but a `304` with nothing to push.
+    public var isWorthReporting: Bool {
+        index != .notModified || !pushes.isEmpty
+    }
 
     /// Partitions fetched (a delta or a full body; not those dropped).
     public var changed: Int {

@@ -331,12 +331,17 @@ final class AccessControl: Sendable {
         bearerToken(request.headers[.authorization])
     }
 
-    /// The token of an `Authorization: Bearer …` header value.
+    /// The token of an `Authorization: Bearer …` header value (the scheme in any case).
     static func bearerToken(_ value: String?) -> String? {
         guard let value else { return nil }
-        let prefix = "bearer "
-        guard value.count > prefix.count, value.prefix(prefix.count).lowercased() == prefix else { return nil }
-        let token = value.dropFirst(prefix.count).trimmingCharacters(in: .whitespaces)
+        // Byte by byte: this runs on every poll of a view, and Foundation's
+        // `trimmingCharacters` goes through UTF-16 on Linux (a third of a view's 304).
+        let bytes = value.utf8
+        let scheme = "bearer ".utf8
+        guard bytes.count > scheme.count,
+              zip(bytes, scheme).allSatisfy({ byte, expected in (byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte) == expected })
+        else { return nil }
+        let token = String(Substring(bytes.dropFirst(scheme.count))).trimmingSpaces
         return token.isEmpty ? nil : token
     }
 

@@ -68,9 +68,10 @@ public enum ConditionalRequest: Equatable, Sendable {
 
 extension String {
     var trimmingSpaces: String {
-        var view = Substring(self)
-        while let first = view.first, first == " " || first == "\t" { view.removeFirst() }
-        while let last = view.last, last == " " || last == "\t" { view.removeLast() }
-        return String(view)
+        // By bytes, not characters: a bearer token is trimmed on every poll of a view.
+        var view = Substring(self).utf8
+        while let first = view.first, first == 0x20 || first == 0x09 { view.removeFirst() }
+        while let last = view.last, last == 0x20 || last == 0x09 { view.removeLast() }
+        return String(Substring(view))
     }
 }

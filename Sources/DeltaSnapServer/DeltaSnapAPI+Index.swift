@@ -34,7 +34,7 @@ extension DeltaSnapAPI {
         let ifNoneMatch = request.headers[values: .ifNoneMatch].joinedOrNil
         let headers = indexHeaders(isView: isView)
         // `*` names no version to wait past: answered at once, as any conditional request.
-        let known = (ifNoneMatch ?? query.get("etag")).flatMap { $0.trimmingCharacters(in: .whitespaces) == "*" ? nil : $0 }
+        let known = (ifNoneMatch ?? query.get("etag")).flatMap { $0.trimmingSpaces == "*" ? nil : $0 }
         guard let wait, let known else {
             let answer = indexAnswer(try await currentIndex(for: principal, isView: isView), isView: isView, ifNoneMatch: ifNoneMatch)
             return Response(status: answer.status, headers: answer.headers, body: answer.body.map { .init(byteBuffer: $0) } ?? .init())
@@ -99,7 +99,7 @@ extension DeltaSnapAPI {
         let query = uri.queryParameters
         let ifNoneMatch = request.headerFields[values: .ifNoneMatch].joinedOrNil
         guard let wait = try? Self.waitSeconds(query.get("wait")), let cursor = try? Self.cursor(query.get("cursor")),
-              let known = ifNoneMatch ?? query.get("etag"), known.trimmingCharacters(in: .whitespaces) != "*"
+              let known = ifNoneMatch ?? query.get("etag"), known.trimmingSpaces != "*"
         else { return nil }
         let generation = waiters.generation
         guard let published = indexFromMemory(for: caller), ConditionalRequest(ifNoneMatch: known, ifModifiedSince: nil).matches(entityTag: published.etag)
@@ -116,15 +116,19 @@ extension DeltaSnapAPI {
     /// The index `principal` sees now: built (and signed) only when a head it lists changed.
     func currentIndex(for principal: Principal, isView: Bool) async throws -> IndexPublisher.Published {
         let now = Int64(Date().timeIntervalSince1970)
-        let slot = Self.slot(of: principal)
-        if isView, let cached = viewFromMemory(slot: slot, now: now) {
-            return cached
-        } else if isView {
-            let (listed, dependencies) = try await viewHeads(of: principal)
+        guard isView else {
             return try await publication.current(
-                heads: listed, subject: principal.subject, slot: slot, dependencies: dependencies, store: store, now: now)
+                key: publicHeads.map(EntryKey.init), subject: nil, slot: "", dependencies: nil, store: store, now: now)
         }
-        return try await publication.current(heads: publicHeads, subject: nil, slot: "", dependencies: nil, store: store, now: now)
+        let slot = Self.slot(of: principal)
+        let dependencies: ViewDependencies
+        switch keptView(slot: slot, principal: principal, now: now, patching: true) {
+        case .current(let published): return published
+        case .moved(let moved): dependencies = moved
+        case .none: dependencies = try await viewHeads(of: principal)
+        }
+        return try await publication.current(
+            key: dependencies.listedKeys, subject: principal.subject, slot: slot, dependencies: dependencies, store: store, now: now)
     }
 
     /// Views are kept per subject and claims: another token of the same user may name other
@@ -134,15 +138,55 @@ extension DeltaSnapAPI {
             ?? principal.subject
     }
 
+    /// What memory has of the view kept under `slot`.
+    enum KeptView {
+        /// The document: nothing it was built from changed, and it needs no re-signing.
+        case current(IndexPublisher.Published)
+        /// What it depends on and lists now: some of its heads moved, or its document is due
+        /// for re-signing, but what it lists is still decided.
+        case moved(ViewDependencies)
+        /// Nothing kept, or what the view lists must be decided again.
+        case none
+    }
+
+    /// The view kept under `slot` for `principal`, as far as memory can tell. Who may read
+    /// what depends on names, rules, claims and memberships, never on a token, so while the
+    /// caller's memberships partition did not move and no head appeared or left, the view
+    /// lists the same collections and partitions, each at its new head: a changed view of a
+    /// thousand partitions is decided without a pass over the rules, and with no read.
+    /// Without `patching` (the fast path, which only answers what is current), a view that
+    /// changed is `.none` at once.
+    func keptView(slot: String, principal: Principal, now: Int64, patching: Bool) -> KeptView {
+        guard let kept = publication.kept(for: slot), var dependencies = kept.dependencies else { return .none }
+        let fresh = now - kept.issued < publication.resigningAge
+        switch heads.standing(of: dependencies) {
+        case .changed:
+            return .none
+        case .holds(let at):
+            // Checked in full: the next poll compares one number until another head changes.
+            if at != dependencies.heldAt { publication.noteStillHolds(slot: slot, at: at) }
+            if fresh { return .current(kept) }
+            guard patching else { return .none }
+            dependencies.heldAt = at
+            return .moved(dependencies)
+        case .moved(let moved, let at):
+            guard patching else { return .none }
+            let membershipsPartition = memberships.partition(of: principal.subject)?.description
+            for (position, head) in moved {
+                guard dependencies.heads[position].name != membershipsPartition else { return .none }
+                dependencies.heads[position].token = head.token
+                dependencies.heads[position].floor = head.floor
+            }
+            dependencies.heldAt = at
+            return .moved(dependencies)
+        }
+    }
+
     /// The common poll of a view: nothing it was built from changed, so it is the document
     /// kept under `slot` — no membership, head or store read, no signature.
-    func viewFromMemory(slot: String, now: Int64) -> IndexPublisher.Published? {
-        guard let cached = publication.cached(for: slot, now: now), let dependencies = cached.dependencies else { return nil }
-        let (holds, at) = heads.stillHolds(dependencies)
-        guard holds else { return nil }
-        // Checked in full: the next poll compares one number until another head changes.
-        if at != dependencies.heldAt { publication.noteStillHolds(slot: slot, at: at) }
-        return cached
+    func viewFromMemory(slot: String, principal: Principal, now: Int64) -> IndexPublisher.Published? {
+        guard case .current(let published) = keptView(slot: slot, principal: principal, now: now, patching: false) else { return nil }
+        return published
     }
 
     /// The index `principal` sees now when memory alone has it (nil: the public index),
@@ -150,7 +194,7 @@ extension DeltaSnapAPI {
     func indexFromMemory(for principal: Principal?) -> IndexPublisher.Published? {
         let now = Int64(Date().timeIntervalSince1970)
         guard let principal else { return publication.freshPublic(heads: publicHeads, now: now) }
-        return viewFromMemory(slot: Self.slot(of: principal), now: now)
+        return viewFromMemory(slot: Self.slot(of: principal), principal: principal, now: now)
     }
 
     /// Who a request to `/v1/index` on the fast path is: nil for the public index, the user
@@ -225,19 +269,18 @@ extension DeltaSnapAPI {
     /// may be millions.
     /// The dependencies are every head it looked at, listed or not (a partition that does not
     /// exist yet too): while they hold, the view is the same.
-    func viewHeads(of principal: Principal) async throws -> ([CollectionHead], ViewDependencies) {
-        var listed: [CollectionHead] = []
+    func viewHeads(of principal: Principal) async throws -> ViewDependencies {
         // Taken before any head is read: a change while the view is built is seen by the next poll.
         let heldAt = heads.changes
         let collections = heads.all
         var dependencies = ViewDependencies(heads: [], collectionCount: collections.count, heldAt: heldAt)
+        var listedCollections: [Int] = []
         for served in collections {
             dependencies.heads.append((served.head.name, served.head.token, served.head.floor))
             guard let path = CollectionPath(served.head.name) else { continue }
-            if try await accessControl.mayRead(path, as: principal, memberships: memberships) { listed.append(served.head) }
+            if try await accessControl.mayRead(path, as: principal, memberships: memberships) { listedCollections.append(dependencies.heads.count - 1) }
         }
-        let listedCollections = listed
-        var listedPartitions: [CollectionHead] = []
+        var listedPartitions: [Int] = []
         var candidates = Set<String>()
         // Read once for every candidate below, not once per candidate.
         let roles = principal.claims == nil ? [:] : try await memberships.roles(of: principal.subject)
@@ -251,21 +294,23 @@ extension DeltaSnapAPI {
         for name in candidates.sorted(by: { $0.utf8Precedes($1) }) {
             let head = try await heads.head(of: name, store: store)
             dependencies.heads.append((name, head?.token, head?.floor ?? 0))
-            guard let head, let path = CollectionPath(name), try await accessControl.mayRead(path, as: principal, memberships: memberships, roles: roles)
+            guard head != nil, let path = CollectionPath(name), try await accessControl.mayRead(path, as: principal, memberships: memberships, roles: roles)
             else { continue }
-            listedPartitions.append(head)
+            listedPartitions.append(dependencies.heads.count - 1)
         }
         // Both lists are in name order already: merged, not sorted again.
-        return (Self.merged(listedCollections, listedPartitions), dependencies)
+        let looked = dependencies.heads
+        dependencies.listed = Self.merged(listedCollections, listedPartitions) { looked[$0].name }
+        return dependencies
     }
 
-    /// Two lists of heads in name order (UTF-8), as one.
-    static func merged(_ a: [CollectionHead], _ b: [CollectionHead]) -> [CollectionHead] {
-        var out: [CollectionHead] = []
+    /// Two lists in name order (UTF-8), as one.
+    static func merged<T>(_ a: [T], _ b: [T], name: (T) -> String) -> [T] {
+        var out: [T] = []
         out.reserveCapacity(a.count + b.count)
         var (i, j) = (0, 0)
         while i < a.count && j < b.count {
-            if b[j].name.utf8Precedes(a[i].name) {
+            if name(b[j]).utf8Precedes(name(a[i])) {
                 out.append(b[j])
                 j += 1
             } else {

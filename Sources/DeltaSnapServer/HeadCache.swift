@@ -83,24 +83,22 @@ final class HeadCache: @unchecked Sendable {
     var changes: UInt64 { lock.withLock { changeCount } }
     private var changeCount: UInt64 = 0
 
-    /// Whether every head `dependencies` names is still the one it recorded (the same token
-    /// and floor, or still absent), and no collection was added: one comparison while no head
-    /// changed since they last held, else one pass under the lock. With the count it held at.
-    func stillHolds(_ dependencies: ViewDependencies) -> (holds: Bool, at: UInt64) {
+    /// How the heads `dependencies` names stand now: one comparison while no head changed
+    /// since they last held, else one pass under the lock.
+    func standing(of dependencies: ViewDependencies) -> ViewStanding {
         lock.withLock {
-            if dependencies.heldAt == changeCount { return (true, changeCount) }
-            return (holdsInFull(dependencies), changeCount)
+            if dependencies.heldAt == changeCount { return .holds(at: changeCount) }
+            guard collections.count == dependencies.collectionCount else { return .changed }
+            var moved: [Int: CollectionHead] = [:]
+            for (position, (name, token, floor)) in dependencies.heads.enumerated() {
+                let held = CollectionPath.isPartition(name) ? partitions[name]?.head : collections[name]?.head
+                if held?.token == token, (held?.floor ?? 0) == floor { continue }
+                // Created, or forgotten by the bounded cache: only a new read can tell.
+                guard token != nil, let held else { return .changed }
+                moved[position] = held
+            }
+            return moved.isEmpty ? .holds(at: changeCount) : .moved(moved, at: changeCount)
         }
-    }
-
-    /// Under the lock.
-    private func holdsInFull(_ dependencies: ViewDependencies) -> Bool {
-        guard collections.count == dependencies.collectionCount else { return false }
-        for (name, token, floor) in dependencies.heads {
-            let held = CollectionPath.isPartition(name) ? partitions[name] : collections[name]
-            guard held?.head.token == token, (held?.head.floor ?? 0) == floor else { return false }
-        }
-        return true
     }
 
     /// Every collection's head (no partition), sorted by name.
@@ -155,11 +153,34 @@ final class HeadCache: @unchecked Sendable {
 }
 
 /// The heads a view was built from — every one it looked at, listed or not (a partition not
-/// created yet is recorded as absent) — and how many collections there were.
+/// created yet is recorded as absent) — how many collections there were, and what it listed.
 struct ViewDependencies: Sendable {
     var heads: [(name: String, token: ServerToken?, floor: UInt64)]
     var collectionCount: Int
     /// ``HeadCache/changes`` when these were last known to hold: while it has not moved, no
     /// head changed at all and the check is one comparison, however many heads a view lists.
     var heldAt: UInt64
+    /// Where the heads the view lists are in ``heads``, in name order (UTF-8).
+    var listed: [Int] = []
+
+    /// The heads the view lists, as the document names them.
+    var listedKeys: [EntryKey] {
+        listed.map { position in
+            let (name, token, floor) = heads[position]
+            // A listed head exists: only a head that does not is recorded without a token.
+            return EntryKey(name: name, token: token!, floor: floor)
+        }
+    }
+}
+
+/// What became of the heads a view was built from (``HeadCache/standing(of:)``).
+enum ViewStanding: Sendable {
+    /// Every one is as recorded, at ``HeadCache/changes`` `at`.
+    case holds(at: UInt64)
+    /// These moved (by position in ``ViewDependencies/heads``) to a new token or floor; the
+    /// others are as recorded, at `at`.
+    case moved([Int: CollectionHead], at: UInt64)
+    /// A collection was added, or a head appeared or is no longer cached: the view must be
+    /// decided again.
+    case changed
 }

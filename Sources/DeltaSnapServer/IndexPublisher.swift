@@ -16,13 +16,18 @@ import NIOCore
 /// for the most recent users only (a bounded cache), so memory grows with active users.
 final class IndexPublisher: @unchecked Sendable {
     struct Published: Sendable {
-        /// Which heads it was built from: "name token floor" per collection.
-        var key: [String]
+        /// The entries it lists, in order.
+        var stated: [StatedEntry]
         var issued: Int64
         var document: ByteBuffer
         var etag: String
-        /// For a view: what it was built from (see ``HeadCache/stillHolds(_:)``).
+        /// For a view: what it was built from (see ``HeadCache/standing(of:)``).
         var dependencies: ViewDependencies?
+
+        /// Whether it lists exactly the heads `keys` names, in that order.
+        func lists(_ keys: [EntryKey]) -> Bool {
+            stated.count == keys.count && zip(stated, keys).allSatisfy { $0.key == $1 }
+        }
     }
 
     private let lock = NSLock()
@@ -31,10 +36,10 @@ final class IndexPublisher: @unchecked Sendable {
     private let capacity: Int
     /// By slot: a view's subject and claims; "" is the public index (a `sub` is never empty).
     private var published: [String: Published] = [:]
-    /// Builds in flight, by slot and key.
-    private var building: [String: Task<Published, any Error>] = [:]
-    /// Entries stated before, by "name token floor" (bounded: emptied when full).
-    private var entries: [String: SignedIndex.Entry] = [:]
+    /// Builds in flight, by slot: the heads each lists.
+    private var building: [String: (key: [EntryKey], task: Task<Published, any Error>)] = [:]
+    /// Entries stated before, with their bytes (bounded: emptied when full).
+    private var entries: [EntryKey: StatedEntry] = [:]
     private let entryCapacity = 200_000
 
     init(keys: [IndexSigningKey], lifetime: Int64, capacity: Int = 10_000) {
@@ -43,28 +48,28 @@ final class IndexPublisher: @unchecked Sendable {
         self.capacity = capacity
     }
 
-    /// The current document listing `heads` (the heads the server answers polls with), for
-    /// `subject` (nil: the public index), kept under `slot`.
+    /// The current document listing the heads `key` names (the heads the server answers
+    /// polls with, in name order), for `subject` (nil: the public index), kept under `slot`.
     func current(
-        heads: [CollectionHead], subject: String?, slot: String, dependencies: ViewDependencies?, store: any CollectionStore, now: Int64
+        key: [EntryKey], subject: String?, slot: String, dependencies: ViewDependencies?, store: any CollectionStore, now: Int64
     ) async throws -> Published {
-        let key = heads.map { "\($0.name) \($0.token) \($0.floor)" }
-        if var published = lock.withLock({ published[slot] }), published.key == key, now - published.issued < lifetime / 4 {
-            published.dependencies = dependencies
-            let kept = published
+        let held = lock.withLock { published[slot] }
+        if var held, held.lists(key), now - held.issued < resigningAge {
+            held.dependencies = dependencies
+            let kept = held
             lock.withLock { self.published[slot] = kept }
             return kept
         }
         // One build per document at a time: a commit wakes every waiting request at once,
         // and each would otherwise read and sign the same document.
-        let flight = slot + "\u{1}" + key.joined(separator: "\u{2}")
+        let previous = held?.stated ?? []
         let (task, owns) = lock.withLock { () -> (Task<Published, any Error>, Bool) in
-            if let running = building[flight] { return (running, false) }
-            let task = Task { try await self.build(heads: heads, headKeys: key, subject: subject, store: store, now: now) }
-            building[flight] = task
+            if let running = building[slot], running.key == key { return (running.task, false) }
+            let task = Task { try await self.build(entryKeys: key, previous: previous, subject: subject, store: store, now: now) }
+            building[slot] = (key, task)
             return (task, true)
         }
-        defer { if owns { lock.withLock { building[flight] = nil } } }
+        defer { if owns { lock.withLock { if building[slot]?.task == task { building[slot] = nil } } } }
         var built = try await task.value
         built.dependencies = dependencies
         lock.withLock {
@@ -81,8 +86,8 @@ final class IndexPublisher: @unchecked Sendable {
     /// The public index as last built, when it lists exactly `heads` and needs no
     /// re-signing: read without waiting (the fast path parks requests on it).
     func freshPublic(heads: [CollectionHead], now: Int64) -> Published? {
-        guard let held = lock.withLock({ published[""] }), now - held.issued < lifetime / 4, held.key.count == heads.count else { return nil }
-        for (entry, head) in zip(held.key, heads) where entry != "\(head.name) \(head.token) \(head.floor)" { return nil }
+        guard let held = lock.withLock({ published[""] }), now - held.issued < resigningAge, held.stated.count == heads.count else { return nil }
+        for (stated, head) in zip(held.stated, heads) where stated.key != EntryKey(head) { return nil }
         return held
     }
 
@@ -95,34 +100,94 @@ final class IndexPublisher: @unchecked Sendable {
         }
     }
 
-    /// The view kept under `slot` as last built, while it needs no re-signing.
-    func cached(for slot: String, now: Int64) -> Published? {
-        guard let held = lock.withLock({ published[slot] }), now - held.issued < lifetime / 4 else { return nil }
-        return held
+    /// The document kept under `slot` as last built, however old: a view's dependencies
+    /// tell what it lists even when it is due for re-signing.
+    func kept(for slot: String) -> Published? {
+        lock.withLock { published[slot] }
     }
 
-    /// Reads (from `store`) only the entries not stated before: an entry — a token and the
-    /// digest of its state — never changes, so a view of a thousand partitions of which one
-    /// changed reads one. The sequence is read every time.
-    private func build(heads: [CollectionHead], headKeys: [String], subject: String?, store: any CollectionStore, now: Int64) async throws -> Published {
-        let known = lock.withLock { headKeys.map { entries[$0] } }
-        let missing = zip(heads, known).compactMap { $1 == nil ? $0.name : nil }
-        let read = try await store.publishedState(of: missing)
-        let fresh = Dictionary(read.entries.map { ($0.collection, $0) }, uniquingKeysWith: { $1 })
+    /// The age in seconds past which a document is signed again (a quarter of its lifetime),
+    /// so a client always gets one far from its expiry.
+    var resigningAge: Int64 { lifetime / 4 }
+
+    /// An entry's key and canonical bytes (``IndexDocument/member(of:)``), made once: a
+    /// class, so listing it in a thousand-entry document costs one reference each. Only the
+    /// bytes are kept of the entry: a server keeps one per partition in use.
+    final class StatedEntry: Sendable {
+        let key: EntryKey
+        let member: [UInt8]
+
+        /// `expected`: the key the entry was read for, whose epoch text the key shares.
+        init(_ entry: SignedIndex.Entry, expected: EntryKey?) {
+            key = EntryKey(entry, sharing: expected)
+            member = IndexDocument.member(of: entry)
+        }
+    }
+
+    /// Reads (from `store`) and serialises only the entries not stated before: an entry — a
+    /// token and the digest of its state — never changes, so a view of a thousand
+    /// partitions of which one changed reads and writes one, and copies the others' bytes.
+    /// The sequence is read every time.
+    private func build(
+        entryKeys: [EntryKey], previous: [StatedEntry], subject: String?, store: any CollectionStore, now: Int64
+    ) async throws -> Published {
+        // The document this one replaces lists nearly all of them, in the same (name) order:
+        // walked side by side, and the table of entries stated before asked for the rest.
+        var known: [StatedEntry?] = []
+        known.reserveCapacity(entryKeys.count)
+        var cursor = 0
+        for key in entryKeys {
+            while cursor < previous.count, previous[cursor].key.name.utf8Precedes(key.name) { cursor += 1 }
+            known.append(cursor < previous.count && previous[cursor].key == key ? previous[cursor] : nil)
+        }
+        lock.withLock {
+            for position in known.indices where known[position] == nil { known[position] = entries[entryKeys[position]] }
+        }
+        var asked: [String: EntryKey] = [:]
+        for (key, known) in zip(entryKeys, known) where known == nil { asked[key.name] = key }
+        let read = try await store.publishedState(of: entryKeys.filter { asked[$0.name] != nil }.map(\.name))
+        let fresh = Dictionary(read.entries.map { ($0.collection, StatedEntry($0, expected: asked[$0.collection])) }, uniquingKeysWith: { $1 })
         // A read entry may be newer than the head asked for (a commit since): it is what the
         // store states now, and the published key says so.
-        let listed = zip(heads, known).compactMap { head, known in known ?? fresh[head.name] }
+        var listed = zip(entryKeys, known).compactMap { key, known in known ?? fresh[key.name] }
         lock.withLock {
-            if entries.count + read.entries.count > entryCapacity { entries.removeAll(keepingCapacity: true) }
-            for entry in read.entries { entries[Self.key(of: entry)] = entry }
+            if entries.count + fresh.count > entryCapacity { entries.removeAll(keepingCapacity: true) }
+            for stated in fresh.values { entries[stated.key] = stated }
         }
-        let index = SignedIndex(sequence: read.sequence, issued: now, expires: now + lifetime, entries: listed, subject: subject)
-        let document = index.signedDocument(with: keys)
+        // Canonical JSON orders members by their UTF-8 bytes; the heads come in that order.
+        if !zip(listed, listed.dropFirst()).allSatisfy({ $0.key.name.utf8Precedes($1.key.name) }) {
+            listed.sort { $0.key.name.utf8Precedes($1.key.name) }
+        }
+        let index = IndexDocument.index(
+            sequence: read.sequence, issued: now, expires: now + lifetime, subject: subject, members: listed.map(\.member))
+        let document = IndexDocument.signed(index: index, keys: keys)
         let etag = "\"" + SHA256.hash(data: document).prefix(12).map { String(format: "%02x", $0) }.joined() + "\""
-        return Published(key: listed.map(Self.key), issued: now, document: ByteBuffer(bytes: document), etag: etag)
+        return Published(stated: listed, issued: now, document: ByteBuffer(bytes: document), etag: etag)
     }
 
-    private static func key(of entry: SignedIndex.Entry) -> String {
-        "\(entry.collection) \(entry.token) \(entry.floor)"
+}
+
+/// One entry of a document as a head names it: compared and hashed on every poll that
+/// rebuilds a document, so no text is formatted for it.
+struct EntryKey: Hashable, Sendable {
+    var name: String
+    var epoch: String
+    var version: UInt64
+    var floor: UInt64
+
+    init(_ head: CollectionHead) {
+        (name, epoch, version, floor) = (head.name, head.epoch, head.version, head.floor)
+    }
+
+    init(name: String, token: ServerToken, floor: UInt64) {
+        (self.name, epoch, version, self.floor) = (name, token.epoch, token.version, floor)
+    }
+
+    /// An entry's token is `EPOCH.VERSION` (``ServerToken``). The epoch is `sharing`'s text
+    /// when they are equal: one copy of it in memory, not one per key.
+    init(_ entry: SignedIndex.Entry, sharing: EntryKey?) {
+        (name, version, floor) = (entry.collection, entry.version, entry.floor)
+        let parsed = ServerToken(entry.token)?.epoch ?? entry.token
+        epoch = parsed == sharing?.epoch ? sharing!.epoch : parsed
     }
 }

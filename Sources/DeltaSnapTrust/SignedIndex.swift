@@ -76,7 +76,9 @@ public struct SignedIndex: Sendable, Equatable {
         self.issued = issued
         self.expires = expires
         self.subject = subject
-        self.entries = entries.sorted { $0.collection.utf8Precedes($1.collection) }
+        // A server's entries come in order already: checked in one pass, not sorted again.
+        let ordered = zip(entries, entries.dropFirst()).allSatisfy { $0.collection.utf8Precedes($1.collection) }
+        self.entries = ordered ? entries : entries.sorted { $0.collection.utf8Precedes($1.collection) }
     }
 
     public func entry(for collection: String) -> Entry? { entries.first { $0.collection == collection } }
@@ -88,7 +90,7 @@ public struct SignedIndex: Sendable, Equatable {
     }
 
     /// The bytes a signature covers: the domain line, then the canonical index object.
-    public var signedMessage: [UInt8] { Self.signingDomain + CanonicalJSON.bytes(indexValue) }
+    public var signedMessage: [UInt8] { Self.signingDomain + canonicalIndex }
 
     /// The signed bytes of a served document cut out as docs/PROTOCOL.md §8.1 tells a
     /// verifier that does not re-serialise: after the fixed prefix `{"index":`, up to the
@@ -121,57 +123,24 @@ public struct SignedIndex: Sendable, Equatable {
 
     /// The document as served and bundled, ending with a newline.
     public var document: [UInt8] {
-        document(index: CanonicalJSON.bytes(indexValue))
+        IndexDocument.document(index: canonicalIndex, signatures: signatures)
     }
 
     /// ``signed(with:)``'s ``document``, with the index serialised once for both the
-    /// signatures and the document (a server builds a view of thousands of entries this way).
+    /// signatures and the document.
     ///
     /// ```swift
     /// let bytes = SignedIndex(sequence: s, issued: now, expires: now + 86_400, entries: entries).signedDocument(with: keys)
     /// ```
     public func signedDocument(with keys: [IndexSigningKey]) -> [UInt8] {
-        let index = CanonicalJSON.bytes(indexValue)
-        var copy = self
-        if !keys.isEmpty {
-            let message = Self.signingDomain + index
-            copy.signatures = keys.map { Signature(keyID: $0.publicKey.id, bytes: $0.signature(for: message)) }
-        }
-        return copy.document(index: index)
+        IndexDocument.signed(index: canonicalIndex, keys: keys)
     }
 
-    private func document(index: [UInt8]) -> [UInt8] {
-        var out = Array(#"{"index":"#.utf8)
-        out += index
-        out += Array(#","signatures":"#.utf8)
-        CanonicalJSON.write(.array(signatures.map { signature in
-            .object([JSONMember("key", .string(signature.keyID)), JSONMember("signature", .string(Data(signature.bytes).base64EncodedString()))])
-        }), into: &out)
-        out += Array("}\n".utf8)
-        return out
-    }
-
-    private var indexValue: JSONValue {
-        if let parsedIndexValue { return parsedIndexValue }
-        let collections = JSONValue.object(entries.map { entry in
-            JSONMember(entry.collection, .object([
-                JSONMember("count", .number(String(entry.count))),
-                JSONMember("digest", .string(entry.digest)),
-                JSONMember("floor", .number(String(entry.floor))),
-                JSONMember("lastModified", .string(entry.lastModified)),
-                JSONMember("token", .string(entry.token)),
-                JSONMember("version", .number(String(entry.version))),
-            ]))
-        })
-        var members = [
-            JSONMember("collections", collections),
-            JSONMember("expires", .number(String(expires))),
-            JSONMember("format", .number(String(Self.format))),
-            JSONMember("issued", .number(String(issued))),
-            JSONMember("sequence", .number(String(sequence))),
-        ]
-        if let subject { members.append(JSONMember("subject", .string(subject))) }
-        return .object(members)
+    /// The canonical index object: as parsed (members this release does not know
+    /// included), or written from the fields.
+    private var canonicalIndex: [UInt8] {
+        if let parsedIndexValue { return CanonicalJSON.bytes(parsedIndexValue) }
+        return IndexDocument.index(sequence: sequence, issued: issued, expires: expires, subject: subject, members: entries.map(IndexDocument.member(of:)))
     }
 
     // MARK: - Reading and verifying

@@ -150,23 +150,37 @@ extension SyncCommand {
         return (lines, code)
     }
 
-    /// `--watch` on a collection: every --interval, or live; prints each sync that changed
-    /// something, or failed.
+    /// `--watch` on a collection.
     private func watchCollection(_ replica: DeltaSnapReplica) async throws {
+        try await watching(
+            live: { onSync in await replica.live(liveOptions, onSync: onSync) },
+            sync: { await replica.sync(waits: waits.ignoreBackoff ? .none : .all) },
+            worthReporting: { outcome in if case .notModified = outcome { false } else { true } },
+            lines: { outcome, since in await Self.report(outcome, of: replica, since: since).0 })
+    }
+
+    /// The `--watch` loop of a collection or a view: a sync every --interval, or live; prints
+    /// each sync that changed something, or failed.
+    private func watching<Result: Sendable>(
+        live runLive: (@escaping @Sendable (Result) async -> Void) async -> Void,
+        sync: () async -> Result,
+        worthReporting: @escaping @Sendable (Result) -> Bool,
+        lines: @escaping @Sendable (Result, ContinuousClock.Instant) async throws -> [String]
+    ) async throws {
         if live {
             // The `ms=` of a line counts from the end of the previous sync: the wait included.
             let started = Mutex(ContinuousClock.now)
-            await replica.live(liveOptions) { outcome in
+            await runLive { result in
                 let since = started.withLock { $0 }
-                if case .notModified = outcome {} else { Self.emit(await Self.report(outcome, of: replica, since: since).0) }
+                if worthReporting(result), let printed = try? await lines(result, since) { Self.emit(printed) }
                 started.withLock { $0 = .now }
             }
             return
         }
         while !Task.isCancelled {
             let started = ContinuousClock.now
-            let outcome = await replica.sync(waits: waits.ignoreBackoff ? .none : .all)
-            if case .notModified = outcome {} else { Self.emit(await Self.report(outcome, of: replica, since: started).0) }
+            let result = await sync()
+            if worthReporting(result) { Self.emit(try await lines(result, started)) }
             try await Task.sleep(for: .milliseconds(Int(interval * 1000)))
         }
     }
@@ -239,26 +253,14 @@ extension SyncCommand {
         return (lines, code)
     }
 
-    /// `--watch` on a view: every --interval, or live; prints each sync that changed
-    /// something, or failed.
+    /// `--watch` on a view.
     private func watchView(_ view: DeltaSnapView) async throws {
-        if live {
-            let started = Mutex(ContinuousClock.now)
-            await view.live(liveOptions) { report in
-                let since = started.withLock { $0 }
-                if let lines = try? await Self.report(report, of: view, since: since).0 { Self.emit(lines) }
-                started.withLock { $0 = .now }
-            }
-            return
-        }
-        while !Task.isCancelled {
-            let started = ContinuousClock.now
-            let report = await view.sync()
-            if report.index != .notModified || !report.pushes.isEmpty { Self.emit(try await Self.report(report, of: view, since: started).0) }
-            try await Task.sleep(for: .milliseconds(Int(interval * 1000)))
-        }
-    }
-}
+        try await watching(
+            live: { onSync in await view.live(liveOptions, onSync: onSync) },
+            sync: { await view.sync() },
+            worthReporting: { $0.isWorthReporting },
+            lines: { report, since in try await Self.report(report, of: view, since: since).0 })
+    }}
 
 /// `--ignore-backoff` and `--rebind`, shared by `pull` and `sync`.
 struct WaitOptions: ParsableArguments {

@@ -47,7 +47,9 @@ import Testing
         }
     }
 
-    func withServer(_ backend: TestBackend, signingKeys: [IndexSigningKey] = [], _ body: @escaping @Sendable (Fixture) async throws -> Void) async throws {
+    func withServer(
+        _ backend: TestBackend, signingKeys: [IndexSigningKey] = [], indexLifetime: Int? = nil, _ body: @escaping @Sendable (Fixture) async throws -> Void
+    ) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let store = try await TestDatabase.make(backend, in: dir)
@@ -57,7 +59,7 @@ import Testing
         try await store.importText(#"{"id":"q1","question":"2+2"}"#, collection: "sets/8271")
         try await store.importText(#"{"id":"sets/8271","role":"write"}"#, collection: "members/alice")
         let access = AccessPolicy(jwtSecret: Self.secret, rules: try AccessRules(yaml: Self.rules))
-        let server = try await TestServer.start(database: store.url, access: access, signingKeys: signingKeys)
+        let server = try await TestServer.start(database: store.url, access: access, signingKeys: signingKeys, indexLifetime: indexLifetime)
         do { try await body(Fixture(server: server, store: store)) } catch {
             await server.stop()
             await store.stop()
@@ -192,6 +194,106 @@ import Testing
             // A token that does not verify is refused, not treated as anonymous.
             let forged = try await offPool { try f.server.connect().request("GET", "/v1/index", headers: ["Authorization": "Bearer not.a.jwt"]) }
             #expect(forged.status == 401)
+        }
+    }
+
+    /// A changed view is patched from the one kept — its moved heads put in place, what it
+    /// lists not decided again — unless the caller's memberships moved or a head appeared.
+    /// Through partitions it lists changing (one, then two at once), one it does not list
+    /// changing, a membership added and one revoked, every answer verifies, and at the end
+    /// it is entry for entry the view a server that never saw it builds from scratch.
+    @Test(arguments: TestBackend.allCases) func aPatchedViewIsTheViewBuiltAfresh(_ backend: TestBackend) async throws {
+        let key = IndexSigningKey.generate()
+        try await withServer(backend, signingKeys: [key]) { f in
+            func put(_ partition: Int, _ value: Int) async throws {
+                let path = "/v1/collections/sets/partitions/s\(partition)/records/q"
+                #expect(try await f.request("PUT", path, as: "admin", body: #"{"id":"q","v":\#(value)}"#).status == 200)
+            }
+            func view(_ etag: String?) async throws -> (status: Int, etag: String, entries: [String: SignedIndex.Entry]) {
+                let response = try await f.request("GET", "/v1/index", as: "alice", headers: etag.map { ["If-None-Match": $0] } ?? [:])
+                guard response.status == 200 else { return (response.status, etag ?? "", [:]) }
+                let index = try SignedIndex.parse(response.body)
+                try index.verify(trusting: [key.publicKey], now: Int64(Date().timeIntervalSince1970), heldSequence: nil)
+                #expect(index.subject == "alice")
+                return (200, try #require(response.header("ETag")), Dictionary(uniqueKeysWithValues: index.entries.map { ($0.collection, $0) }))
+            }
+            for partition in 0..<30 {
+                try await put(partition, 0)
+                if partition.isMultiple(of: 2) { try await f.setMembership("alice", "sets/s\(partition)", role: "read") }
+            }
+            var last = try await view(nil)
+            #expect(last.entries.count == 4 + 15)
+
+            try await put(2, 1)
+            let one = try await view(last.etag)
+            #expect(one.status == 200 && one.entries["sets/s2"]?.version == 2)
+            #expect(one.entries.filter { $0.key != "sets/s2" } == last.entries.filter { $0.key != "sets/s2" })
+            last = one
+
+            try await put(3, 1)   // not hers
+            #expect(try await view(last.etag).status == 304)
+
+            try await put(4, 1)
+            try await put(6, 1)
+            let two = try await view(last.etag)
+            #expect(two.entries["sets/s4"]?.version == 2 && two.entries["sets/s6"]?.version == 2 && two.entries["sets/s2"]?.version == 2)
+            #expect(two.entries.count == last.entries.count)
+            last = two
+
+            // Her memberships moved (with a listed partition): decided again.
+            try await f.setMembership("alice", "sets/s5", role: "read")
+            try await put(8, 1)
+            let moved = try await view(last.etag)
+            #expect(moved.entries["sets/s5"] != nil && moved.entries["sets/s8"]?.version == 2 && moved.entries.count == last.entries.count + 1)
+            try await f.setMembership("alice", "sets/s4", role: nil)
+            try await put(10, 1)
+            let revoked = try await view(moved.etag)
+            #expect(revoked.entries["sets/s4"] == nil && revoked.entries["sets/s10"]?.version == 2 && revoked.entries.count == moved.entries.count - 1)
+
+            // A server that never built her view, on the same store.
+            let access = AccessPolicy(jwtSecret: Self.secret, rules: try AccessRules(yaml: Self.rules))
+            let fresh = try await TestServer.start(database: f.store.url, access: access, signingKeys: [key])
+            let token = try await f.token("alice")
+            let built = try await offPool { try fresh.connect().request("GET", "/v1/index", headers: ["Authorization": "Bearer \(token)"]) }
+            await fresh.stop()
+            let entries = try SignedIndex.parse(built.body).entries
+            #expect(Dictionary(uniqueKeysWithValues: entries.map { ($0.collection, $0) }) == revoked.entries)
+        }
+    }
+
+    /// RFC 9110: the scheme is case-insensitive, and spaces around the token are not part of
+    /// it — on the router's path (a token seen first) and the fast path (seen before) alike.
+    @Test func theBearerSchemeIsReadInAnyCaseAndSpacing() async throws {
+        try await withServer(.sqlite) { f in
+            let token = try await f.token("alice")
+            for header in ["Bearer \(token)", "bearer \(token)", "BEARER  \(token) ", "bEaReR \t\(token)\t"] {
+                for _ in 0..<2 {
+                    let response = try await offPool { try f.server.connect().request("GET", "/v1/index", headers: ["Authorization": header]) }
+                    #expect(response.status == 200, "\(header.prefix(8)): \(response.status)")
+                    #expect(try SignedIndex.parse(response.body).subject == "alice")
+                }
+            }
+            for header in ["Bearer", "Bearer ", "Bearer  ", "Bearer\(token)", "Basic \(token)", "Bearer x\(token)"] {
+                let response = try await offPool { try f.server.connect().request("GET", "/v1/index", headers: ["Authorization": header]) }
+                #expect(response.status == 401 || (try? SignedIndex.parse(response.body).subject) == nil, "\(header.prefix(8)): \(response.status)")
+            }
+        }
+    }
+
+    /// A view due for re-signing (a quarter of its lifetime) is signed again with the same
+    /// entries and a new `ETag`, then answered `304` on that one.
+    @Test(arguments: TestBackend.allCases) func aKeptViewIsSignedAgainWhenDue(_ backend: TestBackend) async throws {
+        let key = IndexSigningKey.generate()
+        try await withServer(backend, signingKeys: [key], indexLifetime: 4) { f in
+            let first = try await f.request("GET", "/v1/index", as: "alice")
+            let etag = try #require(first.header("ETag"))
+            try await Task.sleep(for: .milliseconds(2_100))
+            let again = try await f.request("GET", "/v1/index", as: "alice", headers: ["If-None-Match": etag])
+            #expect(again.status == 200 && again.header("ETag") != etag)
+            let (before, after) = (try SignedIndex.parse(first.body), try SignedIndex.parse(again.body))
+            #expect(after.entries == before.entries && after.issued > before.issued)
+            try after.verify(trusting: [key.publicKey], now: Int64(Date().timeIntervalSince1970), heldSequence: before.sequence)
+            #expect(try await f.request("GET", "/v1/index", as: "alice", headers: ["If-None-Match": again.header("ETag")!]).status == 304)
         }
     }
 }

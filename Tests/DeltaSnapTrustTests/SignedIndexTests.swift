@@ -20,6 +20,29 @@ import Testing
         }
     }
 
+    /// The index is written field by field (``IndexDocument``), not through a JSON tree: a
+    /// reader's canonical form of what it parses must be those very bytes, for names that
+    /// need escaping, names outside ASCII, and members given out of order.
+    @Test func theWrittenIndexIsCanonical() throws {
+        let names = ["b", "a\"quote", "sets/Ünïcode", "tab\tname", "back\\slash", "z/ctrl\u{1}", "A", "sets/8271", "sets/82710", "é"]
+        let entries = names.enumerated().map { position, name in
+            SignedIndex.Entry(
+                collection: name, token: "0000000000000\(position).\(position)", version: UInt64(position), count: position * 1_000,
+                floor: UInt64(position / 2), digest: String(repeating: "0f", count: 32), lastModified: "Sun, 22 Nov 2026 12:00:0\(position) GMT")
+        }
+        for subject in [nil, "alice", "bö\"b\n"] as [String?] {
+            let document = SignedIndex(sequence: 9, issued: 1_700_000_000, expires: 1_700_086_400, entries: entries, subject: subject)
+                .signedDocument(with: [IndexSigningKey.generate()])
+            let value = try JSONReader(bytes: document).readValue()
+            let index = try #require(value["index"])
+            #expect(Array(try #require(SignedIndex.signedBytes(of: document))) == CanonicalJSON.bytes(index))
+            #expect(CanonicalJSON.bytes(value) + Array("\n".utf8) == document)
+            let parsed = try SignedIndex.parse(document)
+            #expect(parsed.entries.map(\.collection) == names.sorted { $0.utf8Precedes($1) })
+            #expect(parsed.subject == subject)
+        }
+    }
+
     @Test func aDocumentRoundTripsAndVerifies() throws {
         let key = IndexSigningKey.generate()
         let index = SignedIndex(sequence: 42, issued: 1_000, expires: 2_000, entries: [entry]).signed(with: [key])

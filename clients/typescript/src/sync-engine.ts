@@ -66,16 +66,20 @@ const MAX_BATCH = 500;
 const MAX_BATCH_BYTES = 512 * 1024;
 
 /** `fetch` with a timeout; `null` for a network error or a timeout (the caller retries later). */
-async function request(ctx: SyncContext, url: string, init: RequestInit): Promise<Response | null> {
+export async function fetchWithTimeout(fetcher: typeof fetch, url: string, init: RequestInit, timeoutMs: number): Promise<Response | null> {
   const abort = new AbortController();
-  const timer = setTimeout(() => abort.abort(), ctx.timeoutMs);
+  const timer = setTimeout(() => abort.abort(), timeoutMs);
   try {
-    return await ctx.fetch(url, { ...init, signal: abort.signal });
+    return await fetcher(url, { ...init, signal: abort.signal });
   } catch {
     return null;
   } finally {
     clearTimeout(timer);
   }
+}
+
+function request(ctx: SyncContext, url: string, init: RequestInit): Promise<Response | null> {
+  return fetchWithTimeout(ctx.fetch, url, init, ctx.timeoutMs);
 }
 
 /** Reads a response's text, `null` when the body breaks off. */

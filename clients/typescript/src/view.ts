@@ -2,7 +2,7 @@ import { DeltaSnapError, TrustError } from "./errors.js";
 import { collectionPath, DeltaSnapReplica, JsonRecord } from "./replica.js";
 import { parseSignedIndex, SignedIndex, TrustedKey, verifySignedIndex } from "./signed-index.js";
 import { PendingWrite } from "./store.js";
-import { PullOutcome, PushReport } from "./sync-engine.js";
+import { fetchWithTimeout, PullOutcome, PushReport } from "./sync-engine.js";
 
 /** Options of {@link DeltaSnapView.open}. */
 export interface ViewOptions {
@@ -177,11 +177,10 @@ export class DeltaSnapView extends EventTarget {
   > {
     const headers: Record<string, string> = { Authorization: `Bearer ${this.options.accessToken}` };
     if (held.etag) headers["If-None-Match"] = held.etag;
-    let response: Response;
-    const abort = new AbortController();
-    const timer = setTimeout(() => abort.abort(), this.options.requestTimeout ?? 30_000);
+    const response = await fetchWithTimeout(
+      this.fetcher, this.serverURL + "/v1/index", { headers, cache: "no-store" }, this.options.requestTimeout ?? 30_000);
+    if (response === null) return { kind: "failed", reason: "view request failed: no answer (network error or timeout)", unavailable: true };
     try {
-      response = await this.fetcher(this.serverURL + "/v1/index", { headers, cache: "no-store", signal: abort.signal });
       if (response.status === 304) return { kind: "not-modified" };
       if (response.status !== 200) {
         return { kind: "failed", reason: `view: status ${response.status}`, unavailable: response.status === 408 || response.status === 429 || response.status >= 500 };
@@ -198,8 +197,6 @@ export class DeltaSnapView extends EventTarget {
     } catch (error) {
       if (error instanceof TrustError) return { kind: "failed", reason: `view refused: ${error.message}`, unavailable: false };
       return { kind: "failed", reason: `view request failed: ${(error as Error).message}`, unavailable: true };
-    } finally {
-      clearTimeout(timer);
     }
   }
 

@@ -67,6 +67,10 @@ public final class PostgresCollectionStore: CollectionStore {
         try await reader.openRecords(in: collection, after: version)
     }
 
+    public func openPage(of collection: String, after id: String?, limit: Int) async throws -> any RecordSource {
+        try await reader.openPage(of: collection, after: id, limit: limit)
+    }
+
     public func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
         try await reader.firstVersion(in: collection, committedAtOrAfter: seconds)
     }

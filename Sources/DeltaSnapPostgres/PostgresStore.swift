@@ -368,39 +368,78 @@ final class PostgresStore: @unchecked Sendable {
     /// included. Rows stream from the server with back-pressure, so memory stays bounded
     /// for any collection size. The caller must ``PostgresRecordCursor/close()`` it.
     public func openRecords(in collection: String, after version: UInt64?) async throws -> PostgresRecordCursor {
+        try await open(collection) { connection, head in
+            try await Self.records(of: collection, after: version, head: head, on: connection, logger: logger)
+        }
+    }
+
+    /// Up to `limit` visible records whose ids sort after `id` (nil: from the first), in id
+    /// order, from one read transaction: a range of the primary key.
+    public func openPage(of collection: String, after id: String?, limit: Int) async throws -> PostgresRecordCursor {
+        try await open(collection) { connection, _ in
+            let id = id ?? ""
+            var count: Int64 = 0
+            for try await value in try await connection.query("""
+                SELECT count(*) FROM (
+                    SELECT 1 FROM deltasnap_records
+                    WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND id > \(id) AND NOT hidden
+                    LIMIT \(Int64(limit))) page
+                """, logger: logger).decode(Int64.self) { count = value }
+            let rows = try await connection.query("""
+                SELECT body FROM deltasnap_records
+                WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND id > \(id) AND NOT hidden
+                ORDER BY id LIMIT \(Int64(limit))
+                """, logger: logger)
+            return (Int(count), rows)
+        }
+    }
+
+    /// A read transaction on a connection of its own, with `collection`'s head in it, and
+    /// the records `select` queries in it: a cursor over them.
+    private func open(
+        _ collection: String, select: (PostgresConnection, CollectionHead) async throws -> (count: Int, rows: PostgresRowSequence)
+    ) async throws -> PostgresRecordCursor {
         let connection = try await pool.checkout()
         do {
             try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
             guard let head = try await Self.heads(on: connection, .named(collection), logger: logger).first else {
                 throw StoreError.unknownCollection(collection)
             }
-            let count: Int
-            let rows: PostgresRowSequence
-            if let version {
-                var changed: Int64 = 0
-                for try await value in try await connection.query("""
-                    SELECT count(*) FROM deltasnap_records
-                    WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND version > \(Int64(version))
-                    """, logger: logger).decode(Int64.self) { changed = value }
-                count = Int(changed)
-                rows = try await connection.query("""
-                    SELECT body FROM deltasnap_records
-                    WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND version > \(Int64(version))
-                    ORDER BY id
-                    """, logger: logger)
-            } else {
-                count = head.count
-                rows = try await connection.query("""
-                    SELECT body FROM deltasnap_records
-                    WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND NOT hidden
-                    ORDER BY id
-                    """, logger: logger)
-            }
+            let (count, rows) = try await select(connection, head)
             return PostgresRecordCursor(head: head, count: count, rows: rows, connection: connection, pool: pool, logger: logger)
         } catch {
             await pool.discard(connection)
             throw Self.mapped(error)
         }
+    }
+
+    /// A full body's records (`version` nil) or a delta's, and how many.
+    private static func records(
+        of collection: String, after version: UInt64?, head: CollectionHead, on connection: PostgresConnection, logger: Logger
+    ) async throws -> (count: Int, rows: PostgresRowSequence) {
+        let count: Int
+        let rows: PostgresRowSequence
+        if let version {
+            var changed: Int64 = 0
+            for try await value in try await connection.query("""
+                SELECT count(*) FROM deltasnap_records
+                WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND version > \(Int64(version))
+                """, logger: logger).decode(Int64.self) { changed = value }
+            count = Int(changed)
+            rows = try await connection.query("""
+                SELECT body FROM deltasnap_records
+                WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND version > \(Int64(version))
+                ORDER BY id
+                """, logger: logger)
+        } else {
+            count = head.count
+            rows = try await connection.query("""
+                SELECT body FROM deltasnap_records
+                WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND NOT hidden
+                ORDER BY id
+                """, logger: logger)
+        }
+        return (count, rows)
     }
 
     // MARK: - Notifications

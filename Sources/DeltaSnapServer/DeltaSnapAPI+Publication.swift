@@ -116,10 +116,10 @@ extension DeltaSnapAPI {
         }
         let after = query.get("after").flatMap { $0.isEmpty ? nil : $0 }
         if token.epoch == head.epoch && token.version > head.version { try requireCurrent(target, head: head) }
-        guard let version = try await pagedVersions.version(of: path.description, token: target, current: head, store: store) else {
+        guard let page = try await pagedVersions.page(of: path.description, token: target, current: head, after: after, limit: limit, store: store) else {
             throw APIError(.notFound, "superseded", "token \(target) is no longer the newest and its pages are no longer kept (now \(head.token)); page from the new head")
         }
-        return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: version.page(after: after, limit: limit)))
+        return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: page))
     }
 
     /// The head of a collection or partition that has cacheable URLs, and whether anyone may

@@ -48,6 +48,9 @@ public struct DeltaSnapServerConfiguration: Sendable {
     /// Requests `GET /v1/index?wait=` may hold at once; one more is answered `503` with
     /// `Retry-After`.
     public var maximumWaiters = 10_000
+    /// Bytes of versions kept while clients page through them (docs/PROTOCOL.md §8.6); a
+    /// larger version is paged from the store, one page at a time, while it is the head.
+    public var pagingBudgetBytes = 64 << 20
     /// Commits closer together than this wake a waiting request once (the first at once,
     /// the rest at the end of the interval).
     public var waitDebounce: Duration = .milliseconds(50)
@@ -104,7 +107,7 @@ public final class DeltaSnapAPI: Sendable {
     /// The requests held by `GET /v1/index?wait=`, woken by every head change.
     let waiters: IndexWaiters
     /// The versions clients page through (`…/snapshots/{token}?limit=&after=`).
-    let pagedVersions = PagedVersions()
+    let pagedVersions: PagedVersions
 
     /// A service on `store`, which it owns from now on (``shutdown()`` closes it; so does a
     /// failed init).
@@ -123,6 +126,7 @@ public final class DeltaSnapAPI: Sendable {
         }
         self.store = store
         publication = IndexPublisher(keys: configuration.signingKeys, lifetime: Int64(configuration.indexLifetime))
+        pagedVersions = PagedVersions(budgetBytes: configuration.pagingBudgetBytes)
         memberships = MembershipDirectory(collection: policy.rules.memberships, store: store, heads: heads)
     }
 

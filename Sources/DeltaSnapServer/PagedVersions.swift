@@ -11,7 +11,9 @@ import NIOCore
 /// then), and kept here while pages of it are asked for — the way Quizlet kept a listing's
 /// ids in memcached. Kept versions are bounded by bytes (the least recently paged is
 /// dropped first) and by idle time; a page of a version no longer kept is `404 superseded`,
-/// and the client starts again from the new head.
+/// and the client starts again from the new head. A version larger than the whole budget is
+/// never kept: its pages are read from the store by their ids, one page at a time, while it
+/// is the head.
 final class PagedVersions: @unchecked Sendable {
     /// One version's records in id order: their canonical bytes, end to end, and where each
     /// ends.
@@ -49,20 +51,27 @@ final class PagedVersions: @unchecked Sendable {
         func page(after: String?, limit: Int) -> ByteBuffer {
             let start = firstIndex(after: after)
             let end = min(ids.count, start + limit)
-            var out = ByteBuffer()
-            var text: [UInt8] = Array("{\"collection\":".utf8)
-            CanonicalJSON.writeString(head.name, into: &text)
-            text += Array(",\"token\":\"\(head.token)\",\"count\":\(head.count),\"next\":".utf8)
-            if end < ids.count && end > start { CanonicalJSON.writeString(ids[end - 1], into: &text) } else { text += Array("null".utf8) }
-            text += Array(",\"records\":[".utf8)
-            out.writeBytes(text)
-            for index in start..<end {
-                out.writeString(index == start ? "\n" : ",\n")
-                out.writeBytes(bytes[(index == 0 ? 0 : ends[index - 1])..<ends[index]])
-            }
-            out.writeString("\n]}\n")
-            return out
+            let records = (start..<end).lazy.map { self.bytes[($0 == 0 ? 0 : self.ends[$0 - 1])..<self.ends[$0]] }
+            return PagedVersions.document(of: head, records: records, next: end < ids.count && end > start ? ids[end - 1] : nil)
         }
+    }
+
+    /// A page's document: the version it belongs to, the `next` to ask for (nil: the last
+    /// page), and its records' canonical bytes.
+    static func document(of head: CollectionHead, records: some Sequence<ArraySlice<UInt8>>, next: String?) -> ByteBuffer {
+        var out = ByteBuffer()
+        var text: [UInt8] = Array("{\"collection\":".utf8)
+        CanonicalJSON.writeString(head.name, into: &text)
+        text += Array(",\"token\":\"\(head.token)\",\"count\":\(head.count),\"next\":".utf8)
+        if let next { CanonicalJSON.writeString(next, into: &text) } else { text += Array("null".utf8) }
+        text += Array(",\"records\":[".utf8)
+        out.writeBytes(text)
+        for (position, record) in records.enumerated() {
+            out.writeString(position == 0 ? "\n" : ",\n")
+            out.writeBytes(record)
+        }
+        out.writeString("\n]}\n")
+        return out
     }
 
     private let lock = NSLock()
@@ -76,20 +85,43 @@ final class PagedVersions: @unchecked Sendable {
         self.idleLifetime = idleLifetime
     }
 
-    /// The version `token` of `name`: kept, or read now from `store` if it is the head
-    /// `current`. Nil when it is neither (superseded and not kept).
-    func version(of name: String, token: String, current: CollectionHead, store: any CollectionStore) async throws -> Version? {
+    /// Versions found larger than the budget, by "name NUL token": paged from the store.
+    private var oversized = Set<String>()
+
+    /// One page of version `token` of `name`: up to `limit` records after the id `after`.
+    /// Nil when that version is neither kept nor the head `current` (superseded).
+    func page(
+        of name: String, token: String, current: CollectionHead, after: String?, limit: Int, store: any CollectionStore
+    ) async throws -> ByteBuffer? {
         let key = name + "\u{0}" + token
         let now = ContinuousClock.now
-        if let held = lock.withLock({ () -> Version? in
+        let (held, isOversized) = lock.withLock { () -> (Version?, Bool) in
             dropIdle(now: now)
-            guard let held = kept[key] else { return nil }
+            guard kept[key] != nil else { return (nil, oversized.contains(key)) }
             kept[key]?.lastUsed = now
-            return held.version
-        }) {
-            return held
+            return (kept[key]?.version, false)
         }
+        if let held { return held.page(after: after, limit: limit) }
         guard current.token.description == token else { return nil }
+        if !isOversized {
+            switch try await read(name, token: token, now: now, store: store) {
+            case .superseded: return nil
+            case .read(let version): return version.page(after: after, limit: limit)
+            case .oversized: lock.withLock { remember(oversized: key) }
+            }
+        }
+        return try await pageFromStore(name, token: token, after: after, limit: limit, store: store)
+    }
+
+    private enum Reading {
+        case read(Version)
+        case superseded
+        /// Larger than the whole budget: given up part way, not held.
+        case oversized
+    }
+
+    /// Reads the version `token` of `name` whole, in one read transaction, and keeps it.
+    private func read(_ name: String, token: String, now: ContinuousClock.Instant, store: any CollectionStore) async throws -> Reading {
         let source = try await store.openRecords(in: name, after: nil)
         var ids: [String] = []
         var bytes: [UInt8] = []
@@ -100,35 +132,72 @@ final class PagedVersions: @unchecked Sendable {
             // The read transaction's head: another commit may have landed since `current`.
             guard source.head.token.description == token else {
                 await source.close()
-                return nil
+                return .superseded
             }
             while try await source.next({ record in
                 bytes.append(contentsOf: record)
                 ends.append(bytes.count)
                 ids.append(try Record.parse(Array(record)).id)
-            }) {}
+            }) {
+                if bytes.count > budgetBytes {
+                    await source.close()
+                    return .oversized
+                }
+            }
         } catch {
             await source.close()
             throw error
         }
         let version = Version(head: source.head, ids: ids, bytes: bytes, ends: ends)
         await source.close()
-        lock.withLock { keep(version, key: key, now: now) }
-        return version
+        lock.withLock {
+            let key = name + "\u{0}" + token
+            if !keep(version, key: key, now: now) { remember(oversized: key) }
+        }
+        return .read(version)
     }
 
-    /// Under the lock.
-    private func keep(_ version: Version, key: String, now: ContinuousClock.Instant) {
-        guard kept[key] == nil else { return }
+    /// A page of a version too large to keep, read by its ids while it is the head: a range
+    /// of the primary key, so each page costs its own size, not the version's.
+    private func pageFromStore(_ name: String, token: String, after: String?, limit: Int, store: any CollectionStore) async throws -> ByteBuffer? {
+        // One more than the page: whether another page follows.
+        let source = try await store.openPage(of: name, after: after, limit: limit + 1)
+        var records: [(id: String, bytes: [UInt8])] = []
+        do {
+            guard source.head.token.description == token else {
+                await source.close()
+                return nil
+            }
+            while try await source.next({ record in records.append((try Record.parse(Array(record)).id, Array(record))) }) {}
+        } catch {
+            await source.close()
+            throw error
+        }
+        await source.close()
+        let page = records.prefix(limit)
+        return Self.document(of: source.head, records: page.map { $0.bytes[...] }, next: records.count > limit ? page.last?.id : nil)
+    }
+
+    /// Under the lock. Bounded: names of versions long gone are not kept for ever.
+    private func remember(oversized key: String) {
+        if oversized.count >= 1_000 { oversized.removeAll() }
+        oversized.insert(key)
+    }
+
+    /// Under the lock. False when it is too large to keep at all.
+    @discardableResult
+    private func keep(_ version: Version, key: String, now: ContinuousClock.Instant) -> Bool {
+        guard kept[key] == nil else { return true }
         let size = version.size
-        // A version larger than the whole budget is answered once, not kept.
-        guard size <= budgetBytes else { return }
+        // Its records fit in the budget (the reader checks), with its ids perhaps not.
+        guard size <= budgetBytes else { return false }
         while keptBytes + size > budgetBytes, let oldest = kept.min(by: { $0.value.lastUsed < $1.value.lastUsed }) {
             keptBytes -= oldest.value.version.size
             kept[oldest.key] = nil
         }
         kept[key] = (version, now)
         keptBytes += size
+        return true
     }
 
     /// Under the lock.

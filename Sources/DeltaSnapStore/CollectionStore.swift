@@ -29,6 +29,10 @@ public protocol CollectionStore: Sendable {
     /// (tombstones included), in id order, from one read transaction.
     /// Throws ``StoreError/unknownCollection(_:)``.
     func openRecords(in collection: String, after version: UInt64?) async throws -> any RecordSource
+    /// A page of the head: up to `limit` visible records whose ids sort after `id` (nil: from
+    /// the first) in id order, from one read transaction, found by the primary key (its cost
+    /// is the page's, not the collection's). Throws ``StoreError/unknownCollection(_:)``.
+    func openPage(of collection: String, after id: String?, limit: Int) async throws -> any RecordSource
     /// The first version committed at or after `seconds` (for `If-Modified-Since`).
     func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64?
     /// What a signed index states (the publication sequence and one entry, with its digest,
@@ -41,11 +45,11 @@ public protocol CollectionStore: Sendable {
     func importRecords(
         from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?
     ) async throws -> WriteResult
-    /// One client's batch of offline writes (two-way sync), idempotent by sequence number,
-    /// merged by `merge` (``MergePolicy/fork``: conflict copies).
     /// Imports several partitions (grouped by ``PartitionRecords/group(_:collection:by:progress:progressInterval:)``),
     /// one version per partition that changed; a bad record commits nothing of its partition.
     func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult]
+    /// One client's batch of offline writes (two-way sync), idempotent by sequence number,
+    /// merged by `merge` (``MergePolicy/fork``: conflict copies).
     func push(
         _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy
     ) async throws -> PushOutcome

@@ -55,7 +55,12 @@ public final class SQLiteCollectionStore: CollectionStore {
 
     public func openRecords(in collection: String, after version: UInt64?) async throws -> any RecordSource {
         let pool = self.pool
-        return try await reads.run { try SQLiteRecordSource(pool: pool, collection: collection, after: version) }
+        return try await reads.run { try SQLiteRecordSource(pool: pool, collection: collection, selecting: version.map { .changes(after: $0) } ?? .visible) }
+    }
+
+    public func openPage(of collection: String, after id: String?, limit: Int) async throws -> any RecordSource {
+        let pool = self.pool
+        return try await reads.run { try SQLiteRecordSource(pool: pool, collection: collection, selecting: .page(after: id ?? "", limit: limit)) }
     }
 
     public func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
@@ -169,19 +174,33 @@ final class SQLiteRecordSource: RecordSource, @unchecked Sendable {
     /// goes back to the pool, or finalising it later would race another request using it.
     private var cursor: RecordCursor?
 
-    init(pool: SQLiteReadPool, collection: String, after version: UInt64?) throws {
+    /// Which records a source yields.
+    enum Selection {
+        /// A full body's: every visible record.
+        case visible
+        /// A delta's: every record changed or hidden after a version.
+        case changes(after: UInt64)
+        /// A page's: up to `limit` visible records whose ids sort after `after`.
+        case page(after: String, limit: Int)
+    }
+
+    init(pool: SQLiteReadPool, collection: String, selecting selection: Selection) throws {
         self.pool = pool
         let store = try pool.checkout()
         do {
             let reader = try store.beginRead()
             guard let head = try reader.head(of: collection) else { throw StoreError.unknownCollection(collection) }
             self.head = head
-            if let version {
-                count = try reader.changeCount(in: collection, after: version)
-                cursor = try reader.changes(in: collection, after: version)
-            } else {
+            switch selection {
+            case .visible:
                 count = head.count
                 cursor = try reader.visibleRecords(in: collection)
+            case .changes(let version):
+                count = try reader.changeCount(in: collection, after: version)
+                cursor = try reader.changes(in: collection, after: version)
+            case .page(let id, let limit):
+                count = try reader.visibleCount(in: collection, after: id, limit: limit)
+                cursor = try reader.visibleRecords(in: collection, after: id, limit: limit)
             }
         } catch {
             cursor = nil

@@ -80,6 +80,36 @@ public struct StoreReader {
         return RecordCursor(statement: statement)
     }
 
+    /// A cursor over up to `limit` visible records whose ids sort after `id`, sorted by id
+    /// (a range of the primary key).
+    public func visibleRecords(in collection: String, after id: String, limit: Int) throws -> RecordCursor {
+        let statement = try db.prepare("""
+            SELECT body FROM records
+            WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND id > ? AND hidden = 0
+            ORDER BY id LIMIT ?
+            """)
+        try statement.bind(1, collection)
+        try statement.bind(2, id)
+        try statement.bind(3, Int64(limit))
+        return RecordCursor(statement: statement)
+    }
+
+    /// How many records ``visibleRecords(in:after:limit:)`` yields.
+    public func visibleCount(in collection: String, after id: String, limit: Int) throws -> Int {
+        let statement = try db.prepare("""
+            SELECT count(*) FROM (
+                SELECT 1 FROM records
+                WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND id > ? AND hidden = 0
+                LIMIT ?)
+            """)
+        try statement.bind(1, collection)
+        try statement.bind(2, id)
+        try statement.bind(3, Int64(limit))
+        _ = try statement.step()
+        defer { statement.reset() }
+        return Int(statement.int64(0))
+    }
+
     /// How many records changed or were hidden after `version` (an index range scan).
     public func changeCount(in collection: String, after version: UInt64) throws -> Int {
         let statement = try db.prepare("""

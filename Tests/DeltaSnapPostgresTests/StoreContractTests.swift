@@ -62,6 +62,30 @@ import Testing
         }
     }
 
+    /// `openPage`: the visible records after an id in byte order, at most `limit`, with the
+    /// head of their transaction and their number; hidden records are skipped.
+    @Test(arguments: TestBackend.allCases)
+    func aPageIsTheVisibleRecordsAfterAnIdInByteOrder(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            try await database.importText(#"{"id":"a"}{"id":"B"}{"id":"é"}{"id":"b"}{"id":"c"}{"id":"z"}"#, collection: "p")
+            try await database.importText(#"{"id":"b","hidden":true}"#, collection: "p")
+            func page(after id: String?, limit: Int) async throws -> (ids: [String], count: Int, version: UInt64) {
+                let source = try await database.store.openPage(of: "p", after: id, limit: limit)
+                var ids: [String] = []
+                while try await source.next({ ids.append(try Record.parse(Array($0)).id) }) {}
+                await source.close()
+                return (ids, source.count, source.head.version)
+            }
+            let first = try await page(after: nil, limit: 3)
+            #expect(first.ids == ["B", "a", "c"] && first.count == 3 && first.version == 2)
+            #expect(try await page(after: "c", limit: 3).ids == ["z", "é"])
+            #expect(try await page(after: "a", limit: 1).ids == ["c"])
+            let last = try await page(after: "é", limit: 5)
+            #expect(last.ids.isEmpty && last.count == 0)
+            await #expect(throws: StoreError.self) { _ = try await database.store.openPage(of: "nothing", after: nil, limit: 5) }
+        }
+    }
+
     @Test(arguments: TestBackend.allCases)
     func replaceHidesRecordsAbsentFromTheInput(_ backend: TestBackend) async throws {
         try await withDatabase(backend) { database in

@@ -17,7 +17,7 @@ import Testing
         try Fixtures.importText(Fixtures.ndjson(0..<500), into: store, collection: "items")
         try Fixtures.importText(Fixtures.ndjson(0..<5, revision: 1), into: store, collection: "items")
         let pool = SQLiteReadPool(path: db)
-        let source = try SQLiteRecordSource(pool: pool, collection: "items", after: delta ? 1 : nil)
+        let source = try SQLiteRecordSource(pool: pool, collection: "items", selecting: delta ? .changes(after: 1) : .visible)
         let streamer = try BodyStreamer(source: source, base: delta ? "x" : nil, gzipLevel: 1)
         let bytes = try await streamer.readAll()
         // The streamer is still alive (as it is until the response is released)…
@@ -36,7 +36,7 @@ import Testing
         try Fixtures.importText(Fixtures.ndjson(0..<2000), into: try Store(path: db), collection: "items")
         let pool = SQLiteReadPool(path: db)
         do {
-            let streamer = try BodyStreamer(source: try SQLiteRecordSource(pool: pool, collection: "items", after: nil), base: nil, gzipLevel: nil)
+            let streamer = try BodyStreamer(source: try SQLiteRecordSource(pool: pool, collection: "items", selecting: .visible), base: nil, gzipLevel: nil)
             _ = try await streamer.nextChunk()  // a client that went away after the first chunk
             #expect(pool.idleStores.isEmpty)
         }

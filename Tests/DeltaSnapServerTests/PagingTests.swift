@@ -77,6 +77,33 @@ import Testing
         await store.stop()
     }
 
+    /// A version larger than the paging budget is not kept: its pages are read from the store
+    /// by their ids (each costs its own size), while it is the head — every record exactly
+    /// once, byte for byte — and `404 superseded` once a write moved the head.
+    @Test(arguments: TestBackend.allCases) func aVersionLargerThanTheBudgetIsPagedFromTheStore(_ backend: TestBackend) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await TestDatabase.make(backend, in: dir)
+        try await store.importText(Fixtures.ndjson(0..<2_000), collection: "items")
+        let exported = try await store.export("items")
+        let token = try #require(try await store.head(of: "items")).token.description
+        let server = try await TestServer.start(database: store.url, pagingBudgetBytes: 16 * 1024)
+        try await server.stopping {
+            let paged = try await Self.pageThrough(server, "/v1/collections/items", token: token, limit: 97)
+            #expect(paged.records.count == 2_000 && paged.pages == 21)
+            #expect(paged.records.joined(separator: "\n") + "\n" == exported)
+            let last = try await offPool { try server.connect().request("GET", "/v1/collections/items/snapshots/\(token)?limit=3&after=r9999999") }
+            #expect(last.status == 200 && last.text.contains(#""next":null,"records":["#) && !last.text.contains(#""id""#))
+            #expect(try await server.adminPut("/v1/collections/items/records/r0000005", #"{"written":1}"#).status == 200)
+            let gone = try await offPool { try server.connect().request("GET", "/v1/collections/items/snapshots/\(token)?limit=5") }
+            #expect(gone.status == 404 && gone.text.contains(#""error":"superseded""#), "\(gone.text)")
+            let head = try #require(try await store.head(of: "items")).token.description
+            let again = try await Self.pageThrough(server, "/v1/collections/items", token: head, limit: 1_000)
+            #expect(again.records.count == 2_000 && again.pages == 2 && again.records.contains { $0.contains(#""written":1"#) })
+        }
+        await store.stop()
+    }
+
     @Test func badPagesAreFourHundredsAndAVersionNoLongerKeptIsSuperseded() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }

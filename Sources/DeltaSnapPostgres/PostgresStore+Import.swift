@@ -58,22 +58,15 @@ extension PostgresStore {
 
     /// Writes what `stream` changes in the locked collection as its next version (none when
     /// nothing changed), in the caller's transaction.
-    /// `reusingIncoming`: an earlier merge of this transaction made the staging table
-    /// (emptied here instead of made again: a partitioned import merges thousands).
     func merge(
-        _ stream: RecordStream, into locked: LockedCollection, replace: Bool, progress: ((Int) -> Void)?, on connection: PostgresConnection,
-        reusingIncoming: Bool = false
+        _ stream: RecordStream, into locked: LockedCollection, replace: Bool, progress: ((Int) -> Void)?, on connection: PostgresConnection
     ) async throws -> WriteResult {
         let collection = locked.name
         let previousCommit = locked.previousCommit
-        if reusingIncoming {
-            try await connection.query("TRUNCATE deltasnap_incoming", logger: logger)
-        } else {
-            try await connection.query("""
-                CREATE TEMP TABLE deltasnap_incoming(id TEXT COLLATE "C" NOT NULL, hidden BOOLEAN NOT NULL, hash BIGINT NOT NULL, body BYTEA NOT NULL)
-                ON COMMIT DROP
-                """, logger: logger)
-        }
+        try await connection.query("""
+            CREATE TEMP TABLE deltasnap_incoming(id TEXT COLLATE "C" NOT NULL, hidden BOOLEAN NOT NULL, hash BIGINT NOT NULL, body BYTEA NOT NULL)
+            ON COMMIT DROP
+            """, logger: logger)
         var seen = Set<String>()
         var absentCount = 0
         // A collection with no version yet holds no record: everything in the input is new, so

@@ -6,12 +6,13 @@ import PostgresNIO
 
 extension PostgresStore {
     /// Every partition of a partitioned import in one transaction, one version per partition
-    /// that changed. Partitions new to the store — the bulk of a first import — are written by
-    /// a handful of set-based statements whatever their number (their rows through two
-    /// `COPY`s, then one `INSERT … SELECT` each for collections, versions and records, one
-    /// publication and one notification); partitions that exist are merged one by one, as
-    /// ``importRecords(from:into:replace:progress:)`` merges a collection. One transaction a
-    /// partition cost a round trip and a commit each: 386 records/s into 100,000 partitions.
+    /// that changed, written by a handful of set-based statements whatever their number.
+    /// Partitions new to the store — the bulk of a first import — through two `COPY`s, then
+    /// one `INSERT … SELECT` each for collections, versions and records, one publication and
+    /// one notification; partitions that exist are merged together (``mergeExisting(_:replace:on:)``),
+    /// by the write rule ``importRecords(from:into:replace:progress:)`` merges a collection
+    /// with. One transaction a partition cost a round trip and a commit each: 386 records/s
+    /// into 100,000 partitions.
     public func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult] {
         for partition in partitions { try CollectionPath.validate(partition.path) }
         guard !partitions.isEmpty else { return [] }
@@ -21,14 +22,7 @@ extension PostgresStore {
                 "SELECT name FROM deltasnap_collections WHERE name = ANY(\(partitions.map(\.path)))", logger: logger
             ).decode(String.self) { existing.insert(name) }
             var results = try await insertNew(partitions.filter { !existing.contains($0.path) }, on: connection)
-            var merged = false
-            for partition in partitions where existing.contains(partition.path) {
-                let locked = try await lock(partition.path, on: connection)
-                results[partition.path] = try await merge(
-                    RecordStream(records: partition.records, name: partition.path), into: locked, replace: replace, progress: nil, on: connection,
-                    reusingIncoming: merged)
-                merged = true
-            }
+            results.merge(try await mergeExisting(partitions.filter { existing.contains($0.path) }, replace: replace, on: connection)) { $1 }
             return partitions.map { results[$0.path]! }
         }
     }
@@ -118,7 +112,7 @@ extension PostgresStore {
     static let manyChangedPayload = "* 0"
 
     /// `COPY table (columns) FROM STDIN` in text format; `fill` writes rows with `emit`.
-    private func copy(
+    func copy(
         into table: String, columns: [String], on connection: PostgresConnection,
         _ fill: (_ emit: (inout CopyRows) async throws -> Void) async throws -> Void
     ) async throws {

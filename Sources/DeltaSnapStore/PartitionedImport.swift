@@ -27,7 +27,8 @@ public struct PartitionRecords: Sendable {
         try CollectionName.validate(collection)
         var groups: [String: [Record]] = [:]
         while let record = try stream.next() {
-            let value = try? JSONReader(bytes: record.bytes).member(field)
+            // A tombstone names its partition as any record does (`{"id":"q1","set":"8271","hidden":true}`).
+            let value = try? JSONReader(bytes: record.isHidden ? stream.lastWritten : record.bytes).member(field)
             let key: String
             switch value {
             case .string(let text)?: key = text

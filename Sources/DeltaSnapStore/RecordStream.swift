@@ -20,6 +20,10 @@ public final class RecordStream: @unchecked Sendable {
     private var state = State.start
     /// Records returned so far.
     public private(set) var count = 0
+    /// The record ``next()`` returned last, as the input wrote it (for a record already
+    /// parsed: its canonical bytes). A tombstone's canonical form keeps only its id, so what
+    /// else its line said — the partition it belongs to — is read from these.
+    public private(set) var lastWritten: [UInt8] = []
 
     private enum State {
         case start, ndjson, arrayFirst, arrayNext, finished
@@ -49,6 +53,7 @@ public final class RecordStream: @unchecked Sendable {
         if given != nil {
             guard let record = given!.next() else { return nil }
             count += 1
+            lastWritten = record.bytes
             return record
         }
         do {
@@ -99,6 +104,7 @@ public final class RecordStream: @unchecked Sendable {
         do {
             let record = try Record.parse(raw)
             count += 1
+            lastWritten = raw
             return record
         } catch let error as JSONParseError {
             // Lines counted from the start of the record.

@@ -17,8 +17,10 @@ struct ImportCommand: AsyncParsableCommand {
 
             --collection NAME/KEY imports into one partition. --partition-by FIELD spreads \
             the records over partitions of NAME by the value of FIELD (a string or number: \
-            {"id":"q1","set":"8271"} lands in NAME/8271), one version per partition touched, \
-            all in one transaction on SQLite.
+            {"id":"q1","set":"8271"} lands in NAME/8271; {"id":"q1","set":"8271","hidden":true} \
+            hides it there), one version per partition touched, all in one transaction. \
+            With --replace, each partition the input names loses the records it does not \
+            list; partitions it does not name are left alone.
             """
     )
 

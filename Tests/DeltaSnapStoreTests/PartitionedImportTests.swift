@@ -104,6 +104,69 @@ import Testing
         await store.stop()
     }
 
+    /// Existing partitions merged together (set-based on PostgreSQL) by the one write rule:
+    /// per partition what changed, hid, came back or stayed, with and without `replace`; a
+    /// version only where something changed; each state's count, checksum and digest what a
+    /// recomputation from its records states.
+    @Test(arguments: TestBackend.allCases) func existingPartitionsMergeByTheWriteRule(_ backend: TestBackend) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await TestDatabase.make(backend, in: dir)
+        do {
+            let first = (0..<40).flatMap { set in (0..<3).map { #"{"id":"q\#($0)","set":"s\#(set)","v":0}"# } }
+            try await store.importPartitioned(first.joined(separator: "\n"), collection: "sets", by: "set")
+            try await store.importText(#"{"id":"q0","hidden":true}"#, collection: "sets/s3")
+            let second = [
+                #"{"id":"q0","set":"s0","v":1}"#,                 // s0: one changed, two unchanged
+                #"{"id":"q1","set":"s0","v":0}"#,
+                #"{"id":"q1","set":"s1","hidden":true}"#,         // s1: one hidden
+                #"{"id":"q0","set":"s2","v":0}"#,                 // s2: unchanged, no version
+                #"{"id":"q0","set":"s3","v":2}"#,                 // s3: un-hidden
+                #"{"id":"q9","set":"s4","v":0}"#,                 // s4: one added
+                #"{"id":"q5","set":"s5","hidden":true}"#,         // s5: hiding what never was: no change
+                #"{"id":"q0","set":"new","v":0}"#,                // a new partition beside them
+            ].joined(separator: "\n")
+            let results = Dictionary(uniqueKeysWithValues: try await store.importPartitioned(second, collection: "sets", by: "set").map { ($0.collection, $0) })
+            func expect(_ name: String, committed: Bool, upserted: Int, hidden: Int, unchanged: Int, version: UInt64, count: Int) throws {
+                let result = try #require(results[name])
+                #expect(result.committed == committed && result.upserted == upserted && result.hidden == hidden && result.unchanged == unchanged, "\(name): \(result)")
+                #expect(result.head?.version == version && result.head?.count == count, "\(name): \(String(describing: result.head))")
+            }
+            try expect("sets/s0", committed: true, upserted: 1, hidden: 0, unchanged: 1, version: 2, count: 3)
+            try expect("sets/s1", committed: true, upserted: 0, hidden: 1, unchanged: 0, version: 2, count: 2)
+            try expect("sets/s2", committed: false, upserted: 0, hidden: 0, unchanged: 1, version: 1, count: 3)
+            try expect("sets/s3", committed: true, upserted: 1, hidden: 0, unchanged: 0, version: 3, count: 3)
+            try expect("sets/s4", committed: true, upserted: 1, hidden: 0, unchanged: 0, version: 2, count: 4)
+            try expect("sets/s5", committed: false, upserted: 0, hidden: 0, unchanged: 1, version: 1, count: 3)
+            try expect("sets/new", committed: true, upserted: 1, hidden: 0, unchanged: 0, version: 1, count: 1)
+            #expect(try await store.changes(after: 1, in: "sets/s1") == [#"{"hidden":true,"id":"q1"}"#])
+            #expect(try await store.head(of: "sets/s6")?.version == 1)
+            // Replacing: what the input does not name is hidden, in each partition it names only.
+            let replacing = #"{"id":"q0","set":"s6","v":0}"# + "\n" + #"{"id":"q2","set":"s7","v":5}"#
+            let replaced = try await store.importPartitioned(replacing, collection: "sets", by: "set", replace: true)
+            #expect(replaced.map(\.hidden) == [2, 2] && replaced.map(\.upserted) == [0, 1] && replaced.map(\.unchanged) == [1, 0])
+            #expect(try await store.export("sets/s7") == #"{"id":"q2","set":"s7","v":5}"# + "\n")
+            #expect(try await store.head(of: "sets/s8")?.count == 3)
+            for name in ["sets/s0", "sets/s1", "sets/s2", "sets/s3", "sets/s4", "sets/s6", "sets/s7", "sets/new"] {
+                let head = try #require(try await store.head(of: name))
+                var digest = StateDigest.empty
+                var checksum = StateChecksum.empty
+                let lines = try await store.export(name).split(separator: "\n")
+                for line in lines {
+                    let record = try Record(json: Array(line.utf8))
+                    digest.add(collection: name, id: record.id, canonical: record.bytes)
+                    checksum.add(hash: record.hash)
+                }
+                #expect(head.count == lines.count && head.checksum == checksum, "\(name)")
+                #expect(try await store.store.publishedState(of: [name]).entries.first?.digest == digest.fingerprint, "\(name)")
+            }
+        } catch {
+            await store.stop()
+            throw error
+        }
+        await store.stop()
+    }
+
     @Test func partitionByNeedsACollectionName() throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }

@@ -66,9 +66,9 @@ public final class TestDatabase: Sendable {
 
     /// NDJSON spread over partitions `collection/VALUE` by the value of `field`.
     @discardableResult
-    public func importPartitioned(_ text: String, collection: String, by field: String) async throws -> [WriteResult] {
+    public func importPartitioned(_ text: String, collection: String, by field: String, replace: Bool = false) async throws -> [WriteResult] {
         let groups = try PartitionRecords.group(RecordStream(source: ChunkSources.bytes(Array(text.utf8)), name: "test"), collection: collection, by: field)
-        return try await store.importPartitions(groups, replace: false)
+        return try await store.importPartitions(groups, replace: replace)
     }
 
     public func head(of collection: String) async throws -> CollectionHead? {

@@ -5,15 +5,14 @@ import Foundation
 import PostgresNIO
 
 extension PostgresStore {
-    /// One existing partition's row, locked, with what a merge starts from.
+    /// One existing partition's row, locked, and its state as the merge folds changes in.
     private struct LockedPartition {
-        var name: String
-        var cid: Int64
-        var epoch: String
-        var head: Int64
-        var floor: Int64
-        var previousCommit: Int64
+        var row: LockedCollection
         var state: StateAccumulator
+
+        var name: String { row.name }
+        var cid: Int64 { row.cid }
+        var head: Int64 { row.head }
     }
 
     /// Merges partitions that already have a row as ``merge(_:into:replace:progress:on:)``
@@ -99,11 +98,11 @@ extension PostgresStore {
             let absentCount = absent[partition.path] ?? 0
             let unchanged = partition.records.count - upserted - (hidden - absentCount)
             guard upserted + hidden > 0 else {
-                let previous = merged.head > 0 ? lockedHead(merged, version: merged.head, checksum: nil, committedAt: merged.previousCommit) : nil
+                let previous = merged.head > 0 ? lockedHead(merged, version: merged.head, checksum: nil, committedAt: merged.row.previousCommit) : nil
                 results[partition.path] = WriteResult(collection: partition.path, committed: false, head: previous, upserted: 0, hidden: 0, unchanged: unchanged)
                 continue
             }
-            let at = configuration.commitTime(after: merged.previousCommit)
+            let at = configuration.commitTime(after: merged.row.previousCommit)
             committedAt[partition.path] = at
             changed.append(merged)
             results[partition.path] = WriteResult(
@@ -168,10 +167,13 @@ extension PostgresStore {
             WHERE c.name = ANY(\(names)) ORDER BY c.cid FOR UPDATE OF c
             """, logger: logger).decode((Int64, String, String, Int64, Int64, Int64, Int64, ByteBuffer?, Int64?).self)
         {
-            let digest = digest.flatMap { StateDigest(bytes: $0.readableBytesView) } ?? .empty
-            locked[name] = LockedPartition(
-                name: name, cid: cid, epoch: epoch, head: head, floor: floor, previousCommit: committedAt ?? .min,
-                state: StateAccumulator(collection: name, checksum: StateChecksum(value: UInt64(bitPattern: checksum)), count: Int(visible), digest: digest))
+            let row = LockedCollection(
+                name: name, cid: cid, epoch: epoch, head: head, checksum: checksum, visible: visible, floor: floor, digest: digest,
+                previousCommit: committedAt ?? .min)
+            let state = StateAccumulator(
+                collection: name, checksum: StateChecksum(value: UInt64(bitPattern: checksum)), count: Int(visible),
+                digest: digest.flatMap { StateDigest(bytes: $0.readableBytesView) } ?? .empty)
+            locked[name] = LockedPartition(row: row, state: state)
         }
         return locked
     }
@@ -179,7 +181,7 @@ extension PostgresStore {
     /// The head of a locked partition at `version`; `checksum` nil: the one it was locked at.
     private func lockedHead(_ partition: LockedPartition, version: Int64, checksum: StateChecksum?, committedAt: Int64) -> CollectionHead {
         CollectionHead(
-            name: partition.name, epoch: partition.epoch, version: UInt64(version), checksum: checksum ?? partition.state.checksum,
-            count: partition.state.count, committedAt: committedAt, floor: UInt64(partition.floor))
+            name: partition.name, epoch: partition.row.epoch, version: UInt64(version), checksum: checksum ?? partition.state.checksum,
+            count: partition.state.count, committedAt: committedAt, floor: UInt64(partition.row.floor))
     }
 }

@@ -56,13 +56,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_DELETE(self): self.handle_any()
 
     def reply(self, status, body, headers=()):
-        self.send_response(status)
-        for k, v in headers:
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+        try:
+            self.send_response(status)
+            for k, v in headers:
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            # The browser gave up the request (a live-mode wait abandoned when its page left).
+            self.close_connection = True
 
     def handle_any(self):
         url = urllib.parse.urlsplit(self.path)
@@ -101,7 +105,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def forward(self, url, body):
         with LOCK:
             mode = STATE["mode"]
-        entry = {"method": self.command, "path": url.path, "ifNoneMatch": self.headers.get("If-None-Match"), "status": None, "kind": None}
+        entry = {"method": self.command, "path": url.path, "query": url.query, "ifNoneMatch": self.headers.get("If-None-Match"),
+                 "status": None, "kind": None}
         if mode == "offline":
             with LOCK:
                 STATE["log"].append({**entry, "status": "dropped"})

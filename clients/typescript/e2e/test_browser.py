@@ -588,6 +588,37 @@ class BrowserClient(unittest.TestCase):
         self.assertEqual(partitions(bob), ["attempts/bob"], bob)
         self.assertIn("countries", bob["held"])
 
+    def test_13_live_mode_applies_a_commit_within_moments(self):
+        """Live mode: a replica's syncing tab and a view wait on /v1/index?wait=; a commit lands without polling."""
+        ENV.log(clear=True)
+        ENV.open("db=live&poll=0&live=1&wait=20")
+        held = lambda: [e for e in ENV.log() if e["path"] == "/v1/index" and "wait=20" in (e.get("query") or "")]
+        ENV.wait(held, "the first live round")
+        time.sleep(0.5)  # the next request now waits on the server
+        ENV.admin("PUT", "AD", {"name": "Andorra (live)", "alpha3": "AND"})
+        started = time.time()
+        ENV.wait(lambda: ENV.js("return (await window.replica.get('AD')).name;") == "Andorra (live)", "the commit applied live", timeout=10)
+        took = time.time() - started
+        print(f"\n    commit → applied in the browser, live: {took * 1000:.0f} ms", file=sys.stderr)
+        self.assertLess(took, 5)
+        self.assertGreaterEqual(len(held()), 2, ENV.log())
+        # No poll of the collection before the index said it changed: one pull, after it.
+        pulls = [e for e in ENV.log() if e["path"] == "/v1/collections/countries"]
+        self.assertLessEqual(len(pulls), 2, pulls)
+
+        # A view in live mode: a commit to one of her partitions arrives by itself.
+        ENV.driver.get(f"{ENV.url}/harness.html?db=view-live&sync=0")
+        WebDriverWait(ENV.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
+        ENV.js("const { DeltaSnapView } = await import('./deltasnap.js');"
+               "window.liveView = await DeltaSnapView.open({ accessToken: args[0], databasePrefix: 'e2e-live' });"
+               "await window.liveView.sync(); window.liveView.startLive({ wait: 20 });", ENV.tokens["alice"])
+        time.sleep(0.5)
+        status, _, text = http("PUT", f"{ENV.server_url}/v1/collections/attempts/partitions/alice/records/live1", json.dumps({"score": 7}).encode(),
+                               {"Authorization": f"Bearer {ADMIN}"})
+        self.assertEqual(status, 200, text)
+        ENV.wait(lambda: "live1" in ENV.js("return (await window.liveView.query('attempts')).map((r) => r.id);"), "the view's commit applied live", timeout=10)
+        ENV.js("window.liveView.stopLive(); window.liveView.close();")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

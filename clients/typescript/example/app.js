@@ -1,7 +1,8 @@
 // The example app: the countries list, kept in IndexedDB by the DeltaSnap browser client.
 // Query parameters (handy for tests and demos): ?token=JWT, ?db=NAME, ?poll=SECONDS,
 // ?trusted=1 (verify signed data with ./signing.pub and ./countries.index), ?bundle=0,
-// ?sync=0 (no background sync: only the "Sync now" button syncs).
+// ?sync=0 (no background sync: only the "Sync now" button syncs), ?live=1 (live mode: the
+// syncing tab waits on the server for changes instead of polling; ?wait=SECONDS per request).
 import { DeltaSnapReplica, WriteRefusedError } from "./deltasnap.js";
 
 const params = new URLSearchParams(location.search);
@@ -24,6 +25,7 @@ async function start() {
     trustedKeys,
     accessToken: () => tokenField.value.trim() || null,
     pollInterval: Number(params.get("poll") ?? 30),
+    live: params.get("live") === "1" ? { wait: Number(params.get("wait") ?? 30) } : false,
     autoSync: params.get("sync") !== "0",
     persist: true,
   });

@@ -12,6 +12,8 @@
 export { DeltaSnapReplica, collectionPath } from "./replica.js";
 export { DeltaSnapView, jwtSubject } from "./view.js";
 export type { ViewOptions, ViewSyncReport } from "./view.js";
+export { LiveLoop } from "./live.js";
+export type { LiveOptions, LiveStep } from "./live.js";
 export type { JsonRecord, ReplicaOptions, ReplicaStatus, StorageLoss, SyncResult } from "./replica.js";
 export type { PullOutcome, PushReport, RefusedWrite, SyncPhase, WaitPolicy } from "./sync-engine.js";
 export type { PendingWrite } from "./store.js";

@@ -3,10 +3,11 @@ import { StateChecksum } from "./checksum.js";
 import { BundleError, DeltaSnapError, WriteRefusedError } from "./errors.js";
 import { canonicalString, fromPlain } from "./json.js";
 import { Operation } from "./merge.js";
-import { DEFAULT_RETRY_POLICY, RetryPolicy } from "./retry.js";
-import { ALLOWED_CLOCK_SKEW, TrustedKey } from "./signed-index.js";
+import { LiveLoop, LiveOptions, LiveStep } from "./live.js";
+import { DEFAULT_RETRY_POLICY, RetryPolicy, serverDelay } from "./retry.js";
+import { ALLOWED_CLOCK_SKEW, parseSignedIndex, TrustedKey } from "./signed-index.js";
 import { PendingWrite, ReplicaStore } from "./store.js";
-import { pull, PullOutcome, push, PushReport, SyncContext, waitingUntil, WaitPolicy } from "./sync-engine.js";
+import { fetchWithTimeout, pull, PullOutcome, push, PushReport, SyncContext, waitingUntil, WaitPolicy } from "./sync-engine.js";
 import { TabCoordinator, TabMessage } from "./tabs.js";
 
 /** A record as the app reads it: a plain JSON object with a string `id`. */
@@ -30,6 +31,12 @@ export interface ReplicaOptions {
   databaseName?: string;
   /** Seconds between background syncs of the syncing tab; 0 turns polling off. Default 60. */
   pollInterval?: number;
+  /**
+   * Live mode instead of polling (PROTOCOL.md §11): the syncing tab keeps one request
+   * waiting on the server's index, and a change is pulled within moments of its commit.
+   * Falls back to polling when something in between cuts held requests.
+   */
+  live?: boolean | LiveOptions;
   /** Join the tab election and sync in the background. Default true. */
   autoSync?: boolean;
   /** Milliseconds before a request is abandoned. Default 30,000. */
@@ -118,6 +125,9 @@ export class DeltaSnapReplica extends EventTarget {
   private readonly tabs: TabCoordinator;
   private running: Promise<SyncResult> | null = null;
   private timer: ReturnType<typeof setTimeout> | null = null;
+  /** Live mode's loop, while this tab syncs; what the last index answer said. */
+  private live: AbortController | null = null;
+  private liveIndex: { etag: string | null; cursor: string | null } = { etag: null, cursor: null };
   private closed = false;
   private readonly earlyEvents: Event[] = [];
 
@@ -321,6 +331,7 @@ export class DeltaSnapReplica extends EventTarget {
   /** Stops syncing in this tab (another tab takes over) and closes the database. */
   close(): void {
     this.closed = true;
+    this.stopLive();
     if (this.timer) clearTimeout(this.timer);
     globalThis.removeEventListener?.("online", this.onOnline);
     this.tabs.close();
@@ -333,7 +344,69 @@ export class DeltaSnapReplica extends EventTarget {
     this.dispatchEvent(new CustomEvent("leader"));
     // Back online: try at once rather than when the backoff after the failures ends.
     globalThis.addEventListener?.("online", this.onOnline);
-    this.schedule(0);
+    if (this.options.live) this.startLive(); else this.schedule(0);
+  }
+
+  /** Live mode in the syncing tab: wait on the index → sync when this collection moved → wait. */
+  private startLive(): void {
+    if (this.live || this.closed) return;
+    const live = new AbortController();
+    this.live = live;
+    const options = this.options.live === true ? {} : this.options.live || {};
+    void new LiveLoop(options).run((wait) => this.liveStep(wait, live.signal), live.signal);
+  }
+
+  private stopLive(): void {
+    this.live?.abort();
+    this.live = null;
+  }
+
+  /**
+   * One round of live mode: a request that waits on the index (a plain sync when `wait` is
+   * null), then a sync when this collection's token in it moved or writes are queued. The
+   * index is a hint here, like a push notification: the sync verifies as any does.
+   */
+  private async liveStep(wait: number | null, signal: AbortSignal): Promise<LiveStep> {
+    if (wait === null) return this.liveSync();
+    const token = await this.ctx.accessToken();
+    const headers: Record<string, string> = token ? { Authorization: `Bearer ${token}` } : {};
+    let url = `${this.ctx.serverURL}/v1/index?wait=${wait}`;
+    if (this.liveIndex.etag !== null) {
+      // With a token the index is the user's own, which no shared cache keeps: If-None-Match.
+      // The public index's ETag goes in the URL, which a shared cache passes on (§11.2).
+      if (token) headers["If-None-Match"] = this.liveIndex.etag;
+      else url += `&etag=${encodeURIComponent(this.liveIndex.etag)}`;
+    }
+    if (this.liveIndex.cursor !== null) url += `&cursor=${encodeURIComponent(this.liveIndex.cursor)}`;
+    const response = await fetchWithTimeout(this.ctx.fetch, url, { headers, cache: "no-store", signal }, this.ctx.timeoutMs + wait * 1000);
+    if (response === null) return { kind: "failed" };
+    const asked = serverDelay(response.headers.get("Retry-After"), response.headers.get("Backoff"), Date.now());
+    if (response.status === 429 || response.status === 503) {
+      return asked === null ? { kind: "failed" } : { kind: "deferred", until: Date.now() + asked * 1000 };
+    }
+    this.liveIndex.cursor = response.headers.get("DeltaSnap-Cursor") ?? this.liveIndex.cursor;
+    if (response.status === 304) return { kind: "unchanged" };
+    if (response.status !== 200) return { kind: "failed" };
+    let listed: string | null;
+    try {
+      listed = parseSignedIndex(await response.text()).entries.get(this.collection)?.token ?? null;
+    } catch {
+      return { kind: "failed" };
+    }
+    this.liveIndex.etag = response.headers.get("ETag");
+    const held = (await this.store.readState()).token;
+    if (listed === held && (await this.store.pendingWrites(false)).length === 0) return { kind: "unchanged" };
+    return this.liveSync();
+  }
+
+  private async liveSync(): Promise<LiveStep> {
+    const result = await this.sync();
+    switch (result?.pull.kind) {
+      case undefined: return { kind: "unchanged" };
+      case "failed": return { kind: "failed" };
+      case "deferred": return { kind: "deferred", until: result.pull.until };
+      default: return { kind: "changed" };
+    }
   }
 
   /**
@@ -347,6 +420,7 @@ export class DeltaSnapReplica extends EventTarget {
     if (!wasLeader) return;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
+    this.stopLive();
     globalThis.removeEventListener?.("online", this.onOnline);
     this.dispatchEvent(new CustomEvent("resign"));
   }
@@ -363,7 +437,8 @@ export class DeltaSnapReplica extends EventTarget {
     this.timer = setTimeout(async () => {
       this.timer = null;
       try { await this.sync(); } catch (error) { this.dispatchEvent(new CustomEvent("error", { detail: error })); }
-      const poll = this.options.pollInterval ?? 60;
+      // In live mode the held request stands in for polling.
+      const poll = this.options.live ? 0 : this.options.pollInterval ?? 60;
       const wait = await Promise.all([waitingUntil(this.ctx, "all", "pull"), waitingUntil(this.ctx, "all", "push")])
         .then(([a, b]) => (a === null ? b : b === null ? a : Math.min(a, b))).catch(() => null);
       const queued = (await this.store.pendingWrites(false).catch(() => [])).length;

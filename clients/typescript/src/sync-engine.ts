@@ -65,10 +65,15 @@ export type SyncPhase = "push" | "request" | "verify" | "commit";
 const MAX_BATCH = 500;
 const MAX_BATCH_BYTES = 512 * 1024;
 
-/** `fetch` with a timeout; `null` for a network error or a timeout (the caller retries later). */
+/**
+ * `fetch` with a timeout; `null` for a network error or a timeout (the caller retries later),
+ * or when `init.signal` aborts it (live mode stopped while a request waited).
+ */
 export async function fetchWithTimeout(fetcher: typeof fetch, url: string, init: RequestInit, timeoutMs: number): Promise<Response | null> {
   const abort = new AbortController();
   const timer = setTimeout(() => abort.abort(), timeoutMs);
+  init.signal?.addEventListener("abort", () => abort.abort(), { once: true });
+  if (init.signal?.aborted) abort.abort();
   try {
     return await fetcher(url, { ...init, signal: abort.signal });
   } catch {

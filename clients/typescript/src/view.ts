@@ -2,6 +2,7 @@ import { DeltaSnapError, TrustError } from "./errors.js";
 import { collectionPath, DeltaSnapReplica, JsonRecord } from "./replica.js";
 import { parseSignedIndex, SignedIndex, TrustedKey, verifySignedIndex } from "./signed-index.js";
 import { PendingWrite } from "./store.js";
+import { LiveLoop, LiveOptions, LiveStep } from "./live.js";
 import { fetchWithTimeout, PullOutcome, PushReport } from "./sync-engine.js";
 
 /** Options of {@link DeltaSnapView.open}. */
@@ -63,6 +64,7 @@ interface ViewBookkeeping {
 export class DeltaSnapView extends EventTarget {
   private readonly replicas = new Map<string, DeltaSnapReplica>();
   private running: Promise<ViewSyncReport> | null = null;
+  private live: AbortController | null = null;
 
   private constructor(
     readonly subject: string, private readonly options: ViewOptions, private readonly serverURL: string,
@@ -118,26 +120,63 @@ export class DeltaSnapView extends EventTarget {
    * Pushes every held partition's queued writes, asks the server once whether the view
    * changed, pulls what did, and drops what left it. Never throws for network or server
    * problems: see the report. Concurrent calls share one run.
+   *
+   * `wait` (seconds, 1–60): when the view is held, the server holds the question until the
+   * view changes or the wait ends (PROTOCOL.md §11) — what live mode does.
    */
-  sync(): Promise<ViewSyncReport> {
-    if (!this.running) this.running = this.runSync().finally(() => { this.running = null; });
+  sync(options: { wait?: number; signal?: AbortSignal } = {}): Promise<ViewSyncReport> {
+    if (!this.running) this.running = this.runSync(options.wait ?? null, options.signal).finally(() => { this.running = null; });
     return this.running;
   }
 
-  /** Closes every partition's database. */
+  /**
+   * Live mode: waits on the server for a change to the view, syncs it, and waits again,
+   * until {@link stopLive} or {@link close} (call it when the page is hidden, from one tab).
+   * Each sync is reported by the `sync` event, as any. Falls back to polling when held
+   * requests are cut (see {@link LiveOptions}). Local writes are pushed by the app's own
+   * `sync()` — which, while a request waits, joins it — or by the next round.
+   *
+   * ```ts
+   * view.addEventListener("sync", () => render());
+   * view.startLive({ wait: 30 });
+   * document.addEventListener("visibilitychange", () => document.hidden ? view.stopLive() : view.startLive());
+   * ```
+   */
+  startLive(options: LiveOptions = {}): void {
+    if (this.live) return;
+    const live = new AbortController();
+    this.live = live;
+    void new LiveLoop(options).run(async (wait): Promise<LiveStep> => {
+      const report = await this.sync({ wait: wait ?? undefined, signal: live.signal });
+      switch (report.index.kind) {
+        case "applied": return { kind: "changed" };
+        case "not-modified": return { kind: "unchanged" };
+        case "failed": return { kind: "failed" };
+      }
+    }, live.signal);
+  }
+
+  /** Ends live mode; a request waiting on the server is abandoned. */
+  stopLive(): void {
+    this.live?.abort();
+    this.live = null;
+  }
+
+  /** Closes every partition's database (and ends live mode). */
   close(): void {
+    this.stopLive();
     for (const replica of this.replicas.values()) replica.close();
     this.replicas.clear();
   }
 
-  private async runSync(): Promise<ViewSyncReport> {
+  private async runSync(wait: number | null, signal?: AbortSignal): Promise<ViewSyncReport> {
     const report: ViewSyncReport = { index: { kind: "not-modified" }, pushes: {}, partitions: {}, dropped: {}, held: [] };
     const held = this.bookkeeping();
     for (const partition of held.partitions) {
       const replica = await this.replica(partition);
       if ((await replica.pendingWrites(false)).length > 0) report.pushes[partition] = await replica.pushQueued();
     }
-    const answer = await this.fetchView(held);
+    const answer = await this.fetchView(held, wait, signal);
     if (answer.kind !== "fetched") {
       report.index = answer;
       report.held = this.partitions();
@@ -172,13 +211,16 @@ export class DeltaSnapView extends EventTarget {
   }
 
   /** `GET /v1/index` with the token and the held ETag; a new view is checked before use. */
-  private async fetchView(held: ViewBookkeeping): Promise<
+  private async fetchView(held: ViewBookkeeping, wait: number | null, signal?: AbortSignal): Promise<
     { kind: "not-modified" } | { kind: "failed"; reason: string; unavailable: boolean } | { kind: "fetched"; index: SignedIndex; etag: string | null }
   > {
     const headers: Record<string, string> = { Authorization: `Bearer ${this.options.accessToken}` };
     if (held.etag) headers["If-None-Match"] = held.etag;
-    const response = await fetchWithTimeout(
-      this.fetcher, this.serverURL + "/v1/index", { headers, cache: "no-store" }, this.options.requestTimeout ?? 30_000);
+    // A view is private: no shared cache sits in between, so If-None-Match reaches the server.
+    const waitSeconds = wait !== null && held.etag !== null ? Math.min(60, Math.max(1, Math.floor(wait))) : null;
+    const url = this.serverURL + "/v1/index" + (waitSeconds !== null ? `?wait=${waitSeconds}` : "");
+    const timeout = (this.options.requestTimeout ?? 30_000) + (waitSeconds ?? 0) * 1000;
+    const response = await fetchWithTimeout(this.fetcher, url, { headers, cache: "no-store", signal }, timeout);
     if (response === null) return { kind: "failed", reason: "view request failed: no answer (network error or timeout)", unavailable: true };
     try {
       if (response.status === 304) return { kind: "not-modified" };

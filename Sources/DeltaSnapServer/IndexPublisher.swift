@@ -164,7 +164,6 @@ final class IndexPublisher: @unchecked Sendable {
         let etag = "\"" + SHA256.hash(data: document).prefix(12).map { String(format: "%02x", $0) }.joined() + "\""
         return Published(stated: listed, issued: now, document: ByteBuffer(bytes: document), etag: etag)
     }
-
 }
 
 /// One entry of a document as a head names it: compared and hashed on every poll that

@@ -606,19 +606,43 @@ class BrowserClient(unittest.TestCase):
         pulls = [e for e in ENV.log() if e["path"] == "/v1/collections/countries"]
         self.assertLessEqual(len(pulls), 2, pulls)
 
-        # A view in live mode: a commit to one of her partitions arrives by itself.
-        ENV.driver.get(f"{ENV.url}/harness.html?db=view-live&sync=0")
-        WebDriverWait(ENV.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
-        ENV.js("const { DeltaSnapView } = await import('./deltasnap.js');"
-               "window.liveView = await DeltaSnapView.open({ accessToken: args[0], databasePrefix: 'e2e-live' });"
-               "await window.liveView.sync(); window.liveView.startLive({ wait: 20 });", ENV.tokens["alice"])
-        time.sleep(0.5)
-        status, _, text = http("PUT", f"{ENV.server_url}/v1/collections/attempts/partitions/alice/records/live1", json.dumps({"score": 7}).encode(),
-                               {"Authorization": f"Bearer {ADMIN}"})
-        self.assertEqual(status, 200, text)
-        ENV.wait(lambda: "live1" in ENV.js("return (await window.liveView.query('attempts')).map((r) => r.id);"), "the view's commit applied live", timeout=10)
-        ENV.js("window.liveView.stopLive(); window.liveView.close();")
+        # A view in live mode, open in two tabs: one tab waits on the server, and both see a
+        # commit to one of her partitions; closing that tab hands live mode over.
+        def open_live_view():
+            ENV.driver.get(f"{ENV.url}/harness.html?db=view-live&sync=0")
+            WebDriverWait(ENV.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
+            ENV.js("const { DeltaSnapView } = await import('./deltasnap.js');"
+                   "window.liveView = await DeltaSnapView.open({ accessToken: args[0], databasePrefix: 'e2e-live' });"
+                   "window.liveChanges = 0; window.liveView.addEventListener('change', () => window.liveChanges++);"
+                   "await window.liveView.sync(); window.liveView.startLive({ wait: 20 });", ENV.tokens["alice"])
 
+        def commit(record_id):
+            status, _, text = http("PUT", f"{ENV.server_url}/v1/collections/attempts/partitions/alice/records/{record_id}",
+                                   json.dumps({"score": 7}).encode(), {"Authorization": f"Bearer {ADMIN}"})
+            self.assertEqual(status, 200, text)
+
+        def has(record_id):
+            return record_id in ENV.js("return (await window.liveView.query('attempts')).map((r) => r.id);")
+
+        open_live_view()
+        ENV.wait(lambda: ENV.js("return window.liveView.isLiveTab;"), "tab A to run the view's live mode")
+        tab_a = ENV.driver.current_window_handle
+        ENV.driver.switch_to.new_window("tab")
+        tab_b = ENV.driver.current_window_handle
+        open_live_view()
+        time.sleep(0.5)
+        self.assertFalse(ENV.js("return window.liveView.isLiveTab;"), "one tab waits on the server, not two")
+        commit("live1")
+        ENV.wait(lambda: has("live1"), "tab B to see the live tab's pull", timeout=10)
+        self.assertGreaterEqual(ENV.js("return window.liveChanges;"), 1)
+        ENV.driver.switch_to.window(tab_a)
+        self.assertTrue(has("live1"))
+        ENV.driver.close()
+        ENV.driver.switch_to.window(tab_b)
+        ENV.wait(lambda: ENV.js("return window.liveView.isLiveTab;"), "tab B to take live mode over")
+        commit("live2")
+        ENV.wait(lambda: has("live2"), "tab B to pull live by itself", timeout=10)
+        ENV.js("window.liveView.close();")
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

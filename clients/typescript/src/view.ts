@@ -4,6 +4,7 @@ import { parseSignedIndex, SignedIndex, TrustedKey, verifySignedIndex } from "./
 import { PendingWrite } from "./store.js";
 import { LiveLoop, LiveOptions, LiveStep } from "./live.js";
 import { fetchWithTimeout, PullOutcome, PushReport } from "./sync-engine.js";
+import { TabCoordinator, TabMessage } from "./tabs.js";
 
 /** Options of {@link DeltaSnapView.open}. */
 export interface ViewOptions {
@@ -64,6 +65,8 @@ interface ViewBookkeeping {
 export class DeltaSnapView extends EventTarget {
   private readonly replicas = new Map<string, DeltaSnapReplica>();
   private running: Promise<ViewSyncReport> | null = null;
+  /** Live mode: the election among this view's tabs, and the loop while this tab leads it. */
+  private tabs: TabCoordinator | null = null;
   private live: AbortController | null = null;
 
   private constructor(
@@ -131,35 +134,70 @@ export class DeltaSnapView extends EventTarget {
 
   /**
    * Live mode: waits on the server for a change to the view, syncs it, and waits again,
-   * until {@link stopLive} or {@link close} (call it when the page is hidden, from one tab).
-   * Each sync is reported by the `sync` event, as any. Falls back to polling when held
-   * requests are cut (see {@link LiveOptions}). Local writes are pushed by the app's own
-   * `sync()` — which, while a request waits, joins it — or by the next round.
+   * until {@link stopLive} or {@link close}. Call it in every tab: one of them runs the loop
+   * (the one holding the Web Lock `deltasnap-sync:view:<prefix>:<sub>`, see "Tabs"), the
+   * next takes over when it closes or is frozen, and after each sync that changed the view
+   * every other tab fires `change` to re-read. Falls back to polling when held requests are
+   * cut (see {@link LiveOptions}). Local writes are pushed by the app's own `sync()` —
+   * which, while a request waits, joins it — or by the next round.
    *
    * ```ts
-   * view.addEventListener("sync", () => render());
+   * view.addEventListener("change", () => render());    // this tab's syncs and the live tab's
    * view.startLive({ wait: 30 });
-   * document.addEventListener("visibilitychange", () => document.hidden ? view.stopLive() : view.startLive());
    * ```
    */
   startLive(options: LiveOptions = {}): void {
+    if (this.tabs) return;
+    const tabs = new TabCoordinator(
+      `view:${this.bookkeepingKey()}`, () => this.runLive(options), (message) => this.onTabMessage(message),
+      (wasLeader) => { if (wasLeader) this.endLoop(); });
+    this.tabs = tabs;
+    tabs.start();
+  }
+
+  /** Ends live mode in this tab (another tab in live mode takes over); a waiting request is abandoned. */
+  stopLive(): void {
+    this.tabs?.close();
+    this.tabs = null;
+    this.endLoop();
+  }
+
+  /** Whether this tab runs the view's live mode (one tab does). */
+  get isLiveTab(): boolean {
+    return this.tabs?.isLeader ?? false;
+  }
+
+  private runLive(options: LiveOptions): void {
     if (this.live) return;
     const live = new AbortController();
     this.live = live;
     void new LiveLoop(options).run(async (wait): Promise<LiveStep> => {
       const report = await this.sync({ wait: wait ?? undefined, signal: live.signal });
       switch (report.index.kind) {
-        case "applied": return { kind: "changed" };
+        case "applied":
+          this.tabs?.post({ type: "changed", reason: "sync" });
+          return { kind: "changed" };
         case "not-modified": return { kind: "unchanged" };
         case "failed": return { kind: "failed" };
       }
     }, live.signal);
   }
 
-  /** Ends live mode; a request waiting on the server is abandoned. */
-  stopLive(): void {
+  private endLoop(): void {
     this.live?.abort();
     this.live = null;
+  }
+
+  /** Another tab's live mode applied a new view: re-read (a dropped partition's database is gone). */
+  private onTabMessage(message: TabMessage): void {
+    if (message.type !== "changed") return;
+    const held = new Set(this.partitions());
+    for (const [partition, replica] of this.replicas) {
+      if (held.has(partition)) continue;
+      replica.close();
+      this.replicas.delete(partition);
+    }
+    this.dispatchEvent(new CustomEvent("change", { detail: { remote: true } }));
   }
 
   /** Closes every partition's database (and ends live mode). */

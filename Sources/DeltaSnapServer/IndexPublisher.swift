@@ -24,6 +24,11 @@ final class IndexPublisher: @unchecked Sendable {
         /// For a view: what it was built from (see ``HeadCache/standing(of:)``).
         var dependencies: ViewDependencies?
 
+        /// Bytes it holds, roughly: its document, and a reference and a head per entry.
+        var size: Int {
+            document.readableBytes + stated.count * 8 + (dependencies?.heads.count ?? 0) * 48
+        }
+
         /// Whether it lists exactly the heads `keys` names, in that order.
         func lists(_ keys: [EntryKey]) -> Bool {
             stated.count == keys.count && zip(stated, keys).allSatisfy { $0.key == $1 }
@@ -34,6 +39,11 @@ final class IndexPublisher: @unchecked Sendable {
     private let keys: [IndexSigningKey]
     private let lifetime: Int64
     private let capacity: Int
+    /// Bytes the kept documents may take in all (a view of a thousand partitions is ~200 KB):
+    /// past it, views are forgotten (rebuilt on their next poll), so memory stays bounded
+    /// however large the active users' views are.
+    private let byteBudget: Int
+    private var publishedBytes = 0
     /// By slot: a view's subject and claims; "" is the public index (a `sub` is never empty).
     private var published: [String: Published] = [:]
     /// Builds in flight, by slot: the heads each lists.
@@ -42,10 +52,11 @@ final class IndexPublisher: @unchecked Sendable {
     private var entries: [EntryKey: StatedEntry] = [:]
     private let entryCapacity = 200_000
 
-    init(keys: [IndexSigningKey], lifetime: Int64, capacity: Int = 10_000) {
+    init(keys: [IndexSigningKey], lifetime: Int64, capacity: Int = 10_000, byteBudget: Int = 256 << 20) {
         self.keys = keys
         self.lifetime = lifetime
         self.capacity = capacity
+        self.byteBudget = byteBudget
     }
 
     /// The current document listing the heads `key` names (the heads the server answers
@@ -57,7 +68,7 @@ final class IndexPublisher: @unchecked Sendable {
         if var held, held.lists(key), now - held.issued < resigningAge {
             held.dependencies = dependencies
             let kept = held
-            lock.withLock { self.published[slot] = kept }
+            lock.withLock { keep(kept, in: slot) }
             return kept
         }
         // One build per document at a time: a commit wakes every waiting request at once,
@@ -75,12 +86,22 @@ final class IndexPublisher: @unchecked Sendable {
         lock.withLock {
             // Two requests may build at once; keep the newer one.
             if let held = published[slot], held.issued > built.issued { return }
-            if published.count >= capacity, published[slot] == nil, let victim = published.keys.first(where: { !$0.isEmpty }) {
-                published[victim] = nil
-            }
-            published[slot] = built
+            keep(built, in: slot)
         }
         return built
+    }
+
+    /// Under the lock: keeps `document` under `slot`, forgetting other views (never the
+    /// public index) while there are too many or they take too much memory.
+    private func keep(_ document: Published, in slot: String) {
+        if let replaced = published.removeValue(forKey: slot) { publishedBytes -= replaced.size }
+        while published.count >= capacity || publishedBytes + document.size > byteBudget,
+              let victim = published.first(where: { !$0.key.isEmpty }) {
+            publishedBytes -= victim.value.size
+            published[victim.key] = nil
+        }
+        published[slot] = document
+        publishedBytes += document.size
     }
 
     /// The public index as last built, when it lists exactly `heads` and needs no

@@ -14,6 +14,10 @@ struct PollingHTTP1Channel: ServerChildChannel {
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         http1.setup(channel: channel, logger: logger).flatMapThrowing { value in
+            // A poll is a few hundred bytes, and thousands of connections may sit idle on a
+            // held request: reads start at 512 bytes, not NIO's 2 KB (1.5 KB less per waiting
+            // connection, docs/BENCHMARKS.md), and grow for larger requests.
+            try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65536))
             try channel.pipeline.syncOperations.addHandler(RawPollHandler(service: service, logger: requestLogger), position: .first)
             return value
         }

@@ -174,7 +174,7 @@ import Testing
             #expect(await carol.sync().index == .notModified)
             #expect(mirror.paths == ["/v1/index"])
             try await f.store.importText(#"{"id":"q","set":"k500","changed":true}"#, collection: "sets/k500")
-            try await waitForWatcher()
+            try await waitForWatcher(f, toSee: "sets/k500")
             mirror.resetPaths()
             let report = await carol.sync()
             #expect(Array(report.partitions.keys) == ["sets/k500"])
@@ -198,7 +198,7 @@ import Testing
             let stale = try await offPool { try f.server.connect().request("GET", "/v1/index", headers: ["Authorization": "Bearer \(aliceToken)"]).body }
             // Alice's partition changes, so her next view is new.
             try await f.store.importText(#"{"id":"a2","score":1}"#, collection: "attempts/alice")
-            try await waitForWatcher()
+            try await waitForWatcher(f, toSee: "attempts/alice")
             func refused(_ forge: @escaping @Sendable ([UInt8]) throws -> [UInt8]) async throws {
                 mirror.rewrite = { url, body in url.path == "/v1/index" ? (try? forge(body)) : nil }
                 let report = await alice.sync()
@@ -226,7 +226,7 @@ import Testing
             #expect(await alice.sync().index == .applied)
             // (A change, so the server answers 200 and the mirror has a body to swap.)
             try await f.store.importText(#"{"id":"a3","score":1}"#, collection: "attempts/alice")
-            try await waitForWatcher()
+            try await waitForWatcher(f, toSee: "attempts/alice")
             try await refused { _ in stale }
             #expect(try f.dump("alice", "attempts/alice").contains("a2"))
         }
@@ -258,7 +258,20 @@ import Testing
 
     // MARK: - Helpers
 
-    private func waitForWatcher() async throws { try await Task.sleep(for: .milliseconds(150)) }
+    /// Until the server answers `partition`'s head as the store holds it: another process's
+    /// commit reaches it through its watcher, later than usual on a loaded machine.
+    private func waitForWatcher(_ f: Fixture, toSee partition: String) async throws {
+        let token = try #require(try await f.store.head(of: partition)).token
+        let path = CollectionPath(partition)!
+        let url = "/v1/collections/\(path.name)/partitions/\(path.key!)"
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            let answer = try await offPool { try f.server.connect().request("HEAD", url, headers: ["Authorization": "Bearer \(TestServer.writeToken)"]) }
+            if answer.header("ETag") == "\"\(token)\"" { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        Issue.record("the server did not see \(partition) at \(token) within 10 s")
+    }
 
     /// A document's `index.collections` members.
     static func collections(of document: [UInt8]) throws -> [JSONMember] {

@@ -260,7 +260,8 @@ extension SyncCommand {
             sync: { await view.sync() },
             worthReporting: { $0.isWorthReporting },
             lines: { report, since in try await Self.report(report, of: view, since: since).0 })
-    }}
+    }
+}
 
 /// `--ignore-backoff` and `--rebind`, shared by `pull` and `sync`.
 struct WaitOptions: ParsableArguments {

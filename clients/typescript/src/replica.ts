@@ -7,7 +7,7 @@ import { LiveLoop, LiveOptions, LiveStep } from "./live.js";
 import { DEFAULT_RETRY_POLICY, RetryPolicy, serverDelay } from "./retry.js";
 import { ALLOWED_CLOCK_SKEW, parseSignedIndex, TrustedKey } from "./signed-index.js";
 import { PendingWrite, ReplicaStore } from "./store.js";
-import { fetchWithTimeout, pull, PullOutcome, push, PushReport, SyncContext, waitingUntil, WaitPolicy } from "./sync-engine.js";
+import { fetchTextWithTimeout, pull, PullOutcome, push, PushReport, SyncContext, waitingUntil, WaitPolicy } from "./sync-engine.js";
 import { TabCoordinator, TabMessage } from "./tabs.js";
 
 /** A record as the app reads it: a plain JSON object with a string `id`. */
@@ -378,18 +378,19 @@ export class DeltaSnapReplica extends EventTarget {
       else url += `&etag=${encodeURIComponent(this.liveIndex.etag)}`;
     }
     if (this.liveIndex.cursor !== null) url += `&cursor=${encodeURIComponent(this.liveIndex.cursor)}`;
-    const response = await fetchWithTimeout(this.ctx.fetch, url, { headers, cache: "no-store", signal }, this.ctx.timeoutMs + wait * 1000);
-    if (response === null) return { kind: "failed" };
+    const answer = await fetchTextWithTimeout(this.ctx.fetch, url, { headers, cache: "no-store", signal }, this.ctx.timeoutMs + wait * 1000);
+    if (answer === null) return { kind: "failed" };
+    const { response, text } = answer;
     const asked = serverDelay(response.headers.get("Retry-After"), response.headers.get("Backoff"), Date.now());
     if (response.status === 429 || response.status === 503) {
       return asked === null ? { kind: "failed" } : { kind: "deferred", until: Date.now() + asked * 1000 };
     }
     this.liveIndex.cursor = response.headers.get("DeltaSnap-Cursor") ?? this.liveIndex.cursor;
     if (response.status === 304) return { kind: "unchanged" };
-    if (response.status !== 200) return { kind: "failed" };
+    if (response.status !== 200 || text === null) return { kind: "failed" };
     let listed: string | null;
     try {
-      listed = parseSignedIndex(await response.text()).entries.get(this.collection)?.token ?? null;
+      listed = parseSignedIndex(text).entries.get(this.collection)?.token ?? null;
     } catch {
       return { kind: "failed" };
     }

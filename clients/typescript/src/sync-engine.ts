@@ -69,13 +69,30 @@ const MAX_BATCH_BYTES = 512 * 1024;
  * `fetch` with a timeout; `null` for a network error or a timeout (the caller retries later),
  * or when `init.signal` aborts it (live mode stopped while a request waited).
  */
-export async function fetchWithTimeout(fetcher: typeof fetch, url: string, init: RequestInit, timeoutMs: number): Promise<Response | null> {
+export function fetchWithTimeout(fetcher: typeof fetch, url: string, init: RequestInit, timeoutMs: number): Promise<Response | null> {
+  return withTimeout(fetcher, url, init, timeoutMs, async (response) => response);
+}
+
+/**
+ * {@link fetchWithTimeout} that reads a `200`'s body within the same timeout (a small
+ * document such as the index, which a stalled server must not hold for ever); `text` is
+ * `null` for other statuses or a body that broke off.
+ */
+export function fetchTextWithTimeout(
+  fetcher: typeof fetch, url: string, init: RequestInit, timeoutMs: number,
+): Promise<{ response: Response; text: string | null } | null> {
+  return withTimeout(fetcher, url, init, timeoutMs, async (response) => ({ response, text: response.status === 200 ? await readText(response) : null }));
+}
+
+async function withTimeout<T>(
+  fetcher: typeof fetch, url: string, init: RequestInit, timeoutMs: number, read: (response: Response) => Promise<T>,
+): Promise<T | null> {
   const abort = new AbortController();
   const timer = setTimeout(() => abort.abort(), timeoutMs);
   init.signal?.addEventListener("abort", () => abort.abort(), { once: true });
   if (init.signal?.aborted) abort.abort();
   try {
-    return await fetcher(url, { ...init, signal: abort.signal });
+    return await read(await fetcher(url, { ...init, signal: abort.signal }));
   } catch {
     return null;
   } finally {

@@ -3,7 +3,7 @@ import { collectionPath, DeltaSnapReplica, JsonRecord } from "./replica.js";
 import { parseSignedIndex, SignedIndex, TrustedKey, verifySignedIndex } from "./signed-index.js";
 import { PendingWrite } from "./store.js";
 import { LiveLoop, LiveOptions, LiveStep } from "./live.js";
-import { fetchWithTimeout, PullOutcome, PushReport } from "./sync-engine.js";
+import { fetchTextWithTimeout, PullOutcome, PushReport } from "./sync-engine.js";
 import { TabCoordinator, TabMessage } from "./tabs.js";
 
 /** Options of {@link DeltaSnapView.open}. */
@@ -258,14 +258,15 @@ export class DeltaSnapView extends EventTarget {
     const waitSeconds = wait !== null && held.etag !== null ? Math.min(60, Math.max(1, Math.floor(wait))) : null;
     const url = this.serverURL + "/v1/index" + (waitSeconds !== null ? `?wait=${waitSeconds}` : "");
     const timeout = (this.options.requestTimeout ?? 30_000) + (waitSeconds ?? 0) * 1000;
-    const response = await fetchWithTimeout(this.fetcher, url, { headers, cache: "no-store", signal }, timeout);
-    if (response === null) return { kind: "failed", reason: "view request failed: no answer (network error or timeout)", unavailable: true };
+    const answer = await fetchTextWithTimeout(this.fetcher, url, { headers, cache: "no-store", signal }, timeout);
+    if (answer === null) return { kind: "failed", reason: "view request failed: no answer (network error or timeout)", unavailable: true };
+    const { response, text } = answer;
     try {
       if (response.status === 304) return { kind: "not-modified" };
       if (response.status !== 200) {
         return { kind: "failed", reason: `view: status ${response.status}`, unavailable: response.status === 408 || response.status === 429 || response.status >= 500 };
       }
-      const text = await response.text();
+      if (text === null) return { kind: "failed", reason: "view request failed: the body broke off", unavailable: true };
       const index = parseSignedIndex(text);
       if (this.trustedKeys.length) {
         await verifySignedIndex(index, this.trustedKeys, Math.floor(Date.now() / 1000), held.sequence === null ? null : BigInt(held.sequence));

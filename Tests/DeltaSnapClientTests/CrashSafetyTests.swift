@@ -38,16 +38,19 @@ import Glibc
         var completed = 0
         var seen = Set<String>()
         var attempt = 0
+        // Up to 0.8× a whole pull: process start-up is part of it, and a kill after the end
+        // would not test anything. Load on the machine makes pull times vary widely: a pull
+        // that ended before its kill lowers the bound (the first one may have been slow).
+        var latest = max(0.02, pullSeconds * 0.8)
         // Until 20 pulls were killed mid-way; every fifth pull runs to the end, so the new
-        // state is always reached too (load on the machine makes pull times vary widely).
+        // state is always reached too.
         while kills < 20 && attempt < 300 {
             attempt += 1
             let url = urls[attempt % 2]
-            // Up to 0.8× a whole pull: process start-up is part of it, and a kill after the
-            // end would not test anything.
-            let delay = attempt % 5 == 0 ? nil : Double.random(in: 0.01...max(0.02, pullSeconds * 0.8))
+            let delay = attempt % 5 == 0 ? nil : Double.random(in: 0.01...latest)
             let killed = try await offPool { try Self.runAndKill(["pull", "--url", url, "--replica", replica], after: delay, environment: environment) }
             if killed { kills += 1 } else { completed += 1 }
+            if !killed, delay != nil { latest = max(0.02, latest * 0.7) }
 
             // Reopen as an app would: the state must verify and be A's or B's, whole.
             let opened = try DeltaSnapReplica(path: replica, collection: "items", url: URL(string: url)!)

@@ -147,7 +147,7 @@ import Testing
         #expect(try await converge(recent, to: store).contains("delta"))  // caches delta(v2 → v3)
 
         _ = try store.compact("items", throughVersion: .max)
-        try await Task.sleep(for: .milliseconds(200))  // the server notices the new floor
+        try await origin.server.waitForFloor(try #require(try store.head(of: "items")).floor, of: "items")
         let outcomes = try await converge(sleeper, to: store)
         #expect(outcomes.contains("full") && !outcomes.contains("delta"), "below the floor: \(outcomes)")
         #expect(try await sleeper.record(id: "r0000003") == nil)

@@ -137,7 +137,7 @@ import Testing
             try await f.commit(#"{"id":"more"}"#)
             let v3 = try f.token()
             _ = try f.store.compact("items", throughVersion: .max)
-            try await Task.sleep(for: .milliseconds(150))  // the server notices the floor
+            try await f.server.waitForFloor(try #require(try f.store.head(of: "items")).floor, of: "items")
             for base in [v1, "0123456789abcdef.2"] {
                 let response = try await f.get("/v1/collections/items/deltas/\(base)/\(v3)")
                 #expect(response.status == 308)

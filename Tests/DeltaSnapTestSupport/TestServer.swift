@@ -96,6 +96,19 @@ public final class TestServer: Sendable {
         }
     }
 
+    /// Waits until the server's public index states `floor` for `collection`: a compaction
+    /// made by another process reaches the server through its watcher, later than usual on a
+    /// loaded machine. Throws after 10 s.
+    public func waitForFloor(_ floor: UInt64, of collection: String) async throws {
+        let port = port
+        for _ in 0..<500 {
+            let body = try await offPool { try RawHTTPClient(port: port).request("GET", "/v1/index").body }
+            if let entry = try? SignedIndex.parse(body).entry(for: collection), entry.floor == floor { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw RawHTTPClient.Failure(description: "the server never stated floor \(floor) of \(collection)")
+    }
+
     /// A new raw connection to the server.
     public func connect() throws -> RawHTTPClient {
         try RawHTTPClient(port: port)

@@ -341,8 +341,8 @@ final class AccessControl: Sendable {
         guard bytes.count > scheme.count,
               zip(bytes, scheme).allSatisfy({ byte, expected in (byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte) == expected })
         else { return nil }
-        let token = String(Substring(bytes.dropFirst(scheme.count))).trimmingSpaces
-        return token.isEmpty ? nil : token
+        let token = bytes.dropFirst(scheme.count).trimmingSpaces
+        return token.isEmpty ? nil : String(Substring(token))
     }
 
     static func constantTimeEqual(_ a: String, _ b: String) -> Bool {

@@ -68,10 +68,17 @@ public enum ConditionalRequest: Equatable, Sendable {
 
 extension String {
     var trimmingSpaces: String {
-        // By bytes, not characters: a bearer token is trimmed on every poll of a view.
-        var view = Substring(self).utf8
+        String(Substring(Substring(self).utf8.trimmingSpaces))
+    }
+}
+
+extension Substring.UTF8View {
+    /// Without the spaces and tabs around it. By bytes, not characters: a bearer token is
+    /// trimmed on every poll of a view.
+    var trimmingSpaces: Substring.UTF8View {
+        var view = self
         while let first = view.first, first == 0x20 || first == 0x09 { view.removeFirst() }
         while let last = view.last, last == 0x20 || last == 0x09 { view.removeLast() }
-        return String(Substring(view))
+        return view
     }
 }

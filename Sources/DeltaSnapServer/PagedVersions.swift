@@ -168,7 +168,10 @@ final class PagedVersions: @unchecked Sendable {
                 await source.close()
                 return nil
             }
-            while try await source.next({ record in records.append((try Record.parse(Array(record)).id, Array(record))) }) {}
+            while try await source.next({ record in
+                let bytes = Array(record)
+                records.append((try Record.parse(bytes).id, bytes))
+            }) {}
         } catch {
             await source.close()
             throw error

@@ -159,7 +159,7 @@ extension DeltaSnapAPI {
     func keptView(slot: String, principal: Principal, now: Int64, patching: Bool) -> KeptView {
         guard let kept = publication.kept(for: slot), var dependencies = kept.dependencies else { return .none }
         let fresh = now - kept.issued < publication.resigningAge
-        switch heads.standing(of: dependencies) {
+        switch heads.standing(of: dependencies, untilMoved: !patching) {
         case .changed:
             return .none
         case .holds(let at):
@@ -200,10 +200,15 @@ extension DeltaSnapAPI {
     /// Who a request to `/v1/index` on the fast path is: nil for the public index, the user
     /// for a view; `.none` when memory cannot tell (an unknown or bad token: the router decides).
     func indexCaller(_ request: HTTPRequest) -> Principal?? {
+        indexCaller(authorization: request.headerFields[.authorization])
+    }
+
+    /// ``indexCaller(_:)`` for a request's `Authorization` value (nil: none was sent).
+    func indexCaller(authorization header: String?) -> Principal?? {
         let policy = accessControl.policy
         // Without rules or private collections a token is not even looked at.
         if policy.everythingPublic && policy.rules.collections.isEmpty { return .some(nil) }
-        guard let header = request.headerFields[.authorization] else { return .some(nil) }
+        guard let header else { return .some(nil) }
         guard let token = AccessControl.bearerToken(header), let principal = accessControl.knownPrincipal(token) else { return .none }
         let isView = principal.subject != Principal.anonymous.subject || principal.isAdmin || principal.claims != nil
         return .some(isView ? principal : nil)
@@ -216,6 +221,16 @@ extension DeltaSnapAPI {
               case .some(let caller) = indexCaller(request), let published = indexFromMemory(for: caller)
         else { return nil }
         return indexAnswer(published, isView: caller != nil, ifNoneMatch: request.headerFields[values: .ifNoneMatch].joinedOrNil)
+    }
+
+    /// The headers of `GET /v1/index`'s `304` when memory alone has it — the caller (nil: no
+    /// `Authorization`) still holds the document `ifNoneMatch` names — for ``RawPollHandler``,
+    /// which writes them before NIO's HTTP decoder; nil leaves the request to the decoder and
+    /// the fast path, which answer everything else (a new document, an unknown token).
+    func indexNotModifiedFromMemory(authorization: String?, ifNoneMatch: String) -> HTTPFields? {
+        guard case .some(let caller) = indexCaller(authorization: authorization), let published = indexFromMemory(for: caller) else { return nil }
+        let answer = indexAnswer(published, isView: caller != nil, ifNoneMatch: ifNoneMatch)
+        return answer.status == .notModified ? answer.headers : nil
     }
 
     /// The answer to `GET /v1/index` without a wait, on the router's path and the fast path

@@ -4,15 +4,17 @@ import Foundation
 import Hummingbird
 
 /// What the server keeps in memory per collection, so a `304` never touches SQLite.
-struct ServedHead: Sendable {
-    var head: CollectionHead
+/// Immutable, and a class: reading it out of the cache costs one reference, not a copy of
+/// its dozen fields (a changed view compares a thousand heads).
+final class ServedHead: Sendable {
+    let head: CollectionHead
     /// `ETag`, `Last-Modified`, `Cache-Control` and `Vary`, ready to send.
-    var validatorHeaders: HTTPFields
+    let validatorHeaders: HTTPFields
     /// The status line and ``validatorHeaders`` of a `304`, encoded once per version for
     /// ``RawPollHandler`` (which adds `Date`, maybe `X-Request-Id`, and the empty line).
-    var encodedNotModifiedHead: [UInt8]
+    let encodedNotModifiedHead: [UInt8]
     /// The `ETag` value, quoted: compared as a plain string on every poll.
-    var etag: String
+    let etag: String
 
     init(head: CollectionHead) {
         self.head = head
@@ -84,8 +86,10 @@ final class HeadCache: @unchecked Sendable {
     private var changeCount: UInt64 = 0
 
     /// How the heads `dependencies` names stand now: one comparison while no head changed
-    /// since they last held, else one pass under the lock.
-    func standing(of dependencies: ViewDependencies) -> ViewStanding {
+    /// since they last held, else one pass under the lock. `untilMoved`: the pass stops at
+    /// the first head that moved (`.moved` names it alone), for a caller that only answers
+    /// what is current and has no use for the others.
+    func standing(of dependencies: ViewDependencies, untilMoved: Bool = false) -> ViewStanding {
         lock.withLock {
             if dependencies.heldAt == changeCount { return .holds(at: changeCount) }
             guard collections.count == dependencies.collectionCount else { return .changed }
@@ -96,6 +100,7 @@ final class HeadCache: @unchecked Sendable {
                 // Created, or forgotten by the bounded cache: only a new read can tell.
                 guard token != nil, let held else { return .changed }
                 moved[position] = held
+                if untilMoved { break }
             }
             return moved.isEmpty ? .holds(at: changeCount) : .moved(moved, at: changeCount)
         }

@@ -1,8 +1,9 @@
 import DeltaSnapCore
 
-/// The one request shape answered from raw bytes, before NIO's HTTP decoder: a poll,
-/// `GET /v1/collections/NAME HTTP/1.1` with exactly one `If-None-Match`, no body and no
-/// connection management. Anything else — another method, target or version, a header this
+/// The request shapes answered from raw bytes, before NIO's HTTP decoder: a poll,
+/// `GET /v1/collections/NAME HTTP/1.1` or `GET /v1/index HTTP/1.1` (a user's view when it
+/// carries `Authorization`), with exactly one `If-None-Match`, no body and no connection
+/// management. Anything else — another method, target or version, a query, a header this
 /// parser does not let through, a byte HTTP does not allow where it stands — is not a poll
 /// (`parse` returns nil) and goes to NIO's decoder untouched, which refuses or accepts it as
 /// it always has.
@@ -13,39 +14,68 @@ import DeltaSnapCore
 ///
 /// ```swift
 /// let head = PollRequestHead.parse(Array("GET /v1/collections/countries HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"t.1\"\r\n\r\n".utf8)[...])
-/// head?.collection    // "countries"
+/// head?.target        // .collection("countries")
 /// head?.ifNoneMatch   // "\"t.1\""
 /// ```
 struct PollRequestHead: Equatable {
-    var collection: String
+    /// What a poll asks for.
+    enum Target: Equatable {
+        /// `/v1/collections/NAME`: a collection (never a partition: those are private).
+        case collection(String)
+        /// `/v1/index`: the public index, or the caller's view.
+        case index
+    }
+
+    var target: Target
     var ifNoneMatch: String
     var requestID: String?
     var acceptEncoding: [String] = []
+    /// The one `Authorization` value, if any: it names a view's user.
+    var authorization: String?
+
+    /// The request's path, as a log line names it.
+    var path: String {
+        switch target {
+        case .collection(let name): "/v1/collections/\(name)"
+        case .index: "/v1/index"
+        }
+    }
 
     static let prefix = Array("GET /v1/collections/".utf8)
+    static let indexLine = Array("GET /v1/index HTTP/1.1\r\n".utf8)
     static let version = Array(" HTTP/1.1\r\n".utf8)
     /// Header fields that change framing or the connection: their requests are the router's.
     static let refused = ["connection", "content-length", "transfer-encoding", "upgrade", "expect", "te", "trailer"].map { Array($0.utf8) }
     static let ifNoneMatchName = Array("if-none-match".utf8)
     static let requestIDName = Array("x-request-id".utf8)
     static let acceptEncodingName = Array("accept-encoding".utf8)
+    static let authorizationName = Array("authorization".utf8)
 
     /// Parses one complete request head (through its empty line), or nil when it is not a
     /// plain poll.
     /// Generic so that the handler parses the connection's buffer in place, without a copy.
     static func parse<Bytes: RandomAccessCollection>(_ bytes: Bytes) -> PollRequestHead? where Bytes.Element == UInt8, Bytes.Index == Int {
-        guard bytes.starts(with: prefix) else { return nil }
-        var index = bytes.startIndex + prefix.count
-        let nameStart = index
-        while index < bytes.endIndex, bytes[index] != UInt8(ascii: " ") { index += 1 }
-        guard index < bytes.endIndex else { return nil }
-        let name = String(decoding: bytes[nameStart..<index], as: UTF8.self)
-        guard CollectionName.isValid(name), bytes[index...].starts(with: version) else { return nil }
-        index += version.count
+        let target: Target
+        var index = bytes.startIndex
+        if bytes.starts(with: indexLine) {
+            target = .index
+            index += indexLine.count
+        } else {
+            guard bytes.starts(with: prefix) else { return nil }
+            index += prefix.count
+            let nameStart = index
+            while index < bytes.endIndex, bytes[index] != UInt8(ascii: " ") { index += 1 }
+            guard index < bytes.endIndex else { return nil }
+            let name = String(decoding: bytes[nameStart..<index], as: UTF8.self)
+            guard CollectionName.isValid(name), bytes[index...].starts(with: version) else { return nil }
+            index += version.count
+            target = .collection(name)
+        }
 
         var ifNoneMatch: String?
         var requestID: String?
         var acceptEncoding: [String] = []
+        var authorization: String?
         while true {
             guard let lineEnd = lineEnd(in: bytes, from: index) else { return nil }
             if lineEnd == index { break }  // the empty line ends the head
@@ -68,13 +98,17 @@ struct PollRequestHead: Equatable {
                 requestID = String(decoding: value, as: UTF8.self)
             } else if named(fieldName, acceptEncodingName) {
                 acceptEncoding.append(String(decoding: value, as: UTF8.self))
+            } else if named(fieldName, authorizationName) {
+                guard authorization == nil else { return nil }
+                authorization = String(decoding: value, as: UTF8.self)
             } else if refused.contains(where: { named(fieldName, $0) }) {
                 return nil
             }
             index = lineEnd + 2
         }
         guard let ifNoneMatch, index + 2 == bytes.endIndex else { return nil }
-        return PollRequestHead(collection: name, ifNoneMatch: ifNoneMatch, requestID: requestID, acceptEncoding: acceptEncoding)
+        return PollRequestHead(
+            target: target, ifNoneMatch: ifNoneMatch, requestID: requestID, acceptEncoding: acceptEncoding, authorization: authorization)
     }
 
     /// The index of the CR of the CRLF ending the line that starts at `start`; nil for a

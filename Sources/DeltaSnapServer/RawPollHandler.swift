@@ -6,13 +6,15 @@ import Logging
 import NIOCore
 
 /// The first handler of a connection: answers polls from memory — a current token's `304`,
-/// an older token's cached delta — straight from the request bytes, before NIO's HTTP decoder, its conversion to
-/// swift-http-types and its response encoder — which are most of a 304's cost once the
-/// router is out of the way (docs/BENCHMARKS.md, "Speed round").
+/// an older token's cached delta, an unchanged index or view's `304` — straight from the
+/// request bytes, before NIO's HTTP decoder, its conversion to swift-http-types and its
+/// response encoder — which are most of a 304's cost once the router is out of the way
+/// (docs/BENCHMARKS.md, "Speed round").
 ///
 /// Only while the connection has sent nothing else: at the first request that is not a
 /// plain poll answered from memory (``PollRequestHead``,
-/// ``DeltaSnapAPI/answerFromMemory(collection:ifNoneMatch:acceptEncoding:allowsBody:start:)``)
+/// ``DeltaSnapAPI/answerFromMemory(collection:ifNoneMatch:acceptEncoding:allowsBody:start:)``,
+/// ``DeltaSnapAPI/indexNotModifiedFromMemory(authorization:ifNoneMatch:)``)
 /// the handler hands that request's bytes, and every later byte, to the decoder and steps
 /// aside for good. Responses therefore never overtake each other, and whatever it does not
 /// answer reaches the rest of the server exactly as sent.
@@ -57,12 +59,29 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
             }
             guard length <= Self.maximumHeadBytes,
                   let poll = buffer.withUnsafeReadableBytes({ PollRequestHead.parse($0[..<length]) }),
-                  let answer = service.answerFromMemory(
-                      collection: poll.collection, ifNoneMatch: poll.ifNoneMatch, acceptEncoding: poll.acceptEncoding, allowsBody: true, start: start)
+                  let answer = answer(to: poll, start: start)
             else { return stepAside(context: context, with: buffer) }
             buffer.moveReaderIndex(forwardBy: length)
             write(answer, to: poll, start: start, context: context)
             needsFlush = true
+        }
+    }
+
+    /// What this handler answers.
+    private enum Answer {
+        case collection(FastAnswer)
+        /// The index's or a view's `304`, with its headers.
+        case indexNotModified(HTTPFields)
+    }
+
+    private func answer(to poll: PollRequestHead, start: ContinuousClock.Instant) -> Answer? {
+        switch poll.target {
+        case .collection(let name):
+            service.answerFromMemory(
+                collection: name, ifNoneMatch: poll.ifNoneMatch, acceptEncoding: poll.acceptEncoding, allowsBody: true, start: start
+            ).map(Answer.collection)
+        case .index:
+            service.indexNotModifiedFromMemory(authorization: poll.authorization, ifNoneMatch: poll.ifNoneMatch).map(Answer.indexNotModified)
         }
     }
 
@@ -84,18 +103,32 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     /// Writes `answer` as the router's path sends it: the head encoded once per version or
-    /// per cached delta, then `Date` and the request id (``ResponseIdentity``), then the
-    /// cached body as its own buffer (shared, not copied).
-    private func write(_ answer: FastAnswer, to poll: PollRequestHead, start: ContinuousClock.Instant, context: ChannelHandlerContext) {
+    /// per cached delta (an index's three headers are written here), then `Date` and the
+    /// request id (``ResponseIdentity``), then the cached body as its own buffer (shared, not
+    /// copied).
+    private func write(_ answer: Answer, to poll: PollRequestHead, start: ContinuousClock.Instant, context: ChannelHandlerContext) {
         let status: HTTPResponse.Status
         switch answer {
-        case .notModified: status = .notModified
-        case .delta: status = .ok
+        case .collection(.notModified), .indexNotModified: status = .notModified
+        case .collection(.delta): status = .ok
         }
         let identity = ResponseIdentity(
             status: status, clientsID: poll.requestID, logNotModified: logNotModified, newID: { RequestID().description })
         var tail = context.channel.allocator.buffer(capacity: 320)
-        if case .notModified(let served) = answer { tail.writeBytes(served.encodedNotModifiedHead) }
+        switch answer {
+        case .collection(.notModified(let served)):
+            tail.writeBytes(served.encodedNotModifiedHead)
+        case .indexNotModified(let headers):
+            tail.writeString("HTTP/1.1 304 Not Modified\r\n")
+            for field in headers {
+                tail.writeString(field.name.rawName)
+                tail.writeString(": ")
+                tail.writeString(field.value)
+                tail.writeString("\r\n")
+            }
+        case .collection(.delta):
+            break
+        }
         tail.writeString("Date: ")
         tail.writeString(date.now())
         tail.writeString("\r\n")
@@ -105,18 +138,22 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
             tail.writeString("\r\n")
         }
         tail.writeString("\r\n")
+        var bodyBytes: Int?
         switch answer {
-        case .notModified:
-            context.write(wrapOutboundOut(tail), promise: nil)
-        case .delta(let cached):
+        case .collection(.delta(let cached)):
             context.write(wrapOutboundOut(cached.encodedHead), promise: nil)
             context.write(wrapOutboundOut(tail), promise: nil)
             context.write(wrapOutboundOut(cached.body), promise: nil)
+            bodyBytes = cached.body.readableBytes
+        case .collection(.notModified):
+            context.write(wrapOutboundOut(tail), promise: nil)
+        case .indexNotModified:
+            context.write(wrapOutboundOut(tail), promise: nil)
+            // Counted as the router and the fast path count an index's answers.
+            service.metrics.countResponse(route: "/v1/index", status: status.code)
         }
         if identity.logged, let requestID = identity.requestID {
-            requestLog.write(
-                requestID: requestID, method: .get, path: "/v1/collections/\(poll.collection)",
-                status: status, since: start, bytes: answer.bodyBytes)
+            requestLog.write(requestID: requestID, method: .get, path: poll.path, status: status, since: start, bytes: bodyBytes)
         }
     }
 

@@ -96,8 +96,10 @@ import Testing
     }
 
     static let polls: [(String, PollRequestHead?)] = [
-        ("GET /v1/collections/items HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"a.1\"\r\n\r\n", PollRequestHead(collection: "items", ifNoneMatch: "\"a.1\"", requestID: nil)),
-        ("GET /v1/collections/items HTTP/1.1\r\nif-none-match:\t\"a.1\" \r\nX-Request-Id: r-1\r\nAccept-Encoding: gzip\r\n\r\n", PollRequestHead(collection: "items", ifNoneMatch: "\"a.1\"", requestID: "r-1", acceptEncoding: ["gzip"])),
+        ("GET /v1/collections/items HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"a.1\"\r\n\r\n", PollRequestHead(target: .collection("items"), ifNoneMatch: "\"a.1\"", requestID: nil)),
+        ("GET /v1/collections/items HTTP/1.1\r\nif-none-match:\t\"a.1\" \r\nX-Request-Id: r-1\r\nAccept-Encoding: gzip\r\n\r\n", PollRequestHead(target: .collection("items"), ifNoneMatch: "\"a.1\"", requestID: "r-1", acceptEncoding: ["gzip"])),
+        ("GET /v1/index HTTP/1.1\r\nHost: x\r\nauthorization: Bearer t.u.v \r\nIf-None-Match: \"e1\"\r\n\r\n", PollRequestHead(target: .index, ifNoneMatch: "\"e1\"", authorization: "Bearer t.u.v")),
+        ("GET /v1/index HTTP/1.1\r\nIf-None-Match: \"e1\"\r\n\r\n", PollRequestHead(target: .index, ifNoneMatch: "\"e1\"")),
         // Not a poll, or not one this parser is sure of: NIO's decoder gets it.
         ("GET /v1/collections/items HTTP/1.1\r\nHost: x\r\n\r\n", nil),
         ("HEAD /v1/collections/items HTTP/1.1\r\nIf-None-Match: \"a.1\"\r\n\r\n", nil),
@@ -114,6 +116,12 @@ import Testing
         ("GET /v1/collections/items HTTP/1.1\r\nIf-None-Match: \"a\u{7F}1\"\r\n\r\n", nil),
         ("GET /v1/collections/items HTTP/1.1\r\nIf-None-Match: \"é\"\r\n\r\n", nil),
         ("GET /v1/collections/items HTTP/1.1\r\nIf-None-Match: \"a.1\"\r\n\r\nGET", nil),
+        // A held request (a query), two tokens, another target, no validator: not answered here.
+        ("GET /v1/index?wait=30 HTTP/1.1\r\nIf-None-Match: \"e1\"\r\n\r\n", nil),
+        ("GET /v1/index HTTP/1.1\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\nIf-None-Match: \"e1\"\r\n\r\n", nil),
+        ("GET /v1/indexes HTTP/1.1\r\nIf-None-Match: \"e1\"\r\n\r\n", nil),
+        ("GET /v1/index HTTP/1.1\r\nAuthorization: Bearer a\r\n\r\n", nil),
+        ("GET /v1/index HTTP/1.1\r\nIf-None-Match: \"e1\"\r\nConnection: close\r\n\r\n", nil),
     ]
 
     @Test(arguments: 0..<polls.count)
@@ -145,6 +153,70 @@ import Testing
             _ = try await offPool { try server.connect().sendRaw(Array("GET /v1/collections/items HTTP/1.1\r\nHo".utf8), halfClose: true, method: "GET") }
             #expect(try await get(server, "/v1/collections/items", ["If-None-Match": etag]).status == 304)
         }
+    }
+
+    /// An unchanged view's `304` is written from raw bytes (the commonest request of an app
+    /// with users): the same answer as the fast path's and the router's, for that user only.
+    @Test func anUnchangedViewIsAnsweredFromRawBytesAsTheRouterAnswersIt() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await TestDatabase.make(.sqlite, in: dir)
+        try await store.importText(#"{"id":"AD","name":"Andorra"}"#, collection: "countries")
+        try await store.importText(#"{"id":"a1","score":3}"#, collection: "attempts/alice")
+        let secret = "raw-index-secret"
+        let server = try await TestServer.start(
+            database: store.url, access: AccessPolicy(jwtSecret: secret, rules: try AccessRules(yaml: Fixtures.studyAppRules)))
+        func token(_ subject: String) async throws -> String {
+            try await AccessClaims(subject: subject, expires: Date().addingTimeInterval(600), write: [], read: []).signed(secret: secret)
+        }
+        do {
+            let alice = "Bearer \(try await token("alice"))"
+            let first = try await get(server, "/v1/index", ["Authorization": alice])
+            let etag = try #require(first.header("ETag"))
+            #expect(first.status == 200 && first.text.contains("attempts/alice"))
+            // Memory has it, so the raw handler answers it.
+            #expect(server.service.indexNotModifiedFromMemory(authorization: alice, ifNoneMatch: etag) != nil)
+            let raw = try await get(server, "/v1/index", ["Authorization": alice, "If-None-Match": etag, "X-Request-Id": "raw-1"])
+            // `Connection` keeps a request from the raw handler (the fast path answers it); a
+            // query from both (the router answers it).
+            let fast = try await get(server, "/v1/index", ["Authorization": alice, "If-None-Match": etag, "Connection": "keep-alive"])
+            let routed = try await get(server, "/v1/index?via=router", ["Authorization": alice, "If-None-Match": etag])
+            for answer in [raw, fast, routed] {
+                #expect(answer.status == 304 && answer.body.isEmpty)
+                #expect(comparable(answer) == comparable(routed))
+                #expect(answer.header("Cache-Control") == "private, no-cache" && answer.header("Date") != nil)
+            }
+            #expect(raw.header("X-Request-Id") == "raw-1")
+            // Her ETag is hers: another user, no token, or a token memory does not know yet get
+            // their own answer, never her 304.
+            let bob = "Bearer \(try await token("bob"))"
+            #expect(server.service.indexNotModifiedFromMemory(authorization: bob, ifNoneMatch: etag) == nil)
+            let bobs = try await get(server, "/v1/index", ["Authorization": bob, "If-None-Match": etag])
+            #expect(bobs.status == 200 && !bobs.text.contains("attempts/alice"))
+            #expect(server.service.indexNotModifiedFromMemory(authorization: nil, ifNoneMatch: etag) == nil)
+            #expect(try await get(server, "/v1/index", ["If-None-Match": etag]).status == 200)
+            #expect(try await get(server, "/v1/index", ["Authorization": "Bearer not.a.jwt", "If-None-Match": etag]).status == 401)
+            // The raw answers are counted with the index's others.
+            let metrics = try await get(server, "/metrics").text
+            let line = metrics.split(separator: "\n").first {
+                $0.hasPrefix("deltasnap_http_responses_total{") && $0.contains(#""/v1/index""#) && $0.contains(#""304""#)
+            }
+            #expect(line?.hasSuffix(" 3") == true, "\(metrics)")
+            // A change to her view: the raw handler steps aside and she gets the new document.
+            try await store.importText(#"{"id":"a2","score":1}"#, collection: "attempts/alice")
+            var changed = try await get(server, "/v1/index", ["Authorization": alice, "If-None-Match": etag])
+            for _ in 0..<200 where changed.status == 304 {
+                try await Task.sleep(for: .milliseconds(20))
+                changed = try await get(server, "/v1/index", ["Authorization": alice, "If-None-Match": etag])
+            }
+            #expect(changed.status == 200 && changed.header("ETag") != etag)
+        } catch {
+            await server.stop()
+            await store.stop()
+            throw error
+        }
+        await server.stop()
+        await store.stop()
     }
 
     @Test func privateCollectionsAreNeverAnsweredBeforeAuthorization() async throws {

@@ -39,8 +39,8 @@ public enum CLI {
         // Files rather than pipes: a chatty child can never block on a full pipe.
         let scratch = try TemporaryDirectory("cli")
         defer { scratch.remove() }
-        FileManager.default.createFile(atPath: scratch.file("out"), contents: nil)
-        FileManager.default.createFile(atPath: scratch.file("err"), contents: nil)
+        _ = FileManager.default.createFile(atPath: scratch.file("out"), contents: nil)
+        _ = FileManager.default.createFile(atPath: scratch.file("err"), contents: nil)
         process.standardOutput = FileHandle(forWritingAtPath: scratch.file("out"))
         process.standardError = FileHandle(forWritingAtPath: scratch.file("err"))
         let input = Pipe()

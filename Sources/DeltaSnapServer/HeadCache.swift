@@ -53,9 +53,10 @@ final class HeadCache: @unchecked Sendable {
     /// Woken whenever a head changes: the requests waiting on a view (`?wait=`).
     let waiters: IndexWaiters?
 
-    init(_ initial: [CollectionHead], partitionCapacity: Int = 100_000, waiters: IndexWaiters? = nil) {
+    init(_ initial: [CollectionHead], partitionCapacity: Int = 100_000, changeLogCapacity: Int = 16_384, waiters: IndexWaiters? = nil) {
         self.partitionCapacity = max(1, partitionCapacity)
         self.waiters = waiters
+        changeLog = ChangeLog(capacity: changeLogCapacity)
         replace(with: initial)
     }
 
@@ -84,23 +85,41 @@ final class HeadCache: @unchecked Sendable {
     /// read into the cache on demand changes nothing.
     var changes: UInt64 { lock.withLock { changeCount } }
     private var changeCount: UInt64 = 0
+    /// Which names each recent change installed: a view of a thousand heads compares only
+    /// those (a changed view is answered within milliseconds, docs/BENCHMARKS.md).
+    private var changeLog: ChangeLog
 
     /// How the heads `dependencies` names stand now: one comparison while no head changed
-    /// since they last held, else one pass under the lock. `untilMoved`: the pass stops at
-    /// the first head that moved (`.moved` names it alone), for a caller that only answers
-    /// what is current and has no use for the others.
+    /// since they last held; else a look at the heads changed since (or, when that is no
+    /// longer known, at every one), under the lock. `untilMoved`: the look stops at the
+    /// first head that moved (`.moved` names it alone), for a caller that only answers what
+    /// is current and has no use for the others.
     func standing(of dependencies: ViewDependencies, untilMoved: Bool = false) -> ViewStanding {
         lock.withLock {
             if dependencies.heldAt == changeCount { return .holds(at: changeCount) }
             guard collections.count == dependencies.collectionCount else { return .changed }
             var moved: [Int: CollectionHead] = [:]
-            for (position, (name, token, floor)) in dependencies.heads.enumerated() {
+            /// Whether the head at `position` still allows a verdict (it holds or it moved).
+            func compare(_ position: Int) -> Bool {
+                let (name, token, floor) = dependencies.heads[position]
                 let held = CollectionPath.isPartition(name) ? partitions[name]?.head : collections[name]?.head
-                if held?.token == token, (held?.floor ?? 0) == floor { continue }
+                if held?.token == token, (held?.floor ?? 0) == floor { return true }
                 // Created, or forgotten by the bounded cache: only a new read can tell.
-                guard token != nil, let held else { return .changed }
+                guard token != nil, let held else { return false }
                 moved[position] = held
-                if untilMoved { break }
+                return true
+            }
+            if let names = changeLog.names(after: dependencies.heldAt) {
+                for name in names {
+                    guard let position = dependencies.position(of: name) else { continue }
+                    guard compare(position) else { return .changed }
+                    if untilMoved && !moved.isEmpty { break }
+                }
+            } else {
+                for position in dependencies.heads.indices {
+                    guard compare(position) else { return .changed }
+                    if untilMoved && !moved.isEmpty { break }
+                }
             }
             return moved.isEmpty ? .holds(at: changeCount) : .moved(moved, at: changeCount)
         }
@@ -116,9 +135,9 @@ final class HeadCache: @unchecked Sendable {
     /// may come from a replica behind a head this server already answered.
     func replace(with fresh: [CollectionHead]) {
         let changed = lock.withLock {
-            let changed = fresh.reduce(false) { changed, head in install(head, keepingFloor: true) || changed }
-            if changed { changeCount &+= 1 }
-            return changed
+            let changed = fresh.filter { install($0, keepingFloor: true) }.map(\.name)
+            noteChange(of: changed)
+            return !changed.isEmpty
         }
         if changed { waiters?.changed() }
     }
@@ -127,10 +146,17 @@ final class HeadCache: @unchecked Sendable {
     func update(_ head: CollectionHead) {
         let changed = lock.withLock {
             let changed = install(head, keepingFloor: false)
-            if changed { changeCount &+= 1 }
+            if changed { noteChange(of: [head.name]) }
             return changed
         }
         if changed { waiters?.changed() }
+    }
+
+    /// Under the lock: `names` changed, as one change.
+    private func noteChange(of names: [String]) {
+        guard !names.isEmpty else { return }
+        changeCount &+= 1
+        changeLog.record(names, as: changeCount)
     }
 
     /// Under the lock. `keepingFloor`: an equal version with a lower floor is older too (a
@@ -158,7 +184,8 @@ final class HeadCache: @unchecked Sendable {
 }
 
 /// The heads a view was built from — every one it looked at, listed or not (a partition not
-/// created yet is recorded as absent) — how many collections there were, and what it listed.
+/// created yet is recorded as absent): the collections, then the partitions, each in name
+/// order — how many collections there were, and what it listed.
 struct ViewDependencies: Sendable {
     var heads: [(name: String, token: ServerToken?, floor: UInt64)]
     var collectionCount: Int
@@ -167,6 +194,19 @@ struct ViewDependencies: Sendable {
     var heldAt: UInt64
     /// Where the heads the view lists are in ``heads``, in name order (UTF-8).
     var listed: [Int] = []
+
+    /// Where the head of `name` is in ``heads``: they are the collections, then the
+    /// partitions, each run in name order (UTF-8).
+    func position(of name: String) -> Int? {
+        var (low, high) = CollectionPath.isPartition(name) ? (collectionCount, heads.count) : (0, min(collectionCount, heads.count))
+        while low < high {
+            let middle = (low + high) / 2
+            let candidate = heads[middle].name
+            if candidate == name { return middle }
+            if candidate.utf8Precedes(name) { low = middle + 1 } else { high = middle }
+        }
+        return nil
+    }
 
     /// The heads the view lists, as the document names them.
     var listedKeys: [EntryKey] {

@@ -102,7 +102,7 @@ public final class PostgresCluster: @unchecked Sendable {
             process.arguments = arguments
         }
         let logPath = directory + "/server.log"
-        if !FileManager.default.fileExists(atPath: logPath) { FileManager.default.createFile(atPath: logPath, contents: nil) }
+        if !FileManager.default.fileExists(atPath: logPath) { _ = FileManager.default.createFile(atPath: logPath, contents: nil) }
         if asRoot { _ = chmod(logPath, 0o666) }
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         // A restart appends to the log: look for readiness only in what this start writes.

@@ -15,9 +15,13 @@ final class ServedHead: Sendable {
     let encodedNotModifiedHead: [UInt8]
     /// The `ETag` value, quoted: compared as a plain string on every poll.
     let etag: String
+    /// Read into the cache on demand, not yet reported as a commit: see
+    /// ``HeadCache/installReadOnDemand(_:)``.
+    let readOnDemand: Bool
 
-    init(head: CollectionHead) {
+    init(head: CollectionHead, readOnDemand: Bool = false) {
         self.head = head
+        self.readOnDemand = readOnDemand
         etag = "\"\(head.token)\""
         validatorHeaders = [
             .eTag: etag,
@@ -72,8 +76,17 @@ final class HeadCache: @unchecked Sendable {
         guard let head = try await store.head(of: name) else { return nil }
         // No wake: reading a head into the cache changes no view (a newer commit than the
         // one a waiter saw is reported by the watcher or installed by ``update(_:)``).
-        lock.withLock { _ = install(head, keepingFloor: false) }
+        installReadOnDemand(head)
         return self[name] ?? ServedHead(head: head)
+    }
+
+    /// Installs a head read from the store on demand (a partition not in use lately): no
+    /// change, so nobody is woken. It may be newer than the head a view built before its
+    /// eviction holds, while the commit that made it is not reported yet; that report then
+    /// counts as the change (``install(_:keepingFloor:readOnDemand:)``), so views that
+    /// depend on it see it moved.
+    func installReadOnDemand(_ head: CollectionHead) {
+        lock.withLock { _ = install(head, keepingFloor: false, readOnDemand: true) }
     }
 
     /// ``served(_:store:)``'s head.
@@ -162,15 +175,18 @@ final class HeadCache: @unchecked Sendable {
     /// Under the lock. `keepingFloor`: an equal version with a lower floor is older too (a
     /// report from a replica that has not seen a compaction). Whether the head held changed
     /// (a partition read on demand into the cache is no change).
-    private func install(_ head: CollectionHead, keepingFloor: Bool) -> Bool {
+    private func install(_ head: CollectionHead, keepingFloor: Bool, readOnDemand: Bool = false) -> Bool {
         let isPartition = CollectionPath.isPartition(head.name)
         let current = isPartition ? partitions[head.name] : collections[head.name]
+        var confirming = false
         if let current, current.head.epoch == head.epoch,
            current.head.version > head.version || (current.head.version == head.version && (!keepingFloor || current.head.floor >= head.floor)) {
-            return false
+            // The report of a commit whose head was read on demand first is the change.
+            guard current.readOnDemand, !readOnDemand, current.head.token == head.token, current.head.floor == head.floor else { return false }
+            confirming = true
         }
-        let served = ServedHead(head: head)
-        let changed = current.map { $0.head.token != head.token || $0.head.floor != head.floor } ?? true
+        let served = ServedHead(head: head, readOnDemand: readOnDemand)
+        let changed = confirming || (current.map { $0.head.token != head.token || $0.head.floor != head.floor } ?? true)
         guard isPartition else {
             collections[head.name] = served
             return changed

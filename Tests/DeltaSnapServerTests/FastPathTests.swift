@@ -169,7 +169,7 @@ import Testing
         func token(_ subject: String) async throws -> String {
             try await AccessClaims(subject: subject, expires: Date().addingTimeInterval(600), write: [], read: []).signed(secret: secret)
         }
-        do {
+        try await server.stopping {
             let alice = "Bearer \(try await token("alice"))"
             let first = try await get(server, "/v1/index", ["Authorization": alice])
             let etag = try #require(first.header("ETag"))
@@ -210,12 +210,7 @@ import Testing
                 changed = try await get(server, "/v1/index", ["Authorization": alice, "If-None-Match": etag])
             }
             #expect(changed.status == 200 && changed.header("ETag") != etag)
-        } catch {
-            await server.stop()
-            await store.stop()
-            throw error
         }
-        await server.stop()
         await store.stop()
     }
 

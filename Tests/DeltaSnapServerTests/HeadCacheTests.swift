@@ -32,6 +32,33 @@ import Testing
         #expect(log.names(after: 97) == ["n100", "n99", "n98"])
     }
 
+    /// A partition evicted from the bounded cache, read again on demand at a newer version
+    /// before the commit that made it is reported: the report is the change a view that
+    /// held the older version sees (once, and no other).
+    @Test func aCommitReadOnDemandBeforeItsReportMovesTheViewsThatHeldItsPredecessor() {
+        let cache = HeadCache([Self.head("countries", version: 1)], partitionCapacity: 1, changeLogCapacity: 64)
+        cache.update(Self.head("sets/p", version: 1))
+        var dependencies = ViewDependencies(heads: [], collectionCount: 1, heldAt: cache.changes)
+        for name in ["countries", "sets/p"] {
+            let held = cache[name]?.head
+            dependencies.heads.append((name, held?.token, held?.floor ?? 0))
+        }
+        cache.update(Self.head("sets/q", version: 1))  // evicts sets/p (capacity 1)
+        #expect(cache["sets/p"] == nil)
+        cache.installReadOnDemand(Self.head("sets/p", version: 2))
+        let changes = cache.changes
+        cache.replace(with: [Self.head("sets/p", version: 2)])  // the commit's report, later
+        #expect(cache.changes == changes + 1)
+        #expect(Self.verdict(cache.standing(of: dependencies)) == "moved [1]")
+        #expect(Self.verdict(cache.standing(of: dependencies)) == Self.fullVerdict(cache, dependencies))
+        // Reported again (another instance's notice, a replica's): no further change.
+        cache.replace(with: [Self.head("sets/p", version: 2)])
+        #expect(cache.changes == changes + 1)
+        // Read on demand again at the version held: nothing moves.
+        cache.installReadOnDemand(Self.head("sets/p", version: 2))
+        #expect(cache.changes == changes + 1)
+    }
+
     /// What a full comparison of every dependency says (the definition).
     static func fullVerdict(_ cache: HeadCache, _ dependencies: ViewDependencies) -> String {
         var moved: [Int] = []

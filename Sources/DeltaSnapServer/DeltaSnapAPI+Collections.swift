@@ -130,7 +130,7 @@ extension DeltaSnapAPI {
             case .clientIsAhead:
                 // A replica behind the client: it keeps its newer state (never an older one).
                 metrics.countOutcome(.notModified, since: start)
-                return Response(status: .notModified, headers: ServedHead(head: unavailable.head).validatorHeaders)
+                return Response(status: .notModified, headers: ServedHead.validatorHeaders(for: unavailable.head))
             case .belowFloor:
                 throw unavailable
             }

@@ -109,10 +109,6 @@ extension DeltaSnapAPI {
             cursor: cursor, headers: indexHeaders(isView: caller != nil))
     }
 
-    private var publicIndexCacheControl: String {
-        "public, max-age=\(configuration.indexMaxAge), stale-while-revalidate=\(configuration.indexMaxAge)"
-    }
-
     /// The index `principal` sees now: built (and signed) only when a head it lists changed.
     func currentIndex(for principal: Principal, isView: Bool) async throws -> IndexPublisher.Published {
         let now = Int64(Date().timeIntervalSince1970)
@@ -159,7 +155,7 @@ extension DeltaSnapAPI {
     func keptView(slot: String, principal: Principal, now: Int64, patching: Bool) -> KeptView {
         guard let kept = publication.kept(for: slot), var dependencies = kept.dependencies else { return .none }
         let fresh = now - kept.issued < publication.resigningAge
-        switch heads.standing(of: dependencies, untilMoved: !patching) {
+        switch heads.standing(of: dependencies) {
         case .changed:
             return .none
         case .holds(let at):
@@ -223,14 +219,16 @@ extension DeltaSnapAPI {
         return indexAnswer(published, isView: caller != nil, ifNoneMatch: request.headerFields[values: .ifNoneMatch].joinedOrNil)
     }
 
-    /// The headers of `GET /v1/index`'s `304` when memory alone has it — the caller (nil: no
+    /// `GET /v1/index`'s `304` when memory alone has it — the caller (nil: no
     /// `Authorization`) still holds the document `ifNoneMatch` names — for ``RawPollHandler``,
-    /// which writes them before NIO's HTTP decoder; nil leaves the request to the decoder and
-    /// the fast path, which answer everything else (a new document, an unknown token).
-    func indexNotModifiedFromMemory(authorization: String?, ifNoneMatch: String) -> HTTPFields? {
-        guard case .some(let caller) = indexCaller(authorization: authorization), let published = indexFromMemory(for: caller) else { return nil }
-        let answer = indexAnswer(published, isView: caller != nil, ifNoneMatch: ifNoneMatch)
-        return answer.status == .notModified ? answer.headers : nil
+    /// which writes the head (then the `ETag`) before NIO's HTTP decoder; nil leaves the
+    /// request to the decoder and the fast path, which answer everything else (a new
+    /// document, an unknown token).
+    func indexNotModifiedFromMemory(authorization: String?, ifNoneMatch: String) -> (head: IndexHeaders, etag: String)? {
+        guard case .some(let caller) = indexCaller(authorization: authorization), let published = indexFromMemory(for: caller),
+              ifNoneMatch == published.etag || ConditionalRequest(ifNoneMatch: ifNoneMatch, ifModifiedSince: nil).matches(entityTag: published.etag)
+        else { return nil }
+        return (caller != nil ? viewIndexHeaders : publicIndexHeaders, published.etag)
     }
 
     /// The answer to `GET /v1/index` without a wait, on the router's path and the fast path
@@ -246,10 +244,9 @@ extension DeltaSnapAPI {
         return (.ok, headers, published.document)
     }
 
-    /// `Content-Type` and `Cache-Control` of every index answer: a view is one user's, only
-    /// their own cache may keep it; a shared cache may keep the public index `--index-max-age`.
+    /// `Content-Type` and `Cache-Control` of every index answer (``IndexHeaders``).
     func indexHeaders(isView: Bool) -> HTTPFields {
-        [.contentType: "application/json", .cacheControl: isView ? "private, no-cache" : publicIndexCacheControl]
+        (isView ? viewIndexHeaders : publicIndexHeaders).fields
     }
 
     /// The heads the public index lists: every collection anyone may read (no partition).

@@ -108,11 +108,16 @@ public final class DeltaSnapAPI: Sendable {
     let waiters: IndexWaiters
     /// The versions clients page through (`…/snapshots/{token}?limit=&after=`).
     let pagedVersions: PagedVersions
+    /// The headers of a view's answers, and of the public index's.
+    let viewIndexHeaders: IndexHeaders
+    let publicIndexHeaders: IndexHeaders
 
     /// A service on `store`, which it owns from now on (``shutdown()`` closes it; so does a
     /// failed init).
     public init(store: any CollectionStore, configuration: DeltaSnapServerConfiguration = DeltaSnapServerConfiguration()) async throws {
         self.configuration = configuration
+        viewIndexHeaders = IndexHeaders(isView: true, maxAge: configuration.indexMaxAge)
+        publicIndexHeaders = IndexHeaders(isView: false, maxAge: configuration.indexMaxAge)
         var policy = configuration.access
         policy.adminToken = configuration.writeToken ?? policy.adminToken
         waiters = IndexWaiters(debounce: configuration.waitDebounce, capacity: configuration.maximumWaiters)

@@ -2,6 +2,7 @@ import DeltaSnapCore
 import DeltaSnapStore
 import Foundation
 import Hummingbird
+import NIOCore
 
 /// What the server keeps in memory per collection, so a `304` never touches SQLite.
 /// Immutable, and a class: reading it out of the cache costs one reference, not a copy of
@@ -12,7 +13,7 @@ final class ServedHead: Sendable {
     let validatorHeaders: HTTPFields
     /// The status line and ``validatorHeaders`` of a `304`, encoded once per version for
     /// ``RawPollHandler`` (which adds `Date`, maybe `X-Request-Id`, and the empty line).
-    let encodedNotModifiedHead: [UInt8]
+    let encodedNotModifiedHead: ByteBuffer
     /// The `ETag` value, quoted: compared as a plain string on every poll.
     let etag: String
     /// Read into the cache on demand, not yet reported as a commit: see
@@ -22,18 +23,21 @@ final class ServedHead: Sendable {
     init(head: CollectionHead, readOnDemand: Bool = false) {
         self.head = head
         self.readOnDemand = readOnDemand
-        etag = "\"\(head.token)\""
-        validatorHeaders = [
-            .eTag: etag,
+        let validators = Self.validatorHeaders(for: head)
+        validatorHeaders = validators
+        etag = validators[.eTag]!
+        encodedNotModifiedHead = validators.encodedHead(statusLine: "HTTP/1.1 304 Not Modified")
+    }
+
+    /// `ETag`, `Last-Modified`, `Cache-Control` and `Vary` of `head`: every answer about it
+    /// carries them.
+    static func validatorHeaders(for head: CollectionHead) -> HTTPFields {
+        [
+            .eTag: "\"\(head.token)\"",
             .lastModified: head.lastModified,
             .cacheControl: "no-cache",
             .vary: "Accept-Encoding, If-None-Match, If-Modified-Since",
         ]
-        var encoded = Array("HTTP/1.1 304 Not Modified\r\n".utf8)
-        for field in validatorHeaders {
-            encoded.append(contentsOf: "\(field.name.rawName): \(field.value)\r\n".utf8)
-        }
-        encodedNotModifiedHead = encoded
     }
 
     /// The common poll, checked before any parsing: the client sends back the current
@@ -104,35 +108,21 @@ final class HeadCache: @unchecked Sendable {
 
     /// How the heads `dependencies` names stand now: one comparison while no head changed
     /// since they last held; else a look at the heads changed since (or, when that is no
-    /// longer known, at every one), under the lock. `untilMoved`: the look stops at the
-    /// first head that moved (`.moved` names it alone), for a caller that only answers what
-    /// is current and has no use for the others.
-    func standing(of dependencies: ViewDependencies, untilMoved: Bool = false) -> ViewStanding {
+    /// longer known, at every one), under the lock.
+    func standing(of dependencies: ViewDependencies) -> ViewStanding {
         lock.withLock {
             if dependencies.heldAt == changeCount { return .holds(at: changeCount) }
             guard collections.count == dependencies.collectionCount else { return .changed }
+            let looked = changeLog.names(after: dependencies.heldAt).map { $0.compactMap(dependencies.position(of:)) }
+                ?? Array(dependencies.heads.indices)
             var moved: [Int: CollectionHead] = [:]
-            /// Whether the head at `position` still allows a verdict (it holds or it moved).
-            func compare(_ position: Int) -> Bool {
+            for position in looked {
                 let (name, token, floor) = dependencies.heads[position]
                 let held = CollectionPath.isPartition(name) ? partitions[name]?.head : collections[name]?.head
-                if held?.token == token, (held?.floor ?? 0) == floor { return true }
+                if held?.token == token, (held?.floor ?? 0) == floor { continue }
                 // Created, or forgotten by the bounded cache: only a new read can tell.
-                guard token != nil, let held else { return false }
+                guard token != nil, let held else { return .changed }
                 moved[position] = held
-                return true
-            }
-            if let names = changeLog.names(after: dependencies.heldAt) {
-                for name in names {
-                    guard let position = dependencies.position(of: name) else { continue }
-                    guard compare(position) else { return .changed }
-                    if untilMoved && !moved.isEmpty { break }
-                }
-            } else {
-                for position in dependencies.heads.indices {
-                    guard compare(position) else { return .changed }
-                    if untilMoved && !moved.isEmpty { break }
-                }
             }
             return moved.isEmpty ? .holds(at: changeCount) : .moved(moved, at: changeCount)
         }

@@ -22,19 +22,12 @@ struct PollAnswer: Sendable {
         var headers = Self.bodyHeaders(for: head, gzip: gzip)
         headers[.contentLength] = String(body.readableBytes)
         self.headers = headers
-        var encoded = ByteBuffer(string: "HTTP/1.1 200 OK\r\n")
-        for field in headers {
-            encoded.writeString(field.name.rawName)
-            encoded.writeString(": ")
-            encoded.writeString(field.value)
-            encoded.writeString("\r\n")
-        }
-        encodedHead = encoded
+        encodedHead = headers.encodedHead(statusLine: "HTTP/1.1 200 OK")
     }
 
     /// The headers of any body answer for `head` (a full body or a delta, cached or streamed).
     static func bodyHeaders(for head: CollectionHead, gzip: Bool) -> HTTPFields {
-        var headers = ServedHead(head: head).validatorHeaders
+        var headers = ServedHead.validatorHeaders(for: head)
         headers[.contentType] = "application/json"
         if gzip { headers[.contentEncoding] = "gzip" }
         return headers
@@ -59,5 +52,21 @@ struct ResponseIdentity: Equatable {
             self.requestID = clientsID ?? newID()
             logged = true
         }
+    }
+}
+
+extension HTTPFields {
+    /// `statusLine` and these fields as the bytes of an HTTP/1.1 response head, each line
+    /// CRLF-ended, without the empty line: made once for an answer written before NIO's
+    /// encoder (which adds `Date` and the request id after it).
+    func encodedHead(statusLine: String) -> ByteBuffer {
+        var encoded = ByteBuffer(string: statusLine + "\r\n")
+        for field in self {
+            encoded.writeString(field.name.rawName)
+            encoded.writeString(": ")
+            encoded.writeString(field.value)
+            encoded.writeString("\r\n")
+        }
+        return encoded
     }
 }

@@ -70,8 +70,8 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// What this handler answers.
     private enum Answer {
         case collection(FastAnswer)
-        /// The index's or a view's `304`, with its headers.
-        case indexNotModified(HTTPFields)
+        /// The index's or a view's `304`: its head and `ETag`.
+        case indexNotModified(IndexHeaders, etag: String)
     }
 
     private func answer(to poll: PollRequestHead, start: ContinuousClock.Instant) -> Answer? {
@@ -81,7 +81,9 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
                 collection: name, ifNoneMatch: poll.ifNoneMatch, acceptEncoding: poll.acceptEncoding, allowsBody: true, start: start
             ).map(Answer.collection)
         case .index:
-            service.indexNotModifiedFromMemory(authorization: poll.authorization, ifNoneMatch: poll.ifNoneMatch).map(Answer.indexNotModified)
+            service.indexNotModifiedFromMemory(authorization: poll.authorization, ifNoneMatch: poll.ifNoneMatch).map {
+                Answer.indexNotModified($0.head, etag: $0.etag)
+            }
         }
     }
 
@@ -102,8 +104,8 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
         return nil
     }
 
-    /// Writes `answer` as the router's path sends it: the head encoded once per version or
-    /// per cached delta (an index's three headers are written here), then `Date` and the
+    /// Writes `answer` as the router's path sends it: the head encoded once per version, per
+    /// cached delta or per server (an index's, with its `ETag` written here), then `Date` and the
     /// request id (``ResponseIdentity``), then the cached body as its own buffer (shared, not
     /// copied).
     private func write(_ answer: Answer, to poll: PollRequestHead, start: ContinuousClock.Instant, context: ChannelHandlerContext) {
@@ -117,15 +119,12 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
         var tail = context.channel.allocator.buffer(capacity: 320)
         switch answer {
         case .collection(.notModified(let served)):
-            tail.writeBytes(served.encodedNotModifiedHead)
-        case .indexNotModified(let headers):
-            tail.writeString("HTTP/1.1 304 Not Modified\r\n")
-            for field in headers {
-                tail.writeString(field.name.rawName)
-                tail.writeString(": ")
-                tail.writeString(field.value)
-                tail.writeString("\r\n")
-            }
+            tail.writeImmutableBuffer(served.encodedNotModifiedHead)
+        case .indexNotModified(let head, let etag):
+            tail.writeImmutableBuffer(head.encodedNotModifiedHead)
+            tail.writeString("ETag: ")
+            tail.writeString(etag)
+            tail.writeString("\r\n")
         case .collection(.delta):
             break
         }

@@ -33,6 +33,37 @@ public enum BundledReplica {
         public var description: String { "\(path): \(reason)" }
     }
 
+    /// Whether the replica at `path` is still read in place from a bundled `.replica`: its own
+    /// file does not exist yet (the first data change copies the bundle there), only its sync
+    /// bookkeeping beside it. Opened without that bundle, an empty replica would start in its
+    /// place: the `deltasnap` verbs refuse instead (``ReadInPlace``).
+    ///
+    /// ```swift
+    /// if BundledReplica.isReadInPlace("phone.sqlite") { /* open it with its bundle */ }
+    /// ```
+    public static func isReadInPlace(_ path: String) -> Bool {
+        let files = FileManager.default
+        return !files.fileExists(atPath: path) && files.fileExists(atPath: SyncBookkeeping.path(for: path))
+    }
+
+    /// A replica still read in place from its bundled `.replica`, opened without that bundle.
+    public struct ReadInPlace: Error, Equatable, CustomStringConvertible {
+        public var path: String
+
+        public init(path: String) {
+            self.path = path
+        }
+
+        public var description: String {
+            "\(path): does not exist (a replica started from a bundled .replica is read in place until its data changes: pass that file as --snapshot)"
+        }
+
+        /// Throws when `path` is read in place (``isReadInPlace(_:)``).
+        public static func check(_ path: String) throws(ReadInPlace) {
+            if isReadInPlace(path) { throw ReadInPlace(path: path) }
+        }
+    }
+
     /// Whether the file at `path` is an SQLite file (a replica) rather than a gzip snapshot.
     public static func isReplica(_ path: String) -> Bool {
         guard let handle = FileHandle(forReadingAtPath: path) else { return false }

@@ -15,6 +15,11 @@ import Foundation
 public final class LocalReplica {
     let storage: ReplicaStorage
 
+    /// The replica at `path`, created if missing. While the app still reads it in place from
+    /// its bundled `.replica` (``BundledReplica/isReadInPlace(_:)``), the replica made here
+    /// starts empty — the app adopts it, loads the bundle's rows into it and keeps its queued
+    /// writes — but the checks of a write here see no data: pass the bundle
+    /// (``init(path:bundledReplica:)``) where it is at hand.
     public init(path: String) throws {
         storage = try ReplicaStorage(path: path)
     }

@@ -63,7 +63,7 @@ public struct APIError: Error, HTTPResponseError, Sendable {
     }
 
     static func badCollectionName(_ name: String) -> APIError {
-        APIError(.badRequest, "bad_collection_name", "invalid collection name \"\(name)\": use 1 to 64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit")
+        APIError(.badRequest, "bad_collection_name", InvalidCollectionName(name: name).description)
     }
 
     static func unknownCollection(_ name: String) -> APIError {

@@ -141,6 +141,9 @@ struct Principal: Sendable {
     var isAdmin: Bool
 
     static let anonymous = Principal(subject: "anonymous", claims: nil, isAdmin: false)
+
+    /// Whether the request carried no token.
+    var isAnonymous: Bool { claims == nil && !isAdmin }
 }
 
 /// Checks bearer tokens against an ``AccessPolicy``. Every refusal is an ``APIError``

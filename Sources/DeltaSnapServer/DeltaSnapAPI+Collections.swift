@@ -28,7 +28,9 @@ extension DeltaSnapAPI {
             ]), into: &out)
         }
         out.append(contentsOf: Array("]}\n".utf8))
-        return Response(status: .ok, headers: [.contentType: "application/json", .cacheControl: "no-cache"], body: .init(byteBuffer: ByteBuffer(bytes: out)))
+        // With a token the list may name private collections: that caller's alone.
+        let cacheControl = principal.isAnonymous ? CacheRule.revalidate : CacheRule.privateAnswer
+        return Response(status: .ok, headers: [.contentType: "application/json", .cacheControl: cacheControl], body: .init(byteBuffer: ByteBuffer(bytes: out)))
     }
 
     /// `GET /v1/collections/{name}`: 304, a delta or a full body (docs/PROTOCOL.md §5.1).
@@ -41,9 +43,8 @@ extension DeltaSnapAPI {
             _ = try await authorize(request, path, for: .read)
         }
         guard !policy.isPublicRead(path) else { return try await answerPoll(request, name: path.description, start: start) }
-        // One reader's data: never kept by a shared cache.
         var response = try await answerPoll(request, name: path.description, start: start)
-        response.headers[.cacheControl] = "private, no-cache"
+        response.headers[.cacheControl] = CacheRule.privateAnswer
         return response
     }
 

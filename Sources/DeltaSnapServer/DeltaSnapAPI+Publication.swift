@@ -7,14 +7,6 @@ import Hummingbird
 /// the signed index with a short `max-age`, and deltas and full bodies named by their
 /// tokens, which never change once answered.
 extension DeltaSnapAPI {
-    static let immutable = "public, max-age=31536000, immutable"
-
-    /// The URLs named by tokens never change: a shared cache keeps a public one, only the
-    /// reader's own cache a partition's.
-    static func cacheControl(isPublic: Bool) -> String {
-        isPublic ? immutable : "private, max-age=31536000, immutable"
-    }
-
     /// The cacheable URLs of the collection or partition whose path is `base`.
     func addPublicationRoutes<Routes: RouterMethods>(at base: String, to router: Routes) {
         router.get(RouterPath(base + "/deltas/:base/:target")) { [self] request, context in
@@ -71,7 +63,7 @@ extension DeltaSnapAPI {
     /// the delta it stands for.
     private static func redirectToSnapshot(_ path: CollectionPath, target: String, isPublic: Bool) -> Response {
         Response(status: .permanentRedirect, headers: [
-            .location: "\(path.urlPath)/snapshots/\(target.percentEncodedPathSegment)", .cacheControl: cacheControl(isPublic: isPublic),
+            .location: "\(path.urlPath)/snapshots/\(target.percentEncodedPathSegment)", .cacheControl: CacheRule.immutable(isPublic: isPublic),
         ])
     }
 
@@ -124,7 +116,7 @@ extension DeltaSnapAPI {
 
     /// The head of a collection or partition that has cacheable URLs, and whether anyone may
     /// read it (then a shared cache may keep its answers). A partition's URLs answer only
-    /// those who may read it, for the browser's own cache (`private`); the collections made
+    /// those who may read it, and no cache keeps them (``CacheRule``); the collections made
     /// private by `--private-collections` have none.
     private func publishedHead(_ path: CollectionPath, _ request: Request) async throws -> (CollectionHead, isPublic: Bool) {
         let name = path.description
@@ -151,7 +143,7 @@ extension DeltaSnapAPI {
 
     private static func cacheable(_ response: Response, isPublic: Bool) -> Response {
         var response = response
-        response.headers[.cacheControl] = cacheControl(isPublic: isPublic)
+        response.headers[.cacheControl] = CacheRule.immutable(isPublic: isPublic)
         response.headers[.vary] = "Accept-Encoding"
         return response
     }

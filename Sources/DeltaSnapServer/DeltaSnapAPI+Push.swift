@@ -19,6 +19,7 @@ extension DeltaSnapAPI {
         } catch {
             throw APIError(.badRequest, "invalid_batch", error.description)
         }
+        if holdsMemberships(name) { try Self.checkMemberships(in: mutations) }
         // Write numbers are per client *of a user*: one user cannot advance another's.
         let outcome = try await store.push(
             mutations, from: client, user: principal.isAdmin ? nil : principal.subject, to: name, retention: configuration.pushRetention,
@@ -28,6 +29,22 @@ extension DeltaSnapAPI {
         var headers: HTTPFields = [.contentType: "application/json", .cacheControl: "no-store"]
         if let token = response.token { headers[.eTag] = "\"\(token)\"" }
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: response.bytes)))
+    }
+
+    /// Refuses a push to the memberships collection with every write that would leave a
+    /// membership granting nothing, one line each, before anything is written.
+    private static func checkMemberships(in mutations: [ParsedMutation]) throws {
+        var problems: [String] = []
+        for (index, parsed) in mutations.enumerated() {
+            guard let mutation = parsed.mutation else { continue }
+            let problem: String? = switch mutation.operation {
+            case .put, .insert: MembershipRecord.problem(id: mutation.id, value: mutation.value ?? .null)
+            case .patch: MembershipRecord.problem(patching: mutation.id, fields: mutation.value ?? .null)
+            case .delete: nil
+            }
+            if let problem { problems.append("mutations[\(index)] (seq \(mutation.seq)): \(problem)") }
+        }
+        if !problems.isEmpty { throw APIError.badMembership(problems) }
     }
 
     /// `GET /v1/collections/{c}/records/{id}/history[?limit=N]`: the values writes
@@ -62,6 +79,7 @@ extension DeltaSnapAPI {
         out.append(contentsOf: Array(#"],"id":"#.utf8))
         CanonicalJSON.writeString(id, into: &out)
         out.append(contentsOf: Array("}\n".utf8))
-        return Response(status: .ok, headers: [.contentType: "application/json", .cacheControl: "no-cache"], body: .init(byteBuffer: ByteBuffer(bytes: out)))
+        let cacheControl = accessControl.policy.isPublicRead(path) ? CacheRule.revalidate : CacheRule.privateAnswer
+        return Response(status: .ok, headers: [.contentType: "application/json", .cacheControl: cacheControl], body: .init(byteBuffer: ByteBuffer(bytes: out)))
     }
 }

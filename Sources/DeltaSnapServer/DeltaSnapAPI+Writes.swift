@@ -34,6 +34,7 @@ extension DeltaSnapAPI {
         } catch {
             throw APIError(.badRequest, "invalid_record", error.description)
         }
+        if holdsMemberships(name), let problem = MembershipRecord.problem(in: record) { throw APIError.badMembership([problem]) }
         return try await commit(record, to: name)
     }
 
@@ -50,6 +51,7 @@ extension DeltaSnapAPI {
         var request = request
         let body = try await collect(&request)
         let replace = request.uri.queryParameters.get("replace").map { $0 == "true" || $0 == "1" } ?? false
+        if holdsMemberships(name) { try Self.checkMemberships(in: body) }
         do {
             return written(try await store.importBatch(body, into: name, replace: replace))
         } catch let error as ImportError where error.isEmptyReplace {
@@ -61,6 +63,24 @@ extension DeltaSnapAPI {
     }
 
     // MARK: - Helpers
+
+    /// Whether `name` is a partition of the memberships collection (``MembershipRecord``).
+    func holdsMemberships(_ name: String) -> Bool {
+        guard let memberships = accessControl.policy.rules.memberships else { return false }
+        return CollectionPath(name)?.name == memberships
+    }
+
+    /// Refuses a batch for the memberships collection with every record that would grant
+    /// nothing, one line each, before anything is written. A batch that does not parse is
+    /// left to the import, which names its first bad line.
+    private static func checkMemberships(in body: [UInt8]) throws {
+        let stream = RecordStream(source: ChunkSources.bytes(body), name: "body")
+        var problems: [String] = []
+        while let record = try? stream.next() {
+            if let problem = MembershipRecord.problem(in: record) { problems.append("line \(stream.line): \(problem)") }
+        }
+        if !problems.isEmpty { throw APIError.badMembership(problems) }
+    }
 
     /// The valid collection name in the path, once the bearer token is the data owner's:
     /// these writes bypass the push ledger and history (and `?replace=true` can hide every

@@ -136,14 +136,21 @@ public final class DeltaSnapAPI: Sendable {
     }
 
     /// The collection or partition a route's path names (`:name`, and `:key` on the
-    /// partition routes).
+    /// partition routes). Their characters never need percent-encoding, but a client that
+    /// encodes them anyway (`%3A` for `:`) names the same partition: each part is decoded,
+    /// then checked. An invalid one is `400` for every caller alike: it is syntax, and says
+    /// nothing of what exists.
     func collectionPath(_ context: some RequestContext) throws -> CollectionPath {
-        let name = try context.parameters.require("name")
-        guard let key = context.parameters.get("key") else {
-            guard let path = CollectionPath(name: name, key: nil) else { throw APIError.badCollectionName(name) }
-            return path
+        let rawName = try context.parameters.require("name")
+        let rawKey = context.parameters.get("key")
+        let raw = rawKey.map { "\(rawName)/\($0)" } ?? rawName
+        guard let name = rawName.removingPercentEncoding else { throw APIError.badCollectionName(raw) }
+        var key: String?
+        if let rawKey {
+            guard let decoded = rawKey.removingPercentEncoding else { throw APIError.badCollectionName(raw) }
+            key = decoded
         }
-        guard let path = CollectionPath(name: name, key: key) else { throw APIError.badCollectionName("\(name)/\(key)") }
+        guard let path = CollectionPath(name: name, key: key) else { throw APIError.badCollectionName(raw) }
         return path
     }
 
@@ -217,13 +224,17 @@ public final class DeltaSnapAPI: Sendable {
         router.get("/healthz") { _, _ in
             Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "{\"status\":\"ok\"}\n")))
         }
-        router.get("/metrics") { [metrics] _, _ in
-            Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: metrics.registry.emitToBuffer())))
+        router.get("/metrics") { [self] request, _ in
+            try requireAdmin(request, for: "/metrics")
+            return metricsResponse()
         }
         router.get("/v1/collections") { [self] request, _ in await listCollections(request) }
         router.head("/v1/collections") { [self] request, _ in Self.headOnly(await listCollections(request)) }
         router.head("/healthz") { _, _ in Response(status: .ok, headers: [.contentType: "application/json"]) }
-        router.head("/metrics") { _, _ in Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"]) }
+        router.head("/metrics") { [self] request, _ in
+            try requireAdmin(request, for: "/metrics")
+            return Self.headOnly(metricsResponse())
+        }
         router.get("/v1/index") { [self] request, _ in try await index(request) }
         router.head("/v1/index") { [self] request, _ in Self.headOnly(try await index(request)) }
         for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
@@ -281,6 +292,34 @@ public final class DeltaSnapAPI: Sendable {
 }
 
 extension DeltaSnapAPI {
+    /// The server's counters in the Prometheus text format: what `/metrics` answers, to the
+    /// admin token on the API's address or to anyone on `serve --metrics-listen`'s.
+    func metricsResponse() -> Response {
+        Response(
+            status: .ok, headers: [.contentType: "text/plain; version=0.0.4", .cacheControl: "no-store"],
+            body: .init(byteBuffer: ByteBuffer(bytes: metrics.registry.emitToBuffer())))
+    }
+
+    /// Refuses (`401`) any request without the admin token. The counters move when anyone
+    /// reads their own partition: public, they would let anyone watch others' traffic.
+    func requireAdmin(_ request: Request, for what: String) throws {
+        guard let token = AccessControl.bearerToken(request) else {
+            throw APIError.missingToken("\(what) is for the operator: it needs the admin token in")
+        }
+        guard accessControl.knownPrincipal(token)?.isAdmin == true else {
+            throw APIError(
+                .unauthorized, "invalid_token", "\(what) answers the admin token only (or serve it apart with serve --metrics-listen HOST:PORT)",
+                headers: [.wwwAuthenticate: "Bearer error=\"invalid_token\""])
+        }
+    }
+
+    /// The routes of the metrics listener (`serve --metrics-listen`): `/metrics` for anyone
+    /// who reaches that address, which the operator keeps off the public network.
+    func registerMetricsListener<Routes: RouterMethods>(on router: Routes) {
+        router.get("/metrics") { [self] _, _ in metricsResponse() }
+        router.head("/metrics") { [self] _, _ in Self.headOnly(metricsResponse()) }
+    }
+
     /// A GET response as HEAD answers it: status and headers, no body.
     static func headOnly(_ response: Response) -> Response {
         Response(status: response.status, headers: response.headers)

@@ -19,6 +19,23 @@ public struct DeltaSnapServer: Sendable {
     /// for a directory): a web app next to the API, on one origin, so the browser client
     /// needs no CORS. `nil`: unmatched paths are a JSON 404.
     public var staticFiles: String?
+    /// Where `/metrics` is served to anyone (the Prometheus convention, e.g. `127.0.0.1:9464`),
+    /// apart from the API; `nil`: only on the API's address, to the admin token.
+    public var metricsAddress: MetricsAddress?
+
+    /// The address of the metrics listener, and what to call once it is bound.
+    public struct MetricsAddress: Sendable {
+        public var host: String
+        /// 0 picks a free port, reported to ``onRunning``.
+        public var port: Int
+        public var onRunning: @Sendable (Int) async -> Void
+
+        public init(host: String, port: Int, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) {
+            self.host = host
+            self.port = port
+            self.onRunning = onRunning
+        }
+    }
 
     /// A server on `store` (any ``DeltaSnapStore/CollectionStore``; it owns it from now on).
     public init(
@@ -69,7 +86,8 @@ public struct DeltaSnapServer: Sendable {
         do {
             // Services stop in reverse order: the held index requests are answered first, so
             // the server's graceful shutdown does not wait out their waits.
-            let services: [any Service] = [app, WaiterRelease(service: service)]
+            var services: [any Service] = [app, WaiterRelease(service: service)]
+            if let metricsAddress { services.insert(metricsApplication(at: metricsAddress), at: 0) }
             if handleSignals {
                 try await ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)).run()
             } else {
@@ -83,6 +101,18 @@ public struct DeltaSnapServer: Sendable {
         compaction?.cancel()
         await service.shutdown()
         try served.get()
+    }
+
+    /// The metrics listener: `/metrics` and nothing else, with the JSON 404 of the API for
+    /// any other path.
+    private func metricsApplication(at address: MetricsAddress) -> some Service {
+        let router = Router()
+        router.middlewares.add(service.errorMiddleware())
+        service.registerMetricsListener(on: router)
+        return Application(
+            router: router, configuration: .init(address: .hostname(address.host, port: address.port), serverName: nil),
+            onServerRunning: { channel in await address.onRunning(channel.localAddress?.port ?? address.port) },
+            logger: logger)
     }
 
     /// Runs `app` until this task is cancelled, then shuts it down gracefully, at most

@@ -35,7 +35,7 @@ final class ServedHead: Sendable {
         [
             .eTag: "\"\(head.token)\"",
             .lastModified: head.lastModified,
-            .cacheControl: "no-cache",
+            .cacheControl: CacheRule.revalidate,
             .vary: "Accept-Encoding, If-None-Match, If-Modified-Since",
         ]
     }

@@ -4,15 +4,13 @@ import Foundation
 
 /// Which partitions each user is a member of, read from the memberships collection of the
 /// rules (``AccessRules/memberships``): partition `members/<sub>` holds one record per
-/// partition, `{"id":"sets/8271","role":"write"}`.
+/// partition, `{"id":"sets/8271","role":"write"}` (``MembershipRecord``).
 ///
 /// A user's list is read once per version of their memberships partition and kept in a
 /// bounded cache, so a poll costs a lookup, not a read, and memory grows with the active
 /// users only.
 final class MembershipDirectory: @unchecked Sendable {
-    enum Role: Sendable, Equatable {
-        case read, write
-    }
+    typealias Role = MembershipRecord.Role
 
     private struct Entry {
         var token: ServerToken
@@ -51,10 +49,9 @@ final class MembershipDirectory: @unchecked Sendable {
         var roles: [String: Role] = [:]
         do {
             while try await source.next({ bytes in
-                guard let value = try? JSONReader(bytes: Array(bytes)).readValue(), case .string(let id)? = value["id"],
-                      CollectionPath(id)?.key != nil
-                else { return }
-                roles[id] = value["role"] == .string("write") ? .write : .read
+                // A record that grants nothing (a bad role, an id that is no partition) is skipped.
+                guard let value = try? JSONReader(bytes: Array(bytes)).readValue(), let grant = MembershipRecord.grant(of: value) else { return }
+                roles[grant.partition] = grant.role
             }) {}
         } catch {
             await source.close()

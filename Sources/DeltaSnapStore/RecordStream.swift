@@ -16,7 +16,9 @@ import DeltaSnapCore
 public final class RecordStream: @unchecked Sendable {
     private let reader: JSONReader
     private let name: String
-    private var line = 1
+    /// The line the record ``next()`` returned last began on (of a JSON array: where it
+    /// began inside it).
+    public private(set) var line = 1
     private var state = State.start
     /// Records returned so far.
     public private(set) var count = 0

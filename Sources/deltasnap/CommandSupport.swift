@@ -1,4 +1,5 @@
 import ArgumentParser
+import DeltaSnapClient
 import Foundation
 
 /// Writes one line to standard error.
@@ -43,4 +44,11 @@ struct StandardOutput {
     func write(_ bytes: [UInt8]) {
         FileHandle.standardOutput.write(Data(bytes))
     }
+}
+
+/// Refuses, for a verb given no bundle (`--snapshot`), a replica still read in place from
+/// its bundled `.replica`: opening it would start an empty replica in its place, and check
+/// writes against no data. One rule for every verb that opens a replica file.
+func refuseReadInPlace(_ replica: String, snapshot: String?) throws {
+    if snapshot == nil { try BundledReplica.ReadInPlace.check(replica) }
 }

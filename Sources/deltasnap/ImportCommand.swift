@@ -1,5 +1,6 @@
 import ArgumentParser
 import DeltaSnapCore
+import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapStores
 import Foundation
@@ -21,6 +22,11 @@ struct ImportCommand: AsyncParsableCommand {
             hides it there), one version per partition touched, all in one transaction. \
             With --replace, each partition the input names loses the records it does not \
             list; partitions it does not name are left alone.
+
+            --rules FILE (the file serve reads) names the memberships collection: an import \
+            into it is checked first, and refused whole (one FILE:LINE line per bad record, \
+            exit 1) when a record's role is not exactly "read" or "write" or its id is not a \
+            partition NAME/KEY — such a record would grant nothing.
             """
     )
 
@@ -35,6 +41,9 @@ struct ImportCommand: AsyncParsableCommand {
 
     @Flag(name: .long, help: "Hide every stored record that the input does not contain.")
     var replace = false
+
+    @Option(name: .long, help: ArgumentHelp("The access rules serve reads (--rules): an import into their memberships collection is checked record by record first.", valueName: "FILE"))
+    var rules: String?
 
     @Flag(name: .long, help: "No progress lines on stderr.")
     var quiet = false
@@ -51,14 +60,15 @@ struct ImportCommand: AsyncParsableCommand {
     func run() async throws {
         try await reportingErrors {
             try CollectionPath.validate(collection)
-            if let partitionBy { return try await importPartitioned(by: partitionBy) }
+            let input = try checkedInput()
+            if let partitionBy { return try await importPartitioned(by: partitionBy, from: input) }
             let started = ContinuousClock.now
             let quiet = self.quiet
             let progress: @Sendable (Int) -> Void = { count in
                 if !quiet { printError("import: \(count) records read (\(rate(count, since: started)))") }
             }
-            let name = file == "-" ? "<stdin>" : file
-            func openSource() throws -> ChunkSource { file == "-" ? ChunkSources.standardInput() : try ChunkSources.file(at: file) }
+            let name = input.name
+            func openSource() throws -> ChunkSource { try input.open() }
             let result = try await StoreFactory.withStore(db) { store in
                 try await store.importRecords(from: RecordStream(source: try openSource(), name: name), into: collection, replace: replace, progress: progress)
             }
@@ -73,14 +83,54 @@ struct ImportCommand: AsyncParsableCommand {
 }
 
 extension ImportCommand {
+    /// Where the records come from: the file, or standard input — read into memory first
+    /// when it must be read twice (checked, then imported).
+    private struct Input {
+        var name: String
+        var path: String?
+        var buffered: [UInt8]?
+
+        func open() throws -> ChunkSource {
+            if let buffered { return ChunkSources.bytes(buffered) }
+            if let path { return try ChunkSources.file(at: path) }
+            return ChunkSources.standardInput()
+        }
+    }
+
+    /// The input, checked first when it goes to the memberships collection of `--rules`:
+    /// every record that would grant nothing is reported (FILE:LINE), and nothing is imported.
+    private func checkedInput() throws -> Input {
+        var input = Input(name: file == "-" ? "<stdin>" : file, path: file == "-" ? nil : file)
+        guard let rules else { return input }
+        guard let text = try? String(contentsOfFile: rules, encoding: .utf8) else { throw FileError(path: rules, reason: "cannot be read") }
+        guard let memberships = try AccessRules(yaml: text).memberships, CollectionPath(collection)?.name == memberships else { return input }
+        if input.path == nil { input.buffered = Array(FileHandle.standardInput.readDataToEndOfFile()) }
+        let stream = RecordStream(source: try input.open(), name: input.name)
+        var bad = 0
+        while let record = try stream.next() {
+            guard let problem = MembershipRecord.problem(in: record) else { continue }
+            printError("\(input.name):\(stream.line): \(problem)")
+            bad += 1
+        }
+        if bad > 0 {
+            throw ImportRefused(reason: "\(bad) membership record\(bad == 1 ? "" : "s") would grant nothing; nothing was imported")
+        }
+        return input
+    }
+
+    private struct ImportRefused: Error, CustomStringConvertible {
+        var reason: String
+        var description: String { reason }
+    }
+
     /// `--partition-by`: reads the whole input, then commits each partition it names.
-    private func importPartitioned(by field: String) async throws {
+    private func importPartitioned(by field: String, from input: Input) async throws {
         let started = ContinuousClock.now
         let quiet = self.quiet
         let progress: (Int) -> Void = { count in
             if !quiet { printError("import: \(count) records read (\(rate(count, since: started)))") }
         }
-        let stream = RecordStream(source: file == "-" ? ChunkSources.standardInput() : try ChunkSources.file(at: file), name: file == "-" ? "<stdin>" : file)
+        let stream = RecordStream(source: try input.open(), name: input.name)
         let partitions = try PartitionRecords.group(stream, collection: collection, by: field, progress: progress)
         if !quiet { printError("import: \(stream.count) records in \(partitions.count) partitions; committing") }
         let results = try await StoreFactory.withStore(db) { store in try await store.importPartitions(partitions, replace: replace) }

@@ -15,6 +15,10 @@ struct InspectCommand: AsyncParsableCommand {
     func run() async throws {
         try await reportingErrors {
             if BundledReplica.isReplica(file) { return try inspectReplica() }
+            // A replica read in place has no file of its own yet: its data is the bundle's.
+            if BundledReplica.isReadInPlace(file) {
+                throw FileError(path: file, reason: "does not exist yet: this replica is still read in place from its bundled .replica (inspect that file)")
+            }
             let header: BodyHeader
             do {
                 header = try Snapshot.read(path: file)

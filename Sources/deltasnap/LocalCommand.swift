@@ -38,6 +38,7 @@ struct LocalCommand: AsyncParsableCommand {
 
         func open() throws -> LocalReplica {
             if let collection { return try LocalReplica(path: replica, collection: collection) }
+            try refuseReadInPlace(replica, snapshot: snapshot)
             return try snapshot.map { try LocalReplica(path: replica, bundledReplica: $0) } ?? LocalReplica(path: replica)
         }
     }
@@ -150,6 +151,9 @@ struct PendingCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
+            // Read in place from its bundle, a replica holds no queued write: the first one
+            // copies the bundle to its own file.
+            if collection == nil && BundledReplica.isReadInPlace(replica) { return }
             guard FileManager.default.fileExists(atPath: replica) else { throw FileError(path: replica, reason: "does not exist") }
             var out = ""
             let local = try collection.map { try LocalReplica(path: replica, collection: $0) } ?? LocalReplica(path: replica)

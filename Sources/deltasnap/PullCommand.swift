@@ -80,6 +80,7 @@ struct PullCommand: AsyncParsableCommand {
             if let collections { return try await pullSeveral(TokenCommand.list(collections), keys: keys) }
             let collectionURL = URL(string: url)!
             let name = collectionURL.lastPathComponent
+            try refuseReadInPlace(self.replica, snapshot: snapshot)
             let replica = try DeltaSnapReplica(
                 path: self.replica, collection: name, url: collectionURL, bundledSnapshot: snapshot,
                 timeout: .milliseconds(Int(timeout * 1000)), accessToken: token, trustedKeys: keys, acceptingServerChange: waits.rebind)
@@ -162,7 +163,7 @@ struct DumpCommand: AsyncParsableCommand {
     func run() async throws {
         try await reportingErrors {
             guard FileManager.default.fileExists(atPath: replica) || snapshot.map(BundledReplica.isReplica) == true else {
-                throw FileError(path: replica, reason: "does not exist (a replica started from a bundled .replica is read in place until its data changes: pass that file as --snapshot)")
+                throw BundledReplica.ReadInPlace(path: replica)
             }
             try ReplicaDump.dump(path: replica, bundledReplica: snapshot, collection: collection) { StandardOutput().write($0) }
         }

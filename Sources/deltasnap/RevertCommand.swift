@@ -42,6 +42,8 @@ struct RevertCommand: AsyncParsableCommand {
     func run() async throws {
         try await reportingErrors {
             let collectionURL = URL(string: url)!
+            // revert takes no bundle: the history comes from the server, the write goes to the replica's own file.
+            try refuseReadInPlace(self.replica, snapshot: nil)
             let replica = try DeltaSnapReplica(
                 path: self.replica, collection: collectionURL.lastPathComponent, url: collectionURL,
                 accessToken: token ?? ProcessInfo.processInfo.environment["DELTASNAP_TOKEN"])

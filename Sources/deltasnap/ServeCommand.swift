@@ -20,7 +20,9 @@ struct ServeCommand: AsyncParsableCommand {
             POST /v1/collections/NAME/records          a batch of NDJSON or a JSON array (?replace=true)
             POST /v1/collections/NAME/mutations        a client's batch of offline writes (two-way sync)
             GET  /v1/collections/NAME/records/ID/history   values writes replaced, newest first
-            GET  /healthz, /metrics                    liveness; Prometheus text (swift-metrics)
+            GET  /healthz                              liveness
+            GET  /metrics                              Prometheus text, to the admin token only
+                                                       (or to anyone on --metrics-listen's address)
             .../collections/NAME/partitions/KEY/...    the same endpoints for one partition (--rules)
 
             For shared caches (a CDN, nginx proxy_cache), docs/PROTOCOL.md §8:
@@ -62,6 +64,9 @@ struct ServeCommand: AsyncParsableCommand {
 
     @Option(name: .long, help: "Port to listen on (0 picks a free one).")
     var port = 8080
+
+    @Option(name: .long, help: ArgumentHelp("Serve /metrics (Prometheus text) to anyone on this separate address, e.g. 127.0.0.1:9464; keep it off the public network. Without it, /metrics on the API's address answers the admin token only: its counters move when anyone reads their own partition.", valueName: "HOST:PORT"))
+    var metricsListen: String?
 
     @Option(name: .long, help: "Bearer token for the write API (or DELTASNAP_WRITE_TOKEN). Without one, writes answer 403.")
     var writeToken: String?
@@ -128,6 +133,9 @@ struct ServeCommand: AsyncParsableCommand {
             }
         }
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
+        if let metricsListen, Self.hostAndPort(metricsListen) == nil {
+            throw ValidationError("--metrics-listen must be HOST:PORT (a port 0...65535), e.g. 127.0.0.1:9464")
+        }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical") }
         guard maxBodyBytes > 0 else { throw ValidationError("--max-body-bytes must be positive") }
         guard retentionDays > 0 else { throw ValidationError("--retention-days must be positive") }
@@ -173,6 +181,19 @@ struct ServeCommand: AsyncParsableCommand {
         }
     }
 
+    /// `HOST:PORT`, `[::1]:PORT` for an IPv6 host.
+    static func hostAndPort(_ text: String) -> (String, Int)? {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else { return nil }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { return nil }
+        return (host, port)
+    }
+
+    private static func urlHost(_ host: String) -> String {
+        host.contains(":") ? "[\(host)]" : host
+    }
+
     private func serve(logOutput: BufferedLogOutput) async throws {
         var logger = Logger(label: "deltasnap")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
@@ -201,6 +222,11 @@ struct ServeCommand: AsyncParsableCommand {
         let location = try StoreLocation(db, readReplica: readDb)
         var server = try await DeltaSnapServer(store: try await StoreFactory.open(location, logger: logger), configuration: configuration, logger: logger)
         server.staticFiles = staticDirectory
+        if let metricsListen, let (metricsHost, metricsPort) = Self.hostAndPort(metricsListen) {
+            server.metricsAddress = .init(host: metricsHost, port: metricsPort) { boundPort in
+                StandardOutput().write(Array("deltasnap: metrics on http://\(Self.urlHost(metricsHost)):\(boundPort)/metrics\n".utf8))
+            }
+        }
         // Anything else in the process that reports through swift-metrics lands on the same /metrics.
         MetricsSystem.bootstrap(server.service.metrics.factory)
         let writes = token != nil || access.jwtSecret != nil || access.jwtPublicKeyPEM != nil

@@ -101,6 +101,7 @@ struct SyncCommand: AsyncParsableCommand {
         if isView { return try await syncView() }
         let code = try await reportingErrors {
             let collectionURL = URL(string: url)!
+            try refuseReadInPlace(self.replica, snapshot: snapshot)
             let replica = try DeltaSnapReplica(
                 path: self.replica, collection: collectionURL.lastPathComponent, url: collectionURL, bundledSnapshot: snapshot,
                 timeout: .milliseconds(Int(timeout * 1000)), accessToken: token ?? ProcessInfo.processInfo.environment["DELTASNAP_TOKEN"],

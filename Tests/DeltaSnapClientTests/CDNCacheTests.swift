@@ -185,3 +185,22 @@ import Testing
         return outcomes
     }
 }
+
+extension CDNCacheTests {
+    /// The Swift client keeps no HTTP cache of its own (docs/PROTOCOL.md §10.2): even an
+    /// answer its server allowed to be kept for a year is asked for again, so nothing a user
+    /// lost access to is served from the device's HTTP cache — the replica is the cache.
+    @Test func theSwiftTransportKeepsNoHTTPCache() async throws {
+        let server = try await ScriptedServer.start { _, _ in
+            .init(headers: ["Cache-Control": "public, max-age=31536000, immutable", "ETag": "\"e.1\""], body: Array("{}".utf8))
+        }
+        let transport = URLSessionTransport()
+        for _ in 0..<3 {
+            let response = try await transport.fetch(SyncRequest(url: server.url, headers: SyncRequest.headers(accessToken: "t"), timeout: .seconds(10)))
+            #expect(response.status == 200)
+            if let file = response.bodyFile { try? FileManager.default.removeItem(at: file) }
+        }
+        #expect(server.received.count == 3)
+        await server.stop()
+    }
+}

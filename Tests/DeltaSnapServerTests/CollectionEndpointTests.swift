@@ -203,14 +203,14 @@ import Testing
             #expect(options.header("Allow") == "GET, HEAD")
             // HEAD wherever GET works.
             for path in ["/v1/collections", "/healthz", "/metrics", "/v1/collections/items/records/r0000001/history"] {
-                let head = try await offPool { try server.connect().request("HEAD", path) }
+                let head = try await offPool { try server.connect().request("HEAD", path, headers: ["Authorization": "Bearer \(TestServer.writeToken)"]) }
                 #expect(head.status == 200, "HEAD \(path)")
             }
             let health = try await get(server, "/healthz")
             #expect(health.status == 200 && health.text == "{\"status\":\"ok\"}\n")
-            let metrics = try await get(server, "/metrics")
-            #expect(metrics.text.contains("deltasnap_collection_responses_total{outcome=\"full\"}"))
-            #expect(metrics.text.contains("deltasnap_http_responses_total{route=\"/v1/collections/{name}\",status=\"404\"} 1"))
+            let metrics = try await server.metricsText()
+            #expect(metrics.contains("deltasnap_collection_responses_total{outcome=\"full\"}"))
+            #expect(metrics.contains("deltasnap_http_responses_total{route=\"/v1/collections/{name}\",status=\"404\"} 1"))
         }
     }
 

@@ -163,14 +163,14 @@ import Testing
             let auth = ["Authorization": "Bearer \(alice)"]
             let view = try await Self.timed(server, "/v1/index", headers: auth).response
             let etag = try #require(view.header("ETag"))
-            #expect(view.header("Cache-Control") == "private, no-cache")
+            #expect(view.header("Cache-Control") == "private, no-store")
 
             async let unmoved = Self.timed(server, "/v1/index?wait=2", headers: auth.merging(["If-None-Match": etag]) { $1 })
             try await Task.sleep(for: .milliseconds(300))
             try await Self.put(server, "/v1/collections/attempts/partitions/bob/records/b2", #"{"score":1}"#)
             let quiet = try await unmoved
             #expect(quiet.response.status == 304 && quiet.seconds >= 1.9, "bob's write reached alice's wait: \(quiet.response.status) after \(quiet.seconds) s")
-            #expect(quiet.response.header("Cache-Control") == "private, no-cache")
+            #expect(quiet.response.header("Cache-Control") == "private, no-store")
 
             async let moved = Self.timed(server, "/v1/index?wait=20", headers: auth.merging(["If-None-Match": etag]) { $1 })
             try await Task.sleep(for: .milliseconds(300))

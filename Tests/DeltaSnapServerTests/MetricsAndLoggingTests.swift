@@ -53,7 +53,7 @@ import Testing
             #expect(delta.status == 200)
             #expect(try await get(server, "/v1/collections/nope").status == 404)
 
-            let metrics = try await get(server, "/metrics")
+            let metrics = try await get(server, "/metrics", ["Authorization": "Bearer \(TestServer.writeToken)"])
             #expect(metrics.status == 200)
             #expect(metrics.header("Content-Type")?.hasPrefix("text/plain") == true)
             let text = metrics.text

@@ -14,7 +14,7 @@ import Testing
         defer { dir.remove() }
         let store = try SQLiteCollectionStore(path: dir.file("s.sqlite"))
         _ = try await store.importBatch(Array(Fixtures.ndjson(0..<3).utf8), into: "items")
-        let api = try await DeltaSnapAPI(store: store)
+        let api = try await DeltaSnapAPI(store: store, configuration: .init(writeToken: "operator"))
         let router = Router()
         router.get("/hello") { _, _ in "hi from the host" }
         router.get("/boom") { _, _ -> String in throw HTTPError(.badRequest, message: "the host's own error") }
@@ -47,7 +47,7 @@ import Testing
         #expect(served.status == 200 && served.header("X-Request-Id") != nil)
         let unknown = try client.request("GET", "/v1/collections/nope")
         #expect(unknown.status == 404 && unknown.text.contains(#""error":"unknown_collection""#))
-        let metrics = try client.request("GET", "/metrics").text
+        let metrics = try client.request("GET", "/metrics", headers: ["Authorization": "Bearer operator"]).text
         #expect(metrics.contains(#"route="/v1/collections/{name}",status="404"} 1"#))
         #expect(!metrics.contains("/hello") && !metrics.contains("unmatched"))
     }

@@ -118,3 +118,55 @@ import Testing
         #expect(try store.read { try $0.recomputedChecksum(of: "c") }.checksum == store.head(of: "c")?.checksum)
     }
 }
+
+extension ImportCommandTests {
+    /// `import --rules FILE` into the memberships collection: every record that would grant
+    /// nothing is named (FILE:LINE), and nothing is imported; other collections pass as before.
+    @Test func membershipsThatGrantNothingAreRefusedWithTheirLines() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let db = dir.file("s.sqlite")
+        let rules = try dir.write("rules.yaml", Fixtures.studyAppRules)
+        let bad = #"{"id":"sets/1","role":"read"}"# + "\n" + #"{"id":"sets/2","role":"none"}"# + "\n"
+            + #"{"id":"sets/3"}"# + "\n" + #"{"id":"plain","role":"write"}"# + "\n" + #"{"id":"sets/4","hidden":true}"# + "\n"
+        let file = try dir.write("members.ndjson", bad)
+        for arguments in [
+            ["import", "--db", db, "--rules", rules, "--collection", "members/alice", file],
+            ["import", "--db", db, "--rules", rules, "--collection", "members", "--partition-by", "user", try dir.write("by-user.ndjson", #"{"id":"sets/9","user":"bob","role":"Write"}"# + "\n")],
+        ] {
+            let result = try CLI.run(arguments)
+            #expect(result.status == 1, "\(result.stderr)")
+            #expect(!result.stderr.contains("deltasnap: ") || result.stderr.hasSuffix("nothing was imported\n"), "\(result.stderr)")
+        }
+        let refused = try CLI.run(["import", "--db", db, "--rules", rules, "--collection", "members/alice", file])
+        let lines = refused.stderr.split(separator: "\n").map(String.init)
+        #expect(lines.count == 4, "\(refused.stderr)")
+        #expect(lines[0].hasPrefix("\(file):2: record \"sets/2\": role \"none\" grants nothing"), "\(lines[0])")
+        #expect(lines[1].hasPrefix("\(file):3: record \"sets/3\": no role grants nothing"), "\(lines[1])")
+        #expect(lines[2].hasPrefix("\(file):4: record \"plain\": a membership's id names a partition"), "\(lines[2])")
+        #expect(lines[3] == "deltasnap: 3 membership records would grant nothing; nothing was imported")
+        #expect(try Store(path: db).head(of: "members/alice") == nil)
+
+        // From standard input too; good records import; other collections are not checked.
+        let good = try CLI.run(["import", "--db", db, "--rules", rules, "--collection", "members/alice", "-"], stdin: #"{"id":"sets/1","role":"read"}"#)
+        #expect(good.status == 0, "\(good.stderr)")
+        let stdinBad = try CLI.run(["import", "--db", db, "--rules", rules, "--collection", "members/alice", "-"], stdin: #"{"id":"sets/1","role":1}"#)
+        #expect(stdinBad.status == 1 && stdinBad.stderr.hasPrefix("<stdin>:1: record \"sets/1\": role 1 grants nothing"), "\(stdinBad.stderr)")
+        let other = try CLI.run(["import", "--db", db, "--rules", rules, "--collection", "sets/1", "-"], stdin: #"{"id":"q","role":"none"}"#)
+        #expect(other.status == 0, "\(other.stderr)")
+    }
+
+    /// PROTOCOL §10.1: `--partition-by` keeps the field in each record; `export` of a
+    /// partition that does not exist fails with one line.
+    @Test func partitionByKeepsTheFieldAndExportOfAMissingPartitionFails() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let db = dir.file("s.sqlite")
+        let file = try dir.write("a.ndjson", #"{"id":"a1","owner":"alice","score":3}"# + "\n")
+        #expect(try CLI.run(["import", "--db", db, "--collection", "attempts", "--partition-by", "owner", file]).status == 0)
+        let exported = try CLI.run(["export", "--db", db, "--collection", "attempts/alice"])
+        #expect(exported.stdout == #"{"id":"a1","owner":"alice","score":3}"# + "\n")
+        let missing = try CLI.run(["export", "--db", db, "--collection", "attempts/zed"])
+        #expect(missing.status == 1 && missing.stderr == "deltasnap: collection \"attempts/zed\" does not exist\n", "\(missing.stderr)")
+    }
+}

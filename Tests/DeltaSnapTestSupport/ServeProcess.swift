@@ -11,17 +11,21 @@ import Glibc
 /// ```
 public final class ServeProcess: Sendable {
     public let port: Int
+    /// The lines it printed on standard output until every awaited one had come.
+    public let lines: [String]
     private let process: Process
 
     public var collectionsURL: String { "http://127.0.0.1:\(port)/v1/collections" }
 
-    private init(port: Int, process: Process) {
+    private init(port: Int, lines: [String], process: Process) {
         self.port = port
+        self.lines = lines
         self.process = process
     }
 
-    /// Starts `deltasnap serve --port 0 ARGUMENTS` and waits for its "serving" line.
-    public static func start(_ arguments: [String]) throws -> ServeProcess {
+    /// Starts `deltasnap serve --port 0 ARGUMENTS` and waits for its "serving" line (and for a
+    /// line starting with each of `awaiting`).
+    public static func start(_ arguments: [String], awaiting: [String] = []) throws -> ServeProcess {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: CLI.binary)
         process.arguments = ["serve", "--port", "0", "--log-level", "warning"] + arguments
@@ -29,18 +33,22 @@ public final class ServeProcess: Sendable {
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
         try process.run()
-        var line = ""
-        while !line.contains("\n") {
+        let serving = "deltasnap: serving "
+        var text = ""
+        var lines: [String] { text.split(separator: "\n").map(String.init) }
+        while !(awaiting + [serving]).allSatisfy({ prefix in lines.contains { $0.hasPrefix(prefix) } }) {
             let data = output.fileHandleForReading.availableData
             if data.isEmpty { break }
-            line += String(decoding: data, as: UTF8.self)
+            text += String(decoding: data, as: UTF8.self)
         }
-        guard let range = line.range(of: "http://127.0.0.1:"), let port = Int(line[range.upperBound...].prefix { $0.isNumber }) else {
+        guard let line = lines.first(where: { $0.hasPrefix(serving) }), let range = line.range(of: "http://127.0.0.1:"),
+              let port = Int(line[range.upperBound...].prefix { $0.isNumber })
+        else {
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
-            throw RawHTTPClient.Failure(description: "deltasnap serve did not start: \(line)")
+            throw RawHTTPClient.Failure(description: "deltasnap serve did not start: \(text)")
         }
-        return ServeProcess(port: port, process: process)
+        return ServeProcess(port: port, lines: lines, process: process)
     }
 
     /// SIGTERM, then waits for the exit.

@@ -1,3 +1,4 @@
+import DeltaSnapCore
 import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapStores
@@ -107,6 +108,30 @@ public final class TestServer: Sendable {
             try await Task.sleep(for: .milliseconds(20))
         }
         throw RawHTTPClient.Failure(description: "the server never stated floor \(floor) of \(collection)")
+    }
+
+    /// `GET /metrics` as the operator (the admin token): the Prometheus text.
+    public func metricsText() async throws -> String {
+        let port = port
+        return try await offPool {
+            try RawHTTPClient(port: port).request("GET", "/metrics", headers: ["Authorization": "Bearer \(TestServer.writeToken)"]).text
+        }
+    }
+
+    /// Waits until the server answers `collection` (or partition) at `token`, as the admin:
+    /// another writer's commit reaches it through its watcher, later on a loaded machine.
+    /// Throws after 10 s.
+    public func waitForToken(_ token: ServerToken?, of collection: String) async throws {
+        let port = port
+        guard let path = CollectionPath(collection)?.urlPath else { throw RawHTTPClient.Failure(description: "\(collection) is no collection") }
+        for _ in 0..<500 {
+            let etag = try await offPool {
+                try RawHTTPClient(port: port).request("HEAD", path, headers: ["Authorization": "Bearer \(TestServer.writeToken)"]).header("ETag")
+            }
+            if let token, etag == "\"\(token)\"" { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw RawHTTPClient.Failure(description: "the server never served \(collection) at \(token.map(String.init(describing:)) ?? "nil")")
     }
 
     /// A new raw connection to the server.

@@ -12,9 +12,15 @@ It serves the page's static files itself (so a page still loads while the API is
   forge-body     change a record of every full body and fix its XXH64 checksum, so only
                  the signed digest can tell
   retry-after    answer every /v1/ request 503 with Retry-After: 30
+  old-cache-control
+                 give private answers (Cache-Control: private, …) the headers an older
+                 server gave: `private, max-age=31536000, immutable` on the token-named
+                 snapshot and delta URLs, `private, no-cache` elsewhere — answers a browser
+                 keeps in its HTTP cache unless the request says `cache: "no-store"`
 
 `GET /__proxy/log` returns the API requests seen (method, path, If-None-Match, status,
-body kind) and `POST /__proxy/log?clear=1` clears it. It prints its port on stdout.
+body kind, the Cache-Control answered) and `POST /__proxy/log?clear=1` clears it. It
+prints its port on stdout.
 """
 import argparse
 import http.client
@@ -126,6 +132,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             status = resp.status
             out_headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding")]
             conn.close()
+            if mode == "old-cache-control":
+                token_named = "/snapshots/" in url.path or "/deltas/" in url.path
+                old = "private, max-age=31536000, immutable" if token_named else "private, no-cache"
+                out_headers = [(k, old if k.lower() == "cache-control" and v.startswith("private") else v) for k, v in out_headers]
         except OSError:
             # The server is stopped: the browser sees a network error, as it would offline.
             with LOCK:
@@ -151,6 +161,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 entry["damaged"] = True
             data = text.encode("utf-8")
         entry["status"] = status
+        entry["cacheControl"] = next((v for k, v in out_headers if k.lower() == "cache-control"), None)
         with LOCK:
             STATE["log"].append(entry)
         self.reply(status, data, out_headers)

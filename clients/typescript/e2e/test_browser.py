@@ -588,6 +588,111 @@ class BrowserClient(unittest.TestCase):
         self.assertEqual(partitions(bob), ["attempts/bob"], bob)
         self.assertIn("countries", bob["held"])
 
+    def test_12b_a_moved_out_partitions_urls_are_not_served_from_the_http_cache(self):
+        """Nothing private outlives access: the client never lets the browser's HTTP cache keep a private answer."""
+        alice = f"Bearer {ENV.tokens['alice']}"
+        base = "/v1/collections/sets/partitions/7000"
+
+        def write(path, value=None, method="PUT"):
+            body = json.dumps(value).encode() if value is not None else None
+            status, _, text = http(method, f"{ENV.server_url}{path}", body, {"Authorization": f"Bearer {ADMIN}"})
+            self.assertEqual(status, 200, text)
+
+        membership = "/v1/collections/members/partitions/alice/records/" + urllib.parse.quote("sets/7000", safe="")
+        write(f"{base}/records/c1", {"question": "4+4"})
+        write(membership, {"id": "sets/7000", "role": "read"})
+
+        # The server's rule: a private answer is never stored; public ones as before.
+        status, headers, text = http("GET", f"{ENV.server_url}/v1/index", headers={"Authorization": alice})
+        self.assertEqual((status, headers.get("Cache-Control")), (200, "private, no-store"))
+        tokens = {name: entry["token"] for name, entry in json.loads(text)["index"]["collections"].items()}
+        for path in (base, f"{base}/snapshots/{tokens['sets/7000']}"):
+            status, headers, _ = http("GET", f"{ENV.server_url}{path}", headers={"Authorization": alice})
+            self.assertEqual((status, headers.get("Cache-Control")), (200, "private, no-store"), path)
+        status, headers, _ = http("GET", f"{ENV.server_url}/v1/collections/countries/snapshots/{tokens['countries']}")
+        self.assertEqual((status, headers.get("Cache-Control")), (200, "public, max-age=31536000, immutable"))
+
+        # The client's rule, held against an older server's headers (`immutable` for a year on
+        # the token-named URLs): a user's two views — signed (the index, snapshot and delta
+        # URLs) and unsigned (the collection URL) — take the partition in and apply a change.
+        ENV.driver.execute_cdp_cmd("Network.clearBrowserCache", {})
+        ENV.driver.get(f"{ENV.url}/harness.html?db=view-cache&sync=0")
+        WebDriverWait(ENV.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
+        ENV.js("const { DeltaSnapView } = await import('./deltasnap.js');"
+               "window.views = { signed: await DeltaSnapView.open({ accessToken: args[0], trustedKeys: [args[1]], databasePrefix: 'e2e-view' }),"
+               "                 plain: await DeltaSnapView.open({ accessToken: args[0], databasePrefix: 'e2e-cache' }) };",
+               ENV.tokens["alice"], open(os.path.join(ENV.static, "signing.pub")).read().strip())
+
+        def sync_views():
+            return ENV.js("const out = {}; for (const [k, v] of Object.entries(window.views)) out[k] = await v.sync();"
+                          "return JSON.parse(JSON.stringify(out, (k, v) => typeof v === 'bigint' ? String(v) : v));")
+
+        def questions():
+            return ENV.js("const out = {}; for (const [k, v] of Object.entries(window.views)) out[k] = (await v.query('sets')).map((r) => r.question).sort(); return out;")
+
+        def databases():
+            return sorted(d["name"] for d in ENV.js("return await indexedDB.databases();") if d["name"].endswith(":sets/7000"))
+
+        ENV.mode("old-cache-control")
+        ENV.log(clear=True)
+        for name, report in sync_views().items():
+            self.assertEqual(report["partitions"].get("sets/7000", {}).get("kind"), "applied", (name, report))
+        write(f"{base}/records/c2", {"question": "5+5"})
+        for name, report in sync_views().items():
+            self.assertEqual(report["partitions"]["sets/7000"]["kind"], "applied", (name, report))
+        self.assertEqual({k: "4+4" in v and "5+5" in v for k, v in questions().items()}, {"signed": True, "plain": True})
+        self.assertEqual(len(databases()), 2, databases())
+        log = ENV.log()
+        mine = [e for e in log if e["path"].startswith(base) or e["path"] == "/v1/index"]
+        snapshot = next(e["path"] for e in mine if "/snapshots/" in e["path"])
+        delta = next(e["path"] for e in mine if "/deltas/" in e["path"])
+        self.assertEqual([e["cacheControl"] for e in mine if e["path"] in (snapshot, delta)], ["private, max-age=31536000, immutable"] * 2, mine)
+        self.assertEqual({e["cacheControl"] for e in mine if e["path"] in (base, "/v1/index") and e["status"] == 200}, {"private, no-cache"}, mine)
+        # `only-if-cached` asks the browser's HTTP cache alone, fresh or stale: nothing was kept.
+        transfer_sizes = "return args[0].map((u) => performance.getEntriesByName(new URL(u, location.href).href).map((e) => e.transferSize));"
+        probe = ("return await Promise.all(args[0].map(async (url) => {"
+                 "  try { const r = await fetch(url, { cache: 'only-if-cached', mode: 'same-origin', headers: { Authorization: args[1] } });"
+                 "        return r.status === 504 ? 'not cached' : `cached ${r.status}`; }"
+                 "  catch (e) { return 'not cached'; } }));")
+        urls = [base, snapshot, delta, "/v1/index"]
+        self.assertEqual(ENV.js(probe, urls, alice), ["not cached"] * 4, urls)
+        # What the probe finds when a request lets the cache keep an answer (as the client did
+        # before): alice's own snapshot, then read back without any token by a plain fetch —
+        # served by the cache, the server never asked.
+        mine_too = f"/v1/collections/attempts/partitions/alice/snapshots/{tokens['attempts/alice']}"
+        ENV.js("performance.clearResourceTimings();")
+        self.assertEqual(ENV.js("const r = await fetch(args[0], { headers: { Authorization: args[1] } }); await r.text(); return r.status;", mine_too, alice), 200)
+        self.assertEqual(ENV.js(probe, [mine_too], alice), ["cached 200"])
+        ENV.log(clear=True)
+        self.assertEqual(ENV.js("const r = await fetch(args[0]); await r.text(); return r.status;", mine_too), 200)
+        self.assertEqual([e for e in ENV.log() if e["path"] == mine_too], [])
+        # Resource timing (an entry once the body is read): from the network, then from the cache.
+        sizes = ENV.wait(lambda: (lambda s: s if len(s) == 2 else None)(ENV.js(transfer_sizes, [mine_too])[0]), "the control's timing entries")
+        self.assertTrue(sizes[0] > 0 and sizes[1] == 0, sizes)
+        ENV.driver.execute_cdp_cmd("Network.clearBrowserCache", {})
+
+        # Move-out: the views drop the partition; its URLs answer the server's 404, to the
+        # user's token and to none, from the network.
+        ENV.mode("normal")
+        write(membership, method="DELETE")
+        for name, report in sync_views().items():
+            self.assertEqual(list(report["dropped"]), ["sets/7000"], (name, report))
+            self.assertNotIn("sets/7000", report["held"])
+        self.assertEqual(databases(), [])
+        self.assertEqual({k: "4+4" in v or "5+5" in v for k, v in questions().items()}, {"signed": False, "plain": False})
+        ENV.log(clear=True)
+        ENV.js("performance.clearResourceTimings();")
+        statuses = ENV.js("const out = [];"
+                          "for (const url of args[0]) for (const init of [{ headers: { Authorization: args[1] } }, {}]) {"
+                          "  const r = await fetch(url, init); await r.text(); out.push(r.status); }"
+                          "return out;", urls[:3], alice)
+        self.assertEqual(statuses, [404] * 6)
+        asked = [(e["path"], e["status"]) for e in ENV.log()]
+        self.assertEqual(sorted(asked), sorted((url, 404) for url in urls[:3] for _ in range(2)), asked)
+        sizes = ENV.wait(lambda: (lambda s: s if all(len(x) == 2 for x in s) else None)(ENV.js(transfer_sizes, urls[:3])), "the timing entries")
+        self.assertTrue(all(min(s) > 0 for s in sizes), sizes)
+        ENV.js("for (const v of Object.values(window.views)) v.close();")
+
     def test_13_live_mode_applies_a_commit_within_moments(self):
         """Live mode: a replica's syncing tab and a view wait on /v1/index?wait=; a commit lands without polling."""
         ENV.log(clear=True)

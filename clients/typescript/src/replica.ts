@@ -7,7 +7,7 @@ import { LiveLoop, LiveOptions, LiveStep } from "./live.js";
 import { DEFAULT_RETRY_POLICY, RetryPolicy, serverDelay } from "./retry.js";
 import { ALLOWED_CLOCK_SKEW, parseSignedIndex, TrustedKey } from "./signed-index.js";
 import { PendingWrite, ReplicaStore } from "./store.js";
-import { fetchTextWithTimeout, pull, PullOutcome, push, PushReport, SyncContext, waitingUntil, WaitPolicy } from "./sync-engine.js";
+import { fetchTextWithTimeout, pull, PullOutcome, push, PushReport, requestInit, SyncContext, waitingUntil, WaitPolicy } from "./sync-engine.js";
 import { TabCoordinator, TabMessage } from "./tabs.js";
 
 /** A record as the app reads it: a plain JSON object with a string `id`. */
@@ -369,7 +369,7 @@ export class DeltaSnapReplica extends EventTarget {
   private async liveStep(wait: number | null, signal: AbortSignal): Promise<LiveStep> {
     if (wait === null) return this.liveSync();
     const token = await this.ctx.accessToken();
-    const headers: Record<string, string> = token ? { Authorization: `Bearer ${token}` } : {};
+    const headers: Record<string, string> = {};
     let url = `${this.ctx.serverURL}/v1/index?wait=${wait}`;
     if (this.liveIndex.etag !== null) {
       // With a token the index is the user's own, which no shared cache keeps: If-None-Match.
@@ -378,7 +378,7 @@ export class DeltaSnapReplica extends EventTarget {
       else url += `&etag=${encodeURIComponent(this.liveIndex.etag)}`;
     }
     if (this.liveIndex.cursor !== null) url += `&cursor=${encodeURIComponent(this.liveIndex.cursor)}`;
-    const answer = await fetchTextWithTimeout(this.ctx.fetch, url, { headers, cache: "no-store", signal }, this.ctx.timeoutMs + wait * 1000);
+    const answer = await fetchTextWithTimeout(this.ctx.fetch, url, requestInit(token, "no-store", { headers, signal }), this.ctx.timeoutMs + wait * 1000);
     if (answer === null) return { kind: "failed" };
     const { response, text } = answer;
     const asked = serverDelay(response.headers.get("Retry-After"), response.headers.get("Backoff"), Date.now());

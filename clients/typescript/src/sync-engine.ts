@@ -109,9 +109,28 @@ async function readText(response: Response): Promise<string | null> {
   try { return await response.text(); } catch { return null; }
 }
 
-async function authHeaders(ctx: SyncContext): Promise<Record<string, string>> {
-  const token = await ctx.accessToken();
-  return token ? { Authorization: `Bearer ${token}` } : {};
+/** A request's init without its cache mode (which {@link requestInit} decides), headers as a record. */
+export type RequestParts = Omit<RequestInit, "headers" | "cache"> & { headers?: Record<string, string> };
+
+/**
+ * The init of every request to the server — the one place that decides how the browser's
+ * HTTP cache takes part. A request that carries the bearer token (a user's view, a
+ * partition, a private collection) is `no-store`: the browser's cache neither answers it nor
+ * keeps the answer — not even one an older server marked `immutable` — so nothing private
+ * outlives access on the device. The replica in IndexedDB is the client's cache, and a view
+ * deletes a partition that left it. A request without a token (public data) keeps
+ * `publicCache`: the collection poll is `no-store`, the public index and the token-named
+ * `…/snapshots/`, `…/deltas/` URLs go through the browser's (and any shared) cache.
+ */
+export function requestInit(token: string | null, publicCache: RequestCache, init: RequestParts = {}): RequestInit {
+  const headers: Record<string, string> = { ...init.headers };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  return { ...init, headers, cache: token ? "no-store" : publicCache };
+}
+
+/** {@link requestInit} with the context's current token. */
+async function initFor(ctx: SyncContext, publicCache: RequestCache, init: RequestParts = {}): Promise<RequestInit> {
+  return requestInit(await ctx.accessToken(), publicCache, init);
 }
 
 function askedUntil(response: Response | null, now: number): number | null {
@@ -168,14 +187,14 @@ export async function pull(ctx: SyncContext, settleThrough: number | null): Prom
 
 async function plainPull(ctx: SyncContext, settleThrough: number | null): Promise<PullOutcome> {
   const held = await ctx.store.readState();
-  const headers: Record<string, string> = await authHeaders(ctx);
+  const headers: Record<string, string> = {};
   if (held.token !== null) {
     if (held.etag) headers["If-None-Match"] = held.etag;
     if (held.lastModified) headers["If-Modified-Since"] = held.lastModified;
   }
-  // `no-store`: the browser's HTTP cache must neither answer for the server nor turn our
-  // validators into its own; the 304 reaches this code as a 304.
-  const response = await request(ctx, ctx.collectionURL, { headers, cache: "no-store" });
+  // `no-store` with or without a token: the browser's HTTP cache must neither answer for the
+  // server nor turn our validators into its own; the 304 reaches this code as a 304.
+  const response = await request(ctx, ctx.collectionURL, await initFor(ctx, "no-store", { headers }));
   return answerPull(ctx, "conditional", response, held, settleThrough, null);
 }
 
@@ -206,7 +225,7 @@ async function answerPull(ctx: SyncContext, step: PullStep, response: Response |
     if (!isBodyProblem(error)) throw error;
     const reason = (error as Error).message;
     if (decideAfterUnusableBody(step) === "full-fetch") {
-      const full = await request(ctx, ctx.collectionURL, { headers: await authHeaders(ctx), cache: "no-store" });
+      const full = await request(ctx, ctx.collectionURL, await initFor(ctx, "no-store"));
       return answerPull(ctx, "full", full, held, settleThrough, reason);
     }
     return recordFailure(ctx, prefix + reason, (error as DeltaSnapError).code, false, serverNotBefore);
@@ -250,7 +269,7 @@ async function fetchIndex(ctx: SyncContext, held: ReplicaState, revalidate: bool
 
 async function fetchIndexOnce(ctx: SyncContext, held: ReplicaState, cache: RequestCache): Promise<{ index: SignedIndex; response: Response } | { failure: IndexFailure }> {
   const now = ctx.now();
-  const response = await request(ctx, ctx.serverURL + "/v1/index", { headers: await authHeaders(ctx), cache });
+  const response = await request(ctx, ctx.serverURL + "/v1/index", await initFor(ctx, cache));
   const serverNotBefore = askedUntil(response, now);
   if (!response || response.status !== 200) {
     const status = response?.status ?? null;
@@ -289,7 +308,7 @@ async function signedPull(ctx: SyncContext, settleThrough: number | null): Promi
   }
   const bodyURL = (target: string, base: string | null) =>
     `${ctx.collectionURL}/` + (base === null ? `snapshots/${encodeSegment(target)}` : `deltas/${encodeSegment(base)}/${encodeSegment(target)}`);
-  let response = await request(ctx, bodyURL(entry.token, held.token), { headers: await authHeaders(ctx) });
+  let response = await request(ctx, bodyURL(entry.token, held.token), await initFor(ctx, "default"));
   if (response?.status === 404 && (await errorCode(response.clone())) === "superseded") {
     // A cache may have served an older index: revalidate it once and retry once.
     fetched = await fetchIndex(ctx, held, true);
@@ -297,7 +316,7 @@ async function signedPull(ctx: SyncContext, settleThrough: number | null): Promi
     index = fetched.index;
     await acceptIndex(index);
     entry = index.entries.get(ctx.collection)!;
-    response = await request(ctx, bodyURL(entry.token, held.token), { headers: await authHeaders(ctx) });
+    response = await request(ctx, bodyURL(entry.token, held.token), await initFor(ctx, "default"));
   }
   const tryApply = async (r: Response | null, expectFull: boolean): Promise<VerifiedApply | string> => {
     if (!r || r.status !== 200) return `status ${r?.status ?? "none (network error)"}`;
@@ -319,8 +338,9 @@ async function signedPull(ctx: SyncContext, settleThrough: number | null): Promi
   const first = await tryApply(response, held.token === null);
   if (typeof first !== "string") return commit(ctx, first, settleThrough, serverNotBefore, null);
   // §8.4 step 5: the full body of the signed token, once — from the network: a damaged or
-  // forged body may sit in the browser's HTTP cache under this immutable URL.
-  const fallback = await request(ctx, bodyURL(entry.token, null), { headers: await authHeaders(ctx), cache: "reload" });
+  // forged body may sit in the browser's HTTP cache under this immutable URL (public data;
+  // with a token the cache is never used).
+  const fallback = await request(ctx, bodyURL(entry.token, null), await initFor(ctx, "reload"));
   const second = await tryApply(fallback, true);
   if (typeof second !== "string") return commit(ctx, second, settleThrough, askedUntil(fallback, ctx.now()), first);
   return recordFailure(ctx, `${first}; full fetch: ${second}`, "refused_body", false, askedUntil(fallback, ctx.now()));
@@ -366,8 +386,8 @@ export async function push(ctx: SyncContext, waits: WaitPolicy = "all"): Promise
       batch = batch.slice(0, Math.ceil(batch.length / 2));
       body = pushBody(clientId, batch);
     }
-    const headers = { ...(await authHeaders(ctx)), "Content-Type": "application/json" };
-    const response = await request(ctx, ctx.collectionURL + "/mutations", { method: "POST", headers, body, cache: "no-store" });
+    const init = await initFor(ctx, "no-store", { method: "POST", headers: { "Content-Type": "application/json" }, body });
+    const response = await request(ctx, ctx.collectionURL + "/mutations", init);
     if (!response) { report.failure = "no answer from the server; the writes stay queued"; break; }
     report.batches++;
     serverAsked = askedUntil(response, now);

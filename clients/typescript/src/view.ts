@@ -3,7 +3,7 @@ import { collectionPath, DeltaSnapReplica, JsonRecord } from "./replica.js";
 import { parseSignedIndex, SignedIndex, TrustedKey, verifySignedIndex } from "./signed-index.js";
 import { PendingWrite } from "./store.js";
 import { LiveLoop, LiveOptions, LiveStep } from "./live.js";
-import { fetchTextWithTimeout, PullOutcome, PushReport } from "./sync-engine.js";
+import { fetchTextWithTimeout, PullOutcome, PushReport, requestInit } from "./sync-engine.js";
 import { TabCoordinator, TabMessage } from "./tabs.js";
 
 /** Options of {@link DeltaSnapView.open}. */
@@ -252,13 +252,14 @@ export class DeltaSnapView extends EventTarget {
   private async fetchView(held: ViewBookkeeping, wait: number | null, signal?: AbortSignal): Promise<
     { kind: "not-modified" } | { kind: "failed"; reason: string; unavailable: boolean } | { kind: "fetched"; index: SignedIndex; etag: string | null }
   > {
-    const headers: Record<string, string> = { Authorization: `Bearer ${this.options.accessToken}` };
+    const headers: Record<string, string> = {};
     if (held.etag) headers["If-None-Match"] = held.etag;
     // A view is private: no shared cache sits in between, so If-None-Match reaches the server.
     const waitSeconds = wait !== null && held.etag !== null ? Math.min(60, Math.max(1, Math.floor(wait))) : null;
     const url = this.serverURL + "/v1/index" + (waitSeconds !== null ? `?wait=${waitSeconds}` : "");
     const timeout = (this.options.requestTimeout ?? 30_000) + (waitSeconds ?? 0) * 1000;
-    const answer = await fetchTextWithTimeout(this.fetcher, url, { headers, cache: "no-store", signal }, timeout);
+    // With the token: `no-store` (requestInit), never kept by the browser's HTTP cache.
+    const answer = await fetchTextWithTimeout(this.fetcher, url, requestInit(this.options.accessToken, "no-store", { headers, signal }), timeout);
     if (answer === null) return { kind: "failed", reason: "view request failed: no answer (network error or timeout)", unavailable: true };
     const { response, text } = answer;
     try {

@@ -88,7 +88,7 @@ extension DeltaSnapAPI {
     private func ownerCollection(_ request: Request, context: some RequestContext) async throws -> String {
         let (name, principal) = try await authorizedCollection(request, context: context)
         guard principal.isAdmin else {
-            throw APIError(.forbidden, "owner_only", "this endpoint is for the data owner's admin token; users write through POST /v1/collections/\(name)/mutations")
+            throw APIError(.forbidden, "owner_only", "this endpoint is for the data owner's admin token; users write through POST \(CollectionPath(name)?.urlPath ?? "/v1/collections/\(name)")/mutations")
         }
         return name
     }

@@ -144,14 +144,20 @@ public final class DeltaSnapAPI: Sendable {
         let rawName = try context.parameters.require("name")
         let rawKey = context.parameters.get("key")
         let raw = rawKey.map { "\(rawName)/\($0)" } ?? rawName
-        guard let name = rawName.removingPercentEncoding else { throw APIError.badCollectionName(raw) }
+        guard let name = Self.percentDecoded(rawName) else { throw APIError.badCollectionName(raw) }
         var key: String?
         if let rawKey {
-            guard let decoded = rawKey.removingPercentEncoding else { throw APIError.badCollectionName(raw) }
+            guard let decoded = Self.percentDecoded(rawKey) else { throw APIError.badCollectionName(raw) }
             key = decoded
         }
         guard let path = CollectionPath(name: name, key: key) else { throw APIError.badCollectionName(raw) }
         return path
+    }
+
+    /// `segment` percent-decoded; nil when it does not decode to UTF-8. Names and keys almost
+    /// never carry a `%`: those are returned as they are, without Foundation's decoder.
+    static func percentDecoded(_ segment: String) -> String? {
+        segment.utf8.contains(UInt8(ascii: "%")) ? segment.removingPercentEncoding : segment
     }
 
     /// The principal `request` acts as, once it may exercise `right` on `path`.

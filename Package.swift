@@ -16,10 +16,10 @@ let package = Package(
         .executable(name: "deltasnap", targets: ["deltasnap"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser.git", exact: "1.8.2"),
-        .package(url: "https://github.com/apple/swift-log.git", exact: "1.16.2"),
-        .package(url: "https://github.com/apple/swift-crypto.git", exact: "4.5.2"),
-        .package(url: "https://github.com/hummingbird-project/hummingbird.git", exact: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         // Already in the graph through Hummingbird; named for NIOTooManyBytesError.
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
@@ -28,17 +28,17 @@ let package = Package(
         // Also in the graph through Hummingbird; named for the HTTP part types of a channel handler.
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
         // Per-user tokens for two-way sync: HS256, EdDSA and ES256 JWTs.
-        .package(url: "https://github.com/vapor/jwt-kit.git", exact: "5.8.0"),
+        .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
         // Operators' metrics: swift-metrics handles, exported at /metrics by swift-prometheus.
-        .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
-        .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         // The store on PostgreSQL (scale-out): the maintained client, no hand-written wire protocol.
-        .package(url: "https://github.com/vapor/postgres-nio.git", exact: "1.33.2"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         // Already in the graph through Hummingbird; named to shut the server down gracefully
         // when its task is cancelled (see DeltaSnapServer.run).
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         // The access rules file (`serve --rules FILE`): YAML, read by the maintained parser.
-        .package(url: "https://github.com/jpsim/Yams.git", exact: "6.2.2"),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
     ],
     targets: [
         // System libraries. Both are Debian -dev packages; `make` installs them when missing.
@@ -71,6 +71,7 @@ let package = Package(
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),

@@ -48,6 +48,8 @@ private final class BodyReceiver: NSObject, URLSessionDataDelegate, @unchecked S
     private let file: URL
     private let handle: FileHandle
     private let limit: Int?
+    // NSLock, not Mutex: the client is Foundation-only and builds for iOS 17, where
+    // Synchronization's Mutex is not available (iOS 18); it links no NIO.
     private let lock = NSLock()
     private var continuation: CheckedContinuation<SyncResponse, any Error>?
     private var response: HTTPURLResponse?

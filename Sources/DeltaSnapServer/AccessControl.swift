@@ -2,6 +2,7 @@ import DeltaSnapCore
 import Foundation
 import Hummingbird
 import JWTKit
+import NIOConcurrencyHelpers
 
 /// Who may read and write which collection.
 ///
@@ -382,22 +383,25 @@ extension APIError {
     }
 }
 
-/// JWTs that verified, with who they are and until when: a bounded cache, so memory grows
-/// with the active users only.
-final class VerifiedTokens: @unchecked Sendable {
-    private let lock = NSLock()
-    private var entries: [String: (principal: Principal, expires: Date)] = [:]
-    private let capacity: Int
+/// JWTs that verified, with who they are and until when: a bounded cache (``BoundedCache``),
+/// so memory grows with the active users only.
+final class VerifiedTokens: Sendable {
+    private let entries: NIOLockedValueBox<BoundedCache<String, Verified>>
+
+    private struct Verified: Sendable {
+        var principal: Principal
+        var expires: Date
+    }
 
     init(capacity: Int = 10_000) {
-        self.capacity = capacity
+        entries = NIOLockedValueBox(BoundedCache(capacity: capacity))
     }
 
     func principal(for token: String, now: Date) -> Principal? {
-        lock.withLock {
-            guard let entry = entries[token] else { return nil }
+        entries.withLockedValue { cache in
+            guard let entry = cache.value(forKey: token) else { return nil }
             guard entry.expires > now else {
-                entries[token] = nil
+                cache.removeValue(forKey: token)
                 return nil
             }
             return entry.principal
@@ -405,9 +409,6 @@ final class VerifiedTokens: @unchecked Sendable {
     }
 
     func remember(_ token: String, as principal: Principal, until expires: Date) {
-        lock.withLock {
-            if entries.count >= capacity, entries[token] == nil, let victim = entries.keys.first { entries[victim] = nil }
-            entries[token] = (principal, expires)
-        }
+        entries.withLockedValue { $0.set(Verified(principal: principal, expires: expires), forKey: token) }
     }
 }

@@ -1,18 +1,19 @@
 import DeltaSnapStore
 import Foundation
 import Hummingbird
+import NIOConcurrencyHelpers
 
 /// Encoded delta answers (headers and body), reused while the head they lead to is current.
 ///
 /// A delta "since version v, up to head h" never changes, and after an update most clients
 /// hold the same previous token, so they ask for the same delta: encoding and compressing it
 /// once instead of per request is what makes the small-delta path cheap. Small bodies only;
-/// a few dozen entries, oldest evicted first.
-final class DeltaCache: @unchecked Sendable {
+/// a few dozen entries, the one not asked for longest forgotten first (``BoundedCache``).
+final class DeltaCache: Sendable {
     /// A delta is the same bytes exactly while its collection's epoch, head and floor are:
     /// with all three in the key, a hit needs no decision (the base was checked against
     /// that floor when the entry was read).
-    struct Key: Hashable {
+    struct Key: Hashable, Sendable {
         var collection: String
         var base: String
         var epoch: String
@@ -34,19 +35,14 @@ final class DeltaCache: @unchecked Sendable {
     static let maximumBodyBytes = 64 * 1024
     static let maximumEntries = 64
 
-    private let lock = NSLock()
-    private var entries: [Key: PollAnswer] = [:]
-    private var order: [Key] = []
+    private let entries = NIOLockedValueBox(BoundedCache<Key, PollAnswer>(capacity: DeltaCache.maximumEntries))
 
     subscript(key: Key) -> PollAnswer? {
-        lock.withLock { entries[key] }
+        entries.withLockedValue { $0.value(forKey: key) }
     }
 
     func store(_ entry: PollAnswer, for key: Key) {
         guard entry.body.readableBytes <= Self.maximumBodyBytes else { return }
-        lock.withLock {
-            if entries.updateValue(entry, forKey: key) == nil { order.append(key) }
-            while order.count > Self.maximumEntries { entries[order.removeFirst()] = nil }
-        }
+        entries.withLockedValue { $0.set(entry, forKey: key) }
     }
 }

@@ -3,6 +3,7 @@ import DeltaSnapStore
 import Foundation
 import Hummingbird
 import NIOCore
+import NIOConcurrencyHelpers
 
 /// What the server keeps in memory per collection, so a `304` never touches SQLite.
 /// Immutable, and a class: reading it out of the cache costs one reference, not a copy of
@@ -52,11 +53,58 @@ final class ServedHead: Sendable {
 /// at once after the server's own commits and bodies, and changed whenever the store reports
 /// another writer's commit (``DeltaSnapStore/CollectionStore/watchForChanges(every:onChange:)``),
 /// which names every change, so a cached head is never stale for longer than a watch.
-final class HeadCache: @unchecked Sendable {
-    private let lock = NSLock()
-    private var collections: [String: ServedHead] = [:]
-    private var partitions: [String: ServedHead] = [:]
-    /// Partitions kept at most; past it, an arbitrary one is forgotten (read again on demand).
+final class HeadCache: Sendable {
+    /// Everything the lock guards, as one plain value.
+    private struct State: Sendable {
+        var collections: [String: ServedHead] = [:]
+        /// The partitions in use; past the capacity, CLOCK forgets one not read lately (it is
+        /// read again on demand).
+        var partitions: BoundedCache<String, ServedHead>
+        /// Counts the heads installed by commits (``update(_:)``, ``replace(with:)``); a head
+        /// read into the cache on demand changes nothing.
+        var changeCount: UInt64 = 0
+        /// Which names each recent change installed: a view of a thousand heads compares only
+        /// those (a changed view is answered within milliseconds, docs/BENCHMARKS.md).
+        var changeLog: ChangeLog
+
+        /// The head of `name`, marked as used.
+        mutating func head(_ name: String) -> ServedHead? {
+            CollectionPath.isPartition(name) ? partitions.value(forKey: name) : collections[name]
+        }
+
+        /// `names` changed, as one change.
+        mutating func noteChange(of names: [String]) {
+            guard !names.isEmpty else { return }
+            changeCount &+= 1
+            changeLog.record(names, as: changeCount)
+        }
+
+        /// `keepingFloor`: an equal version with a lower floor is older too (a report from a
+        /// replica that has not seen a compaction). Whether the head held changed (a partition
+        /// read on demand into the cache is no change).
+        mutating func install(_ head: CollectionHead, keepingFloor: Bool, readOnDemand: Bool = false) -> Bool {
+            let isPartition = CollectionPath.isPartition(head.name)
+            let current = isPartition ? partitions.peek(head.name) : collections[head.name]
+            var confirming = false
+            if let current, current.head.epoch == head.epoch,
+               current.head.version > head.version || (current.head.version == head.version && (!keepingFloor || current.head.floor >= head.floor)) {
+                // The report of a commit whose head was read on demand first is the change.
+                guard current.readOnDemand, !readOnDemand, current.head.token == head.token, current.head.floor == head.floor else { return false }
+                confirming = true
+            }
+            let served = ServedHead(head: head, readOnDemand: readOnDemand)
+            let changed = confirming || (current.map { $0.head.token != head.token || $0.head.floor != head.floor } ?? true)
+            if isPartition {
+                partitions.set(served, forKey: head.name)
+            } else {
+                collections[head.name] = served
+            }
+            return changed
+        }
+    }
+
+    private let state: NIOLockedValueBox<State>
+    /// Partitions kept at most (read again on demand once forgotten).
     let partitionCapacity: Int
     /// Woken whenever a head changes: the requests waiting on a view (`?wait=`).
     let waiters: IndexWaiters?
@@ -64,13 +112,13 @@ final class HeadCache: @unchecked Sendable {
     init(_ initial: [CollectionHead], partitionCapacity: Int = 100_000, changeLogCapacity: Int = 16_384, waiters: IndexWaiters? = nil) {
         self.partitionCapacity = max(1, partitionCapacity)
         self.waiters = waiters
-        changeLog = ChangeLog(capacity: changeLogCapacity)
+        state = NIOLockedValueBox(State(partitions: BoundedCache(capacity: max(1, partitionCapacity)), changeLog: ChangeLog(capacity: changeLogCapacity)))
         replace(with: initial)
     }
 
     /// The head of `name` held in memory: every collection's, a partition's when cached.
     subscript(name: String) -> ServedHead? {
-        lock.withLock { CollectionPath.isPartition(name) ? partitions[name] : collections[name] }
+        state.withLockedValue { $0.head(name) }
     }
 
     /// The head of `name`: from memory, else read from `store` (a partition not in use
@@ -87,10 +135,10 @@ final class HeadCache: @unchecked Sendable {
     /// Installs a head read from the store on demand (a partition not in use lately): no
     /// change, so nobody is woken. It may be newer than the head a view built before its
     /// eviction holds, while the commit that made it is not reported yet; that report then
-    /// counts as the change (``install(_:keepingFloor:readOnDemand:)``), so views that
+    /// counts as the change (``State/install(_:keepingFloor:readOnDemand:)``), so views that
     /// depend on it see it moved.
     func installReadOnDemand(_ head: CollectionHead) {
-        lock.withLock { _ = install(head, keepingFloor: false, readOnDemand: true) }
+        state.withLockedValue { _ = $0.install(head, keepingFloor: false, readOnDemand: true) }
     }
 
     /// ``served(_:store:)``'s head.
@@ -100,46 +148,42 @@ final class HeadCache: @unchecked Sendable {
 
     /// Counts the heads installed by commits (``update(_:)``, ``replace(with:)``); a head
     /// read into the cache on demand changes nothing.
-    var changes: UInt64 { lock.withLock { changeCount } }
-    private var changeCount: UInt64 = 0
-    /// Which names each recent change installed: a view of a thousand heads compares only
-    /// those (a changed view is answered within milliseconds, docs/BENCHMARKS.md).
-    private var changeLog: ChangeLog
+    var changes: UInt64 { state.withLockedValue { $0.changeCount } }
 
     /// How the heads `dependencies` names stand now: one comparison while no head changed
     /// since they last held; else a look at the heads changed since (or, when that is no
     /// longer known, at every one), under the lock.
     func standing(of dependencies: ViewDependencies) -> ViewStanding {
-        lock.withLock {
-            if dependencies.heldAt == changeCount { return .holds(at: changeCount) }
-            guard collections.count == dependencies.collectionCount else { return .changed }
-            let looked = changeLog.names(after: dependencies.heldAt).map { $0.compactMap(dependencies.position(of:)) }
+        state.withLockedValue { state in
+            if dependencies.heldAt == state.changeCount { return .holds(at: state.changeCount) }
+            guard state.collections.count == dependencies.collectionCount else { return .changed }
+            let looked = state.changeLog.names(after: dependencies.heldAt).map { $0.compactMap(dependencies.position(of:)) }
                 ?? Array(dependencies.heads.indices)
             var moved: [Int: CollectionHead] = [:]
             for position in looked {
                 let (name, token, floor) = dependencies.heads[position]
-                let held = CollectionPath.isPartition(name) ? partitions[name]?.head : collections[name]?.head
+                let held = state.head(name)?.head
                 if held?.token == token, (held?.floor ?? 0) == floor { continue }
                 // Created, or forgotten by the bounded cache: only a new read can tell.
                 guard token != nil, let held else { return .changed }
                 moved[position] = held
             }
-            return moved.isEmpty ? .holds(at: changeCount) : .moved(moved, at: changeCount)
+            return moved.isEmpty ? .holds(at: state.changeCount) : .moved(moved, at: state.changeCount)
         }
     }
 
     /// Every collection's head (no partition), sorted by name.
     var all: [ServedHead] {
-        lock.withLock { collections.values.sorted { $0.head.name.utf8Precedes($1.head.name) } }
+        state.withLockedValue { $0.collections.values.sorted { $0.head.name.utf8Precedes($1.head.name) } }
     }
 
     /// Installs heads the store reported. A head never moves backwards within its epoch,
     /// and a collection the report lacks is kept (collections are never deleted): the read
     /// may come from a replica behind a head this server already answered.
     func replace(with fresh: [CollectionHead]) {
-        let changed = lock.withLock {
-            let changed = fresh.filter { install($0, keepingFloor: true) }.map(\.name)
-            noteChange(of: changed)
+        let changed = state.withLockedValue { state in
+            let changed = fresh.filter { state.install($0, keepingFloor: true) }.map(\.name)
+            state.noteChange(of: changed)
             return !changed.isEmpty
         }
         if changed { waiters?.changed() }
@@ -147,45 +191,12 @@ final class HeadCache: @unchecked Sendable {
 
     /// Installs a head the server just committed or read, without waiting for the watcher.
     func update(_ head: CollectionHead) {
-        let changed = lock.withLock {
-            let changed = install(head, keepingFloor: false)
-            if changed { noteChange(of: [head.name]) }
+        let changed = state.withLockedValue { state in
+            let changed = state.install(head, keepingFloor: false)
+            if changed { state.noteChange(of: [head.name]) }
             return changed
         }
         if changed { waiters?.changed() }
-    }
-
-    /// Under the lock: `names` changed, as one change.
-    private func noteChange(of names: [String]) {
-        guard !names.isEmpty else { return }
-        changeCount &+= 1
-        changeLog.record(names, as: changeCount)
-    }
-
-    /// Under the lock. `keepingFloor`: an equal version with a lower floor is older too (a
-    /// report from a replica that has not seen a compaction). Whether the head held changed
-    /// (a partition read on demand into the cache is no change).
-    private func install(_ head: CollectionHead, keepingFloor: Bool, readOnDemand: Bool = false) -> Bool {
-        let isPartition = CollectionPath.isPartition(head.name)
-        let current = isPartition ? partitions[head.name] : collections[head.name]
-        var confirming = false
-        if let current, current.head.epoch == head.epoch,
-           current.head.version > head.version || (current.head.version == head.version && (!keepingFloor || current.head.floor >= head.floor)) {
-            // The report of a commit whose head was read on demand first is the change.
-            guard current.readOnDemand, !readOnDemand, current.head.token == head.token, current.head.floor == head.floor else { return false }
-            confirming = true
-        }
-        let served = ServedHead(head: head, readOnDemand: readOnDemand)
-        let changed = confirming || (current.map { $0.head.token != head.token || $0.head.floor != head.floor } ?? true)
-        guard isPartition else {
-            collections[head.name] = served
-            return changed
-        }
-        if current == nil, partitions.count >= partitionCapacity, let victim = partitions.keys.first {
-            partitions[victim] = nil
-        }
-        partitions[head.name] = served
-        return changed
     }
 }
 

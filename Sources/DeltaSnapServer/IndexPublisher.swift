@@ -3,6 +3,7 @@ import DeltaSnapCore
 import DeltaSnapStore
 import DeltaSnapTrust
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 
 /// Builds, signs and keeps the documents served at `GET /v1/index`: the public index, and
@@ -14,7 +15,7 @@ import NIOCore
 /// an unchanged view costs no signing and no read. Every entry is read from the store in
 /// one read transaction, so a digest always belongs to the token next to it. Views are kept
 /// for the most recent users only (a bounded cache), so memory grows with active users.
-final class IndexPublisher: @unchecked Sendable {
+final class IndexPublisher: Sendable {
     struct Published: Sendable {
         /// The entries it lists, in order.
         var stated: [StatedEntry]
@@ -35,28 +36,29 @@ final class IndexPublisher: @unchecked Sendable {
         }
     }
 
-    private let lock = NSLock()
+    /// Everything the lock guards, as one plain value.
+    private struct State: Sendable {
+        /// By slot: a view's subject and claims; "" is the public index (a `sub` is never
+        /// empty), never forgotten. Bounded by count and by bytes (a view of a thousand
+        /// partitions is ~200 KB): past either, CLOCK forgets a view not polled lately
+        /// (rebuilt on its next poll), so memory stays bounded however large the active
+        /// users' views are.
+        var published: BoundedCache<String, Published>
+        /// Builds in flight, by slot: the heads each lists.
+        var building: [String: (key: [EntryKey], task: Task<Published, any Error>)] = [:]
+        /// Entries stated before, with their bytes (bounded: emptied when full).
+        var entries: [EntryKey: StatedEntry] = [:]
+    }
+
+    private let state: NIOLockedValueBox<State>
     private let keys: [IndexSigningKey]
     private let lifetime: Int64
-    private let capacity: Int
-    /// Bytes the kept documents may take in all (a view of a thousand partitions is ~200 KB):
-    /// past it, views are forgotten (rebuilt on their next poll), so memory stays bounded
-    /// however large the active users' views are.
-    private let byteBudget: Int
-    private var publishedBytes = 0
-    /// By slot: a view's subject and claims; "" is the public index (a `sub` is never empty).
-    private var published: [String: Published] = [:]
-    /// Builds in flight, by slot: the heads each lists.
-    private var building: [String: (key: [EntryKey], task: Task<Published, any Error>)] = [:]
-    /// Entries stated before, with their bytes (bounded: emptied when full).
-    private var entries: [EntryKey: StatedEntry] = [:]
     private let entryCapacity = 200_000
 
     init(keys: [IndexSigningKey], lifetime: Int64, capacity: Int = 10_000, byteBudget: Int = 256 << 20) {
         self.keys = keys
         self.lifetime = lifetime
-        self.capacity = capacity
-        self.byteBudget = byteBudget
+        state = NIOLockedValueBox(State(published: BoundedCache(capacity: capacity, costLimit: byteBudget, isPinned: { $0.isEmpty })))
     }
 
     /// The current document listing the heads `key` names (the heads the server answers
@@ -64,67 +66,56 @@ final class IndexPublisher: @unchecked Sendable {
     func current(
         key: [EntryKey], subject: String?, slot: String, dependencies: ViewDependencies?, store: any CollectionStore, now: Int64
     ) async throws -> Published {
-        let held = lock.withLock { published[slot] }
+        let held = state.withLockedValue { $0.published.value(forKey: slot) }
         if var held, held.lists(key), now - held.issued < resigningAge {
             held.dependencies = dependencies
             let kept = held
-            lock.withLock { keep(kept, in: slot) }
+            state.withLockedValue { $0.published.set(kept, forKey: slot, cost: kept.size) }
             return kept
         }
         // One build per document at a time: a commit wakes every waiting request at once,
         // and each would otherwise read and sign the same document.
         let previous = held?.stated ?? []
-        let (task, owns) = lock.withLock { () -> (Task<Published, any Error>, Bool) in
-            if let running = building[slot], running.key == key { return (running.task, false) }
+        let (task, owns) = state.withLockedValue { state -> (Task<Published, any Error>, Bool) in
+            if let running = state.building[slot], running.key == key { return (running.task, false) }
             let task = Task { try await self.build(entryKeys: key, previous: previous, subject: subject, store: store, now: now) }
-            building[slot] = (key, task)
+            state.building[slot] = (key, task)
             return (task, true)
         }
-        defer { if owns { lock.withLock { if building[slot]?.task == task { building[slot] = nil } } } }
+        defer { if owns { state.withLockedValue { if $0.building[slot]?.task == task { $0.building[slot] = nil } } } }
         var built = try await task.value
         built.dependencies = dependencies
-        lock.withLock {
+        let kept = built
+        state.withLockedValue { state in
             // Two requests may build at once; keep the newer one.
-            if let held = published[slot], held.issued > built.issued { return }
-            keep(built, in: slot)
+            if let held = state.published.peek(slot), held.issued > kept.issued { return }
+            state.published.set(kept, forKey: slot, cost: kept.size)
         }
         return built
-    }
-
-    /// Under the lock: keeps `document` under `slot`, forgetting other views (never the
-    /// public index) while there are too many or they take too much memory.
-    private func keep(_ document: Published, in slot: String) {
-        if let replaced = published.removeValue(forKey: slot) { publishedBytes -= replaced.size }
-        while published.count >= capacity || publishedBytes + document.size > byteBudget,
-              let victim = published.first(where: { !$0.key.isEmpty }) {
-            publishedBytes -= victim.value.size
-            published[victim.key] = nil
-        }
-        published[slot] = document
-        publishedBytes += document.size
     }
 
     /// The public index as last built, when it lists exactly `heads` and needs no
     /// re-signing: read without waiting (the fast path parks requests on it).
     func freshPublic(heads: [CollectionHead], now: Int64) -> Published? {
-        guard let held = lock.withLock({ published[""] }), now - held.issued < resigningAge, held.stated.count == heads.count else { return nil }
+        guard let held = state.withLockedValue({ $0.published.peek("") }), now - held.issued < resigningAge, held.stated.count == heads.count else { return nil }
         for (stated, head) in zip(held.stated, heads) where stated.key != EntryKey(head) { return nil }
         return held
     }
 
     /// The view under `slot` was found still to hold at head change count `at`.
     func noteStillHolds(slot: String, at: UInt64) {
-        lock.withLock {
-            guard var dependencies = published[slot]?.dependencies, dependencies.heldAt < at else { return }
-            dependencies.heldAt = at
-            published[slot]?.dependencies = dependencies
+        state.withLockedValue { state in
+            state.published.modify(slot) { published in
+                guard let heldAt = published.dependencies?.heldAt, heldAt < at else { return }
+                published.dependencies?.heldAt = at
+            }
         }
     }
 
     /// The document kept under `slot` as last built, however old: a view's dependencies
     /// tell what it lists even when it is due for re-signing.
     func kept(for slot: String) -> Published? {
-        lock.withLock { published[slot] }
+        state.withLockedValue { $0.published.value(forKey: slot) }
     }
 
     /// The age in seconds past which a document is signed again (a quarter of its lifetime),
@@ -161,8 +152,8 @@ final class IndexPublisher: @unchecked Sendable {
             while cursor < previous.count, previous[cursor].key.name.utf8Precedes(key.name) { cursor += 1 }
             known.append(cursor < previous.count && previous[cursor].key == key ? previous[cursor] : nil)
         }
-        lock.withLock {
-            for position in known.indices where known[position] == nil { known[position] = entries[entryKeys[position]] }
+        state.withLockedValue { state in
+            for position in known.indices where known[position] == nil { known[position] = state.entries[entryKeys[position]] }
         }
         var asked: [String: EntryKey] = [:]
         for (key, known) in zip(entryKeys, known) where known == nil { asked[key.name] = key }
@@ -171,9 +162,9 @@ final class IndexPublisher: @unchecked Sendable {
         // A read entry may be newer than the head asked for (a commit since): it is what the
         // store states now, and the published key says so.
         var listed = zip(entryKeys, known).compactMap { key, known in known ?? fresh[key.name] }
-        lock.withLock {
-            if entries.count + fresh.count > entryCapacity { entries.removeAll(keepingCapacity: true) }
-            for stated in fresh.values { entries[stated.key] = stated }
+        state.withLockedValue { state in
+            if state.entries.count + fresh.count > entryCapacity { state.entries.removeAll(keepingCapacity: true) }
+            for stated in fresh.values { state.entries[stated.key] = stated }
         }
         // Canonical JSON orders members by their UTF-8 bytes; the heads come in that order.
         if !zip(listed, listed.dropFirst()).allSatisfy({ $0.key.name.utf8Precedes($1.key.name) }) {

@@ -1,18 +1,19 @@
 import DeltaSnapCore
 import DeltaSnapStore
 import Foundation
+import NIOConcurrencyHelpers
 
 /// Which partitions each user is a member of, read from the memberships collection of the
 /// rules (``AccessRules/memberships``): partition `members/<sub>` holds one record per
 /// partition, `{"id":"sets/8271","role":"write"}` (``MembershipRecord``).
 ///
 /// A user's list is read once per version of their memberships partition and kept in a
-/// bounded cache, so a poll costs a lookup, not a read, and memory grows with the active
-/// users only.
-final class MembershipDirectory: @unchecked Sendable {
+/// bounded cache (``BoundedCache``), so a poll costs a lookup, not a read, and memory grows
+/// with the active users only.
+final class MembershipDirectory: Sendable {
     typealias Role = MembershipRecord.Role
 
-    private struct Entry {
+    private struct Entry: Sendable {
         var token: ServerToken
         var roles: [String: Role]
     }
@@ -20,15 +21,13 @@ final class MembershipDirectory: @unchecked Sendable {
     private let collection: String?
     private let store: any CollectionStore
     private let heads: HeadCache
-    private let capacity: Int
-    private let lock = NSLock()
-    private var entries: [String: Entry] = [:]
+    private let entries: NIOLockedValueBox<BoundedCache<String, Entry>>
 
     init(collection: String?, store: any CollectionStore, heads: HeadCache, capacity: Int = 10_000) {
         self.collection = collection
         self.store = store
         self.heads = heads
-        self.capacity = capacity
+        entries = NIOLockedValueBox(BoundedCache(capacity: capacity))
     }
 
     /// The partition that holds `subject`'s memberships, when the rules name one.
@@ -44,7 +43,7 @@ final class MembershipDirectory: @unchecked Sendable {
     /// Every partition `subject` is a member of, with their role.
     func roles(of subject: String) async throws -> [String: Role] {
         guard let partition = partition(of: subject), let head = try await heads.head(of: partition.description, store: store) else { return [:] }
-        if let cached = lock.withLock({ entries[subject] }), cached.token == head.token { return cached.roles }
+        if let cached = entries.withLockedValue({ $0.value(forKey: subject) }), cached.token == head.token { return cached.roles }
         let source = try await store.openRecords(in: partition.description, after: nil)
         var roles: [String: Role] = [:]
         do {
@@ -59,11 +58,7 @@ final class MembershipDirectory: @unchecked Sendable {
         }
         await source.close()
         let entry = Entry(token: source.head.token, roles: roles)
-        lock.withLock {
-            // Bounded: past capacity, forget an arbitrary user (re-read on their next request).
-            if entries.count >= capacity, entries[subject] == nil, let victim = entries.keys.first { entries[victim] = nil }
-            entries[subject] = entry
-        }
+        entries.withLockedValue { $0.set(entry, forKey: subject) }
         return roles
     }
 }

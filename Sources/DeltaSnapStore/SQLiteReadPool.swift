@@ -6,6 +6,8 @@ import Foundation
 /// connection of its own for the length of its read transaction.
 final class SQLiteReadPool: @unchecked Sendable {
     let path: String
+    // NSLock, not Mutex: the store links no NIO, and the package supports macOS 14, where
+    // Synchronization's Mutex is not available (macOS 15).
     private let lock = NSLock()
     private var idle: [Store] = []
     private let maximumIdle: Int

@@ -371,27 +371,37 @@ public actor DeltaSnapReplica {
             return recordFailure("request failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now, unavailable: true)
         }
         defer { first.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
-        let serverAsked = RetryPolicy.serverDelay(retryAfter: first.header("Retry-After"), backoff: first.header("Backoff"), now: now)
+        return await answer(first, step: .conditional, reason: nil, now: now, droppingAcknowledgedThrough: settled)
+    }
 
-        switch first.status {
-        case 304:
+    /// Follows ``FallbackLadder`` from the answer `response` to the request of `step`.
+    /// `reason`: why the full fetch was made.
+    private func answer(
+        _ response: SyncResponse, step: FallbackLadder.Step, reason: String?, now: Date, droppingAcknowledgedThrough settled: UInt64?
+    ) async -> SyncOutcome {
+        let serverAsked = RetryPolicy.serverDelay(retryAfter: response.header("Retry-After"), backoff: response.header("Backoff"), now: now)
+        switch FallbackLadder.decide(step, status: response.status) {
+        case .notModified:
             return recordSuccess(
-                .notModified, etag: first.header("ETag"), lastModified: first.header("Last-Modified"), serverAsked: serverAsked, now: now,
+                .notModified, etag: response.header("ETag"), lastModified: response.header("Last-Modified"), serverAsked: serverAsked, now: now,
                 droppingAcknowledgedThrough: settled)
-        case 200:
+        case .apply:
             do {
-                let result = try apply(first, droppingAcknowledgedThrough: settled)
-                return recordSuccess(.applied(result), etag: nil, lastModified: nil, serverAsked: serverAsked, now: now)
+                let result = try apply(response, expectFull: step == .full, droppingAcknowledgedThrough: settled)
+                let outcome: SyncOutcome = reason.map { .reset(result, reason: $0) } ?? .applied(result)
+                return recordSuccess(outcome, etag: nil, lastModified: nil, serverAsked: serverAsked, now: now)
             } catch {
-                // The answer could not be applied: one full fetch, without validators.
-                return await resetWithFullFetch(reason: Self.describe(error), now: now, droppingAcknowledgedThrough: settled)
+                switch FallbackLadder.afterUnusableBody(step) {
+                case .fullFetch:
+                    return await resetWithFullFetch(reason: Self.describe(error), now: now, droppingAcknowledgedThrough: settled)
+                case .keep:
+                    return recordFailure(
+                        "\(reason.map { "\($0); " } ?? "")full body unusable: \(Self.describe(error))", retryable: true, serverAsked: serverAsked, now: now)
+                }
             }
-        case 500...599:
-            return recordFailure("server error \(first.status)", retryable: true, serverAsked: serverAsked, now: now, unavailable: true)
-        default:
+        case .keep(let retryable, let unavailable, let why):
             return recordFailure(
-                "unexpected status \(first.status)", retryable: first.status == 429 || first.status == 408, serverAsked: serverAsked, now: now,
-                unavailable: Self.isUnavailable(status: first.status))
+                "\(reason.map { "\($0); " } ?? "")\(why)", retryable: retryable, serverAsked: serverAsked, now: now, unavailable: unavailable)
         }
     }
 
@@ -405,18 +415,7 @@ public actor DeltaSnapReplica {
             return recordFailure("\(reason); full fetch failed: \(Self.describe(error))", retryable: true, serverAsked: nil, now: now, unavailable: true)
         }
         defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
-        let serverAsked = RetryPolicy.serverDelay(retryAfter: response.header("Retry-After"), backoff: response.header("Backoff"), now: now)
-        guard response.status == 200 else {
-            return recordFailure(
-                "\(reason); full fetch got status \(response.status)", retryable: response.status >= 500, serverAsked: serverAsked, now: now,
-                unavailable: Self.isUnavailable(status: response.status))
-        }
-        do {
-            let result = try apply(response, expectFull: true, droppingAcknowledgedThrough: settled)
-            return recordSuccess(.reset(result, reason: reason), etag: nil, lastModified: nil, serverAsked: serverAsked, now: now)
-        } catch {
-            return recordFailure("\(reason); full body unusable: \(Self.describe(error))", retryable: true, serverAsked: serverAsked, now: now)
-        }
+        return await answer(response, step: .full, reason: reason, now: now, droppingAcknowledgedThrough: settled)
     }
 
     func apply(
@@ -501,7 +500,7 @@ public actor DeltaSnapReplica {
     }
 
     /// `408`, `429` and `5xx`: the server is there but cannot answer now.
-    static func isUnavailable(status: Int) -> Bool { status == 408 || status == 429 || status >= 500 }
+    static func isUnavailable(status: Int) -> Bool { FallbackLadder.isUnavailable(status: status) }
 
     static func describe(_ error: any Error) -> String {
         // URLSession's errors print as nested NSError dumps; their own sentence is enough.

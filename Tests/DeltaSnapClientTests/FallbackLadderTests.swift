@@ -206,3 +206,27 @@ import Testing
         #expect(RetryPolicy.serverDelay(retryAfter: "soon", backoff: "x", now: now) == nil)
     }
 }
+
+/// The ladder as a pure value (``FallbackLadder``), row by row: the same table as the
+/// browser client's `ladder.ts` (clients/typescript/test/ladder.test.mjs).
+@Suite struct FallbackLadderDecisionTests {
+    @Test func eachAnswerToEachStepLeadsWhereTheProtocolSays() {
+        #expect(FallbackLadder.decide(.conditional, status: 304) == .notModified)
+        #expect(FallbackLadder.decide(.conditional, status: 200) == .apply)
+        #expect(FallbackLadder.decide(.full, status: 200) == .apply)
+        // A 304 to a request without validators is no answer to it.
+        #expect(FallbackLadder.decide(.full, status: 304) == .keep(retryable: false, unavailable: false, reason: "full fetch got status 304"))
+        #expect(FallbackLadder.decide(.conditional, status: 503) == .keep(retryable: true, unavailable: true, reason: "server error 503"))
+        #expect(FallbackLadder.decide(.conditional, status: 429) == .keep(retryable: true, unavailable: true, reason: "unexpected status 429"))
+        #expect(FallbackLadder.decide(.conditional, status: 404) == .keep(retryable: false, unavailable: false, reason: "unexpected status 404"))
+        #expect(FallbackLadder.decide(.full, status: 408) == .keep(retryable: true, unavailable: true, reason: "full fetch got status 408"))
+        #expect(FallbackLadder.decide(.full, status: 500) == .keep(retryable: true, unavailable: true, reason: "full fetch got status 500"))
+    }
+
+    @Test func anUnusableBodyGetsOneFullFetchAndNoMore() {
+        #expect(FallbackLadder.afterUnusableBody(.conditional) == .fullFetch)
+        #expect(FallbackLadder.afterUnusableBody(.full) == .keep)
+        for status in [408, 429, 500, 502, 599] { #expect(FallbackLadder.isUnavailable(status: status)) }
+        for status in [200, 304, 400, 401, 404, 410] { #expect(!FallbackLadder.isUnavailable(status: status)) }
+    }
+}

@@ -3,6 +3,7 @@ import DeltaSnapStore
 import DeltaSnapTrust
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import Logging
 import NIOCore
 
@@ -181,17 +182,29 @@ public final class DeltaSnapAPI: Sendable {
         await store.close()
     }
 
-    /// The channel handlers to put between Hummingbird's HTTP codec and its router: polls
-    /// answered from memory before the router (a current token's `304`, a cached delta),
-    /// and the JSON error body even for a request the HTTP parser refuses.
-    /// ``DeltaSnapServer`` installs them; an app that mounts the routes in its own server
-    /// adds them the same way (without them every answer is still right, only slower).
+    /// The HTTP/1.1 server `deltasnap serve` runs — polls answered from raw bytes before the
+    /// HTTP decoder (``RawPollHandler``), the fast path and the JSON error of a request the
+    /// parser refuses, then the router — for an app that mounts DeltaSnap's routes in its own
+    /// Hummingbird `Application`: it then answers exactly as `serve` does. (Without it every
+    /// answer is still right, only slower.)
     ///
     /// ```swift
-    /// let app = Application(router: router, server: .http1(configuration: .init(
-    ///     additionalChannelHandlers: service.channelHandlers(logger: logger))))
+    /// let router = Router()
+    /// router.addRoutes(api.routes())
+    /// let app = Application(router: router, server: api.httpServer(logger: logger))
     /// ```
-    public func channelHandlers(logger: Logger = Logger(label: "deltasnap")) -> [any RemovableChannelHandler] {
+    public func httpServer(logger: Logger = Logger(label: "deltasnap")) -> HTTPServerBuilder {
+        HTTPServerBuilder { [self] responder in
+            PollingHTTP1Channel(
+                http1: HTTP1Channel(responder: responder, configuration: .init(additionalChannelHandlers: self.channelHandlers(logger: logger))),
+                service: self, requestLogger: logger)
+        }
+    }
+
+    /// The handlers between Hummingbird's HTTP codec and its router: polls answered from
+    /// memory (a current token's `304`, a cached delta), and the JSON error body for a
+    /// request the HTTP parser refuses.
+    func channelHandlers(logger: Logger) -> [any RemovableChannelHandler] {
         // One count per connection, kept by the fast path (the only handler that sees which
         // requests go on to the router) and read by the malformed-request handler.
         let routed = RoutedRequests()

@@ -67,11 +67,7 @@ public struct DeltaSnapServer: Sendable {
         service.register(on: router)
         let app = Application(
             router: router,
-            server: HTTPServerBuilder { [service, logger] responder in
-                PollingHTTP1Channel(
-                    http1: HTTP1Channel(responder: responder, configuration: .init(additionalChannelHandlers: service.channelHandlers(logger: logger))),
-                    service: service, requestLogger: logger)
-            },
+            server: service.httpServer(logger: logger),
             configuration: .init(address: .hostname(host, port: port), serverName: nil),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) },
             logger: logger)

@@ -52,3 +52,65 @@ import Testing
         #expect(!metrics.contains("/hello") && !metrics.contains("unmatched"))
     }
 }
+
+extension MountingTests {
+    /// An app that mounts DeltaSnap with ``DeltaSnapAPI/httpServer(logger:)`` answers exactly
+    /// as `serve` does — the raw-bytes `304`, the fast path's delta, the router's full body,
+    /// the index — status, headers (but `Date`) and body byte for byte.
+    @Test func anEmbeddedServerAnswersAsServeDoes() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let path = dir.file("s.sqlite")
+        let seeding = try SQLiteCollectionStore(path: path)
+        let first = try await seeding.importBatch(Array(Fixtures.ndjson(0..<20).utf8), into: "items")
+        _ = try await seeding.importBatch(Array(Fixtures.ndjson(0..<3, revision: 1).utf8), into: "items")
+        await seeding.close()
+        let old = "\"\(try #require(first.head).token)\""
+
+        var quiet = Logger(label: "embedded")
+        quiet.logLevel = .warning
+        let api = try await DeltaSnapAPI(store: try SQLiteCollectionStore(path: path))
+        let router = Router()
+        router.get("/hello") { _, _ in "hi" }
+        router.addRoutes(api.routes())
+        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
+        let app = Application(
+            router: router, server: api.httpServer(logger: quiet), configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+            onServerRunning: { continuation.yield($0.localAddress?.port ?? 0) }, logger: quiet)
+        let running = Task { try await DeltaSnapServer.runUntilCancelled([app], logger: quiet) }
+        defer { running.cancel() }
+        var iterator = ports.makeAsyncIterator()
+        let embeddedPort = try #require(await iterator.next())
+        let serve = try await TestServer.start(database: path, writeToken: nil)
+        try await serve.stopping {
+            let current = try await offPool { try serve.connect().request("GET", "/v1/collections/items").header("ETag") }
+            let requests: [(String, [String: String])] = [
+                ("/v1/collections/items", [:]),
+                ("/v1/collections/items", ["If-None-Match": current ?? ""]),
+                ("/v1/collections/items", ["If-None-Match": old, "Accept-Encoding": "gzip"]),
+                ("/v1/collections/items", ["If-None-Match": old]),
+                ("/v1/collections/nope", [:]),
+                ("/v1/index", [:]),
+                ("/healthz", [:]),
+            ]
+            for (path, headers) in requests {
+                let sent = headers.merging(["X-Request-Id": "same-id"]) { $1 }
+                // Twice each: the second answer may come from a cache the first filled.
+                for _ in 0..<2 {
+                    let embedded = try await offPool { try RawHTTPClient(port: embeddedPort).request("GET", path, headers: sent) }
+                    let served = try await offPool { try serve.connect().request("GET", path, headers: sent) }
+                    let what = "GET \(path) \(headers)"
+                    #expect(embedded.status == served.status, "\(what)")
+                    #expect(Self.withoutDate(embedded.headers) == Self.withoutDate(served.headers), "\(what)")
+                    #expect(embedded.body == served.body, "\(what)")
+                }
+            }
+            let metrics = api.metrics.registry.emitToBuffer()
+            #expect(String(decoding: metrics, as: UTF8.self).contains("deltasnap_fast_path_responses_total "), "the fast path answered the embedded polls")
+        }
+    }
+
+    static func withoutDate(_ headers: [(String, String)]) -> [String] {
+        headers.filter { $0.0.lowercased() != "date" }.map { "\($0.0.lowercased()): \($0.1)" }
+    }
+}

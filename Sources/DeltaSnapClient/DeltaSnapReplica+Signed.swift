@@ -141,29 +141,21 @@ extension DeltaSnapReplica {
     /// Fetches and verifies the index; on success the held sequence and expiry move up at
     /// once (a verified index is authentic even if its data then fails to arrive).
     func verifiedEntry(now: Date, revalidating: Bool) async -> Result<VerifiedEntry, IndexFailure> {
-        var headers = requestHeaders()
         // RFC 9111 §5.2.1.4: a cache must revalidate with the origin before answering.
-        if revalidating { headers["Cache-Control"] = "no-cache" }
-        let response: SyncResponse
-        do {
-            response = try await transport.fetch(SyncRequest(url: indexURL, headers: headers, timeout: timeout))
-        } catch {
-            return .failure(IndexFailure(reason: "index request failed: \(Self.describe(error))", unavailable: true))
-        }
-        defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
-        let serverAsked = RetryPolicy.serverDelay(retryAfter: response.header("Retry-After"), backoff: response.header("Backoff"), now: now)
-        guard response.status == 200, let file = response.bodyFile else {
-            return .failure(IndexFailure(
-                reason: "index: unexpected status \(response.status)", serverAsked: serverAsked, unavailable: Self.isUnavailable(status: response.status)))
-        }
-        do {
-            let index = try SignedIndex.parse(try Self.readSmallBody(file))
-            try index.verify(trusting: trustedKeys, now: Int64(now.timeIntervalSince1970), heldSequence: state.indexSequence)
-            guard let entry = index.entry(for: collection) else { throw TrustError.collectionNotListed(collection) }
+        let headers = revalidating ? ["Cache-Control": "no-cache"] : [:]
+        let verification = IndexClient.Verification(trustedKeys: trustedKeys, now: Int64(now.timeIntervalSince1970), heldSequence: state.indexSequence)
+        let client = IndexClient(transport: transport, accessToken: accessToken, timeout: timeout)
+        switch await client.fetch(indexURL, label: "index", headers: headers, verification: verification, now: now) {
+        case .fetched(let index, _, let serverAsked):
+            guard let entry = index.entry(for: collection) else {
+                return .failure(IndexFailure(reason: "index refused: \(Self.describe(TrustError.collectionNotListed(collection)))", serverAsked: serverAsked))
+            }
             state.acceptIndex(sequence: index.sequence, expires: Date(timeIntervalSince1970: TimeInterval(index.expires)))
             return .success(VerifiedEntry(entry: entry, serverAsked: serverAsked))
-        } catch {
-            return .failure(IndexFailure(reason: "index refused: \(Self.describe(error))", serverAsked: serverAsked))
+        case .notModified(let serverAsked):
+            return .failure(IndexFailure(reason: "index: unexpected status 304", serverAsked: serverAsked))
+        case .failed(let reason, let serverAsked, let unavailable, _):
+            return .failure(IndexFailure(reason: reason, serverAsked: serverAsked, unavailable: unavailable))
         }
     }
 }

@@ -105,17 +105,13 @@ public actor DeltaSnapReplicaSet {
     /// pinned (each replica then checks expiry and sequence against what it holds); nil when
     /// the index is unavailable or refused. Also the wait the answer asked for, if any.
     private func publishedTokens(now: Date) async -> (tokens: [String: String]?, serverAsked: Double?) {
-        let headers = SyncRequest.headers(accessToken: accessToken)
+        let client = IndexClient(transport: transport, accessToken: accessToken, timeout: timeout)
         let url = baseURL.appendingPathComponent("v1").appendingPathComponent("index")
-        guard let response = try? await transport.fetch(SyncRequest(url: url, headers: headers, timeout: timeout)) else { return (nil, nil) }
-        defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
-        let asked = RetryPolicy.serverDelay(retryAfter: response.header("Retry-After"), backoff: response.header("Backoff"), now: now)
-        guard response.status == 200, let file = response.bodyFile, let document = try? DeltaSnapReplica.readSmallBody(file),
-              let index = try? SignedIndex.parse(document)
-        else { return (nil, asked) }
-        if !trustedKeys.isEmpty {
-            do { try index.verify(trusting: trustedKeys, now: nil, heldSequence: nil) } catch { return (nil, asked) }
+        switch await client.fetch(url, label: "index", verification: .init(trustedKeys: trustedKeys, now: nil, heldSequence: nil), now: now) {
+        case .fetched(let index, _, let asked):
+            return (Dictionary(index.entries.map { ($0.collection, $0.token) }, uniquingKeysWith: { first, _ in first }), asked)
+        case .notModified(let asked), .failed(_, let asked, _, _):
+            return (nil, asked)
         }
-        return (Dictionary(index.entries.map { ($0.collection, $0.token) }, uniquingKeysWith: { first, _ in first }), asked)
     }
 }

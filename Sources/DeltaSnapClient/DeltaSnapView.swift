@@ -171,36 +171,21 @@ public actor DeltaSnapView {
     /// with trusted keys its signature, expiry and sequence (never below the one held),
     /// and always that it is this token's view.
     private func fetchView(now: Date, wait: Int?) async -> ViewAnswer {
-        var headers = SyncRequest.headers(accessToken: accessToken)
         let etag = try? storage.value(for: Self.etagKey)
-        if let etag { headers["If-None-Match"] = etag }
         var url = baseURL.appendingPathComponent("v1/index")
         // A view is private: no shared cache sits between, so If-None-Match reaches the server.
         if let wait, etag != nil { url.append(queryItems: [URLQueryItem(name: "wait", value: String(wait))]) }
-        let response: SyncResponse
-        do {
-            response = try await transport.fetch(SyncRequest(url: url, headers: headers, timeout: timeout + .seconds(wait ?? 0)))
-        } catch {
-            return .failed(reason: "view request failed: \(DeltaSnapReplica.describe(error))", unavailable: true)
-        }
-        defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
-        if response.status == 304 { return .notModified }
-        guard response.status == 200, let file = response.bodyFile else {
-            return .failed(reason: "view: unexpected status \(response.status)", unavailable: DeltaSnapReplica.isUnavailable(status: response.status))
-        }
-        do {
-            let index = try SignedIndex.parse(try DeltaSnapReplica.readSmallBody(file))
-            let held = try storage.value(for: Self.sequenceKey).flatMap { UInt64($0) }
-            if !trustedKeys.isEmpty {
-                try index.verify(trusting: trustedKeys, now: Int64(now.timeIntervalSince1970), heldSequence: held)
-            }
-            let subject = JWTSubject.of(accessToken)
-            guard index.subject == subject || (trustedKeys.isEmpty && index.subject == nil) else {
-                throw TrustError.malformedIndex("the view is \(index.subject.map { "\"\($0)\"'s" } ?? "the public index"), not \"\(subject ?? "?")\"'s")
-            }
-            return .fetched(index, etag: response.header("ETag"))
-        } catch {
-            return .failed(reason: "view refused: \(DeltaSnapReplica.describe(error))", unavailable: false)
+        let held = (try? storage.value(for: Self.sequenceKey)).flatMap { $0.flatMap { UInt64($0) } }
+        let verification = IndexClient.Verification(
+            trustedKeys: trustedKeys, now: Int64(now.timeIntervalSince1970), heldSequence: held, subject: .ofToken(accessToken))
+        let client = IndexClient(transport: transport, accessToken: accessToken, timeout: timeout)
+        switch await client.fetch(
+            url, label: "view", headers: etag.flatMap { $0 }.map { ["If-None-Match": $0] } ?? [:], extraTimeout: .seconds(wait ?? 0),
+            verification: verification, now: now)
+        {
+        case .notModified: return .notModified
+        case .fetched(let index, let etag, _): return .fetched(index, etag: etag)
+        case .failed(let reason, _, let unavailable, _): return .failed(reason: reason, unavailable: unavailable)
         }
     }
 

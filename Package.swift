@@ -135,6 +135,11 @@ let package = Package(
                 .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "Hummingbird", package: "hummingbird"),
             ]
         ),
+        // The `deltasnap` verbs as a user runs them: child processes, real files, exit codes.
+        .testTarget(
+            name: "DeltaSnapCLITests",
+            dependencies: ["DeltaSnapClient", "DeltaSnapCore", "DeltaSnapSQLite", "DeltaSnapStore", "DeltaSnapTestSupport"]
+        ),
         .testTarget(
             name: "DeltaSnapClientTests",
             dependencies: ["DeltaSnapClient", "DeltaSnapServer", "DeltaSnapSQLite", "DeltaSnapTestSupport", "DeltaSnapTrust"]

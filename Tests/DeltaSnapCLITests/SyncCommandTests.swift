@@ -108,7 +108,7 @@ import Testing
             attempt += 1
             try await queueRound(attempt)
             let delay = attempt % 5 == 0 ? nil : Double.random(in: 0.005...max(0.01, window))
-            let killed = try await offPool { try CrashSafetyTests.runAndKill(sync, after: delay, environment: environment) }
+            let killed = try await offPool { try CLI.runAndKill(sync, after: delay, environment: environment) }
             if killed {
                 kills += 1
                 window *= 1.1

@@ -48,7 +48,7 @@ import Glibc
             attempt += 1
             let url = urls[attempt % 2]
             let delay = attempt % 5 == 0 ? nil : Double.random(in: 0.01...latest)
-            let killed = try await offPool { try Self.runAndKill(["pull", "--url", url, "--replica", replica], after: delay, environment: environment) }
+            let killed = try await offPool { try CLI.runAndKill(["pull", "--url", url, "--replica", replica], after: delay, environment: environment) }
             if killed { kills += 1 } else { completed += 1 }
             if !killed, delay != nil { latest = max(0.02, latest * 0.7) }
 
@@ -66,27 +66,5 @@ import Glibc
         #expect(seen.count == 2)
         await serverA.stop()
         await serverB.stop()
-    }
-
-    /// Starts `deltasnap ARGUMENTS`, sends SIGKILL after `delay` seconds unless it has
-    /// exited (nil: lets it finish); true when it was killed.
-    static func runAndKill(_ arguments: [String], after delay: Double?, environment: [String: String]) throws -> Bool {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: CLI.binary)
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        guard let delay else {
-            process.waitUntilExit()
-            return false
-        }
-        let deadline = Date().addingTimeInterval(delay)
-        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.002) }
-        guard process.isRunning else { return false }
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-        return process.terminationReason == .uncaughtSignal
     }
 }

@@ -2,7 +2,7 @@ import DeltaSnapCore
 import Testing
 
 /// The conflict copy's id and value, and the push format's `base` and `copied` members.
-@Suite struct ConflictCopyTests {
+@Suite struct ConflictCopyRuleTests {
     @Test func theCopysIdDerivesFromTheOriginalAndTheWriteAlone() {
         let id = ConflictCopy.id(of: "n1", client: "laptop", seq: 7)
         #expect(id == ConflictCopy.id(of: "n1", client: "laptop", seq: 7))

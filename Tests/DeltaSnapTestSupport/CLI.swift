@@ -57,4 +57,26 @@ public enum CLI {
             stderr: String(decoding: errData, as: UTF8.self),
             stdoutBytes: [UInt8](outData))
     }
+
+    /// Starts `deltasnap ARGUMENTS`, sends SIGKILL after `delay` seconds unless it has
+    /// exited (nil: lets it finish); true when it was killed.
+    public static func runAndKill(_ arguments: [String], after delay: Double?, environment: [String: String]) throws -> Bool {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CLI.binary)
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        guard let delay else {
+            process.waitUntilExit()
+            return false
+        }
+        let deadline = Date().addingTimeInterval(delay)
+        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.002) }
+        guard process.isRunning else { return false }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        return process.terminationReason == .uncaughtSignal
+    }
 }

@@ -88,6 +88,7 @@ let package = Package(
             dependencies: [
                 "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapTrust",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ]

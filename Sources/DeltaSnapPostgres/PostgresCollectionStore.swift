@@ -3,6 +3,7 @@ import DeltaSnapStore
 import DeltaSnapTrust
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 
 /// The store on a shared PostgreSQL server: any number of `serve` instances use it at once
 /// and keep nothing of their own but caches, so a client may ask any of them.
@@ -178,21 +179,19 @@ public final class PostgresCollectionStore: CollectionStore {
 
 /// Where a watcher is in the stream of changes: the highest publication sequence it read,
 /// and whether it has reported anything yet. Shared by the watcher's tasks.
-private final class ChangeFeedPosition: @unchecked Sendable {
-    private let lock = NSLock()
-    private var sequence: UInt64
-    private var reported = false
+private final class ChangeFeedPosition: Sendable {
+    private let state: NIOLockedValueBox<(sequence: UInt64, reported: Bool)>
 
     init(_ sequence: UInt64) {
-        self.sequence = sequence
+        state = NIOLockedValueBox((sequence, false))
     }
 
-    var current: (sequence: UInt64, first: Bool) { lock.withLock { (sequence, !reported) } }
+    var current: (sequence: UInt64, first: Bool) { state.withLockedValue { ($0.sequence, !$0.reported) } }
 
     func advance(to next: UInt64) {
-        lock.withLock {
-            sequence = max(sequence, next)
-            reported = true
+        state.withLockedValue { state in
+            state.sequence = max(state.sequence, next)
+            state.reported = true
         }
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Metrics
 import Prometheus
+import NIOConcurrencyHelpers
 
 /// The server's counters and latency histograms, recorded through swift-metrics and exported
 /// in the Prometheus text format at `/metrics` by swift-prometheus.
@@ -43,10 +44,9 @@ public final class ServerMetrics: @unchecked Sendable {
     /// the fast paths count every poll and should not take the lock below to find them.
     private let collectionNotModifiedResponses: Metrics.Counter
     private let collectionOKResponses: Metrics.Counter
-    private let responsesLock = NSLock()
-    private var responses: [ResponseKey: Metrics.Counter] = [:]
+    private let responses: NIOLockedValueBox<[ResponseKey: Metrics.Counter]>
 
-    private struct ResponseKey: Hashable {
+    private struct ResponseKey: Hashable, Sendable {
         var route: String
         var status: Int
     }
@@ -87,8 +87,10 @@ public final class ServerMetrics: @unchecked Sendable {
         collectionNotModifiedResponses = collectionResponses(304)
         collectionOKResponses = collectionResponses(200)
         // The router's path counts into the same series.
-        responses[ResponseKey(route: Self.collectionRoute, status: 304)] = collectionNotModifiedResponses
-        responses[ResponseKey(route: Self.collectionRoute, status: 200)] = collectionOKResponses
+        responses = NIOLockedValueBox([
+            ResponseKey(route: Self.collectionRoute, status: 304): collectionNotModifiedResponses,
+            ResponseKey(route: Self.collectionRoute, status: 200): collectionOKResponses,
+        ])
     }
 
     /// The route label the router gives `GET /v1/collections/{name}`.
@@ -96,7 +98,7 @@ public final class ServerMetrics: @unchecked Sendable {
 
     func countResponse(route: String, status: Int) {
         let key = ResponseKey(route: route, status: status)
-        let counter = responsesLock.withLock {
+        let counter = responses.withLockedValue { responses in
             if let counter = responses[key] { return counter }
             let counter = Metrics.Counter(
                 label: "deltasnap_http_responses_total", dimensions: [("route", route), ("status", String(status))], factory: factory)

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # The browser client (clients/typescript) held to the protocol, in a real browser:
-#   1. builds the ES module with Debian's tsc and esbuild (no npm: nothing is downloaded
-#      for the client itself, it has no dependencies);
-#   2. `node --test`: the shared protocol vectors (Tests/Fixtures/protocol-vectors.json),
-#      body parsing, the merge rule, the fallback ladder and backoff;
+#   1. builds the package (clients/typescript/package.json) with Debian's tsc and esbuild
+#      (nothing is downloaded for the client itself: it has no dependencies);
+#   2. `node --test --experimental-test-coverage`: the shared protocol vectors
+#      (Tests/Fixtures/protocol-vectors.json), body parsing, the merge rule, the fallback
+#      ladder and backoff; the store contract on the in-memory store and on IndexedDB (a
+#      test double of it); the sync engine, replicas, tabs, live mode and views against a real
+#      `deltasnap serve` ($BIN) on loopback; `npm pack` → an offline `npm install` of the
+#      tarball into a scratch project → both entry points imported and type-checked. Then
+#      every runtime module (src/runtime/*.ts) must have at least 80 % (MIN_COVERAGE) line
+#      coverage from these node tests, or the run fails;
 #   3. end to end in headless Chromium driven by Selenium: the harness
 #      (clients/typescript/e2e/test_browser.py) starts `deltasnap serve --static
 #      clients/typescript/example` on a free loopback port, a fault-injecting proxy in front
 #      of it, and Chromium; it stops and restarts the server itself (the offline-edit test).
 #      A screenshot of the example page lands in .build/browser-artifacts/example.png.
 # Missing tools are installed: apt (nodejs, node-typescript, esbuild, chromium,
-# chromium-driver, python3-venv) and PyPI (selenium, xxhash) into a venv under .build/.
+# chromium-driver, python3-venv, and npm where nodejs does not bring it) and PyPI
+# (selenium, xxhash) into a venv under .build/.
 # Nothing is skipped: a missing tool that cannot be installed fails the run.
 #
 #   BIN=.build/debug/deltasnap .ci/browser-tests.sh
@@ -27,7 +34,9 @@ SELENIUM_VERSION=4.51.0
 XXHASH_VERSION=4.1.0
 # Bounds, so CI fails rather than hangs (the whole run takes about a minute on 2 cores).
 E2E_TIMEOUT="${E2E_TIMEOUT:-210}"
-UNIT_TIMEOUT="${UNIT_TIMEOUT:-120}"
+UNIT_TIMEOUT="${UNIT_TIMEOUT:-300}"
+# Line coverage each runtime module must reach from the node tests alone.
+MIN_COVERAGE="${MIN_COVERAGE:-80}"
 
 [ -x "$BIN" ] || { echo "browser-tests: $BIN is missing; run 'swift build' first (or set BIN)" >&2; exit 1; }
 
@@ -51,13 +60,16 @@ for package in nodejs node-typescript esbuild chromium chromium-driver python3-v
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
 done
 # nodesource's nodejs, for one, is not Debian's package but provides node: accept any node ≥ 18.
-if [ "${#missing[@]}" -gt 0 ]; then
+install_packages() {
     sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    echo "browser-tests: installing ${missing[*]}"
+    echo "browser-tests: installing $*"
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
-fi
-for tool in node tsc esbuild chromium chromedriver; do
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@"
+}
+[ "${#missing[@]}" -eq 0 ] || install_packages "${missing[@]}"
+# Debian's nodejs comes without npm (its own package); nodesource's brings it (and conflicts with it).
+command -v npm >/dev/null || install_packages npm
+for tool in node npm tsc esbuild chromium chromedriver; do
     command -v "$tool" >/dev/null || { echo "browser-tests: '$tool' is still missing after installing packages" >&2; exit 1; }
 done
 node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 18 ? 0 : 1)' \
@@ -75,11 +87,31 @@ fi
 echo "browser-tests: building clients/typescript"
 clients/typescript/build.sh
 
-echo "browser-tests: node --test (protocol vectors, bodies, merge rule, fallback ladder)"
-timeout "$UNIT_TIMEOUT" node --test clients/typescript/test/*.test.mjs
+echo "browser-tests: node --test (protocol vectors; stores; sync engine, replicas, tabs, views against deltasnap serve; npm pack and install)"
+mkdir -p "$ARTIFACTS"
+NODE_LOG="$ARTIFACTS/node-tests.txt"
+# From the package's folder, so the coverage table names dist/lib/runtime/*.js.
+(cd clients/typescript && DELTASNAP_BIN="$BIN" timeout "$UNIT_TIMEOUT" node --test --experimental-test-coverage test/*.test.mjs) 2>&1 | tee "$NODE_LOG"
+
+echo "browser-tests: line coverage of each runtime module by the node tests (at least ${MIN_COVERAGE}%)"
+under=0
+for source in clients/typescript/src/runtime/*.ts; do
+    module=$(basename "$source" .ts)
+    # node 18/20 print "# dist/lib/runtime/NAME.js | line % | …"; later ones nest the folders ("# NAME.js | …").
+    percent=$(grep -E "[ /]${module}\.js +\|" "$NODE_LOG" | head -1 | awk -F'|' '{ gsub(/ /, "", $2); print $2 }')
+    if [ -z "$percent" ]; then
+        printf '  %-16s no coverage line: no node test loads it\n' "$module"
+        under=1
+    elif awk -v p="$percent" -v min="$MIN_COVERAGE" 'BEGIN { exit !(p + 0 < min + 0) }'; then
+        printf '  %-16s %6s%%  UNDER %s%%\n' "$module" "$percent" "$MIN_COVERAGE"
+        under=1
+    else
+        printf '  %-16s %6s%%\n' "$module" "$percent"
+    fi
+done
+[ "$under" -eq 0 ] || { echo "browser-tests: FAILED: a runtime module has under ${MIN_COVERAGE}% line coverage from node --test" >&2; exit 1; }
 
 echo "browser-tests: headless Chromium against deltasnap serve ($BIN)"
-mkdir -p "$ARTIFACTS"
 rm -f "$ARTIFACTS/example.png"
 rm -rf "$E2E_TMP" && mkdir -p "$E2E_TMP"
 set +e

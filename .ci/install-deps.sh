@@ -5,7 +5,7 @@ set -euo pipefail
 # wrk drives the soak test (make test runs a short one); python3-venv holds schemathesis;
 # nginx is the shared cache the CDN test puts in front of the server; postgresql the server
 # the PostgreSQL store's tests run a throwaway cluster of (initdb on a free loopback port).
-# nodejs, node-typescript and esbuild build the browser client (clients/typescript; no npm).
+# nodejs, node-typescript and esbuild build the browser client (clients/typescript; no npm registry: Debian's npm only packs it).
 packages=(zlib1g-dev libsqlite3-dev pkg-config wrk curl python3-venv nginx postgresql nodejs node-typescript esbuild)
 missing=()
 for package in "${packages[@]}"; do

@@ -25,10 +25,8 @@ extension DeltaSnapAPI {
     /// them into one origin request, and no client is answered twice from one cached entry.
     func index(_ request: Request) async throws -> Response {
         let policy = accessControl.policy
-        // Without rules or private collections every caller sees the same index: a token is
-        // not even looked at (as before views existed).
-        let principal = policy.everythingPublic && policy.rules.collections.isEmpty ? Principal.anonymous : try await accessControl.principal(of: request)
-        let isView = principal.subject != Principal.anonymous.subject || principal.isAdmin || principal.claims != nil
+        let principal = policy.indexIgnoresTokens ? Principal.anonymous : try await accessControl.principal(of: request)
+        let isView = !principal.isAnonymous
         let query = request.uri.queryParameters
         let wait = try Self.waitSeconds(query.get("wait"))
         let ifNoneMatch = request.headers[values: .ifNoneMatch].joinedOrNil
@@ -154,7 +152,7 @@ extension DeltaSnapAPI {
     /// changed is `.none` at once.
     func keptView(slot: String, principal: Principal, now: Int64, patching: Bool) -> KeptView {
         guard let kept = publication.kept(for: slot), var dependencies = kept.dependencies else { return .none }
-        let fresh = now - kept.issued < publication.resigningAge
+        let fresh = publication.isFresh(kept, now: now)
         switch heads.standing(of: dependencies) {
         case .changed:
             return .none
@@ -202,11 +200,10 @@ extension DeltaSnapAPI {
     /// ``indexCaller(_:)`` for a request's `Authorization` value (nil: none was sent).
     func indexCaller(authorization header: String?) -> Principal?? {
         let policy = accessControl.policy
-        // Without rules or private collections a token is not even looked at.
-        if policy.everythingPublic && policy.rules.collections.isEmpty { return .some(nil) }
+        if policy.indexIgnoresTokens { return .some(nil) }
         guard let header else { return .some(nil) }
         guard let token = AccessControl.bearerToken(header), let principal = accessControl.knownPrincipal(token) else { return .none }
-        let isView = principal.subject != Principal.anonymous.subject || principal.isAdmin || principal.claims != nil
+        let isView = !principal.isAnonymous
         return .some(isView ? principal : nil)
     }
 

@@ -67,7 +67,7 @@ final class IndexPublisher: Sendable {
         key: [EntryKey], subject: String?, slot: String, dependencies: ViewDependencies?, store: any CollectionStore, now: Int64
     ) async throws -> Published {
         let held = state.withLockedValue { $0.published.value(forKey: slot) }
-        if var held, held.lists(key), now - held.issued < resigningAge {
+        if var held, held.lists(key), isFresh(held, now: now) {
             held.dependencies = dependencies
             let kept = held
             state.withLockedValue { $0.published.set(kept, forKey: slot, cost: kept.size) }
@@ -97,7 +97,7 @@ final class IndexPublisher: Sendable {
     /// The public index as last built, when it lists exactly `heads` and needs no
     /// re-signing: read without waiting (the fast path parks requests on it).
     func freshPublic(heads: [CollectionHead], now: Int64) -> Published? {
-        guard let held = state.withLockedValue({ $0.published.peek("") }), now - held.issued < resigningAge, held.stated.count == heads.count else { return nil }
+        guard let held = state.withLockedValue({ $0.published.peek("") }), isFresh(held, now: now), held.stated.count == heads.count else { return nil }
         for (stated, head) in zip(held.stated, heads) where stated.key != EntryKey(head) { return nil }
         return held
     }
@@ -121,6 +121,12 @@ final class IndexPublisher: Sendable {
     /// The age in seconds past which a document is signed again (a quarter of its lifetime),
     /// so a client always gets one far from its expiry.
     var resigningAge: Int64 { lifetime / 4 }
+
+    /// Whether `document` may still be served as it is at `now`: younger than
+    /// ``resigningAge``. The one place the re-signing rule is written.
+    func isFresh(_ document: Published, now: Int64) -> Bool {
+        now - document.issued < resigningAge
+    }
 
     /// An entry's key and canonical bytes (``IndexDocument/member(of:)``), made once: a
     /// class, so listing it in a thousand-entry document costs one reference each. Only the

@@ -1,8 +1,14 @@
 #!/bin/sh
-# Builds the browser client: dist/lib (ES modules + .d.ts, from tsc), dist/deltasnap.js (one
-# bundled ES module, from esbuild) and dist/deltasnap.d.ts; then copies the module and the
-# bundled snapshot into example/ so `deltasnap serve --static clients/typescript/example` works.
-# Needs Debian's node-typescript (tsc) and esbuild.
+# Builds the browser client (the npm package `deltasnap`, package.json) with Debian's tsc and
+# esbuild:
+#   dist/lib/        ES modules + complete .d.ts declarations, from tsc: index.js (the app
+#                    API, the package's "."), protocol.js ("./protocol"), protocol/*
+#                    (wire-level, pure) and runtime/* (storage, sync, tabs, views);
+#   dist/deltasnap.js  the app API as one bundled ES module (esbuild), with dist/deltasnap.d.ts,
+#                    for apps that copy one file into their static files;
+# then copies the bundle and the bundled snapshot into example/ so
+# `deltasnap serve --static clients/typescript/example` works. `npm pack` (no registry
+# needed) packs dist/ into an installable tarball.
 set -eu
 cd "$(dirname "$0")"
 rm -rf dist

@@ -1,31 +1,30 @@
 /**
- * DeltaSnap's browser client: a verified, offline-first replica of one collection in
- * IndexedDB (docs/PROTOCOL.md), and a user's whole view of partitions (`DeltaSnapView`).
- * Zero runtime dependencies.
+ * DeltaSnap's browser client, the app API (`import … from "deltasnap"`): a verified,
+ * offline-first replica of one collection (`DeltaSnapReplica`), a user's whole view of
+ * partitions (`DeltaSnapView`), and where they are kept (`indexedDBStorage`, the default,
+ * or a `MemoryStorage`; any `ReplicaStore`). The wire-level building blocks are in
+ * `deltasnap/protocol`. Zero runtime dependencies.
  *
  * ```ts
- * import { DeltaSnapReplica } from "./deltasnap.js";
+ * import { DeltaSnapReplica } from "deltasnap";
  * const countries = await DeltaSnapReplica.open({ collection: "countries", bundledSnapshot: "countries.snapshot" });
  * const all = await countries.all();
  * ```
  */
-export { DeltaSnapReplica, collectionPath } from "./replica.js";
-export { DeltaSnapView, jwtSubject } from "./view.js";
-export type { ViewOptions, ViewSyncReport } from "./view.js";
-export { LiveLoop } from "./live.js";
-export type { LiveOptions, LiveStep } from "./live.js";
-export type { JsonRecord, ReplicaOptions, ReplicaStatus, StorageLoss, SyncResult } from "./replica.js";
-export type { PullOutcome, PushReport, RefusedWrite, SyncPhase, WaitPolicy } from "./sync-engine.js";
-export type { PendingWrite } from "./store.js";
-export { BodyError, BundleError, DeltaSnapError, JSONParseError, StorageError, TrustError, WriteRefusedError } from "./errors.js";
-// The protocol's building blocks, for tools and tests.
-export { canonicalize, canonicalString, parseJSON, JsonNumber } from "./json.js";
-export type { JsonValue } from "./json.js";
-export { xxh64 } from "./xxh64.js";
-export { StateChecksum } from "./checksum.js";
-export { StateDigest } from "./lthash.js";
-export { parseBody } from "./body.js";
-export type { Body, BodyRecord } from "./body.js";
-export { parseSignedIndex, verifySignedIndex, TrustedKey } from "./signed-index.js";
-export { applyStrict, applyLenient } from "./merge.js";
-export type { Mutation, Operation } from "./merge.js";
+export { DeltaSnapReplica, collectionPath } from "./runtime/replica.js";
+export type { JsonRecord, ReplicaOptions, ReplicaStatus, StorageLoss, SyncResult } from "./runtime/replica.js";
+export { DeltaSnapView, jwtSubject } from "./runtime/view.js";
+export type { ViewOptions, ViewSyncReport } from "./runtime/view.js";
+export { LiveLoop } from "./runtime/live.js";
+export type { LiveOptions, LiveStep } from "./runtime/live.js";
+export type { PullOutcome, PushReport, RefusedWrite, SyncPhase, WaitPolicy } from "./runtime/sync-engine.js";
+export type { RetryPolicy } from "./protocol/retry.js";
+export { BodyError, BundleError, DeltaSnapError, JSONParseError, StorageError, TrustError, WriteRefusedError } from "./protocol/errors.js";
+// Storage: the interface the sync engine uses, the IndexedDB store and the in-memory one.
+export { EMPTY_STATE, StateMovedError, TableStore, TABLES, newClientId } from "./runtime/store.js";
+export type {
+  MarkerStore, PendingWrite, PreparedApply, QueueState, ReplicaState, ReplicaStorage, ReplicaStore, TableKey, TableName, Tables,
+} from "./runtime/store.js";
+export { IndexedDBStore, indexedDBStorage } from "./runtime/indexeddb-store.js";
+export { MemoryDatabase, MemoryStorage, MemoryStore } from "./runtime/memory-store.js";
+export type { Mutation, Operation } from "./protocol/merge.js";

@@ -4,9 +4,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { lib, vectors } from "./fixtures.mjs";
 
-const { parseBody } = await lib("body");
-const { StateChecksum } = await lib("checksum");
-const { gunzip } = await lib("bundle");
+const { parseBody } = await lib("protocol/body");
+const { StateChecksum } = await lib("protocol/checksum");
+const { gunzip } = await lib("runtime/bundle");
 const { readFileSync } = await import("node:fs");
 
 const full = vectors.bodies.fullBody;
@@ -85,8 +85,8 @@ test("the bundled snapshot (gzip) decodes, parses and verifies", async () => {
 });
 
 test("the canonical fast path takes canonical records as they are and nothing else", async () => {
-  const { scanCanonicalRecord } = await lib("canonical-scan");
-  const { canonicalRecord } = await lib("body");
+  const { scanCanonicalRecord } = await lib("protocol/canonical-scan");
+  const { canonicalRecord } = await lib("protocol/body");
   for (const { input, canonical } of vectors.canonicalJSON.valid) {
     const fast = scanCanonicalRecord(canonical, 0);
     assert.ok(fast, canonical);

@@ -5,11 +5,11 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { lib, vectors } from "./fixtures.mjs";
 
-const { requestInit, pull } = await lib("sync-engine");
-const { EMPTY_STATE } = await lib("store");
-const { DeltaSnapView } = await lib("view");
-const { TrustedKey } = await lib("signed-index");
-const { DEFAULT_RETRY_POLICY } = await lib("retry");
+const { requestInit, pull } = await lib("runtime/sync-engine");
+const { MemoryStore } = await lib("runtime/memory-store");
+const { DeltaSnapView } = await lib("runtime/view");
+const { TrustedKey } = await lib("protocol/signed-index");
+const { DEFAULT_RETRY_POLICY } = await lib("protocol/retry");
 
 test("requestInit: a tokened request is no-store whatever the public mode; a public one keeps it", () => {
   for (const publicCache of ["default", "no-cache", "reload", "no-store"]) {
@@ -28,15 +28,6 @@ test("requestInit: a tokened request is no-store whatever the public mode; a pub
   assert.deepEqual(caller, { "X-A": "1" }, "the caller's headers are not changed");
 });
 
-/** A store held in memory, enough for a pull that fails before applying anything. */
-function memoryStore() {
-  let state = { ...EMPTY_STATE };
-  return {
-    readState: async () => ({ ...state }),
-    updateState: async (change) => (state = { ...state, ...change }),
-  };
-}
-
 /** A fetch that records each request's URL and init and answers from `answer(url)`. */
 function recordingFetch(answer) {
   const seen = [];
@@ -49,7 +40,7 @@ function recordingFetch(answer) {
 
 function context(fetcher, token, extra = {}) {
   return {
-    store: memoryStore(), collection: "one0", collectionURL: "https://data.test/v1/collections/one0", serverURL: "https://data.test",
+    store: new MemoryStore(), collection: "one0", collectionURL: "https://data.test/v1/collections/one0", serverURL: "https://data.test",
     trustedKeys: [], accessToken: async () => token, fetch: fetcher, timeoutMs: 5000,
     retryPolicy: DEFAULT_RETRY_POLICY, now: () => Date.now(), ...extra,
   };

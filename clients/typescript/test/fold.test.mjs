@@ -3,8 +3,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { lib } from "./fixtures.mjs";
 
-const { fold } = await lib("fold");
-const { applyStrict } = await lib("merge");
+const { fold } = await lib("protocol/fold");
+const { applyStrict } = await lib("protocol/merge");
 const w = (op, value = null, id = "r1") => ({ op, id, value });
 
 test("patches merge their fields and keep a removal", () => {

@@ -3,8 +3,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { lib } from "./fixtures.mjs";
 
-const { decidePullAnswer, decideAfterUnusableBody, decidePushAnswer } = await lib("ladder");
-const { retryDelay, serverDelay } = await lib("retry");
+const { decidePullAnswer, decideAfterUnusableBody, decidePushAnswer } = await lib("protocol/ladder");
+const { retryDelay, serverDelay } = await lib("protocol/retry");
 
 test("conditional request: 304 keeps, 200 applies, errors keep the data", () => {
   assert.deepEqual(decidePullAnswer("conditional", 304), { action: "not-modified" });

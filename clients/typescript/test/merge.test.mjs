@@ -3,8 +3,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { lib } from "./fixtures.mjs";
 
-const { applyStrict, applyLenient } = await lib("merge");
-const { pushBody } = await lib("sync-engine");
+const { applyStrict, applyLenient } = await lib("protocol/merge");
+const { pushBody } = await lib("runtime/sync-engine");
 
 const AD = '{"id":"AD","name":"Andorra","pop":77000}';
 

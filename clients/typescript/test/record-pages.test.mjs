@@ -1,28 +1,23 @@
-// The paged record store (src/record-pages.ts) against a Map, on a minimal in-memory stand-in
-// for an IndexedDB object store (string keys ordered as IndexedDB orders them).
+// The paged record store (src/runtime/record-pages.ts) against a Map, on a minimal in-memory
+// table (string keys ordered as IndexedDB orders them).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { lib } from "./fixtures.mjs";
 
-const { RecordPages, PAGE_SIZE } = await lib("record-pages");
+const { RecordPages, PAGE_SIZE } = await lib("runtime/record-pages");
 
 function fakeTransaction() {
   const rows = new Map();
   const sortedKeys = () => [...rows.keys()].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-  const answer = (value) => {
-    const r = { onsuccess: null, onerror: null, result: value };
-    queueMicrotask(() => r.onsuccess?.());
-    return r;
+  const tables = {
+    getAllKeys: async () => sortedKeys(),
+    getAll: async () => sortedKeys().map((k) => structuredClone(rows.get(k))),
+    get: async (_, k) => structuredClone(rows.get(k)),
+    put: (_, v, k) => { rows.set(k, structuredClone(v)); },
+    delete: (_, k) => { rows.delete(k); },
+    clear: () => { rows.clear(); },
   };
-  const store = {
-    getAllKeys: () => answer(sortedKeys()),
-    getAll: () => answer(sortedKeys().map((k) => structuredClone(rows.get(k)))),
-    get: (k) => answer(structuredClone(rows.get(k))),
-    put: (v, k) => { rows.set(k, structuredClone(v)); return answer(k); },
-    delete: (k) => { rows.delete(k); return answer(undefined); },
-    clear: () => { rows.clear(); return answer(undefined); },
-  };
-  return { tx: { objectStore: () => store }, rows };
+  return { tx: tables, rows };
 }
 
 function random(seed) {

@@ -4,14 +4,14 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { lib, vectors } from "./fixtures.mjs";
 
-const { canonicalize } = await lib("json");
-const { xxh64 } = await lib("xxh64");
-const { StateChecksum } = await lib("checksum");
-const { StateDigest, recordLanes } = await lib("lthash");
-const { chacha20Keystream } = await lib("chacha20");
-const { parseSignedIndex, verifySignedIndex, TrustedKey } = await lib("signed-index");
-const { parseBody, canonicalRecord } = await lib("body");
-const { TrustError } = await lib("errors");
+const { canonicalize } = await lib("protocol/json");
+const { xxh64 } = await lib("protocol/xxh64");
+const { StateChecksum } = await lib("protocol/checksum");
+const { StateDigest, recordLanes } = await lib("protocol/lthash");
+const { chacha20Keystream } = await lib("protocol/chacha20");
+const { parseSignedIndex, verifySignedIndex, TrustedKey } = await lib("protocol/signed-index");
+const { parseBody, canonicalRecord } = await lib("protocol/body");
+const { TrustError } = await lib("protocol/errors");
 
 const utf8 = (s) => new TextEncoder().encode(s);
 const hex = (bytes) => [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");

@@ -4,9 +4,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { lib } from "./fixtures.mjs";
 
-const { collectionPath } = await lib("replica");
-const { jwtSubject } = await lib("view");
-const { parseSignedIndex } = await lib("signed-index");
+const { collectionPath } = await lib("runtime/replica");
+const { jwtSubject } = await lib("runtime/view");
+const { parseSignedIndex } = await lib("protocol/signed-index");
 
 test("a partition path is NAME/KEY with the protocol's alphabets", () => {
   assert.deepEqual(collectionPath("countries"), { name: "countries", key: null });

@@ -1,7 +1,8 @@
-import { DeltaSnapError, TrustError } from "./errors.js";
-import { collectionPath, DeltaSnapReplica, JsonRecord } from "./replica.js";
-import { parseSignedIndex, SignedIndex, TrustedKey, verifySignedIndex } from "./signed-index.js";
-import { PendingWrite } from "./store.js";
+import { DeltaSnapError, TrustError } from "../protocol/errors.js";
+import { indexedDBStorage } from "./indexeddb-store.js";
+import { collectionPath, DeltaSnapReplica, JsonRecord, markerKey } from "./replica.js";
+import { parseSignedIndex, SignedIndex, TrustedKey, verifySignedIndex } from "../protocol/signed-index.js";
+import { PendingWrite, ReplicaStorage } from "./store.js";
 import { LiveLoop, LiveOptions, LiveStep } from "./live.js";
 import { fetchTextWithTimeout, PullOutcome, PushReport, requestInit } from "./sync-engine.js";
 import { TabCoordinator, TabMessage } from "./tabs.js";
@@ -20,6 +21,8 @@ export interface ViewOptions {
   requestTimeout?: number;
   /** A `fetch` to use instead of the global one. */
   fetch?: typeof fetch;
+  /** Where the partitions and the bookkeeping are kept: `indexedDBStorage` (the default) or a `MemoryStorage`. */
+  storage?: ReplicaStorage;
 }
 
 /** What one {@link DeltaSnapView.sync} did. */
@@ -68,12 +71,14 @@ export class DeltaSnapView extends EventTarget {
   /** Live mode: the election among this view's tabs, and the loop while this tab leads it. */
   private tabs: TabCoordinator | null = null;
   private live: AbortController | null = null;
+  private readonly storage: ReplicaStorage;
 
   private constructor(
     readonly subject: string, private readonly options: ViewOptions, private readonly serverURL: string,
     private readonly trustedKeys: TrustedKey[], private readonly fetcher: typeof fetch,
   ) {
     super();
+    this.storage = options.storage ?? indexedDBStorage;
   }
 
   /** Opens the view of `accessToken`'s user (its databases, if any, from an earlier visit). */
@@ -103,7 +108,7 @@ export class DeltaSnapView extends EventTarget {
     const replica = await DeltaSnapReplica.open({
       collection: partition, serverURL: this.serverURL, accessToken: () => this.options.accessToken,
       trustedKeys: this.options.trustedKeys, databaseName: this.databaseName(partition), autoSync: false, pollInterval: 0,
-      requestTimeout: this.options.requestTimeout, fetch: this.fetcher,
+      requestTimeout: this.options.requestTimeout, fetch: this.fetcher, storage: this.storage,
     });
     this.replicas.set(partition, replica);
     return replica;
@@ -289,12 +294,9 @@ export class DeltaSnapView extends EventTarget {
     const name = replica.databaseName;
     replica.close();
     this.replicas.delete(partition);
-    await new Promise<void>((resolve) => {
-      const request = indexedDB.deleteDatabase(name);
-      request.onsuccess = request.onerror = request.onblocked = () => resolve();
-    });
+    await this.storage.delete(name);
     // Not a storage loss: the replica's marker goes with it.
-    try { globalThis.localStorage?.removeItem(`deltasnap-replica:${name}`); } catch { /* no localStorage */ }
+    try { this.storage.markers?.removeItem(markerKey(name)); } catch { /* no localStorage */ }
     return lost;
   }
 
@@ -308,14 +310,14 @@ export class DeltaSnapView extends EventTarget {
 
   private bookkeeping(): ViewBookkeeping {
     try {
-      const held = JSON.parse(globalThis.localStorage?.getItem(this.bookkeepingKey()) ?? "null");
+      const held = JSON.parse(this.storage.markers?.getItem(this.bookkeepingKey()) ?? "null");
       if (held && Array.isArray(held.partitions)) return held;
     } catch { /* unreadable: start afresh */ }
     return { server: "", etag: null, sequence: null, partitions: [] };
   }
 
   private saveBookkeeping(held: ViewBookkeeping): void {
-    try { globalThis.localStorage?.setItem(this.bookkeepingKey(), JSON.stringify(held)); } catch { /* no localStorage: asked afresh next time */ }
+    try { this.storage.markers?.setItem(this.bookkeepingKey(), JSON.stringify(held)); } catch { /* no localStorage: asked afresh next time */ }
   }
 }
 

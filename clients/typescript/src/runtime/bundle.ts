@@ -1,7 +1,7 @@
 import { verifyBody } from "./apply.js";
-import { parseBody } from "./body.js";
-import { BundleError, DeltaSnapError } from "./errors.js";
-import { parseSignedIndex, TrustedKey, verifySignedIndex } from "./signed-index.js";
+import { parseBody } from "../protocol/body.js";
+import { BundleError, DeltaSnapError } from "../protocol/errors.js";
+import { parseSignedIndex, TrustedKey, verifySignedIndex } from "../protocol/signed-index.js";
 import { EMPTY_STATE, ReplicaStore, StateMovedError } from "./store.js";
 
 /**

@@ -1,12 +1,13 @@
 import { loadBundledSnapshot } from "./bundle.js";
-import { StateChecksum } from "./checksum.js";
-import { BundleError, DeltaSnapError, WriteRefusedError } from "./errors.js";
-import { canonicalString, fromPlain } from "./json.js";
-import { Operation } from "./merge.js";
+import { StateChecksum } from "../protocol/checksum.js";
+import { BundleError, DeltaSnapError, WriteRefusedError } from "../protocol/errors.js";
+import { canonicalString, fromPlain } from "../protocol/json.js";
+import { Operation } from "../protocol/merge.js";
 import { LiveLoop, LiveOptions, LiveStep } from "./live.js";
-import { DEFAULT_RETRY_POLICY, RetryPolicy, serverDelay } from "./retry.js";
-import { ALLOWED_CLOCK_SKEW, parseSignedIndex, TrustedKey } from "./signed-index.js";
-import { PendingWrite, ReplicaStore } from "./store.js";
+import { DEFAULT_RETRY_POLICY, RetryPolicy, serverDelay } from "../protocol/retry.js";
+import { ALLOWED_CLOCK_SKEW, parseSignedIndex, TrustedKey } from "../protocol/signed-index.js";
+import { indexedDBStorage } from "./indexeddb-store.js";
+import { PendingWrite, ReplicaStorage, ReplicaStore } from "./store.js";
 import { fetchTextWithTimeout, pull, PullOutcome, push, PushReport, requestInit, SyncContext, waitingUntil, WaitPolicy } from "./sync-engine.js";
 import { TabCoordinator, TabMessage } from "./tabs.js";
 
@@ -29,6 +30,11 @@ export interface ReplicaOptions {
   accessToken?: string | null | (() => string | null | Promise<string | null>);
   /** IndexedDB database name. Default `deltasnap:<collection>`. */
   databaseName?: string;
+  /**
+   * Where the replica is kept: `indexedDBStorage` (the default, a browser's IndexedDB and
+   * localStorage) or a `MemoryStorage` (node, tests, a page that must keep nothing).
+   */
+  storage?: ReplicaStorage;
   /** Seconds between background syncs of the syncing tab; 0 turns polling off. Default 60. */
   pollInterval?: number;
   /**
@@ -131,7 +137,10 @@ export class DeltaSnapReplica extends EventTarget {
   private closed = false;
   private readonly earlyEvents: Event[] = [];
 
-  private constructor(readonly collection: string, private readonly store: ReplicaStore, private readonly ctx: SyncContext, private readonly options: ReplicaOptions) {
+  private constructor(
+    readonly collection: string, private readonly store: ReplicaStore, private readonly storage: ReplicaStorage,
+    private readonly ctx: SyncContext, private readonly options: ReplicaOptions,
+  ) {
     super();
     this.tabs = new TabCoordinator(store.name, () => this.becameSyncingTab(), (m) => this.onTabMessage(m), (wasLeader, freezing) => this.suspended(wasLeader, freezing), () => this.store.resume());
   }
@@ -141,7 +150,8 @@ export class DeltaSnapReplica extends EventTarget {
     const collection = options.collection;
     const path = collectionPath(collection);
     const name = options.databaseName ?? `deltasnap:${collection}`;
-    const { store, created } = await ReplicaStore.open(name);
+    const storage = options.storage ?? indexedDBStorage;
+    const { store, created } = await storage.open(name);
     const serverURL = (options.serverURL ?? globalThis.location?.origin ?? "").replace(/\/+$/, "");
     const fetcher = options.fetch ?? globalThis.fetch.bind(globalThis);
     const token = options.accessToken;
@@ -154,7 +164,7 @@ export class DeltaSnapReplica extends EventTarget {
       retryPolicy: options.retryPolicy ?? DEFAULT_RETRY_POLICY,
       now: () => Date.now(),
     };
-    const replica = new DeltaSnapReplica(collection, store, ctx, options);
+    const replica = new DeltaSnapReplica(collection, store, storage, ctx, options);
     ctx.onPhase = (phase) => replica.dispatchEvent(new CustomEvent("progress", { detail: { phase } }));
     replica.checkStorageLoss(created);
     if (options.persist) {
@@ -492,7 +502,7 @@ export class DeltaSnapReplica extends EventTarget {
   private checkStorageLoss(created: boolean): void {
     const key = this.markerKey();
     let marker: { pending?: number } | null = null;
-    try { marker = JSON.parse(globalThis.localStorage?.getItem(key) ?? "null"); } catch { marker = null; }
+    try { marker = JSON.parse(this.storage.markers?.getItem(key) ?? "null"); } catch { marker = null; }
     if (created && marker) {
       this.storageLoss = { lostWrites: marker.pending ?? 0 };
       this.earlyEvents.push(new CustomEvent("storage-lost", { detail: this.storageLoss }));
@@ -505,10 +515,15 @@ export class DeltaSnapReplica extends EventTarget {
   }
 
   private writeMarker(pending: number): void {
-    try { globalThis.localStorage?.setItem(this.markerKey(), JSON.stringify({ pending })); } catch { /* no localStorage: loss goes unreported */ }
+    try { this.storage.markers?.setItem(this.markerKey(), JSON.stringify({ pending })); } catch { /* no localStorage: loss goes unreported */ }
   }
 
   private markerKey(): string {
-    return `deltasnap-replica:${this.store.name}`;
+    return markerKey(this.store.name);
   }
+}
+
+/** The storage-loss marker's key of database `name`. */
+export function markerKey(name: string): string {
+  return `deltasnap-replica:${name}`;
 }

@@ -48,7 +48,7 @@ export class WriteRefusedError extends DeltaSnapError {
   }
 }
 
-/** IndexedDB failed (quota, a private window without storage, a blocked upgrade). */
+/** The store failed: IndexedDB (quota, a private window without storage, a blocked upgrade), or a closed or deleted database. */
 export class StorageError extends DeltaSnapError {
   constructor(message: string, readonly cause?: unknown) {
     super("storage_error", message);

@@ -1,8 +1,8 @@
-import { Body } from "./body.js";
-import { StateChecksum } from "./checksum.js";
-import { BodyError } from "./errors.js";
-import { recordLanes, StateDigest } from "./lthash.js";
-import { IndexEntry } from "./signed-index.js";
+import { Body } from "../protocol/body.js";
+import { StateChecksum } from "../protocol/checksum.js";
+import { BodyError } from "../protocol/errors.js";
+import { recordLanes, StateDigest } from "../protocol/lthash.js";
+import { IndexEntry } from "../protocol/signed-index.js";
 import { PreparedApply, ReplicaState, ReplicaStore } from "./store.js";
 
 /** What a verified body changes, ready for `ReplicaStore.commitApply`. */

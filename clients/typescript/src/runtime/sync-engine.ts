@@ -1,12 +1,12 @@
 import { verifyBody, VerifiedApply } from "./apply.js";
-import { isBodyProblem, parseBody } from "./body.js";
-import { BodyError, DeltaSnapError, TrustError } from "./errors.js";
-import { decideAfterUnusableBody, decidePullAnswer, decidePushAnswer, isUnavailable, PullStep } from "./ladder.js";
-import { StateDigest } from "./lthash.js";
-import { DEFAULT_RETRY_POLICY, retryDelay, RetryPolicy, serverDelay } from "./retry.js";
-import { parseSignedIndex, SignedIndex, TrustedKey, verifySignedIndex } from "./signed-index.js";
+import { isBodyProblem, parseBody } from "../protocol/body.js";
+import { BodyError, DeltaSnapError, TrustError } from "../protocol/errors.js";
+import { decideAfterUnusableBody, decidePullAnswer, decidePushAnswer, isUnavailable, PullStep } from "../protocol/ladder.js";
+import { StateDigest } from "../protocol/lthash.js";
+import { DEFAULT_RETRY_POLICY, retryDelay, RetryPolicy, serverDelay } from "../protocol/retry.js";
+import { parseSignedIndex, SignedIndex, TrustedKey, verifySignedIndex } from "../protocol/signed-index.js";
 import { PendingWrite, ReplicaState, ReplicaStore, StateMovedError } from "./store.js";
-import { Operation } from "./merge.js";
+import { Operation } from "../protocol/merge.js";
 
 /** What a pull did. */
 export type PullOutcome =

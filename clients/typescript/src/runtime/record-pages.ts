@@ -1,3 +1,5 @@
+import type { Tables } from "./store.js";
+
 /**
  * The verified server records, stored in pages of a few hundred records rather than one
  * IndexedDB row each: Chromium spends ~50–100 µs per `put`, so a 100,000-record full body
@@ -7,7 +9,7 @@
  * ids from its key up to the next page's key. Ids compare as IndexedDB compares string keys
  * (UTF-16 code units), so the routing agrees with the key order of the store.
  *
- * A `RecordPages` works inside one transaction: it routes with the keys read at `open`,
+ * A `RecordPages` works inside one transaction (any backend's {@link Tables}): it routes with the keys read at `open`,
  * caches the pages it touches, and `flush()` writes the changed ones back (re-keyed when
  * their first id changed, split when they grew past `MAX_PAGE`, deleted when empty).
  */
@@ -19,13 +21,6 @@ export interface Page {
 export const PAGE_SIZE = 256;
 const MAX_PAGE = 2 * PAGE_SIZE;
 const STORE = "pages";
-
-function request<T>(r: IDBRequest<T>): Promise<T> {
-  return new Promise((resolve, reject) => {
-    r.onsuccess = () => resolve(r.result);
-    r.onerror = () => reject(r.error);
-  });
-}
 
 /** Index of `id` in sorted `ids`, or where it would go (`found` false). */
 function locate(ids: string[], id: string): { index: number; found: boolean } {
@@ -44,18 +39,17 @@ export class RecordPages {
   private readonly cache = new Map<number, Page>();
   private readonly dirty = new Set<number>();
 
-  private constructor(private readonly tx: IDBTransaction) {}
+  private constructor(private readonly tables: Tables) {}
 
-  static async open(tx: IDBTransaction): Promise<RecordPages> {
-    const pages = new RecordPages(tx);
-    pages.keys = (await request(tx.objectStore(STORE).getAllKeys())) as string[];
+  static async open(tables: Tables): Promise<RecordPages> {
+    const pages = new RecordPages(tables);
+    pages.keys = (await tables.getAllKeys(STORE)) as string[];
     return pages;
   }
 
   /** Replaces every record (a full body) by `records`, in id order or not. */
-  static replaceAll(tx: IDBTransaction, records: [string, string][]): void {
-    const store = tx.objectStore(STORE);
-    store.clear();
+  static replaceAll(tables: Tables, records: [string, string][]): void {
+    tables.clear(STORE);
     let sorted = records;
     for (let i = 1; i < records.length; i++) {
       // A full body is sorted by UTF-8 bytes; IndexedDB orders by UTF-16 code units. They
@@ -67,13 +61,13 @@ export class RecordPages {
     }
     for (let i = 0; i < sorted.length; i += PAGE_SIZE) {
       const slice = sorted.slice(i, i + PAGE_SIZE);
-      store.put({ ids: slice.map((r) => r[0]), bodies: slice.map((r) => r[1]) } as Page, slice[0][0]);
+      tables.put(STORE, { ids: slice.map((r) => r[0]), bodies: slice.map((r) => r[1]) } as Page, slice[0][0]);
     }
   }
 
   /** Every record, in id order. */
-  static async all(tx: IDBTransaction): Promise<[string, string][]> {
-    const pages = (await request(tx.objectStore(STORE).getAll())) as Page[];
+  static async all(tables: Tables): Promise<[string, string][]> {
+    const pages = await tables.getAll<Page>(STORE);
     const out: [string, string][] = [];
     for (const page of pages) for (let i = 0; i < page.ids.length; i++) out.push([page.ids[i], page.bodies[i]]);
     return out;
@@ -95,7 +89,7 @@ export class RecordPages {
   private async page(index: number): Promise<Page> {
     let page = this.cache.get(index);
     if (!page) {
-      page = index === -1 ? { ids: [], bodies: [] } : ((await request(this.tx.objectStore(STORE).get(this.keys[index]))) as Page);
+      page = index === -1 ? { ids: [], bodies: [] } : (await this.tables.get<Page>(STORE, this.keys[index]))!;
       this.cache.set(index, page);
     }
     return page;
@@ -134,7 +128,6 @@ export class RecordPages {
 
   /** Writes the changed pages back (deletes of old keys first, so a re-keyed page is never lost). */
   flush(): void {
-    const store = this.tx.objectStore(STORE);
     const puts: [string, Page][] = [];
     for (const index of this.dirty) {
       const page = this.cache.get(index)!;
@@ -143,10 +136,10 @@ export class RecordPages {
       if (page.ids.length > MAX_PAGE) {
         for (let i = 0; i < page.ids.length; i += PAGE_SIZE) chunks.push({ ids: page.ids.slice(i, i + PAGE_SIZE), bodies: page.bodies.slice(i, i + PAGE_SIZE) });
       } else if (page.ids.length > 0) chunks.push(page);
-      if (original !== null && (chunks.length !== 1 || chunks[0].ids[0] !== original)) store.delete(original);
+      if (original !== null && (chunks.length !== 1 || chunks[0].ids[0] !== original)) this.tables.delete(STORE, original);
       for (const chunk of chunks) puts.push([chunk.ids[0], chunk]);
     }
-    for (const [key, page] of puts) store.put(page, key);
+    for (const [key, page] of puts) this.tables.put(STORE, page, key);
     this.dirty.clear();
   }
 }

@@ -5,7 +5,8 @@ import { canonicalString, fromPlain } from "../protocol/json.js";
 import { Operation } from "../protocol/merge.js";
 import { LiveLoop, LiveOptions, LiveStep } from "./live.js";
 import { DEFAULT_RETRY_POLICY, RetryPolicy, serverDelay } from "../protocol/retry.js";
-import { ALLOWED_CLOCK_SKEW, parseSignedIndex, TrustedKey } from "../protocol/signed-index.js";
+import { ALLOWED_CLOCK_SKEW, TrustedKey } from "../protocol/signed-index.js";
+import { readIndex } from "./index-client.js";
 import { indexedDBStorage } from "./indexeddb-store.js";
 import { PendingWrite, ReplicaStorage, ReplicaStore } from "./store.js";
 import { fetchTextWithTimeout, pull, PullOutcome, push, PushReport, requestInit, SyncContext, waitingUntil, WaitPolicy } from "./sync-engine.js";
@@ -400,7 +401,8 @@ export class DeltaSnapReplica extends EventTarget {
     if (response.status !== 200 || text === null) return { kind: "failed" };
     let listed: string | null;
     try {
-      listed = parseSignedIndex(text).entries.get(this.collection)?.token ?? null;
+      // A hint, like a push notification: no check here; the sync it starts verifies.
+      listed = (await readIndex(text, { trustedKeys: [], now: null, heldSequence: null })).entries.get(this.collection)?.token ?? null;
     } catch {
       return { kind: "failed" };
     }

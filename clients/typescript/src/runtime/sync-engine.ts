@@ -4,7 +4,8 @@ import { BodyError, DeltaSnapError, TrustError } from "../protocol/errors.js";
 import { decideAfterUnusableBody, decidePullAnswer, decidePushAnswer, isUnavailable, PullStep } from "../protocol/ladder.js";
 import { StateDigest } from "../protocol/lthash.js";
 import { DEFAULT_RETRY_POLICY, retryDelay, RetryPolicy, serverDelay } from "../protocol/retry.js";
-import { parseSignedIndex, SignedIndex, TrustedKey, verifySignedIndex } from "../protocol/signed-index.js";
+import { SignedIndex, TrustedKey } from "../protocol/signed-index.js";
+import { readIndex } from "./index-client.js";
 import { PendingWrite, ReplicaState, ReplicaStore, StateMovedError } from "./store.js";
 import { Operation } from "../protocol/merge.js";
 
@@ -278,9 +279,10 @@ async function fetchIndexOnce(ctx: SyncContext, held: ReplicaState, cache: Reque
   const text = await readText(response);
   try {
     if (text === null) throw new TrustError("bad_index", "the index broke off");
-    const index = parseSignedIndex(text);
-    await verifySignedIndex(index, ctx.trustedKeys, Math.floor(now / 1000), held.indexSequence === null ? null : BigInt(held.indexSequence));
-    if (!index.entries.has(ctx.collection)) throw new TrustError("not_listed", `the signed index does not list "${ctx.collection}" (is it private?)`);
+    const index = await readIndex(text, {
+      trustedKeys: ctx.trustedKeys, now: Math.floor(now / 1000), heldSequence: held.indexSequence === null ? null : BigInt(held.indexSequence),
+      collection: ctx.collection,
+    });
     return { index, response };
   } catch (error) {
     if (!(error instanceof TrustError)) throw error;

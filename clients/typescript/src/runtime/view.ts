@@ -1,7 +1,8 @@
 import { DeltaSnapError, TrustError } from "../protocol/errors.js";
 import { indexedDBStorage } from "./indexeddb-store.js";
 import { collectionPath, DeltaSnapReplica, JsonRecord, markerKey } from "./replica.js";
-import { parseSignedIndex, SignedIndex, TrustedKey, verifySignedIndex } from "../protocol/signed-index.js";
+import { SignedIndex, TrustedKey } from "../protocol/signed-index.js";
+import { readIndex } from "./index-client.js";
 import { PendingWrite, ReplicaStorage } from "./store.js";
 import { LiveLoop, LiveOptions, LiveStep } from "./live.js";
 import { fetchTextWithTimeout, PullOutcome, PushReport, requestInit } from "./sync-engine.js";
@@ -273,13 +274,10 @@ export class DeltaSnapView extends EventTarget {
         return { kind: "failed", reason: `view: status ${response.status}`, unavailable: response.status === 408 || response.status === 429 || response.status >= 500 };
       }
       if (text === null) return { kind: "failed", reason: "view request failed: the body broke off", unavailable: true };
-      const index = parseSignedIndex(text);
-      if (this.trustedKeys.length) {
-        await verifySignedIndex(index, this.trustedKeys, Math.floor(Date.now() / 1000), held.sequence === null ? null : BigInt(held.sequence));
-      }
-      if (!(index.subject === this.subject || (this.trustedKeys.length === 0 && index.subject === null))) {
-        throw new TrustError("other_subject", `the view is ${index.subject === null ? "the public index" : `"${index.subject}"'s`}, not "${this.subject}"'s`);
-      }
+      const index = await readIndex(text, {
+        trustedKeys: this.trustedKeys, now: Math.floor(Date.now() / 1000), heldSequence: held.sequence === null ? null : BigInt(held.sequence),
+        subject: this.subject,
+      });
       return { kind: "fetched", index, etag: response.headers.get("ETag") };
     } catch (error) {
       if (error instanceof TrustError) return { kind: "failed", reason: `view refused: ${error.message}`, unavailable: false };

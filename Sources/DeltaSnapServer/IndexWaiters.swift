@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 
 /// The requests held by `GET /v1/index?wait=` (docs/PROTOCOL.md §11), and the signal that
 /// wakes them: any head the server installs — its own commit, or another process's or
@@ -12,7 +13,7 @@ import Foundation
 ///
 /// A waiter reads ``generation`` *before* it builds its answer and waits for a generation
 /// past it: a change between the two is never missed (at worst it wakes once for nothing).
-final class IndexWaiters: @unchecked Sendable {
+final class IndexWaiters: Sendable {
     enum Wake: Sendable, Equatable {
         /// Something changed: build the answer again and compare.
         case changed
@@ -32,22 +33,26 @@ final class IndexWaiters: @unchecked Sendable {
         case immediate(Wake)
     }
 
-    private struct Waiter {
+    private struct Waiter: Sendable {
         var wake: @Sendable (Wake) -> Void
         var deadline: ContinuousClock.Instant
+    }
+
+    /// Everything the lock guards, as one plain value.
+    private struct State: Sendable {
+        var generation: UInt64 = 0
+        var waiters: [UInt64: Waiter] = [:]
+        var nextID: UInt64 = 0
+        var lastWake: ContinuousClock.Instant?
+        var wakeScheduled = false
+        var sweeping = false
+        var isClosed = false
     }
 
     let debounce: Duration
     let capacity: Int
     private let sweepInterval: Duration
-    private let lock = NSLock()
-    private var generationValue: UInt64 = 0
-    private var waiters: [UInt64: Waiter] = [:]
-    private var nextID: UInt64 = 0
-    private var lastWake: ContinuousClock.Instant?
-    private var wakeScheduled = false
-    private var sweeping = false
-    private var isClosed = false
+    private let state = NIOLockedValueBox(State())
 
     init(debounce: Duration = .milliseconds(50), capacity: Int = 10_000, sweepInterval: Duration = .milliseconds(100)) {
         self.debounce = debounce
@@ -56,19 +61,20 @@ final class IndexWaiters: @unchecked Sendable {
     }
 
     /// Advances at every wake.
-    var generation: UInt64 { lock.withLock { generationValue } }
+    var generation: UInt64 { state.withLockedValue { $0.generation } }
 
     /// How many requests wait now.
-    var count: Int { lock.withLock { waiters.count } }
+    var count: Int { state.withLockedValue { $0.waiters.count } }
 
     /// Something a view may list changed: wake every waiter now, or at the end of the
     /// current debounce interval if a wake happened within it.
     func changed() {
         let now = ContinuousClock.now
-        let delay: Duration? = lock.withLock {
-            guard !wakeScheduled, !isClosed else { return nil }
-            wakeScheduled = true
-            guard let lastWake, now - lastWake < debounce else { return .zero }
+        let debounce = debounce
+        let delay: Duration? = state.withLockedValue { state in
+            guard !state.wakeScheduled, !state.isClosed else { return nil }
+            state.wakeScheduled = true
+            guard let lastWake = state.lastWake, now - lastWake < debounce else { return .zero }
             return debounce - (now - lastWake)
         }
         guard let delay else { return }
@@ -92,15 +98,16 @@ final class IndexWaiters: @unchecked Sendable {
     /// whichever thread notices it: a caller on an event loop hops back itself. No task is
     /// held meanwhile (``FastPathHandler`` parks a request this way).
     func register(after generation: UInt64, until deadline: ContinuousClock.Instant, wake: @escaping @Sendable (Wake) -> Void) -> Registration {
-        let (registration, startSweep): (Registration, Bool) = lock.withLock {
-            if isClosed { return (.immediate(.closed), false) }
-            if generationValue != generation { return (.immediate(.changed), false) }
+        let capacity = capacity
+        let (registration, startSweep): (Registration, Bool) = state.withLockedValue { state in
+            if state.isClosed { return (.immediate(.closed), false) }
+            if state.generation != generation { return (.immediate(.changed), false) }
             if ContinuousClock.now >= deadline { return (.immediate(.timedOut), false) }
-            if waiters.count >= capacity { return (.immediate(.full), false) }
-            nextID += 1
-            waiters[nextID] = Waiter(wake: wake, deadline: deadline)
-            defer { sweeping = true }
-            return (.waiting(id: nextID), !sweeping)
+            if state.waiters.count >= capacity { return (.immediate(.full), false) }
+            state.nextID += 1
+            state.waiters[state.nextID] = Waiter(wake: wake, deadline: deadline)
+            defer { state.sweeping = true }
+            return (.waiting(id: state.nextID), !state.sweeping)
         }
         if startSweep { Task { [self] in await sweep() } }
         return registration
@@ -108,26 +115,26 @@ final class IndexWaiters: @unchecked Sendable {
 
     /// Forgets waiter `id` without waking it (its connection closed).
     func cancel(_ id: UInt64) {
-        lock.withLock { waiters[id] = nil }
+        state.withLockedValue { $0.waiters[id] = nil }
     }
 
     /// Answers every waiter (graceful shutdown) and every later wait at once.
     func close() {
-        let woken = lock.withLock {
-            isClosed = true
-            defer { waiters.removeAll() }
-            return waiters.values.map(\.wake)
+        let woken = state.withLockedValue { state in
+            state.isClosed = true
+            defer { state.waiters.removeAll() }
+            return state.waiters.values.map(\.wake)
         }
         for wake in woken { wake(.closed) }
     }
 
     private func wakeAll() {
-        let woken = lock.withLock {
-            wakeScheduled = false
-            lastWake = .now
-            generationValue &+= 1
-            defer { waiters.removeAll(keepingCapacity: true) }
-            return waiters.values.map(\.wake)
+        let woken = state.withLockedValue { state in
+            state.wakeScheduled = false
+            state.lastWake = .now
+            state.generation &+= 1
+            defer { state.waiters.removeAll(keepingCapacity: true) }
+            return state.waiters.values.map(\.wake)
         }
         for wake in woken { wake(.changed) }
     }
@@ -137,13 +144,13 @@ final class IndexWaiters: @unchecked Sendable {
         while true {
             try? await Task.sleep(for: sweepInterval)
             let now = ContinuousClock.now
-            let (expired, goOn) = lock.withLock {
-                let due = waiters.filter { $0.value.deadline <= now }
-                for id in due.keys { waiters[id] = nil }
+            let (expired, goOn) = state.withLockedValue { state in
+                let due = state.waiters.filter { $0.value.deadline <= now }
+                for id in due.keys { state.waiters[id] = nil }
                 // Decided under the lock: a waiter that comes after this sweep stopped starts
                 // a new one.
-                sweeping = !waiters.isEmpty
-                return (due.values.map(\.wake), sweeping)
+                state.sweeping = !state.waiters.isEmpty
+                return (due.values.map(\.wake), state.sweeping)
             }
             for wake in expired { wake(.timedOut) }
             if !goOn { return }

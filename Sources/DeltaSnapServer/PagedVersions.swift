@@ -2,6 +2,7 @@ import DeltaSnapCore
 import DeltaSnapStore
 import Foundation
 import NIOCore
+import NIOConcurrencyHelpers
 
 /// The versions clients page through (`…/snapshots/{token}?limit=N&after=ID`,
 /// docs/PROTOCOL.md §8.6): a page of version *v* never shifts, however many writes follow.
@@ -14,7 +15,7 @@ import NIOCore
 /// and the client starts again from the new head. A version larger than the whole budget is
 /// never kept: its pages are read from the store by their ids, one page at a time, while it
 /// is the head.
-final class PagedVersions: @unchecked Sendable {
+final class PagedVersions: Sendable {
     /// One version's records in id order: their canonical bytes, end to end, and where each
     /// ends.
     final class Version: Sendable {
@@ -74,9 +75,44 @@ final class PagedVersions: @unchecked Sendable {
         return out
     }
 
-    private let lock = NSLock()
-    private var kept: [String: (version: Version, lastUsed: ContinuousClock.Instant)] = [:]
-    private var keptBytes = 0
+    /// Everything the lock guards, as one plain value.
+    private struct State: Sendable {
+        var kept: [String: (version: Version, lastUsed: ContinuousClock.Instant)] = [:]
+        var keptBytes = 0
+        /// Versions found larger than the budget, by "name NUL token": paged from the store.
+        var oversized = Set<String>()
+
+        /// Bounded: names of versions long gone are not kept for ever.
+        mutating func remember(oversized key: String) {
+            if oversized.count >= 1_000 { oversized.removeAll() }
+            oversized.insert(key)
+        }
+
+        /// False when it is too large to keep at all (`budgetBytes`).
+        @discardableResult
+        mutating func keep(_ version: Version, key: String, now: ContinuousClock.Instant, budgetBytes: Int) -> Bool {
+            guard kept[key] == nil else { return true }
+            let size = version.size
+            // Its records fit in the budget (the reader checks), with its ids perhaps not.
+            guard size <= budgetBytes else { return false }
+            while keptBytes + size > budgetBytes, let oldest = kept.min(by: { $0.value.lastUsed < $1.value.lastUsed }) {
+                keptBytes -= oldest.value.version.size
+                kept[oldest.key] = nil
+            }
+            kept[key] = (version, now)
+            keptBytes += size
+            return true
+        }
+
+        mutating func dropIdle(now: ContinuousClock.Instant, idleLifetime: Duration) {
+            for (key, held) in kept where now - held.lastUsed > idleLifetime {
+                keptBytes -= held.version.size
+                kept[key] = nil
+            }
+        }
+    }
+
+    private let state = NIOLockedValueBox(State())
     let budgetBytes: Int
     let idleLifetime: Duration
 
@@ -85,9 +121,6 @@ final class PagedVersions: @unchecked Sendable {
         self.idleLifetime = idleLifetime
     }
 
-    /// Versions found larger than the budget, by "name NUL token": paged from the store.
-    private var oversized = Set<String>()
-
     /// One page of version `token` of `name`: up to `limit` records after the id `after`.
     /// Nil when that version is neither kept nor the head `current` (superseded).
     func page(
@@ -95,11 +128,12 @@ final class PagedVersions: @unchecked Sendable {
     ) async throws -> ByteBuffer? {
         let key = name + "\u{0}" + token
         let now = ContinuousClock.now
-        let (held, isOversized) = lock.withLock { () -> (Version?, Bool) in
-            dropIdle(now: now)
-            guard kept[key] != nil else { return (nil, oversized.contains(key)) }
-            kept[key]?.lastUsed = now
-            return (kept[key]?.version, false)
+        let idleLifetime = idleLifetime
+        let (held, isOversized) = state.withLockedValue { state -> (Version?, Bool) in
+            state.dropIdle(now: now, idleLifetime: idleLifetime)
+            guard state.kept[key] != nil else { return (nil, state.oversized.contains(key)) }
+            state.kept[key]?.lastUsed = now
+            return (state.kept[key]?.version, false)
         }
         if let held { return held.page(after: after, limit: limit) }
         guard current.token.description == token else { return nil }
@@ -107,7 +141,7 @@ final class PagedVersions: @unchecked Sendable {
             switch try await read(name, token: token, now: now, store: store) {
             case .superseded: return nil
             case .read(let version): return version.page(after: after, limit: limit)
-            case .oversized: lock.withLock { remember(oversized: key) }
+            case .oversized: state.withLockedValue { $0.remember(oversized: key) }
             }
         }
         return try await pageFromStore(name, token: token, after: after, limit: limit, store: store)
@@ -150,9 +184,10 @@ final class PagedVersions: @unchecked Sendable {
         }
         let version = Version(head: source.head, ids: ids, bytes: bytes, ends: ends)
         await source.close()
-        lock.withLock {
+        let budgetBytes = budgetBytes
+        state.withLockedValue { state in
             let key = name + "\u{0}" + token
-            if !keep(version, key: key, now: now) { remember(oversized: key) }
+            if !state.keep(version, key: key, now: now, budgetBytes: budgetBytes) { state.remember(oversized: key) }
         }
         return .read(version)
     }
@@ -179,35 +214,5 @@ final class PagedVersions: @unchecked Sendable {
         await source.close()
         let page = records.prefix(limit)
         return Self.document(of: source.head, records: page.map { $0.bytes[...] }, next: records.count > limit ? page.last?.id : nil)
-    }
-
-    /// Under the lock. Bounded: names of versions long gone are not kept for ever.
-    private func remember(oversized key: String) {
-        if oversized.count >= 1_000 { oversized.removeAll() }
-        oversized.insert(key)
-    }
-
-    /// Under the lock. False when it is too large to keep at all.
-    @discardableResult
-    private func keep(_ version: Version, key: String, now: ContinuousClock.Instant) -> Bool {
-        guard kept[key] == nil else { return true }
-        let size = version.size
-        // Its records fit in the budget (the reader checks), with its ids perhaps not.
-        guard size <= budgetBytes else { return false }
-        while keptBytes + size > budgetBytes, let oldest = kept.min(by: { $0.value.lastUsed < $1.value.lastUsed }) {
-            keptBytes -= oldest.value.version.size
-            kept[oldest.key] = nil
-        }
-        kept[key] = (version, now)
-        keptBytes += size
-        return true
-    }
-
-    /// Under the lock.
-    private func dropIdle(now: ContinuousClock.Instant) {
-        for (key, held) in kept where now - held.lastUsed > idleLifetime {
-            keptBytes -= held.version.size
-            kept[key] = nil
-        }
     }
 }

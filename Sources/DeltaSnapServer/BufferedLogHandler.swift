@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 
 /// A swift-log handler that writes lines in `StreamLogHandler`'s format, but the way nginx
 /// writes its access log with `buffer=`: formatted cheaply into memory on the answering
@@ -57,24 +58,46 @@ public struct BufferedLogHandler: LogHandler {
 
 /// The file a ``BufferedLogHandler`` writes to, its buffer and its flush timer; share one per
 /// file.
-public final class BufferedLogOutput: @unchecked Sendable {
+public final class BufferedLogOutput: Sendable {
     /// Standard error, as swift-log's default handler writes.
     public static let standardError = BufferedLogOutput(fileDescriptor: STDERR_FILENO)
 
     static let capacity = 64 * 1024
     private let fileDescriptor: Int32
-    private let lock = NSLock()
-    /// Held while a batch is taken and written, so batches reach the file in order.
-    private let writing = NSLock()
-    private var pending: [UInt8] = []
-    private var second: Int64 = -1
-    private var formattedSecond = ""
-    private let timer: DispatchSourceTimer
+    /// The buffer and the timestamp of the current second, as one plain value.
+    private struct State: Sendable {
+        var pending: [UInt8] = []
+        var second: Int64 = -1
+        var formattedSecond = ""
+
+        /// `StreamLogHandler`'s timestamp for `now`, formatted once per second.
+        mutating func timestamp(_ now: Int64) -> String {
+            if now != second {
+                second = now
+                var time = time_t(now)
+                var parts = tm()
+                gmtime_r(&time, &parts)
+                formattedSecond = String(
+                    format: "%04d-%02d-%02dT%02d:%02d:%02d+0000",
+                    parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday, parts.tm_hour, parts.tm_min, parts.tm_sec)
+            }
+            return formattedSecond
+        }
+    }
+
+    private let state: NIOLockedValueBox<State>
+    /// Held while a batch is taken and written — across the write(2) — so batches reach the
+    /// file in order; it guards no value, so it is a plain lock.
+    private let writing = NIOLock()
+    // The timer is set up once in init and only cancelled after.
+    nonisolated(unsafe) private let timer: DispatchSourceTimer
 
     /// Writes to `fileDescriptor` (left open), flushing every `interval`.
     public init(fileDescriptor: Int32, interval: DispatchTimeInterval = .milliseconds(100)) {
         self.fileDescriptor = fileDescriptor
-        pending.reserveCapacity(Self.capacity)
+        var initial = State()
+        initial.pending.reserveCapacity(Self.capacity)
+        state = NIOLockedValueBox(initial)
         timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "deltasnap.log-flush", qos: .utility))
         timer.schedule(deadline: .now() + interval, repeating: interval, leeway: .milliseconds(20))
         timer.setEventHandler { [weak self] in self?.flush() }
@@ -88,9 +111,9 @@ public final class BufferedLogOutput: @unchecked Sendable {
 
     /// Adds one formatted line; `urgent` writes it (and what waits before it) now.
     func append(_ line: String, urgent: Bool) {
-        let due = lock.withLock {
-            pending.append(contentsOf: line.utf8)
-            return urgent || pending.count >= Self.capacity
+        let due = state.withLockedValue { state in
+            state.pending.append(contentsOf: line.utf8)
+            return urgent || state.pending.count >= Self.capacity
         }
         if due { flush() }
     }
@@ -102,26 +125,37 @@ public final class BufferedLogOutput: @unchecked Sendable {
         label: String, bytes: Int?, durationMilliseconds: String, method: String, path: String, requestID: String, status: Int
     ) {
         let now = Int64(Date().timeIntervalSince1970)
-        let due = lock.withLock {
-            pending.append(contentsOf: timestampLocked(now).utf8)
-            pending.append(contentsOf: " info ".utf8)
-            pending.append(contentsOf: label.utf8)
-            pending.append(contentsOf: ": bytes=".utf8)
-            if let bytes { Self.appendDecimal(bytes, to: &pending) } else { pending.append(contentsOf: "streamed".utf8) }
-            pending.append(contentsOf: " duration_ms=".utf8)
-            pending.append(contentsOf: durationMilliseconds.utf8)
-            pending.append(contentsOf: " method=".utf8)
-            pending.append(contentsOf: method.utf8)
-            pending.append(contentsOf: " path=".utf8)
-            pending.append(contentsOf: path.utf8)
-            pending.append(contentsOf: " request_id=".utf8)
-            pending.append(contentsOf: requestID.utf8)
-            pending.append(contentsOf: " status=".utf8)
-            Self.appendDecimal(status, to: &pending)
-            pending.append(contentsOf: " [DeltaSnapServer] request\n".utf8)
-            return pending.count >= Self.capacity
+        let due = state.withLockedValue { state in
+            let stamp = state.timestamp(now)
+            return Self.appendRequest(
+                to: &state.pending, stamp: stamp, label: label, bytes: bytes, durationMilliseconds: durationMilliseconds, method: method,
+                path: path, requestID: requestID, status: status)
         }
         if due { flush() }
+    }
+
+    /// The bytes of one `request` line, appended to `pending`; whether the buffer is full.
+    private static func appendRequest(
+        to pending: inout [UInt8], stamp: String, label: String, bytes: Int?, durationMilliseconds: String, method: String, path: String,
+        requestID: String, status: Int
+    ) -> Bool {
+        pending.append(contentsOf: stamp.utf8)
+        pending.append(contentsOf: " info ".utf8)
+        pending.append(contentsOf: label.utf8)
+        pending.append(contentsOf: ": bytes=".utf8)
+        if let bytes { Self.appendDecimal(bytes, to: &pending) } else { pending.append(contentsOf: "streamed".utf8) }
+        pending.append(contentsOf: " duration_ms=".utf8)
+        pending.append(contentsOf: durationMilliseconds.utf8)
+        pending.append(contentsOf: " method=".utf8)
+        pending.append(contentsOf: method.utf8)
+        pending.append(contentsOf: " path=".utf8)
+        pending.append(contentsOf: path.utf8)
+        pending.append(contentsOf: " request_id=".utf8)
+        pending.append(contentsOf: requestID.utf8)
+        pending.append(contentsOf: " status=".utf8)
+        Self.appendDecimal(status, to: &pending)
+        pending.append(contentsOf: " [DeltaSnapServer] request\n".utf8)
+        return pending.count >= Self.capacity
     }
 
     private static func appendDecimal(_ value: Int, to bytes: inout [UInt8]) {
@@ -139,9 +173,9 @@ public final class BufferedLogOutput: @unchecked Sendable {
     /// Writes everything buffered.
     public func flush() {
         writing.withLock {
-            let bytes: [UInt8] = lock.withLock {
-                let bytes = pending
-                pending.removeAll(keepingCapacity: true)
+            let bytes: [UInt8] = state.withLockedValue { state in
+                let bytes = state.pending
+                state.pending.removeAll(keepingCapacity: true)
                 return bytes
             }
             if !bytes.isEmpty { write(bytes) }
@@ -151,21 +185,7 @@ public final class BufferedLogOutput: @unchecked Sendable {
     /// `StreamLogHandler`'s timestamp (`2026-11-24T17:43:16+0000`, UTC), formatted once per second.
     func timestamp() -> String {
         let now = Int64(Date().timeIntervalSince1970)
-        return lock.withLock { timestampLocked(now) }
-    }
-
-    /// ``timestamp()`` for `now`, with the lock held.
-    private func timestampLocked(_ now: Int64) -> String {
-        if now != second {
-            second = now
-            var time = time_t(now)
-            var parts = tm()
-            gmtime_r(&time, &parts)
-            formattedSecond = String(
-                format: "%04d-%02d-%02dT%02d:%02d:%02d+0000",
-                parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday, parts.tm_hour, parts.tm_min, parts.tm_sec)
-        }
-        return formattedSecond
+        return state.withLockedValue { $0.timestamp(now) }
     }
 
     private func write(_ bytes: [UInt8]) {

@@ -1,4 +1,6 @@
 @testable import DeltaSnapServer
+import DeltaSnapStore
+import DeltaSnapTestSupport
 import Testing
 
 /// The one eviction policy of the server's caches: CLOCK, bounded by count and by cost.
@@ -42,5 +44,28 @@ import Testing
         cache.modify(3) { $0 += 1 }
         cache.removeAll()
         #expect(cache.count == 0 && cache.totalCost == 0)
+    }
+}
+
+extension BoundedCacheTests {
+    /// Full bodies are kept within their byte budget: polls of many partitions' full bodies
+    /// do not keep every body, and each is still answered whole and right.
+    @Test func fullBodiesStayWithinTheirBudget() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try SQLiteCollectionStore(path: dir.file("s.sqlite"))
+        for key in 0..<6 { _ = try await store.importBatch(Array(Fixtures.ndjson(0..<200, seed: UInt64(key + 1)).utf8), into: "items/p\(key)") }
+        let cache = FullBodyCache(capacity: 100, byteBudget: 3 * 12_000)
+        var sizes: [String: Int] = [:]
+        for round in 0..<2 {
+            for key in 0..<6 {
+                let head = try #require(try await store.head(of: "items/p\(key)"))
+                let entry = try await cache.body(for: head, store: store)
+                #expect(entry.head.token == head.token)
+                if round == 0 { sizes["p\(key)"] = entry.gzip.readableBytes } else { #expect(sizes["p\(key)"] == entry.gzip.readableBytes) }
+            }
+        }
+        #expect(cache.keptBytes <= 3 * 12_000 && cache.keptBytes > 0, "\(cache.keptBytes) bytes kept, bodies \(sizes)")
+        await store.close()
     }
 }

@@ -83,7 +83,7 @@ extension DeltaSnapReplica {
                     batchLimit = max(1, batch.count / 2)
                 case 401, 408, 429, 500...599:
                     report.failure = "status \(response.status)\(error.map { ": \($0.message)" } ?? "")"
-                    if Self.isUnavailable(status: response.status) { report.failureKind = .unavailable }
+                    if FallbackLadder.isUnavailable(status: response.status) { report.failureKind = .unavailable }
                     break pushing
                 case 404, 410:
                     // A delete of what is gone did what the user wanted. For the other writes a

@@ -67,7 +67,7 @@ extension DeltaSnapReplica {
         guard response.status == 200 else {
             return recordFailure(
                 "\(response.status) for the signed state \(entry.token)", retryable: true, serverAsked: serverAsked, now: now,
-                unavailable: Self.isUnavailable(status: response.status) || serverAsked != nil)
+                unavailable: FallbackLadder.isUnavailable(status: response.status) || serverAsked != nil)
         }
         do {
             let result = try apply(response, droppingAcknowledgedThrough: settled, expected: entry)
@@ -91,7 +91,7 @@ extension DeltaSnapReplica {
         guard response.status == 200 else {
             return recordFailure(
                 "\(reason); full fetch got status \(response.status)", retryable: true, serverAsked: nil, now: now,
-                unavailable: Self.isUnavailable(status: response.status))
+                unavailable: FallbackLadder.isUnavailable(status: response.status))
         }
         do {
             let result = try apply(response, expectFull: true, droppingAcknowledgedThrough: settled, expected: entry)

@@ -499,9 +499,6 @@ public actor DeltaSnapReplica {
         state = next
     }
 
-    /// `408`, `429` and `5xx`: the server is there but cannot answer now.
-    static func isUnavailable(status: Int) -> Bool { FallbackLadder.isUnavailable(status: status) }
-
     static func describe(_ error: any Error) -> String {
         // URLSession's errors print as nested NSError dumps; their own sentence is enough.
         let nsError = error as NSError

@@ -8,7 +8,8 @@ import NIOConcurrencyHelpers
 /// A delta "since version v, up to head h" never changes, and after an update most clients
 /// hold the same previous token, so they ask for the same delta: encoding and compressing it
 /// once instead of per request is what makes the small-delta path cheap. Small bodies only;
-/// a few dozen entries, the one not asked for longest forgotten first (``BoundedCache``).
+/// a few dozen entries; past that, CLOCK forgets one not asked for since its hand last passed
+/// (``BoundedCache``).
 final class DeltaCache: Sendable {
     /// A delta is the same bytes exactly while its collection's epoch, head and floor are:
     /// with all three in the key, a hit needs no decision (the base was checked against

@@ -7,8 +7,9 @@ let package = Package(
     products: [
         .library(name: "DeltaSnapCore", targets: ["DeltaSnapCore"]),
         .library(name: "DeltaSnapStore", targets: ["DeltaSnapStore"]),
-        .library(name: "DeltaSnapPostgres", targets: ["DeltaSnapPostgres"]),
-        .library(name: "DeltaSnapStores", targets: ["DeltaSnapStores"]),
+        .library(name: "DeltaSnapSQLiteStore", targets: ["DeltaSnapSQLiteStore"]),
+        .library(name: "DeltaSnapPostgresStore", targets: ["DeltaSnapPostgresStore"]),
+        .library(name: "DeltaSnapStoreLocation", targets: ["DeltaSnapStoreLocation"]),
         .library(name: "DeltaSnapServer", targets: ["DeltaSnapServer"]),
         .library(name: "DeltaSnapClient", targets: ["DeltaSnapClient"]),
         .library(name: "DeltaSnapSynthetic", targets: ["DeltaSnapSynthetic"]),
@@ -52,15 +53,16 @@ let package = Package(
         .target(name: "DeltaSnapTrust", dependencies: ["DeltaSnapCore", .product(name: "Crypto", package: "swift-crypto")]),
         // A thin, fast sqlite3 layer shared by the store and the client replica.
         .target(name: "DeltaSnapSQLite", dependencies: ["CSQLite"]),
-        // The server-side source of truth: the CollectionStore protocol, the SQLite store
-        // (versions, import, push, compaction; blocking work on queues of its own), export, bake.
+        // The server-side source of truth, whatever holds it: the CollectionStore protocol and
+        // what works on any store (push planning, import parsing, export, bake, compaction
+        // policy, errors). Links no database.
         .target(
             name: "DeltaSnapStore",
-            dependencies: [
-                "DeltaSnapCore", "DeltaSnapSQLite", "DeltaSnapTrust",
-                .product(name: "Crypto", package: "swift-crypto"),
-            ]
+            dependencies: ["DeltaSnapCore", "DeltaSnapTrust", .product(name: "Crypto", package: "swift-crypto")]
         ),
+        // The embedded default store: one SQLite file (versions, import, push, compaction;
+        // blocking work on queues of its own).
+        .target(name: "DeltaSnapSQLiteStore", dependencies: ["DeltaSnapCore", "DeltaSnapSQLite", "DeltaSnapStore", "DeltaSnapTrust"]),
         // The HTTP server (Hummingbird) on any CollectionStore. Mountable in a user's own
         // Hummingbird app; links no database client of its own.
         .target(
@@ -84,7 +86,7 @@ let package = Package(
         ),
         // The same store on a PostgreSQL server, behind every `--db postgres://…`.
         .target(
-            name: "DeltaSnapPostgres",
+            name: "DeltaSnapPostgresStore",
             dependencies: [
                 "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapTrust",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -93,10 +95,11 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        // The one place that turns `--db` into a store (SQLite or PostgreSQL).
+        // Where `--db` points, and opening the store there: the one place that knows every
+        // kind of store (SQLite or PostgreSQL).
         .target(
-            name: "DeltaSnapStores",
-            dependencies: ["DeltaSnapStore", "DeltaSnapPostgres", .product(name: "Logging", package: "swift-log")]
+            name: "DeltaSnapStoreLocation",
+            dependencies: ["DeltaSnapStore", "DeltaSnapSQLiteStore", "DeltaSnapPostgresStore", .product(name: "Logging", package: "swift-log")]
         ),
         // What an app links: Foundation, SQLite and swift-crypto (CryptoKit on Apple platforms)
         // only (no NIO, no Hummingbird), so it builds for iOS.
@@ -108,7 +111,8 @@ let package = Package(
         .executableTarget(
             name: "deltasnap",
             dependencies: [
-                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapStores", "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapSynthetic", "DeltaSnapTrust",
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapSQLiteStore", "DeltaSnapStoreLocation", "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapSynthetic",
+                "DeltaSnapTrust",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -117,7 +121,8 @@ let package = Package(
         .target(
             name: "DeltaSnapTestSupport",
             dependencies: [
-                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapStores", "DeltaSnapSynthetic", "DeltaSnapServer", "DeltaSnapTrust", "DeltaSnapClient",
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapSQLiteStore", "DeltaSnapStoreLocation", "DeltaSnapSynthetic", "DeltaSnapServer", "DeltaSnapTrust",
+                "DeltaSnapClient",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -126,12 +131,12 @@ let package = Package(
         ),
         .testTarget(name: "DeltaSnapCoreTests", dependencies: ["DeltaSnapCore", "DeltaSnapSynthetic"]),
         .testTarget(name: "DeltaSnapTrustTests", dependencies: ["DeltaSnapTrust", "DeltaSnapSynthetic"]),
-        .testTarget(name: "DeltaSnapPostgresTests", dependencies: ["DeltaSnapPostgres", "DeltaSnapStore", "DeltaSnapStores", "DeltaSnapTestSupport"]),
-        .testTarget(name: "DeltaSnapStoreTests", dependencies: ["DeltaSnapStore", "DeltaSnapSQLite", "DeltaSnapTestSupport"]),
+        .testTarget(name: "DeltaSnapPostgresTests", dependencies: ["DeltaSnapPostgresStore", "DeltaSnapStore", "DeltaSnapStoreLocation", "DeltaSnapTestSupport"]),
+        .testTarget(name: "DeltaSnapStoreTests", dependencies: ["DeltaSnapPostgresStore", "DeltaSnapStore", "DeltaSnapSQLite", "DeltaSnapSQLiteStore", "DeltaSnapStoreLocation", "DeltaSnapTestSupport"]),
         .testTarget(
             name: "DeltaSnapServerTests",
             dependencies: [
-                "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapTestSupport",
+                "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapSQLiteStore", "DeltaSnapTestSupport",
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "Hummingbird", package: "hummingbird"),
             ]
@@ -139,11 +144,11 @@ let package = Package(
         // The `deltasnap` verbs as a user runs them: child processes, real files, exit codes.
         .testTarget(
             name: "DeltaSnapCLITests",
-            dependencies: ["DeltaSnapClient", "DeltaSnapCore", "DeltaSnapSQLite", "DeltaSnapStore", "DeltaSnapTestSupport"]
+            dependencies: ["DeltaSnapClient", "DeltaSnapCore", "DeltaSnapSQLite", "DeltaSnapSQLiteStore", "DeltaSnapStore", "DeltaSnapTestSupport"]
         ),
         .testTarget(
             name: "DeltaSnapClientTests",
-            dependencies: ["DeltaSnapClient", "DeltaSnapServer", "DeltaSnapSQLite", "DeltaSnapTestSupport", "DeltaSnapTrust"]
+            dependencies: ["DeltaSnapClient", "DeltaSnapServer", "DeltaSnapSQLite", "DeltaSnapSQLiteStore", "DeltaSnapTestSupport", "DeltaSnapTrust"]
         ),
     ]
 )

@@ -17,6 +17,7 @@ let package = Package(
                 .product(name: "Benchmark", package: "benchmark"),
                 .product(name: "DeltaSnapCore", package: "DeltaSnap"),
                 .product(name: "DeltaSnapStore", package: "DeltaSnap"),
+                .product(name: "DeltaSnapSQLiteStore", package: "DeltaSnap"),
                 .product(name: "DeltaSnapClient", package: "DeltaSnap"),
                 .product(name: "DeltaSnapServer", package: "DeltaSnap"),
                 .product(name: "DeltaSnapSynthetic", package: "DeltaSnap"),

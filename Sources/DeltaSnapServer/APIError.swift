@@ -48,16 +48,17 @@ public struct APIError: Error, HTTPResponseError, Sendable {
     /// of reach (restarting, shutting down, every connection busy) `503` with `Retry-After`
     /// — never a `500` for what retrying mends.
     init(_ error: StoreError) {
-        switch error {
-        case .unknownCollection(let name):
-            self = .unknownCollection(name)
+        switch error.code {
+        case .unknownCollection:
+            self.init(.notFound, "unknown_collection", error.message)
         case .duplicateID:
-            self.init(.badRequest, "invalid_record", error.description)
+            self.init(.badRequest, "invalid_record", error.message)
         case .unavailable, .busy:
             self.init(.serviceUnavailable, "database_unavailable", "\(error); retry shortly", headers: [.retryAfter: "1"])
         case .readOnly:
-            self.init(.forbidden, "read_only_store", error.description)
-        case .invalidEpoch, .notADeltaSnapStore, .badLocation, .newerSchema, .database:
+            self.init(.forbidden, "read_only_store", error.message)
+        default:
+            // A code added later is a server fault until it is given an answer of its own.
             self.init(.internalServerError, "internal_error", "the server failed to answer: \(error)")
         }
     }

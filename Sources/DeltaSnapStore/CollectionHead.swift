@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapTrust
 
 /// The state of a collection at its newest committed version.
 ///
@@ -32,5 +33,15 @@ public struct CollectionHead: Sendable, Equatable {
         self.count = count
         self.committedAt = committedAt
         self.floor = floor
+    }
+}
+
+extension SignedIndex.Entry {
+    /// What the index states about a collection at `head` whose state digest is `digest`
+    /// (the same entry from either store).
+    public init(head: CollectionHead, digest: StateDigest) {
+        self.init(
+            collection: head.name, token: head.token.description, version: head.version, count: head.count,
+            floor: head.floor, digest: digest.fingerprint, lastModified: head.lastModified)
     }
 }

@@ -5,7 +5,7 @@ import DeltaSnapTrust
 /// the CLI, bake and the tests use.
 ///
 /// Two conformances: ``SQLiteCollectionStore`` (one file, the embedded default) and
-/// `PostgresCollectionStore` in DeltaSnapPostgres (a shared server many stateless instances
+/// `PostgresCollectionStore` in DeltaSnapPostgresStore (a shared server many stateless instances
 /// use at once). Both produce the same records in the same order, so every body, snapshot
 /// and export is byte-identical between them. What can be written once on top of the
 /// requirements is (see `CollectionStore+Operations.swift`): writes of parsed records,

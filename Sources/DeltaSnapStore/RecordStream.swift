@@ -116,3 +116,16 @@ public final class RecordStream: @unchecked Sendable {
         }
     }
 }
+
+extension RecordStream {
+    /// An input that lost its records on the way (a failed export, a dropped body) must not
+    /// read as "the collection is now empty" and hide everything.
+    public func refuseEmptyReplace() throws {
+        guard count == 0 else { return }
+        var error = failure(
+            "a replacing import with no records would hide every record; nothing was committed (to empty a collection, hide its records explicitly)",
+            at: 1)
+        error.isEmptyReplace = true
+        throw error
+    }
+}

@@ -7,7 +7,7 @@ import Foundation
 ///
 /// ```swift
 /// // What `deltasnap` does with SOURCE_DATE_EPOCH and DELTASNAP_EPOCH set:
-/// let store = try Store(path: "build.sqlite",
+/// let store = try SQLiteDatabase(path: "build.sqlite",
 ///                       configuration: .init(epochForNewCollections: "00000000000000a1",
 ///                                            fixedCommitTime: 1_700_000_000))
 /// ```

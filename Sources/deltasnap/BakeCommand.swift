@@ -1,9 +1,9 @@
 import ArgumentParser
-import Foundation
 import DeltaSnapClient
 import DeltaSnapStore
-import DeltaSnapStores
+import DeltaSnapStoreLocation
 import DeltaSnapTrust
+import Foundation
 
 struct BakeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -37,7 +37,7 @@ struct BakeCommand: AsyncParsableCommand {
         try await reportingErrors {
             let keys = try signingKey.map { try IndexSigningKey(contentsOf: $0) }
             let started = ContinuousClock.now
-            let (entry, index) = try await StoreFactory.withStore(db, readOnly: true) { store in
+            let (entry, index) = try await StoreLocation.withStore(db, readOnly: true) { store in
                 let entry = try await store.bake(collection, into: out)
                 let index = keys.isEmpty ? nil : try await store.writeSignedIndex(collection, keys: keys, into: out)
                 return (entry, index)

@@ -1,6 +1,6 @@
 import ArgumentParser
 import DeltaSnapStore
-import DeltaSnapStores
+import DeltaSnapStoreLocation
 import Foundation
 
 struct CompactCommand: AsyncParsableCommand {
@@ -42,7 +42,7 @@ struct CompactCommand: AsyncParsableCommand {
     func run() async throws {
         try await reportingErrors {
             let policy: CompactionPolicy = keepVersions.map { .keepVersions(UInt64($0)) } ?? .olderThan(seconds: Int64((olderThan ?? 0) * 86_400))
-            let (result, head) = try await StoreFactory.withStore(db) { store in
+            let (result, head) = try await StoreLocation.withStore(db) { store in
                 (try await store.compact(collection, policy: policy), try await store.head(of: collection))
             }
             guard let result else {

@@ -1,7 +1,7 @@
 import ArgumentParser
 import DeltaSnapCore
 import DeltaSnapStore
-import DeltaSnapStores
+import DeltaSnapStoreLocation
 
 struct ExportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -19,7 +19,7 @@ struct ExportCommand: AsyncParsableCommand {
     func run() async throws {
         try await reportingErrors {
             let output = StandardOutput()
-            try await StoreFactory.withStore(db, readOnly: true) { store in
+            try await StoreLocation.withStore(db, readOnly: true) { store in
                 try await store.export(collection) { output.write($0) }
             }
         }

@@ -2,7 +2,7 @@ import ArgumentParser
 import DeltaSnapCore
 import DeltaSnapServer
 import DeltaSnapStore
-import DeltaSnapStores
+import DeltaSnapStoreLocation
 import Foundation
 
 struct ImportCommand: AsyncParsableCommand {
@@ -69,7 +69,7 @@ struct ImportCommand: AsyncParsableCommand {
             }
             let name = input.name
             func openSource() throws -> ChunkSource { try input.open() }
-            let result = try await StoreFactory.withStore(db) { store in
+            let result = try await StoreLocation.withStore(db) { store in
                 try await store.importRecords(from: RecordStream(source: try openSource(), name: name), into: collection, replace: replace, progress: progress)
             }
             let total = result.upserted + result.hidden + result.unchanged
@@ -133,7 +133,7 @@ extension ImportCommand {
         let stream = RecordStream(source: try input.open(), name: input.name)
         let partitions = try PartitionRecords.group(stream, collection: collection, by: field, progress: progress)
         if !quiet { printError("import: \(stream.count) records in \(partitions.count) partitions; committing") }
-        let results = try await StoreFactory.withStore(db) { store in try await store.importPartitions(partitions, replace: replace) }
+        let results = try await StoreLocation.withStore(db) { store in try await store.importPartitions(partitions, replace: replace) }
         let committed = results.filter(\.committed)
         let upserted = results.reduce(0) { $0 + $1.upserted }
         let hidden = results.reduce(0) { $0 + $1.hidden }

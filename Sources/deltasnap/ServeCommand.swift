@@ -2,7 +2,7 @@ import ArgumentParser
 import DeltaSnapCore
 import DeltaSnapServer
 import DeltaSnapStore
-import DeltaSnapStores
+import DeltaSnapStoreLocation
 import DeltaSnapTrust
 import Foundation
 import Logging
@@ -220,7 +220,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.maximumWaiters = maxWaiters
         configuration.waitDebounce = .milliseconds(waitDebounceMs)
         let location = try StoreLocation(db, readReplica: readDb)
-        var server = try await DeltaSnapServer(store: try await StoreFactory.open(location, logger: logger), configuration: configuration, logger: logger)
+        var server = try await DeltaSnapServer(store: try await location.open(logger: logger), configuration: configuration, logger: logger)
         server.staticFiles = staticDirectory
         if let metricsListen, let (metricsHost, metricsPort) = Self.hostAndPort(metricsListen) {
             server.metricsAddress = .init(host: metricsHost, port: metricsPort) { boundPort in

@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
@@ -33,14 +34,14 @@ import Testing
         let seed = try dir.write("seed.ndjson", Fixtures.ndjson(0..<1000))
         #expect(try CLI.run(["import", "--db", db, "--collection", "c", seed]).status == 0)
         let before = try CLI.run(["export", "--db", db, "--collection", "c"]).stdoutBytes
-        let headBefore = try Store(path: db).head(of: "c")
+        let headBefore = try SQLiteDatabase(path: db).head(of: "c")
 
         let bad = try dir.write("bad.ndjson", Fixtures.ndjson(0..<100_000, revision: 1) + "{\"id\": oops}\n")
         let result = try CLI.run(["import", "--db", db, "--collection", "c", "--replace", "--quiet", bad])
         #expect(result.status == 1)
         #expect(result.stderr.hasPrefix("deltasnap: \(bad):100001: "), "\(result.stderr)")
         #expect(try CLI.run(["export", "--db", db, "--collection", "c"]).stdoutBytes == before)
-        #expect(try Store(path: db).head(of: "c") == headBefore)
+        #expect(try SQLiteDatabase(path: db).head(of: "c") == headBefore)
     }
 
     /// A replacing import whose input lost its records (an empty export, a truncated
@@ -51,11 +52,11 @@ import Testing
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
         #expect(try CLI.run(["import", "--db", db, "--collection", "c", "-"], stdin: Fixtures.ndjson(0..<3)).status == 0)
-        let headBefore = try Store(path: db).head(of: "c")
+        let headBefore = try SQLiteDatabase(path: db).head(of: "c")
         let result = try CLI.run(["import", "--db", db, "--collection", "c", "--replace", "-"], stdin: input)
         #expect(result.status == 1)
         #expect(result.stderr.contains("would hide every record") && result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
-        #expect(try Store(path: db).head(of: "c") == headBefore)
+        #expect(try SQLiteDatabase(path: db).head(of: "c") == headBefore)
         // Without --replace an empty input is an empty import, as before.
         #expect(try CLI.run(["import", "--db", db, "--collection", "c", "-"], stdin: input).status == 0)
     }
@@ -85,7 +86,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        _ = try Store(path: db)  // create the schema once, up front
+        _ = try SQLiteDatabase(path: db)  // create the schema once, up front
         let writers = 4
         let importsEach = 5
         let results = try (0..<writers).map { writer in
@@ -112,7 +113,7 @@ import Testing
             result.stdout.split(separator: " ").firstIndex(of: "version").map { Int(result.stdout.split(separator: " ")[$0 + 1])! }
         }
         #expect(versions.sorted() == Array(1...(writers * importsEach)))
-        let store = try Store(path: db)
+        let store = try SQLiteDatabase(path: db)
         #expect(try store.head(of: "c")?.version == UInt64(writers * importsEach))
         #expect(try store.head(of: "c")?.count == writers * importsEach * 10)
         #expect(try store.read { try $0.recomputedChecksum(of: "c") }.checksum == store.head(of: "c")?.checksum)
@@ -145,7 +146,7 @@ extension ImportCommandTests {
         #expect(lines[1].hasPrefix("\(file):3: record \"sets/3\": no role grants nothing"), "\(lines[1])")
         #expect(lines[2].hasPrefix("\(file):4: record \"plain\": a membership's id names a partition"), "\(lines[2])")
         #expect(lines[3] == "deltasnap: 3 membership records would grant nothing; nothing was imported")
-        #expect(try Store(path: db).head(of: "members/alice") == nil)
+        #expect(try SQLiteDatabase(path: db).head(of: "members/alice") == nil)
 
         // From standard input too; good records import; other collections are not checked.
         let good = try CLI.run(["import", "--db", db, "--rules", rules, "--collection", "members/alice", "-"], stdin: #"{"id":"sets/1","role":"read"}"#)

@@ -1,3 +1,4 @@
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
@@ -13,7 +14,7 @@ import Glibc
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        try Fixtures.importText(Fixtures.ndjson(0..<10), into: try Store(path: db), collection: "items")
+        try Fixtures.importText(Fixtures.ndjson(0..<10), into: try SQLiteDatabase(path: db), collection: "items")
         let result = try await offPool { () -> (Int32, Int, String) in
             let process = Process()
             process.executableURL = URL(fileURLWithPath: CLI.binary)

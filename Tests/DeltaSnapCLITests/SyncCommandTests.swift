@@ -1,6 +1,7 @@
 import DeltaSnapClient
 import DeltaSnapCore
 import DeltaSnapSQLite
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
@@ -16,7 +17,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        try Fixtures.importText(#"{"body":"x","id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: try Store(path: db), collection: "notes")
+        try Fixtures.importText(#"{"body":"x","id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: try SQLiteDatabase(path: db), collection: "notes")
         let server = try await offPool { try ServeProcess.start(["--db", db, "--jwt-secret", Self.secret]) }
         defer { server.stop() }
         let url = "\(server.collectionsURL)/notes"
@@ -78,7 +79,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        try Fixtures.importText(#"{"id":"seed"}"#, into: try Store(path: db), collection: "notes")
+        try Fixtures.importText(#"{"id":"seed"}"#, into: try SQLiteDatabase(path: db), collection: "notes")
         let server = try await TestServer.start(database: db)
         let url = "\(server.baseURL)/v1/collections/notes"
         let replica = dir.file("r.sqlite")
@@ -132,7 +133,7 @@ import Testing
         #expect(try ledger.scalarInt("SELECT count(*) FROM push_results WHERE error IS NOT NULL") == 0)
         #expect(try ledger.scalarInt("SELECT count(*) FROM push_results WHERE error IS NULL") == Int64(queued))
         #expect(try ledger.scalarInt("SELECT last_seq FROM push_clients") == Int64(queued))
-        let store = try Store(path: db)
+        let store = try SQLiteDatabase(path: db)
         #expect(try store.head(of: "notes")?.count == 1 + queued)
         let dump = try await offPool { try CLI.run(["dump", "--replica", replica]) }
         #expect(dump.stdout == (try Fixtures.export(store, "notes")))

@@ -1,6 +1,7 @@
 import DeltaSnapClient
 import DeltaSnapCore
 import DeltaSnapSQLite
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
@@ -10,8 +11,8 @@ import Testing
 /// in place at first start and copied on the first write — the bundle itself never changes.
 @Suite struct BundledReplicaTests {
     /// A store with `count` records, its snapshot and its replica in `dir`.
-    func baked(_ dir: TemporaryDirectory, count: Int = 200) async throws -> Store {
-        let store = try Store(path: dir.file("s.sqlite"))
+    func baked(_ dir: TemporaryDirectory, count: Int = 200) async throws -> SQLiteDatabase {
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<count), into: store, collection: "items")
         try await Fixtures.bake(store.path, "items", into: dir.path)
         try BundledReplica.bake(snapshot: dir.file("items.snapshot"), collection: "items", to: dir.file("items.replica"))

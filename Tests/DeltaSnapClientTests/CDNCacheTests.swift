@@ -1,5 +1,6 @@
 import DeltaSnapClient
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport
@@ -64,7 +65,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        let store = try Store(path: db)
+        let store = try SQLiteDatabase(path: db)
         try Fixtures.importText(Fixtures.ndjson(0..<50), into: store, collection: "items")
         let origin = try await Origin.start(db: db, dir: dir)
         let clients = try (0..<20).map { try origin.replica("c\($0).sqlite") }
@@ -133,7 +134,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        let store = try Store(path: db)
+        let store = try SQLiteDatabase(path: db)
         try Fixtures.importText(Fixtures.ndjson(0..<20), into: store, collection: "items")
         var origin = try await Origin.start(db: db, dir: dir)
         let sleeper = try origin.replica("sleeper.sqlite")
@@ -157,7 +158,7 @@ import Testing
         await origin.server.stop()
         try await Task.sleep(for: .milliseconds(1100))
         let rebuilt = dir.file("rebuilt.sqlite")
-        let fresh = try Store(path: rebuilt)
+        let fresh = try SQLiteDatabase(path: rebuilt)
         try Fixtures.importText(Fixtures.ndjson(0..<20), into: fresh, collection: "items")
         try Fixtures.importText(#"{"id":"r0000007","hidden":true}"#, into: fresh, collection: "items")
         origin.server = try await Origin.startServer(db: rebuilt, port: origin.port, key: origin.key, log: origin.log)
@@ -174,7 +175,7 @@ import Testing
 
     /// Polls until the client holds the store's head (a cache may serve the previous index
     /// for up to max-age plus stale-while-revalidate); the outcomes on the way.
-    func converge(_ client: DeltaSnapReplica, to store: Store) async throws -> [String] {
+    func converge(_ client: DeltaSnapReplica, to store: SQLiteDatabase) async throws -> [String] {
         let head = try #require(try store.head(of: "items")).token.description
         var outcomes: [String] = []
         for _ in 0..<30 where await client.token != head {

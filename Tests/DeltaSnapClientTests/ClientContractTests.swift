@@ -1,5 +1,6 @@
 @testable import DeltaSnapClient
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport
@@ -14,7 +15,7 @@ import Testing
 @Suite struct ClientContractTests {
     struct World: @unchecked Sendable {
         let dir: TemporaryDirectory
-        let store: Store
+        let store: SQLiteDatabase
         let server: TestServer
 
         func url(_ collection: String, port: Int? = nil) -> String {
@@ -27,7 +28,7 @@ import Testing
     func withWorld(_ body: (World) async throws -> Void) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(#"{"id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: store, collection: "notes")
         try Fixtures.importText(#"{"id":"o1"}"#, into: store, collection: "other")
         let server = try await TestServer.start(database: dir.file("s.sqlite"))

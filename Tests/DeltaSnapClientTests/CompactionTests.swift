@@ -1,5 +1,6 @@
 import DeltaSnapClient
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport
@@ -23,7 +24,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        let store = try Store(path: db)
+        let store = try SQLiteDatabase(path: db)
         try Fixtures.importText(Fixtures.ndjson(0..<10), into: store, collection: "items")
         let server = try await TestServer.start(database: db)
         let url = URL(string: "\(server.baseURL)/v1/collections/items")!
@@ -78,7 +79,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        let store = try Store(path: db)
+        let store = try SQLiteDatabase(path: db)
         try Fixtures.importText(Fixtures.ndjson(0..<5), into: store, collection: "items")
         let server = try await TestServer.start(
             database: db, compaction: CompactionSchedule(policy: .keepVersions(1), interval: .milliseconds(50)))
@@ -107,7 +108,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        let store = try Store(path: db)
+        let store = try SQLiteDatabase(path: db)
         try Fixtures.importText(Fixtures.ndjson(0..<3), into: store, collection: "items")
         try Fixtures.importText(#"{"id":"r0000001","hidden":true}"#, into: store, collection: "items")
 
@@ -130,6 +131,6 @@ import Testing
 
         let all = try CLI.run(["compact", "--db", db, "--collection", "items", "--keep-versions", "0"])
         #expect(all.status == 0 && all.stdout.contains("to 2; 1 tombstone removed"), "\(all.stdout)")
-        #expect(try Fixtures.export(store, "items") == Fixtures.export(try Store(path: db), "items"))
+        #expect(try Fixtures.export(store, "items") == Fixtures.export(try SQLiteDatabase(path: db), "items"))
     }
 }

@@ -1,5 +1,6 @@
 import DeltaSnapClient
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
@@ -16,9 +17,9 @@ import Glibc
         defer { dir.remove() }
         // Two stores (two epochs): each pull from the other one is a full body that
         // replaces every record, so every pull has a large apply to interrupt.
-        let storeA = try Store(path: dir.file("a.sqlite"))
+        let storeA = try SQLiteDatabase(path: dir.file("a.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<8000, revision: 0), into: storeA, collection: "items")
-        let storeB = try Store(path: dir.file("b.sqlite"))
+        let storeB = try SQLiteDatabase(path: dir.file("b.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(4000..<12_000, revision: 1), into: storeB, collection: "items")
         let heads = [try #require(try storeA.head(of: "items")), try #require(try storeB.head(of: "items"))]
         let serverA = try await TestServer.start(database: dir.file("a.sqlite"))

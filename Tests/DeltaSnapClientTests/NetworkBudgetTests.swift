@@ -1,5 +1,6 @@
 import DeltaSnapClient
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import DeltaSnapTrust
@@ -12,7 +13,7 @@ import Testing
 @Suite struct NetworkBudgetTests {
     struct World {
         let dir: TemporaryDirectory
-        let store: Store
+        let store: SQLiteDatabase
         let server: TestServer
         var url: URL { URL(string: "\(server.baseURL)/v1/collections/items")! }
 
@@ -24,7 +25,7 @@ import Testing
     func withWorld(signingKeys: [IndexSigningKey] = [], _ body: (World) async throws -> Void) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<2_000), into: store, collection: "items")
         let server = try await TestServer.start(database: dir.file("s.sqlite"), signingKeys: signingKeys)
         try await server.stopping { try await body(World(dir: dir, store: store, server: server)) }

@@ -1,6 +1,7 @@
 import DeltaSnapClient
 import DeltaSnapCore
 import DeltaSnapSQLite
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
@@ -10,7 +11,7 @@ import Testing
 /// pending local writes are part of what a query sees.
 @Suite struct ReplicaQueryTests {
     func replica(_ dir: TemporaryDirectory, count: Int = 500) async throws -> DeltaSnapReplica {
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<count), into: store, collection: "items")
         try await Fixtures.bake(store.path, "items", into: dir.path)
         return try DeltaSnapReplica(

@@ -1,5 +1,6 @@
 import DeltaSnapClient
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport
@@ -14,7 +15,7 @@ import Testing
     func onePollFetchesOnlyWhatChanged(signed: Bool) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         for name in ["alpha", "beta", "gamma"] { try Fixtures.importText(Fixtures.ndjson(0..<10), into: store, collection: name) }
         let key = IndexSigningKey.generate()
         let server = try await TestServer.start(database: dir.file("s.sqlite"), signingKeys: [key])

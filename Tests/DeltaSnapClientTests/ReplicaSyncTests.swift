@@ -1,5 +1,6 @@
 import DeltaSnapClient
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapSynthetic
@@ -18,7 +19,7 @@ import Testing
     @Test func bundledSnapshotIsUsableOfflineAtFirstStart() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<100), into: store, collection: "items")
         try await Fixtures.bake(store.path, "items", into: dir.path)
         // Nothing listens on port 9: no server is reachable.
@@ -39,7 +40,7 @@ import Testing
     @Test func deltaNotModifiedHideUnhideAndFullReplace() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<50), into: store, collection: "items")
         let server = try await TestServer.start(database: dir.file("s.sqlite"))
         let url = URL(string: "\(server.baseURL)/v1/collections/items")!
@@ -63,7 +64,7 @@ import Testing
 
         // A full replace on the server (a different store: another epoch) removes what it lacks.
         await server.stop()
-        let other = try Store(path: dir.file("other.sqlite"))
+        let other = try SQLiteDatabase(path: dir.file("other.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(10..<20), into: other, collection: "items")
         let otherServer = try await TestServer.start(database: dir.file("other.sqlite"))
         let replica2 = try DeltaSnapReplica(path: dir.file("r.sqlite"), collection: "items", url: URL(string: "\(otherServer.baseURL)/v1/collections/items")!)
@@ -85,7 +86,7 @@ import Testing
     func randomImportsAndSyncsEndWithDumpEqualToExport() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<30), into: store, collection: "items")
         let server = try await TestServer.start(database: dir.file("s.sqlite"))
         let replica = try DeltaSnapReplica(path: dir.file("r.sqlite"), collection: "items", url: URL(string: "\(server.baseURL)/v1/collections/items")!)
@@ -120,7 +121,7 @@ import Testing
 }
 
 /// Waits (bounded) until the server serves the store's head token.
-func waitForToken(_ server: TestServer, _ store: Store, collection: String = "items") async throws {
+func waitForToken(_ server: TestServer, _ store: SQLiteDatabase, collection: String = "items") async throws {
     let token = try #require(try store.head(of: collection)).token.description
     for _ in 0..<200 {
         let response = try await offPool { try server.connect().request("HEAD", "/v1/collections/\(collection)") }

@@ -1,5 +1,6 @@
 import DeltaSnapClient
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport
@@ -15,7 +16,7 @@ import Testing
     /// `trusted` and talks through a mirror, synced once (verified).
     struct Setup: @unchecked Sendable {
         let dir: TemporaryDirectory
-        let store: Store
+        let store: SQLiteDatabase
         let server: TestServer
         let mirror: CompromisedMirror
         let replica: DeltaSnapReplica
@@ -25,7 +26,7 @@ import Testing
 
         static func make(trusted: [TrustedKey]? = nil) async throws -> Setup {
             let dir = try TemporaryDirectory()
-            let store = try Store(path: dir.file("s.sqlite"))
+            let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
             try Fixtures.importText(Fixtures.ndjson(0..<20), into: store, collection: "items")
             let key = IndexSigningKey.generate()
             let server = try await TestServer.start(database: dir.file("s.sqlite"), signingKeys: [key])
@@ -235,7 +236,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        let store = try Store(path: db)
+        let store = try SQLiteDatabase(path: db)
         try Fixtures.importText(Fixtures.ndjson(0..<5), into: store, collection: "items")
         let old = IndexSigningKey.generate()
         let new = IndexSigningKey.generate()
@@ -266,7 +267,7 @@ import Testing
     @Test func theBundledSnapshotIsVerifiedAgainstItsIndex() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<30), into: store, collection: "items")
         let key = IndexSigningKey.generate()
         let bundle = dir.file("bundle")

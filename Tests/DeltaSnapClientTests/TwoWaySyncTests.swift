@@ -1,5 +1,6 @@
 import DeltaSnapClient
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport
@@ -12,7 +13,7 @@ import Testing
     /// A store with two notes, its server, and the collection URL.
     struct World {
         let dir: TemporaryDirectory
-        let store: Store
+        let store: SQLiteDatabase
         let server: TestServer
 
         var url: URL { URL(string: "\(server.baseURL)/v1/collections/notes")! }
@@ -37,7 +38,7 @@ import Testing
     func withWorld(access: AccessPolicy = AccessPolicy(), forkCollections: Set<String> = [], _ body: (World) async throws -> Void) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(#"{"body":"x","id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: store, collection: "notes")
         let server = try await TestServer.start(database: dir.file("s.sqlite"), access: access, forkCollections: forkCollections)
         do { try await body(World(dir: dir, store: store, server: server)) } catch {
@@ -190,7 +191,7 @@ import Testing
     @Test func aPullAloneLeavesTheQueueAndAServerThatTakesNoWritesRollsNothingBack() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(#"{"id":"n1","title":"a"}"#, into: store, collection: "notes")
         let server = try await TestServer.start(database: dir.file("s.sqlite"), writeToken: nil)
         let replica = try DeltaSnapReplica(

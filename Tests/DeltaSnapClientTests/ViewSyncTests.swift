@@ -1,6 +1,7 @@
 import DeltaSnapClient
 import DeltaSnapCore
 import DeltaSnapSQLite
+import DeltaSnapSQLiteStore
 import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport
@@ -310,7 +311,7 @@ import Testing
     @Test func aReplicaFromBeforeViewsKeepsWorking() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(#"{"id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: store, collection: "notes")
         let server = try await TestServer.start(database: dir.file("s.sqlite"))
         try await server.stopping {

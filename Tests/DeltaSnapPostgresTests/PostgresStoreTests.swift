@@ -1,5 +1,6 @@
 import DeltaSnapCore
-@testable import DeltaSnapPostgres
+@testable import DeltaSnapPostgresStore
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
@@ -26,8 +27,8 @@ import Testing
     /// The same five writes (additions, changes, hides, un-hides, a replace) into both stores.
     @Test func theSameInputGivesTheSameStateAsSQLite() async throws {
         try await withCluster { cluster, dir in
-            let sqlite = try Store(path: dir.file("s.sqlite"), configuration: Self.configuration)
-            let postgres = try await PostgresStore.connect(cluster.url, configuration: Self.configuration)
+            let sqlite = try SQLiteDatabase(path: dir.file("s.sqlite"), configuration: Self.configuration)
+            let postgres = try await PostgresDatabase.connect(cluster.url, configuration: Self.configuration)
             let writes: [(String, Bool)] = [
                 (Fixtures.ndjson(0..<5000), false),  // more than one digest batch (2,048)
                 (Fixtures.ndjson(200..<400, revision: 1), false),
@@ -61,8 +62,8 @@ import Testing
     /// holding exactly one write's records, in the order the writes committed.
     @Test func concurrentWritersGetGapFreeVersions() async throws {
         try await withCluster { cluster, _ in
-            let writers = try await withThrowingTaskGroup(of: PostgresStore.self) { group in
-                for _ in 0..<3 { group.addTask { try await PostgresStore.connect(cluster.url) } }
+            let writers = try await withThrowingTaskGroup(of: PostgresDatabase.self) { group in
+                for _ in 0..<3 { group.addTask { try await PostgresDatabase.connect(cluster.url) } }
                 return try await group.reduce(into: []) { $0.append($1) }
             }
             let versions = try await withThrowingTaskGroup(of: [UInt64].self) { group in
@@ -90,7 +91,7 @@ import Testing
 
     @Test func badInputCommitsNothingAndBadURLsAreRefused() async throws {
         try await withCluster { cluster, _ in
-            let store = try await PostgresStore.connect(cluster.url)
+            let store = try await PostgresDatabase.connect(cluster.url)
             _ = try await store.importRecords(from: stream(Fixtures.ndjson(0..<5)), into: "items")
             await #expect(throws: ImportError.self) {
                 try await store.importRecords(from: stream(#"{"id":"a"}"# + "\n" + #"{"no id":1}"#), into: "items")
@@ -102,13 +103,13 @@ import Testing
             #expect(try await store.head(of: "items")?.version == 1)
             await store.close()
             // Connecting again finds the schema in place.
-            let again = try await PostgresStore.connect(cluster.url)
+            let again = try await PostgresDatabase.connect(cluster.url)
             #expect(try await again.head(of: "items")?.count == 5)
             await again.close()
             for bad in ["postgres://", "postgres://127.0.0.1/db", "postgres://u@host", "mysql://u@h/db"] {
                 #expect(throws: StoreError.self, "\(bad)") { _ = try PostgresURL(bad) }
             }
-            await #expect(throws: StoreError.self) { _ = try await PostgresStore.connect("postgres://u@127.0.0.1:1/db") }
+            await #expect(throws: StoreError.self) { _ = try await PostgresDatabase.connect("postgres://u@127.0.0.1:1/db") }
         }
     }
 

@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
@@ -7,10 +8,10 @@ import Testing
 /// Requests whose body framing is broken are the client's mistake: a 4xx with a JSON body
 /// (or a closed connection), never a 500, nothing committed, and the server keeps serving.
 @Suite struct BadFramingTests {
-    func withServer(_ body: @escaping @Sendable (TestServer, Store) async throws -> Void) async throws {
+    func withServer(_ body: @escaping @Sendable (TestServer, SQLiteDatabase) async throws -> Void) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(#"{"id":"a","v":1}"#, into: store, collection: "items")
         let server = try await TestServer.start(database: dir.file("s.sqlite"), maximumWriteBodyBytes: 64 * 1024)
         do { try await body(server, store) } catch {

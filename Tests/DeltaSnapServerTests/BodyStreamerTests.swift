@@ -1,5 +1,6 @@
-@testable import DeltaSnapServer
 import DeltaSnapCore
+@testable import DeltaSnapSQLiteStore
+@testable import DeltaSnapServer
 @testable import DeltaSnapStore
 import DeltaSnapTestSupport
 import Testing
@@ -13,11 +14,11 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        let store = try Store(path: db)
+        let store = try SQLiteDatabase(path: db)
         try Fixtures.importText(Fixtures.ndjson(0..<500), into: store, collection: "items")
         try Fixtures.importText(Fixtures.ndjson(0..<5, revision: 1), into: store, collection: "items")
         let pool = SQLiteReadPool(path: db)
-        let source = try SQLiteRecordSource(pool: pool, collection: "items", selecting: delta ? .changes(after: 1) : .visible)
+        let source = try await SQLiteRecordSource.open(pool: pool, on: BlockingQueue(label: "test"), collection: "items", selecting: delta ? .changes(after: 1) : .visible)
         let streamer = try BodyStreamer(source: source, base: delta ? "x" : nil, gzipLevel: 1)
         let bytes = try await streamer.readAll()
         // The streamer is still alive (as it is until the response is released)…
@@ -33,10 +34,11 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        try Fixtures.importText(Fixtures.ndjson(0..<2000), into: try Store(path: db), collection: "items")
+        try Fixtures.importText(Fixtures.ndjson(0..<2000), into: try SQLiteDatabase(path: db), collection: "items")
         let pool = SQLiteReadPool(path: db)
         do {
-            let streamer = try BodyStreamer(source: try SQLiteRecordSource(pool: pool, collection: "items", selecting: .visible), base: nil, gzipLevel: nil)
+            let source = try await SQLiteRecordSource.open(pool: pool, on: BlockingQueue(label: "test"), collection: "items", selecting: .visible)
+            let streamer = try BodyStreamer(source: source, base: nil, gzipLevel: nil)
             _ = try await streamer.nextChunk()  // a client that went away after the first chunk
             #expect(pool.idleStores.isEmpty)
         }

@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport
@@ -12,7 +13,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        try Fixtures.importText(Fixtures.ndjson(0..<300), into: try Store(path: db), collection: "items")
+        try Fixtures.importText(Fixtures.ndjson(0..<300), into: try SQLiteDatabase(path: db), collection: "items")
         let server = try await TestServer.start(database: db)
         do {
             try await body(server, db)
@@ -51,7 +52,7 @@ import Testing
             #expect(gzip.status == 200 && identity.status == 200)
             #expect(gzip.header("Content-Encoding") == "gzip" && identity.header("Content-Encoding") == nil)
             #expect(try gzip.decodedBody() == identity.body)
-            let head = try #require(try Store(path: db).head(of: "items"))
+            let head = try #require(try SQLiteDatabase(path: db).head(of: "items"))
             for response in [gzip, identity] {
                 #expect(response.header("ETag") == "\"\(head.token)\"")
                 #expect(response.header("Last-Modified") == head.lastModified)
@@ -93,7 +94,7 @@ import Testing
         try await withServer { server, db in
             let first = try await get(server)
             let etag = try #require(first.header("ETag"))
-            let store = try Store(path: db)
+            let store = try SQLiteDatabase(path: db)
             try Fixtures.importText(
                 #"{"id":"r0000001","changed":true}"# + "\n" + #"{"id":"r0000002","hidden":true}"# + "\n" + #"{"id":"new","x":1}"#,
                 into: store, collection: "items")
@@ -113,7 +114,7 @@ import Testing
     @Test func aCachedDeltaIsNeverServedPastItsHead() async throws {
         try await withServer { server, db in
             let etag = try #require(try await get(server).header("ETag"))
-            let store = try Store(path: db)
+            let store = try SQLiteDatabase(path: db)
             try Fixtures.importText(#"{"id":"first","v":1}"#, into: store, collection: "items")
             try await waitForHead(server, version: 2)
             let one = try await get(server, "/v1/collections/items", ["If-None-Match": etag, "Accept-Encoding": "gzip"])
@@ -132,7 +133,7 @@ import Testing
 
     @Test func tokenAheadOtherEpochAndGarbage() async throws {
         try await withServer { server, db in
-            let head = try #require(try Store(path: db).head(of: "items"))
+            let head = try #require(try SQLiteDatabase(path: db).head(of: "items"))
             let ahead = try await get(server, "/v1/collections/items", ["If-None-Match": "\"\(head.epoch).\(head.version + 5)\""])
             #expect(ahead.status == 304)
             for tag in ["\"0123456789abcdef.1\"", "\"garbage\"", "nonsense", "\"\(head.epoch).0x\""] {
@@ -145,7 +146,7 @@ import Testing
 
     @Test func ifModifiedSinceFromCurlIsInclusiveAndIfNoneMatchWins() async throws {
         try await withServer { server, db in
-            let head = try #require(try Store(path: db).head(of: "items"))
+            let head = try #require(try SQLiteDatabase(path: db).head(of: "items"))
             let url = "\(server.baseURL)/v1/collections/items"
             // `curl -z DATE` sends If-Modified-Since. (curl then also applies the condition on
             // its own side and reports 304 for a 200 whose Last-Modified is not newer, so the
@@ -158,9 +159,9 @@ import Testing
             #expect(later.hasPrefix("HTTP/1.1 304"), "\(later)")
             // A second version in a later second: a date at that second gets exactly its changes.
             try await Task.sleep(for: .milliseconds(1100))
-            try Fixtures.importText(#"{"id":"r0000005","v":2}"#, into: try Store(path: db), collection: "items")
+            try Fixtures.importText(#"{"id":"r0000005","v":2}"#, into: try SQLiteDatabase(path: db), collection: "items")
             try await waitForHead(server, version: 2)
-            let v2 = try #require(try Store(path: db).head(of: "items"))
+            let v2 = try #require(try SQLiteDatabase(path: db).head(of: "items"))
             let delta = try await get(server, "/v1/collections/items", ["If-Modified-Since": v2.lastModified])
             let (header, records) = try body(delta)
             #expect(header.kind == .delta && records.map(\.id) == ["r0000005"])
@@ -179,7 +180,7 @@ import Testing
             let head = try await offPool { try server.connect().request("HEAD", "/v1/collections/items") }
             #expect(head.status == 200 && head.header("ETag") != nil)
             let list = try await get(server, "/v1/collections")
-            let stored = try #require(try Store(path: db).head(of: "items"))
+            let stored = try #require(try SQLiteDatabase(path: db).head(of: "items"))
             #expect(list.text == #"{"collections":[{"checksum":"\#(stored.checksum)","count":300,"lastModified":"\#(stored.lastModified)","name":"items","token":"\#(stored.token)"}]}"# + "\n")
 
             let cases: [(String, String, Int, String)] = [
@@ -220,7 +221,7 @@ import Testing
     func concurrentStreamedBodiesShareConnectionsSafely() async throws {
         try await withServer { server, db in
             let etag = try #require(try await get(server).header("ETag"))
-            try Fixtures.importText(Fixtures.ndjson(0..<12, revision: 1), into: try Store(path: db), collection: "items")
+            try Fixtures.importText(Fixtures.ndjson(0..<12, revision: 1), into: try SQLiteDatabase(path: db), collection: "items")
             try await waitForHead(server, version: 2)
             try await withThrowingTaskGroup(of: Int.self) { group in
                 for worker in 0..<8 {

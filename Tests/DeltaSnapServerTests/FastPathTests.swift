@@ -1,9 +1,10 @@
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
+@testable import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
 import Testing
-@testable import DeltaSnapServer
 
 /// Polls answered from memory before the router (a current token's 304, a cached delta)
 /// must be indistinguishable from the router's answers, keep responses in order on a
@@ -13,7 +14,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        try Fixtures.importText(Fixtures.ndjson(0..<50), into: try Store(path: db), collection: "items")
+        try Fixtures.importText(Fixtures.ndjson(0..<50), into: try SQLiteDatabase(path: db), collection: "items")
         let server = try await TestServer.start(database: db, access: access)
         do { try await body(server, db) } catch {
             await server.stop()
@@ -42,7 +43,7 @@ import Testing
         try await withServer { server, db in
             let full = try await get(server, "/v1/collections/items", ["Accept-Encoding": "gzip"])
             let oldETag = try #require(full.header("ETag"))
-            try Fixtures.importText(Fixtures.ndjson(0..<3, revision: 1), into: try Store(path: db), collection: "items")
+            try Fixtures.importText(Fixtures.ndjson(0..<3, revision: 1), into: try SQLiteDatabase(path: db), collection: "items")
             var current = oldETag
             for _ in 0..<200 where current == oldETag {
                 try await Task.sleep(for: .milliseconds(10))

@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
@@ -15,7 +16,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        try Fixtures.importText(Fixtures.ndjson(0..<20), into: try Store(path: db), collection: "items")
+        try Fixtures.importText(Fixtures.ndjson(0..<20), into: try SQLiteDatabase(path: db), collection: "items")
         let lines = CapturingLogHandler.Lines([])
         var logger = Logger(label: "test-server") { _ in CapturingLogHandler(lines: lines) }
         logger.logLevel = .info
@@ -44,7 +45,7 @@ import Testing
             let full = try await get(server, "/v1/collections/items", ["Accept-Encoding": "gzip"])
             let etag = try #require(full.header("ETag"))
             for _ in 0..<3 { #expect(try await get(server, "/v1/collections/items", ["If-None-Match": etag]).status == 304) }
-            try Fixtures.importText(Fixtures.ndjson(0..<2, revision: 1), into: try Store(path: db), collection: "items")
+            try Fixtures.importText(Fixtures.ndjson(0..<2, revision: 1), into: try SQLiteDatabase(path: db), collection: "items")
             var delta = try await get(server, "/v1/collections/items", ["If-None-Match": etag])
             for _ in 0..<100 where delta.status == 304 {
                 try await Task.sleep(for: .milliseconds(20))

@@ -1,5 +1,6 @@
 import DeltaSnapClient
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport
@@ -19,7 +20,7 @@ import Testing
     func withFixture(changePollInterval: Duration = .milliseconds(20), _ body: (Fixture) async throws -> Void) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<5), into: store, collection: "items")
         try Fixtures.importText(#"{"id":"r0000001","hidden":true}"#, into: store, collection: "items")
         try Fixtures.importText(#"{"id":"r0000002","hidden":true}"# + "\n" + #"{"id":"x","v":1}"#, into: store, collection: "items")
@@ -58,7 +59,7 @@ import Testing
     @Test func theIndexIsVerifiableWhenACollectionIsNamedSignatures() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(#"{"id":"a","text":",\"signatures\":[]"}"#, into: store, collection: "countries")
         try Fixtures.importText(#"{"id":"s1","note":"},\"signatures\":"}"#, into: store, collection: "signatures")
         let key = IndexSigningKey.generate()
@@ -177,7 +178,7 @@ import Testing
             // Another writer, as `deltasnap compact` would be: its own connection, on a thread
             // of its own (blocking SQLite work), racing the polls.
             let path = f.dir.file("s.sqlite")
-            let compaction = Task { try await offPool { try Store(path: path).compact("items", throughVersion: 2) } }
+            let compaction = Task { try await offPool { try SQLiteDatabase(path: path).compact("items", throughVersion: 2) } }
             var answers: [Int: Int] = [:]
             // Until the server has seen the new floor (its watcher polls every 20 ms), bounded.
             let deadline = ContinuousClock.now + .seconds(60)

@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport
@@ -11,7 +12,7 @@ import Testing
 @Suite struct PublicationEndpointTests {
     struct Fixture: @unchecked Sendable {
         let dir: TemporaryDirectory
-        let store: Store
+        let store: SQLiteDatabase
         let server: TestServer
         let key: IndexSigningKey
 
@@ -36,7 +37,7 @@ import Testing
     func withFixture(signed: Bool = true, _ body: (Fixture) async throws -> Void) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<30), into: store, collection: "items")
         try Fixtures.importText(Fixtures.ndjson(0..<3), into: store, collection: "secret")
         var access = AccessPolicy()

@@ -1,3 +1,4 @@
+import DeltaSnapSQLiteStore
 @testable import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport

@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport
@@ -49,7 +50,7 @@ import Testing
         try await withServer { server, db in
             let put = try await send(server, "PUT", "/v1/collections/c/records/a%20b", auth, #"{"name":"Ä"}"#)
             #expect(put.status == 200, "\(put.text)")
-            let epoch = try #require(try Store(path: db).head(of: "c")?.epoch)
+            let epoch = try #require(try SQLiteDatabase(path: db).head(of: "c")?.epoch)
             #expect(put.text == #"{"collection":"c","committed":true,"hidden":0,"token":"\#(epoch).1","unchanged":0,"upserted":1,"version":1}"# + "\n")
             #expect(put.header("ETag") == "\"\(epoch).1\"")
             // The same record again: no version.
@@ -62,7 +63,7 @@ import Testing
             #expect(delete.text.contains(#""hidden":1"#) && delete.text.contains(#""version":3"#))
             let replace = try await send(server, "POST", "/v1/collections/c/records?replace=true", auth, #"[{"id":"y"}]"#)
             #expect(replace.text.contains(#""hidden":2"#) && replace.text.contains(#""version":4"#))
-            #expect(try Fixtures.export(try Store(path: db), "c") == "{\"id\":\"y\"}\n")
+            #expect(try Fixtures.export(try SQLiteDatabase(path: db), "c") == "{\"id\":\"y\"}\n")
             // The server's own writes are visible at once: a GET after the answer sees them.
             let get = try await send(server, "GET", "/v1/collections/c")
             #expect(get.header("ETag") == "\"\(epoch).4\"")
@@ -98,8 +99,8 @@ import Testing
             let batch = try await send(server, "POST", "/v1/collections/c/records", auth, "{\"id\":\"ok2\"}\n{\"id\":7}\n")
             #expect(batch.text.contains("line 2"))
             // Nothing of the failed batches was committed.
-            #expect(try Store(path: db).head(of: "c")?.version == 1)
-            #expect(try Fixtures.export(try Store(path: db), "c") == "{\"id\":\"keep\",\"v\":1}\n")
+            #expect(try SQLiteDatabase(path: db).head(of: "c")?.version == 1)
+            #expect(try Fixtures.export(try SQLiteDatabase(path: db), "c") == "{\"id\":\"keep\",\"v\":1}\n")
         }
     }
 
@@ -108,7 +109,7 @@ import Testing
             let big = Fixtures.ndjson(0..<400)  // ~130 KB, over the 64 KiB limit
             let response = try await send(server, "POST", "/v1/collections/c/records", auth, big)
             #expect(try response.status == 413 && errorCode(response) == "body_too_large")
-            #expect(try Store(path: db).head(of: "c") == nil)
+            #expect(try SQLiteDatabase(path: db).head(of: "c") == nil)
         }
     }
 }

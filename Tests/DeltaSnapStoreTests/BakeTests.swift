@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
@@ -30,7 +31,7 @@ import Testing
     @Test func bakeRoundTripsThroughInspectAndMatchesTheStore() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<500), into: store, collection: "items")
         try Fixtures.importText(#"{"id":"r0000003","hidden":true}"#, into: store, collection: "items")
         let entry = try await Fixtures.bake(store.path, "items", into: dir.file("snap"))
@@ -102,7 +103,7 @@ import Testing
     @Test func truncatedAndBitFlippedSnapshotsAreRejected() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<300), into: store, collection: "items")
         try await Fixtures.bake(store.path, "items", into: dir.path)
         let good = [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir.file("items.snapshot"))))

@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import DeltaSnapTrust
@@ -62,7 +63,7 @@ import Testing
         let result = try CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "sets", "--partition-by", "set", "--quiet", input])
         #expect(result.status == 1)
         #expect(result.stderr.hasPrefix("deltasnap: \(input):2: ") && result.stderr.contains(reason), "\(result.stderr)")
-        #expect(try Store(path: dir.file("s.sqlite")).head(of: "sets/1") == nil)
+        #expect(try SQLiteDatabase(path: dir.file("s.sqlite")).head(of: "sets/1") == nil)
     }
 
     /// New and existing partitions in one import: the new ones written in bulk (PostgreSQL),

@@ -1,5 +1,6 @@
 import DeltaSnapCore
 import DeltaSnapSQLite
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
@@ -14,13 +15,13 @@ import Testing
         return parsed.mutations
     }
 
-    func record(_ store: Store, _ id: String) throws -> String? {
+    func record(_ store: SQLiteDatabase, _ id: String) throws -> String? {
         try Fixtures.export(store, "notes").split(separator: "\n").first { $0.contains(#""id":"\#(id)""#) }.map(String.init)
     }
 
-    func seeded() throws -> (TemporaryDirectory, Store) {
+    func seeded() throws -> (TemporaryDirectory, SQLiteDatabase) {
         let dir = try TemporaryDirectory()
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(#"{"id":"n1","title":"a","body":"x"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: store, collection: "notes")
         return (dir, store)
     }
@@ -134,7 +135,7 @@ import Testing
     @Test func aFirstPushCreatesTheCollection() throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         // Nothing to commit: no collection appears, but the write number is kept.
         let nothing = try store.push(try batch("c", #"{"seq":1,"op":"delete","id":"x"}"#), from: "c", to: "fresh")
         #expect(nothing.head == nil && nothing.response.token == nil)
@@ -163,7 +164,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         do {
-            let store = try Store(path: dir.file("s.sqlite"))
+            let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
             try Fixtures.importText(#"{"id":"n1","t":1}"#, into: store, collection: "notes")
         }
         let db = try SQLiteConnection(path: dir.file("s.sqlite"))
@@ -172,7 +173,7 @@ import Testing
             ALTER TABLE collections DROP COLUMN digest; DROP INDEX collections_by_published; ALTER TABLE collections DROP COLUMN published;
             PRAGMA user_version = 1
             """)
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         #expect(try db.scalarInt("PRAGMA user_version") == 5)  // every step since, up to the current schema
         // The watchers' change feed: every collection published at the sequence of the migration.
         #expect(try store.read { try $0.heads(publishedAfter: 0).heads.map(\.name) } == ["notes"])

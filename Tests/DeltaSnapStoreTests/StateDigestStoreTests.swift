@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import DeltaSnapTrust
@@ -12,7 +13,7 @@ import Testing
     @Test func theMaintainedDigestEqualsARecomputationAfterEveryKindOfWrite() throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         var sequences: [UInt64] = []
         func check() throws {
             let (maintained, recomputed, sequence) = try store.read {
@@ -43,7 +44,7 @@ import Testing
     @Test func digestsAreIndependentPerCollection() throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try Store(path: dir.file("s.sqlite"))
+        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
         try Fixtures.importText(Fixtures.ndjson(0..<5), into: store, collection: "a")
         try Fixtures.importText(Fixtures.ndjson(0..<5), into: store, collection: "b")
         let (a, b) = try store.read { (try $0.digest(of: "a"), try $0.digest(of: "b")) }

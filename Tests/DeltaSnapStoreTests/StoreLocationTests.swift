@@ -1,4 +1,6 @@
+import DeltaSnapPostgresStore
 import DeltaSnapStore
+import DeltaSnapStoreLocation
 import Testing
 
 /// What `--db` (and `--read-db`) accept, and how a location is printed (never a password).
@@ -19,7 +21,7 @@ import Testing
     @Test func aPasswordIsNeverPrinted() throws {
         #expect(try StoreLocation("postgres://app:s3cret@db.example:5432/prod?sslmode=require").description == "postgres://app@db.example:5432/prod?sslmode=require")
         #expect(try StoreLocation("postgres://app@db.example/prod").description == "postgres://app@db.example/prod")
-        #expect(StoreLocation.withoutPassword("postgres://a:b@h/d@x") == "postgres://a@h/d@x")
+        #expect(PostgresURL.withoutPassword("postgres://a:b@h/d@x") == "postgres://a@h/d@x")
         #expect(try StoreLocation("s.sqlite").description == "s.sqlite")
     }
 }

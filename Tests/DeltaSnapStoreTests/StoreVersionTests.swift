@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapSynthetic
 import DeltaSnapTestSupport
@@ -13,7 +14,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         #expect(throws: StoreError.invalidEpoch("XYZ")) {
-            _ = try Store(path: dir.file("t.sqlite"), configuration: StoreConfiguration(epochForNewCollections: "XYZ"))
+            _ = try SQLiteDatabase(path: dir.file("t.sqlite"), configuration: StoreConfiguration(epochForNewCollections: "XYZ"))
         }
     }
 }

@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapSynthetic
 import Foundation
@@ -33,13 +34,13 @@ public enum Fixtures {
 
     /// Imports NDJSON text through the library (no child process).
     @discardableResult
-    public static func importText(_ text: String, into store: Store, collection: String, replace: Bool = false) throws -> WriteResult {
+    public static func importText(_ text: String, into store: SQLiteDatabase, collection: String, replace: Bool = false) throws -> WriteResult {
         try Importer(store: store, collection: collection, replace: replace)
             .run(source: ChunkSources.bytes(Array(text.utf8)), name: "test")
     }
 
     /// The store's `export` output as text, read through one connection.
-    public static func export(_ store: Store, _ collection: String) throws -> String {
+    public static func export(_ store: SQLiteDatabase, _ collection: String) throws -> String {
         try store.read { reader in
             guard try reader.head(of: collection) != nil else { throw StoreError.unknownCollection(collection) }
             var out = ""

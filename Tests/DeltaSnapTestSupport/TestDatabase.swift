@@ -1,6 +1,6 @@
 import DeltaSnapCore
 import DeltaSnapStore
-import DeltaSnapStores
+import DeltaSnapStoreLocation
 import Foundation
 
 /// The two stores a server can run on, for tests that run on both.
@@ -11,7 +11,7 @@ public enum TestBackend: String, CaseIterable, Sendable, CustomStringConvertible
 
 /// A production store of either kind, fresh for one test: an SQLite file, or a throwaway
 /// PostgreSQL cluster on a free loopback port (stopped by PID in ``stop()``). ``store`` is
-/// what `StoreFactory` opens for `--db`, so tests on it test the code `serve` runs.
+/// what `StoreLocation.open` opens for `--db`, so tests on it test the code `serve` runs.
 ///
 /// ```swift
 /// let database = try await TestDatabase.make(.postgres, in: dir)
@@ -37,11 +37,11 @@ public final class TestDatabase: Sendable {
         switch backend {
         case .sqlite:
             let path = dir.file("s.sqlite")
-            return TestDatabase(backend: backend, url: path, cluster: nil, store: try await StoreFactory.open(.sqlite(path: path), configuration: configuration))
+            return TestDatabase(backend: backend, url: path, cluster: nil, store: try await StoreLocation.sqlite(path: path).open(configuration: configuration))
         case .postgres:
             let cluster = try PostgresCluster.start(in: dir.path)
             do {
-                let store = try await StoreFactory.open(try StoreLocation(cluster.url), configuration: configuration)
+                let store = try await StoreLocation(cluster.url).open(configuration: configuration)
                 return TestDatabase(backend: backend, url: cluster.url, cluster: cluster, store: store)
             } catch {
                 cluster.stop()
@@ -53,7 +53,7 @@ public final class TestDatabase: Sendable {
     /// A handle on a running cluster (after a restart), owning nothing: ``stop()`` closes
     /// the connection only.
     public static func reconnect(to cluster: PostgresCluster) async throws -> TestDatabase {
-        TestDatabase(backend: .postgres, url: cluster.url, cluster: nil, store: try await StoreFactory.open(try StoreLocation(cluster.url), configuration: StoreConfiguration()))
+        TestDatabase(backend: .postgres, url: cluster.url, cluster: nil, store: try await StoreLocation(cluster.url).open(configuration: StoreConfiguration()))
     }
 
     /// Imports NDJSON text straight into the store (another process's import, as far as a

@@ -1,7 +1,7 @@
 import DeltaSnapCore
 import DeltaSnapServer
 import DeltaSnapStore
-import DeltaSnapStores
+import DeltaSnapStoreLocation
 import DeltaSnapTrust
 import Foundation
 import Logging
@@ -31,7 +31,7 @@ public final class TestServer: Sendable {
             quiet.logLevel = .warning
             return quiet
         }()
-        let store = try await StoreFactory.open(try StoreLocation(database, readReplica: readDatabase), logger: logger)
+        let store = try await StoreLocation(database, readReplica: readDatabase).open(logger: logger)
         var configuration = DeltaSnapServerConfiguration(
             writeToken: writeToken, maximumWriteBodyBytes: maximumWriteBodyBytes,
             fullBodyCacheMaximumRecords: fullBodyCacheMaximumRecords, changePollInterval: changePollInterval,

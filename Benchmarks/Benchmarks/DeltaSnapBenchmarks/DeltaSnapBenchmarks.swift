@@ -13,6 +13,7 @@
 import Benchmark
 import DeltaSnapClient
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapSynthetic
 import Foundation
@@ -32,7 +33,7 @@ final class Fixtures: @unchecked Sendable {
     var root = ""
     var ndjson: [UInt8] = []
     var ndjsonPath = ""
-    var store: Store?
+    var store: SQLiteDatabase?
     var bakingStore: SQLiteCollectionStore?
     var storePath = ""
     var snapshotPath = ""
@@ -96,7 +97,7 @@ func writeNDJSON(count: Int, to path: String) throws {
 /// `changes` records changed in a second version. Returns the version before the changes.
 @discardableResult
 func buildStore(at path: String, count: Int, changes: Int = 0) throws -> UInt64 {
-    let store = try Store(path: path)
+    let store = try SQLiteDatabase(path: path)
     let source = path + ".ndjson"
     try writeNDJSON(count: count, to: source)
     let first = try Importer(store: store, collection: collection)
@@ -168,7 +169,7 @@ let benchmarks: @Sendable () -> Void = {
             )
         ) { benchmark in
             let path = fixtures.nextPath("import.sqlite")
-            let store = try Store(path: path)
+            let store = try SQLiteDatabase(path: path)
             let start = clock.now
             benchmark.startMeasurement()
             let result = try Importer(store: store, collection: collection)
@@ -289,7 +290,7 @@ let benchmarks: @Sendable () -> Void = {
                     try fixtures.makeRoot("delta-\(label)")
                     fixtures.storePath = fixtures.path("store.sqlite")
                     fixtures.versionBeforeChanges = try buildStore(at: fixtures.storePath, count: count, changes: 10)
-                    fixtures.store = try Store(path: fixtures.storePath)
+                    fixtures.store = try SQLiteDatabase(path: fixtures.storePath)
                 },
                 teardown: { fixtures.removeAll() }
             )

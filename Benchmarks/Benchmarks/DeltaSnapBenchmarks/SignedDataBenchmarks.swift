@@ -4,6 +4,7 @@
 import Benchmark
 import DeltaSnapClient
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapSynthetic
 import DeltaSnapTrust
@@ -14,7 +15,7 @@ import FoundationNetworking
 
 /// State of the signed-data benchmarks (each benchmark runs in its own process).
 final class SignedFixtures: @unchecked Sendable {
-    var store: Store?
+    var store: SQLiteDatabase?
     var replica: DeltaSnapReplica?
     var headURL: URL?
     var round = 0
@@ -53,7 +54,7 @@ func signedDataBenchmarks() {
                         path: fixtures.path("replica.sqlite"), collection: collection, url: url, trustedKeys: [key.publicKey])
                     let first = await replica.pull()
                     precondition(first.name == "full", "first pull: \(first)")
-                    signedFixtures.store = try Store(path: storePath)
+                    signedFixtures.store = try SQLiteDatabase(path: storePath)
                     signedFixtures.replica = replica
                     signedFixtures.headURL = url
                 },

@@ -3,7 +3,7 @@ import DeltaSnapStore
 import Foundation
 import PostgresNIO
 
-extension PostgresStore {
+extension PostgresDatabase {
     /// One client's ordered batch of offline writes, committed as at most one version under
     /// the collection's row lock — the same plan (``DeltaSnapStore/PushPlan``), ledger and
     /// history as the SQLite store's `push`, so a client cannot tell the stores apart.
@@ -17,7 +17,7 @@ extension PostgresStore {
         merge policy: MergePolicy = .fields
     ) async throws -> PushOutcome {
         try CollectionPath.validate(collection)
-        let ledgerClient = user.map { "\($0)/\(client)" } ?? client
+        let ledgerClient = PushPlan.ledgerKey(client: client, user: user)
         return try await transaction { connection in
             // Retention runs on the real clock (see the SQLite store).
             let now = Int64(Date().timeIntervalSince1970)

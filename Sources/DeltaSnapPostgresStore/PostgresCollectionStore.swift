@@ -19,8 +19,8 @@ import NIOConcurrencyHelpers
 /// await store.close()
 /// ```
 public final class PostgresCollectionStore: CollectionStore {
-    let primary: PostgresStore
-    let reader: PostgresStore
+    let primary: PostgresDatabase
+    let reader: PostgresDatabase
     private let logger: Logger
 
     /// How long to keep asking a lagging replica for a commit the primary announced.
@@ -30,7 +30,7 @@ public final class PostgresCollectionStore: CollectionStore {
     /// change after it is reported, so no head read on demand since can go stale unnoticed.
     private let seen: ChangeFeedPosition
 
-    init(primary: PostgresStore, reader: PostgresStore, logger: Logger, openedAt: UInt64) {
+    init(primary: PostgresDatabase, reader: PostgresDatabase, logger: Logger, openedAt: UInt64) {
         self.primary = primary
         self.reader = reader
         self.logger = logger
@@ -43,12 +43,12 @@ public final class PostgresCollectionStore: CollectionStore {
         url: String, readReplica: String? = nil, configuration: StoreConfiguration = StoreConfiguration(),
         logger: Logger = Logger(label: "deltasnap.postgres")
     ) async throws -> PostgresCollectionStore {
-        let primary = try await PostgresStore.connect(url, configuration: configuration, logger: logger)
+        let primary = try await PostgresDatabase.connect(url, configuration: configuration, logger: logger)
         do {
             guard let readReplica else {
                 return PostgresCollectionStore(primary: primary, reader: primary, logger: logger, openedAt: try await primary.latestPublished())
             }
-            let reader = try await PostgresStore.connect(readReplica, configuration: configuration, migrate: false, logger: logger)
+            let reader = try await PostgresDatabase.connect(readReplica, configuration: configuration, migrate: false, logger: logger)
             return PostgresCollectionStore(primary: primary, reader: reader, logger: logger, openedAt: (try? await reader.latestPublished()) ?? 0)
         } catch {
             await primary.close()

@@ -4,7 +4,7 @@ import DeltaSnapTrust
 import Foundation
 import PostgresNIO
 
-extension PostgresStore {
+extension PostgresDatabase {
     /// Every partition of a partitioned import in one transaction, one version per partition
     /// that changed, written by a handful of set-based statements whatever their number.
     /// Partitions new to the store — the bulk of a first import — through two `COPY`s, then

@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapStore
 import DeltaSnapTrust
 import Foundation
 
@@ -28,19 +29,21 @@ public final class SQLiteCollectionStore: CollectionStore {
 
     /// Opens (and creates, or upgrades) the store at `path`. `readOnly` opens no writer and
     /// creates nothing: a missing file is an error, and writes throw.
-    public init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false) throws {
-        pool = SQLiteReadPool(path: path)
+    /// At most `maximumReaders` read transactions run at once (a full body streams from
+    /// one); more reads wait for a connection to come back.
+    public init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false, maximumReaders: Int = 64) throws {
+        pool = SQLiteReadPool(path: path, maximumReaders: maximumReaders)
         self.path = path
         if readOnly {
             // Fails now, on a missing or foreign file, rather than at the first read.
-            try pool.checkin(pool.checkout())
+            try pool.checkin(pool.checkoutOpening())
             writer = nil
         } else {
             // The writer creates the schema, so read-only connections can open the file.
-            writer = WriterConnection(try Store(path: path, configuration: configuration))
+            writer = WriterConnection(try SQLiteDatabase(path: path, configuration: configuration))
         }
         let pool = self.pool
-        let store = try pool.checkout()
+        let store = try pool.checkoutOpening()
         defer { pool.checkin(store) }
         openedAt = (try? store.read { try $0.latestPublished() }) ?? 0
     }
@@ -55,12 +58,12 @@ public final class SQLiteCollectionStore: CollectionStore {
 
     public func openRecords(in collection: String, after version: UInt64?) async throws -> any RecordSource {
         let pool = self.pool
-        return try await reads.run { try SQLiteRecordSource(pool: pool, collection: collection, selecting: version.map { .changes(after: $0) } ?? .visible) }
+        return try await SQLiteRecordSource.open(pool: pool, on: reads, collection: collection, selecting: version.map { .changes(after: $0) } ?? .visible)
     }
 
     public func openPage(of collection: String, after id: String?, limit: Int) async throws -> any RecordSource {
         let pool = self.pool
-        return try await reads.run { try SQLiteRecordSource(pool: pool, collection: collection, selecting: .page(after: id ?? "", limit: limit)) }
+        return try await SQLiteRecordSource.open(pool: pool, on: reads, collection: collection, selecting: .page(after: id ?? "", limit: limit))
     }
 
     public func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
@@ -113,12 +116,11 @@ public final class SQLiteCollectionStore: CollectionStore {
 
     public func close() async {}
 
-    private func reading<T: Sendable>(_ body: @escaping @Sendable (Store) throws -> T) async throws -> T {
-        let pool = self.pool
-        return try await reads.run { try pool.withStore(body) }
+    private func reading<T: Sendable>(_ body: @escaping @Sendable (SQLiteDatabase) throws -> T) async throws -> T {
+        try await pool.withStore(on: reads, body)
     }
 
-    private func writing<T: Sendable>(_ body: @escaping @Sendable (Store) throws -> T) async throws -> T {
+    private func writing<T: Sendable>(_ body: @escaping @Sendable (SQLiteDatabase) throws -> T) async throws -> T {
         guard let writer else { throw StoreError.readOnly(path) }
         return try await writes.run { try body(writer.store) }
     }
@@ -126,9 +128,9 @@ public final class SQLiteCollectionStore: CollectionStore {
 
 /// The one writing connection. Only the writer queue touches it, one job at a time.
 private final class WriterConnection: @unchecked Sendable {
-    let store: Store
+    let store: SQLiteDatabase
 
-    init(_ store: Store) {
+    init(_ store: SQLiteDatabase) {
         self.store = store
     }
 }
@@ -136,7 +138,7 @@ private final class WriterConnection: @unchecked Sendable {
 /// Notices other connections' commits by SQLite's `data_version`; used by one poll at a time.
 private final class DataVersionWatcher: @unchecked Sendable {
     private let path: String
-    private var connection: Store?
+    private var connection: SQLiteDatabase?
     private var lastDataVersion: Int64?
     /// The highest publication sequence read so far.
     private var lastSeen: UInt64
@@ -150,7 +152,7 @@ private final class DataVersionWatcher: @unchecked Sendable {
     /// The heads changed since the last call when the file changed (the first call adds
     /// every collection that is not a partition); nil otherwise.
     func headsIfChanged() -> [CollectionHead]? {
-        if connection == nil { connection = try? Store(path: path, readOnly: true) }
+        if connection == nil { connection = try? SQLiteDatabase(path: path, readOnly: true) }
         guard let connection, let version = try? connection.dataVersion(), version != lastDataVersion else { return nil }
         let read: (heads: [CollectionHead], through: UInt64)? = try? connection.read { [lastSeen, first] reader in
             let changed = try reader.heads(publishedAfter: lastSeen)
@@ -169,7 +171,7 @@ final class SQLiteRecordSource: RecordSource, @unchecked Sendable {
     let head: CollectionHead
     let count: Int
     private let pool: SQLiteReadPool
-    private var store: Store?
+    private var store: SQLiteDatabase?
     /// Holds a prepared statement of `store`'s connection: released before the connection
     /// goes back to the pool, or finalising it later would race another request using it.
     private var cursor: RecordCursor?
@@ -184,9 +186,16 @@ final class SQLiteRecordSource: RecordSource, @unchecked Sendable {
         case page(after: String, limit: Int)
     }
 
-    init(pool: SQLiteReadPool, collection: String, selecting selection: Selection) throws {
+    /// Waits for a connection (suspended, when the pool is at its cap), then begins the
+    /// read on `queue`.
+    static func open(pool: SQLiteReadPool, on queue: BlockingQueue, collection: String, selecting selection: Selection) async throws -> SQLiteRecordSource {
+        let lease = Lease(store: try await pool.checkout(openingOn: queue))
+        return try await queue.run { try SQLiteRecordSource(pool: pool, store: lease.store, collection: collection, selecting: selection) }
+    }
+
+    /// Takes `store`, checked out of `pool`, and gives it back on failure or close.
+    private init(pool: SQLiteReadPool, store: SQLiteDatabase, collection: String, selecting selection: Selection) throws {
         self.pool = pool
-        let store = try pool.checkout()
         do {
             let reader = try store.beginRead()
             guard let head = try reader.head(of: collection) else { throw StoreError.unknownCollection(collection) }

@@ -1,3 +1,4 @@
+import DeltaSnapStore
 import Dispatch
 
 /// Runs blocking work (SQLite calls: an import of 32 MiB, a write transaction waiting for

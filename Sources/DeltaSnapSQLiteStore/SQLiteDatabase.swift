@@ -1,21 +1,22 @@
 import DeltaSnapCore
 import DeltaSnapSQLite
+import DeltaSnapStore
 
 /// The server-side source of truth: versioned collections of JSON records in one SQLite
 /// file (WAL mode).
 ///
 /// Every committed write creates exactly one new version of one collection, assigned inside
 /// the write transaction (`BEGIN IMMEDIATE`), so commit order is version order and no reader
-/// sees version v+1 without v. A `Store` is one connection: open one per task or process.
+/// sees version v+1 without v. A `SQLiteDatabase` is one connection: open one per task or process.
 ///
 /// ```swift
-/// let store = try Store(path: "deltasnap.sqlite")
+/// let store = try SQLiteDatabase(path: "deltasnap.sqlite")
 /// let result = try store.write(to: "countries") { writer in
 ///     try writer.put(try Record(json: Array(#"{"id":"AD","name":"Andorra"}"#.utf8)))
 /// }
 /// print(result.token)   // 5f3c9a0e12ab34cd.1
 /// ```
-public final class Store {
+public final class SQLiteDatabase {
     public let path: String
     public let configuration: StoreConfiguration
     let db: SQLiteConnection
@@ -139,10 +140,10 @@ public final class Store {
         }
         try db.execute("CREATE TABLE IF NOT EXISTS publication(id INTEGER PRIMARY KEY CHECK (id = 1), sequence INTEGER NOT NULL)")
         // Stores from before signing: compute each digest once, from every visible record.
-        let names = try StoreReader(db: db).collections().map(\.name)
+        let names = try SQLiteReader(db: db).collections().map(\.name)
         let update = try db.prepare("UPDATE collections SET digest = ? WHERE name = ?")
         for name in names {
-            let digest = try StoreReader(db: db).recomputedDigest(of: name)
+            let digest = try SQLiteReader(db: db).recomputedDigest(of: name)
             try update.bind(1, blob: digest.bytes)
             try update.bind(2, name)
             try update.run()
@@ -178,9 +179,9 @@ public final class Store {
 
     /// Runs `body` in one read transaction: everything it reads comes from one consistent
     /// state of the store, whatever writers commit meanwhile (WAL snapshot isolation).
-    public func read<T>(_ body: (StoreReader) throws -> T) throws -> T {
+    public func read<T>(_ body: (SQLiteReader) throws -> T) throws -> T {
         try db.transaction(.deferred) {
-            try body(StoreReader(db: db))
+            try body(SQLiteReader(db: db))
         }
     }
 
@@ -198,9 +199,9 @@ public final class Store {
 
     /// Opens a read transaction that stays open until ``endRead()``: for a body streamed
     /// across suspension points. Prefer ``read(_:)`` when the work is synchronous.
-    public func beginRead() throws -> StoreReader {
+    public func beginRead() throws -> SQLiteReader {
         try db.execute("BEGIN DEFERRED")
-        return StoreReader(db: db)
+        return SQLiteReader(db: db)
     }
 
     /// Ends the transaction opened by ``beginRead()``.
@@ -214,7 +215,7 @@ public final class Store {
     @discardableResult
     public func compact(_ collection: String, throughVersion version: UInt64) throws -> Int {
         try db.transaction(.immediate) {
-            guard let head = try StoreReader(db: db).head(of: collection) else { throw StoreError.unknownCollection(collection) }
+            guard let head = try SQLiteReader(db: db).head(of: collection) else { throw StoreError.unknownCollection(collection) }
             let target = min(version, head.version)
             let delete = try db.prepare("DELETE FROM records WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND hidden = 1 AND version <= ?")
             try delete.bind(1, collection)

@@ -1,28 +1,29 @@
-import DeltaSnapPostgres
+import DeltaSnapPostgresStore
+import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import Logging
 
-/// The one place that turns a `--db` value into a store: an SQLite path or a `postgres://`
-/// URL (with an optional read replica). The server takes any ``CollectionStore``; this is
-/// where the CLI (and the tests) pick the database, so nothing else compares prefixes.
+/// Opening a store where a `--db` value points: the one place that knows every kind of store
+/// (SQLite, PostgreSQL). The server takes any `CollectionStore`; this is where the CLI (and
+/// the tests) pick the database, so nothing else compares prefixes.
 ///
 /// An app that embeds the server on SQLite needs none of this (and no PostgreSQL client):
 /// it opens a `SQLiteCollectionStore` itself.
 ///
 /// ```swift
-/// let store = try await StoreFactory.open(try StoreLocation("deltasnap.sqlite"))
+/// let store = try await StoreLocation("deltasnap.sqlite").open()
 /// defer { Task { await store.close() } }
 /// ```
-public enum StoreFactory {
+extension StoreLocation {
     /// Opens the store at `location`, creating its schema on first use. `configuration`
     /// pins an epoch or commit time (tests, reproducible builds); by default it is read from
     /// the environment (`DELTASNAP_EPOCH`, `DELTASNAP_COMMIT_TIME`). `readOnly` (for reading
     /// commands: export, bake) creates no SQLite file where there was none.
-    public static func open(
-        _ location: StoreLocation, configuration: StoreConfiguration = .fromEnvironment(), readOnly: Bool = false,
+    public func open(
+        configuration: StoreConfiguration = .fromEnvironment(), readOnly: Bool = false,
         logger: Logger = Logger(label: "deltasnap.store")
     ) async throws -> any CollectionStore {
-        switch location {
+        switch self {
         case .sqlite(let path):
             try SQLiteCollectionStore(path: path, configuration: configuration, readOnly: readOnly)
         case .postgres(let url, let readReplica):
@@ -36,7 +37,7 @@ public enum StoreFactory {
         _ text: String, readReplica: String? = nil, configuration: StoreConfiguration = .fromEnvironment(), readOnly: Bool = false,
         _ body: (any CollectionStore) async throws -> T
     ) async throws -> T {
-        let store = try await open(try StoreLocation(text, readReplica: readReplica), configuration: configuration, readOnly: readOnly)
+        let store = try await StoreLocation(text, readReplica: readReplica).open(configuration: configuration, readOnly: readOnly)
         do {
             let result = try await body(store)
             await store.close()

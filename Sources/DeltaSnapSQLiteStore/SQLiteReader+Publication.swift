@@ -1,7 +1,8 @@
 import DeltaSnapCore
+import DeltaSnapStore
 import DeltaSnapTrust
 
-extension StoreReader {
+extension SQLiteReader {
     /// What a signed index states about `names` (every collection when nil; names that do
     /// not exist are left out), read in this one transaction so each digest belongs to the
     /// token next to it.
@@ -16,15 +17,5 @@ extension StoreReader {
             entries.append(SignedIndex.Entry(head: head, digest: try digest(of: head.name) ?? recomputedDigest(of: head.name)))
         }
         return PublishedState(sequence: try publicationSequence(), entries: entries)
-    }
-}
-
-extension SignedIndex.Entry {
-    /// What the index states about a collection at `head` whose state digest is `digest`
-    /// (the same entry from either store).
-    public init(head: CollectionHead, digest: StateDigest) {
-        self.init(
-            collection: head.name, token: head.token.description, version: head.version, count: head.count,
-            floor: head.floor, digest: digest.fingerprint, lastModified: head.lastModified)
     }
 }

@@ -1,6 +1,7 @@
 import DeltaSnapStore
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import PostgresNIO
 
 /// Connections to one PostgreSQL server, reused across operations.
@@ -12,30 +13,39 @@ import PostgresNIO
 /// "database unavailable" rather than wait in the pool's queue. At most `maximumOpen`
 /// connections are open at a time; further callers wait their turn, at most
 /// `checkoutTimeout` (then the request is answered `503`, never left hanging).
-final class PostgresConnectionPool: @unchecked Sendable {
+final class PostgresConnectionPool: Sendable {
     let url: PostgresURL
     /// Built once: a TLS context loads the system's trust roots.
     let connectionConfiguration: PostgresConnection.Configuration
     private let logger: Logger
-    private let lock = NSLock()
-    private var idle: [PostgresConnection] = []
-    private var open = 0
-    /// Callers waiting for a connection: resumed with true to try again, false on timeout.
-    private var waiters: [(id: Int, continuation: CheckedContinuation<Bool, Never>)] = []
-    private var nextID = 1
     private let maximumOpen: Int
     private let checkoutTimeout: Duration
-    /// Set by ``close()``: no connection is opened or kept after it (a task the server did not
-    /// wait for — a watcher, a wake — may still ask; PostgresNIO traps on a connection
-    /// released unclosed).
-    private var isClosed = false
+
+    /// Everything that changes, as one plain value behind one lock.
+    private struct State {
+        var idle: [PostgresConnection] = []
+        var open = 0
+        /// Callers waiting for a connection: resumed with true to try again, false on timeout.
+        var waiters: [(id: Int, continuation: CheckedContinuation<Bool, Never>)] = []
+        var nextID = 1
+        /// Set by ``close()``: no connection is opened or kept after it (a task the server did
+        /// not wait for — a watcher, a wake — may still ask; PostgresNIO traps on a connection
+        /// released unclosed).
+        var isClosed = false
+
+        mutating func takeWaiter() -> CheckedContinuation<Bool, Never>? {
+            waiters.isEmpty ? nil : waiters.removeFirst().continuation
+        }
+    }
+
+    private let state = NIOLockedValueBox(State())
 
     init(url: PostgresURL, maximumOpen: Int = 24, checkoutTimeout: Duration = .seconds(10), logger: Logger) throws {
         self.url = url
         do {
             connectionConfiguration = try url.configuration
         } catch {
-            throw StoreError.badLocation(url.description, "cannot set up TLS: \(error)")
+            throw StoreError.badLocation(url.description, "cannot set up TLS: \(error)", underlying: error)
         }
         self.maximumOpen = maximumOpen
         self.checkoutTimeout = checkoutTimeout
@@ -46,18 +56,18 @@ final class PostgresConnectionPool: @unchecked Sendable {
     func checkout() async throws -> PostgresConnection {
         while true {
             enum Next { case reuse(PostgresConnection), connect(Int), wait }
-            let next: Next? = lock.withLock {
-                if isClosed { return nil }
-                while let connection = idle.popLast() {
+            let next: Next? = state.withLockedValue { state in
+                if state.isClosed { return nil }
+                while let connection = state.idle.popLast() {
                     if !connection.isClosed { return .reuse(connection) }
-                    open -= 1
+                    state.open -= 1
                 }
-                guard open < maximumOpen else { return .wait }
-                open += 1
-                nextID += 1
-                return .connect(nextID)
+                guard state.open < maximumOpen else { return .wait }
+                state.open += 1
+                state.nextID += 1
+                return .connect(state.nextID)
             }
-            guard let next else { throw StoreError.unavailable(url.description, "the store was closed") }
+            guard let next else { throw StoreError.unavailable("PostgreSQL at \(url)", "the store was closed") }
             switch next {
             case .reuse(let connection):
                 return connection
@@ -66,16 +76,16 @@ final class PostgresConnectionPool: @unchecked Sendable {
                     return try await PostgresConnection.connect(configuration: connectionConfiguration, id: id, logger: logger)
                 } catch {
                     release()
-                    throw StoreError.unavailable(url.description, PostgresStore.reason(error))
+                    throw StoreError.unavailable("PostgreSQL at \(url)", PostgresDatabase.reason(error), underlying: error)
                 }
             case .wait:
                 let granted = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-                    let id: Int? = lock.withLock {
+                    let id: Int? = state.withLockedValue { state in
                         // A connection may have come back between the decision and here.
-                        if !idle.isEmpty || open < maximumOpen { return nil }
-                        nextID += 1
-                        waiters.append((nextID, continuation))
-                        return nextID
+                        if !state.idle.isEmpty || state.open < maximumOpen { return nil }
+                        state.nextID += 1
+                        state.waiters.append((state.nextID, continuation))
+                        return state.nextID
                     }
                     guard let id else { return continuation.resume(returning: true) }
                     Task { [checkoutTimeout] in
@@ -84,7 +94,7 @@ final class PostgresConnectionPool: @unchecked Sendable {
                     }
                 }
                 guard granted else {
-                    throw StoreError.unavailable(url.description, "all \(maximumOpen) connections stayed busy for \(checkoutTimeout)")
+                    throw StoreError.unavailable("PostgreSQL at \(url)", "all \(maximumOpen) connections stayed busy for \(checkoutTimeout)")
                 }
             }
         }
@@ -92,25 +102,25 @@ final class PostgresConnectionPool: @unchecked Sendable {
 
     /// Returns a connection; a closed one (the server went away) is dropped.
     func checkin(_ connection: PostgresConnection) {
-        let (waiter, closing) = lock.withLock {
-            let closing = isClosed && !connection.isClosed
-            if connection.isClosed || isClosed {
-                open -= 1
+        let (waiter, closing) = state.withLockedValue { state in
+            let closing = state.isClosed && !connection.isClosed
+            if connection.isClosed || state.isClosed {
+                state.open -= 1
             } else {
-                idle.append(connection)
+                state.idle.append(connection)
             }
-            return (waiters.isEmpty ? nil : waiters.removeFirst(), closing)
+            return (state.takeWaiter(), closing)
         }
         if closing { Task { try? await connection.close() } }
-        waiter?.continuation.resume(returning: true)
+        waiter?.resume(returning: true)
     }
 
     private func timeOut(waiter id: Int) {
-        let waiter = lock.withLock { () -> (id: Int, continuation: CheckedContinuation<Bool, Never>)? in
-            guard let index = waiters.firstIndex(where: { $0.id == id }) else { return nil }
-            return waiters.remove(at: index)
+        let waiter = state.withLockedValue { state -> CheckedContinuation<Bool, Never>? in
+            guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+            return state.waiters.remove(at: index).continuation
         }
-        waiter?.continuation.resume(returning: false)
+        waiter?.resume(returning: false)
     }
 
     /// Closes a connection whose state is unknown (an abandoned stream) instead of reusing it.
@@ -120,11 +130,11 @@ final class PostgresConnectionPool: @unchecked Sendable {
     }
 
     private func release() {
-        let waiter = lock.withLock {
-            open -= 1
-            return waiters.isEmpty ? nil : waiters.removeFirst()
+        let waiter = state.withLockedValue { state in
+            state.open -= 1
+            return state.takeWaiter()
         }
-        waiter?.continuation.resume(returning: true)
+        waiter?.resume(returning: true)
     }
 
     /// Runs `body` with a pooled connection.
@@ -141,17 +151,17 @@ final class PostgresConnectionPool: @unchecked Sendable {
         } catch {
             // Anything else may have left it mid-transaction or mid-stream: never reuse it.
             await discard(connection)
-            throw PostgresStore.mapped(error)
+            throw PostgresDatabase.mapped(error)
         }
     }
 
     /// Closes every idle connection (at shutdown).
     func close() async {
-        let connections = lock.withLock {
-            isClosed = true
-            defer { idle.removeAll() }
-            open -= idle.count
-            return idle
+        let connections = state.withLockedValue { state in
+            state.isClosed = true
+            defer { state.idle.removeAll() }
+            state.open -= state.idle.count
+            return state.idle
         }
         for connection in connections { try? await connection.close() }
     }

@@ -25,7 +25,7 @@ public struct PostgresURL: Sendable, Equatable, CustomStringConvertible {
     }
 
     public init(_ text: String) throws(StoreError) {
-        guard text.hasPrefix("postgres://") || text.hasPrefix("postgresql://"),
+        guard Self.isPostgresURL(text),
             let components = URLComponents(string: text), let host = components.host, !host.isEmpty
         else {
             throw .badLocation(text, "expected postgres://user@host:port/database")
@@ -37,7 +37,7 @@ public struct PostgresURL: Sendable, Equatable, CustomStringConvertible {
         for item in components.queryItems ?? [] {
             guard item.name == "sslmode", let value = item.value, let mode = TLSMode(rawValue: value) else {
                 throw .badLocation(
-                    StoreLocation.withoutPassword(text),
+                    Self.withoutPassword(text),
                     "unknown parameter \(item.name)=\(item.value ?? ""); the one accepted is sslmode=\(TLSMode.allCases.map(\.rawValue).joined(separator: "|"))")
             }
             tlsMode = mode
@@ -48,6 +48,23 @@ public struct PostgresURL: Sendable, Equatable, CustomStringConvertible {
         port = components.port ?? 5432
         self.database = database
         self.tlsMode = tlsMode
+    }
+
+    /// Whether `text` names a PostgreSQL server (`postgres://`, `postgresql://`) rather than
+    /// an SQLite file: the one rule `--db` is read by.
+    public static func isPostgresURL(_ text: String) -> Bool {
+        text.hasPrefix("postgres://") || text.hasPrefix("postgresql://")
+    }
+
+    /// `url` (any text, valid or not) with any password between the user and `@` removed,
+    /// for messages and logs.
+    public static func withoutPassword(_ url: String) -> String {
+        guard let scheme = url.range(of: "://") else { return url }
+        let authority = url[scheme.upperBound...].prefix { $0 != "/" && $0 != "?" }
+        guard let at = authority.lastIndex(of: "@") else { return url }
+        let userInfo = url[scheme.upperBound..<at]
+        guard let colon = userInfo.firstIndex(of: ":") else { return url }
+        return String(url[..<colon]) + String(url[at...])
     }
 
     /// The URL without its password, for messages.

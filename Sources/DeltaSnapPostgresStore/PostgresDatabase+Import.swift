@@ -4,7 +4,7 @@ import DeltaSnapTrust
 import Foundation
 import PostgresNIO
 
-extension PostgresStore {
+extension PostgresDatabase {
     /// Imports every record `stream` yields into `collection` as one new version (none when
     /// nothing changed), like ``DeltaSnapStore/Importer``: only records whose canonical bytes
     /// change are written; with `replace`, records the input does not mention are hidden.
@@ -86,7 +86,7 @@ extension PostgresStore {
             return false
         }
         if replace {
-            try Importer.refuseEmptyReplace(stream)
+            try stream.refuseEmptyReplace()
             var absent: [Record] = []
             for try await id in try await connection.query("""
                 SELECT r.id FROM deltasnap_records r
@@ -170,7 +170,7 @@ extension PostgresStore {
     }
 
     /// Deletes tombstones of versions up to `version` and raises the collection's floor to
-    /// it (see ``DeltaSnapStore/Store/compact(_:throughVersion:)``), under the collection's
+    /// it (see ``SQLiteDatabase/compact(_:throughVersion:)``), under the collection's
     /// row lock; returns how many tombstones went.
     @discardableResult
     public func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int {

@@ -1,34 +1,9 @@
 import DeltaSnapCore
 import DeltaSnapSQLite
+import DeltaSnapStore
 import DeltaSnapTrust
 
-/// What one write did.
-public struct WriteResult: Sendable, Equatable {
-    public var collection: String
-    /// Whether a new version was committed (false when nothing changed).
-    public var committed: Bool
-    /// The collection's head after the write.
-    public var head: CollectionHead?
-    /// Records added or changed.
-    public var upserted: Int
-    /// Records hidden.
-    public var hidden: Int
-    /// Records given that were already in that state.
-    public var unchanged: Int
-
-    public var token: ServerToken? { head?.token }
-
-    public init(collection: String, committed: Bool, head: CollectionHead?, upserted: Int, hidden: Int, unchanged: Int) {
-        self.collection = collection
-        self.committed = committed
-        self.head = head
-        self.upserted = upserted
-        self.hidden = hidden
-        self.unchanged = unchanged
-    }
-}
-
-/// Puts records into one collection inside a write transaction; see ``Store/write(to:_:)``.
+/// Puts records into one collection inside a write transaction; see ``SQLiteDatabase/write(to:_:)``.
 ///
 /// Only records whose canonical bytes change are written, with the new version; unchanged
 /// ones keep theirs, so writing the same data again creates no version.
@@ -55,11 +30,11 @@ public final class CollectionWriter {
         self.statements = statements
         self.collection = collection
         self.configuration = configuration
-        let reader = StoreReader(db: db)
-        let lookupHead = try statements(StoreReader.headSQL + " WHERE c.name = ?")
+        let reader = SQLiteReader(db: db)
+        let lookupHead = try statements(SQLiteReader.headSQL + " WHERE c.name = ?")
         try lookupHead.bind(1, collection)
         // Reset at once: a statement left on a row keeps its read open past the commit.
-        let found = try lookupHead.step() ? StoreReader.head(from: lookupHead) : nil
+        let found = try lookupHead.step() ? SQLiteReader.head(from: lookupHead) : nil
         lookupHead.reset()
         if let head = found {
             previous = head
@@ -167,7 +142,7 @@ public final class CollectionWriter {
         }
     }
 
-    /// Records the version when anything changed; called by ``Store/write(to:_:)``.
+    /// Records the version when anything changed; called by ``SQLiteDatabase/write(to:_:)``.
     func commit() throws -> WriteResult {
         guard state.upserted + state.hidden > 0 else {
             // Nothing changed: no version. Throwing would roll back, but a no-op write is

@@ -4,7 +4,7 @@ import DeltaSnapTrust
 import Foundation
 import PostgresNIO
 
-extension PostgresStore {
+extension PostgresDatabase {
     /// One existing partition's row, locked, and its state as the merge folds changes in.
     private struct LockedPartition {
         var row: LockedCollection

@@ -1,21 +1,5 @@
 import DeltaSnapCore
-
-/// A bad input line: where it is and why, as `FILE:LINE: reason`.
-public struct ImportError: Error, Equatable, Sendable, CustomStringConvertible {
-    public var source: String
-    public var line: Int
-    public var reason: String
-    /// Whether the input held no record at all while replacing: nothing was committed.
-    public var isEmptyReplace = false
-
-    public init(source: String, line: Int, reason: String) {
-        self.source = source
-        self.line = line
-        self.reason = reason
-    }
-
-    public var description: String { "\(source):\(line): \(reason)" }
-}
+import DeltaSnapStore
 
 /// Imports NDJSON or a JSON array of records into a collection as one version.
 ///
@@ -28,7 +12,7 @@ public struct ImportError: Error, Equatable, Sendable, CustomStringConvertible {
 /// print(result.upserted, result.hidden, result.token ?? "no change")
 /// ```
 public struct Importer {
-    public var store: Store
+    public var store: SQLiteDatabase
     public var collection: String
     /// Hide every stored record the input does not mention.
     public var replace: Bool
@@ -36,7 +20,7 @@ public struct Importer {
     public var progress: ((Int) -> Void)?
     public var progressInterval = 100_000
 
-    public init(store: Store, collection: String, replace: Bool = false, progress: ((Int) -> Void)? = nil) {
+    public init(store: SQLiteDatabase, collection: String, replace: Bool = false, progress: ((Int) -> Void)? = nil) {
         self.store = store
         self.collection = collection
         self.replace = replace
@@ -62,20 +46,9 @@ public struct Importer {
                 if stream.count % progressInterval == 0 { progress?(stream.count) }
             }
             if replace {
-                try Importer.refuseEmptyReplace(stream)
+                try stream.refuseEmptyReplace()
                 try writer.hideRecordsNotPut()
             }
         }
-    }
-
-    /// An input that lost its records on the way (a failed export, a dropped body) must not
-    /// read as "the collection is now empty" and hide everything.
-    public static func refuseEmptyReplace(_ stream: RecordStream) throws {
-        guard stream.count == 0 else { return }
-        var error = stream.failure(
-            "a replacing import with no records would hide every record; nothing was committed (to empty a collection, hide its records explicitly)",
-            at: 1)
-        error.isEmptyReplace = true
-        throw error
     }
 }

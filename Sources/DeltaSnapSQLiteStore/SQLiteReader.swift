@@ -1,12 +1,13 @@
 import DeltaSnapCore
 import DeltaSnapSQLite
+import DeltaSnapStore
 import DeltaSnapTrust
 
-/// Reads from a store inside one read transaction (see ``Store/read(_:)``).
+/// Reads from a store inside one read transaction (see ``SQLiteDatabase/read(_:)``).
 ///
 /// Records are handed out as canonical bytes that are valid only inside the callback, so
 /// a million records stream through without being copied or held.
-public struct StoreReader {
+public struct SQLiteReader {
     let db: SQLiteConnection
 
     /// Every collection's head, sorted by name.
@@ -198,7 +199,7 @@ public struct StoreReader {
     }
 }
 
-/// Steps through records' canonical bytes one at a time (see ``StoreReader``).
+/// Steps through records' canonical bytes one at a time (see ``SQLiteReader``).
 public final class RecordCursor {
     private let statement: SQLiteStatement
     private var finished = false

@@ -7,7 +7,7 @@ import PostgresNIO
 
 /// The connection-level store on a PostgreSQL server (``PostgresCollectionStore`` is the
 /// public face): the same collections, versions, checksums and state
-/// digests as the SQLite ``DeltaSnapStore/Store``, so exports and bakes are byte-identical.
+/// digests as the SQLite ``DeltaSnapSQLiteStore/SQLiteDatabase``, so exports and bakes are byte-identical.
 ///
 /// A collection's next version is assigned inside the committing transaction while its row
 /// in `deltasnap_collections` is locked (`SELECT … FOR UPDATE`), so writers through any
@@ -16,13 +16,13 @@ import PostgresNIO
 /// statement, so an import of a million records is a handful of round trips.
 ///
 /// ```swift
-/// let store = try await PostgresStore.connect("postgres://deltasnap@127.0.0.1:5432/app")
+/// let store = try await PostgresDatabase.connect("postgres://deltasnap@127.0.0.1:5432/app")
 /// let stream = RecordStream(source: try ChunkSources.file(at: "countries.ndjson"), name: "countries.ndjson")
 /// let result = try await store.importRecords(from: stream, into: "countries")
 /// print(result.token!)   // 5f3c9a0e12ab34cd.1
 /// await store.close()
 /// ```
-final class PostgresStore: @unchecked Sendable {
+final class PostgresDatabase: @unchecked Sendable {
     /// Version of the `deltasnap_*` tables this release creates and reads; recorded in
     /// `deltasnap_schema`, so a later release can migrate step by step.
     public static let schemaVersion = 4
@@ -47,8 +47,8 @@ final class PostgresStore: @unchecked Sendable {
     public static func connect(
         _ text: String, configuration: StoreConfiguration = StoreConfiguration(), migrate: Bool = true,
         logger: Logger = Logger(label: "deltasnap.postgres")
-    ) async throws -> PostgresStore {
-        let store = try PostgresStore(url: try PostgresURL(text), configuration: configuration, logger: logger)
+    ) async throws -> PostgresDatabase {
+        let store = try PostgresDatabase(url: try PostgresURL(text), configuration: configuration, logger: logger)
         do {
             if migrate {
                 try await store.migrate()
@@ -150,7 +150,7 @@ final class PostgresStore: @unchecked Sendable {
             } catch let error as PostgresTransactionError {
                 if let closureError = error.closureError { throw Self.mapped(closureError) }
                 if let failure = error.beginError ?? error.commitError ?? error.rollbackError { throw Self.mapped(failure) }
-                throw StoreError.database(String(describing: error))
+                throw StoreError.database("PostgreSQL: \(error)", underlying: error)
             }
         }
     }
@@ -185,16 +185,16 @@ final class PostgresStore: @unchecked Sendable {
                 // cancelled by a replica's replay, a deadlock; 25006: a write that reached a
                 // standby (a failover in progress). All pass; the client retries.
                 if state.hasPrefix("08") || state.hasPrefix("57") || state.hasPrefix("53") || ["40001", "40P01", "25006"].contains(state) {
-                    return StoreError.unavailable("the database", PostgresStore.reason(error))
+                    return StoreError.unavailable("PostgreSQL at the database", PostgresDatabase.reason(error), underlying: error)
                 }
-                return StoreError.database(PostgresStore.reason(error))
+                return StoreError.database("PostgreSQL: " + PostgresDatabase.reason(error), underlying: error)
             case .clientClosedConnection, .serverClosedConnection, .connectionError, .uncleanShutdown, .poolClosed:
-                return StoreError.unavailable("the database", error.code.description)
+                return StoreError.unavailable("PostgreSQL at the database", error.code.description, underlying: error)
             default:
-                return StoreError.database(PostgresStore.reason(error))
+                return StoreError.database("PostgreSQL: " + PostgresDatabase.reason(error), underlying: error)
             }
         }
-        if error is ChannelError || error is IOError { return StoreError.unavailable("the database", String(describing: error)) }
+        if error is ChannelError || error is IOError { return StoreError.unavailable("PostgreSQL at the database", String(describing: error), underlying: error) }
         return error
     }
 
@@ -453,7 +453,7 @@ final class PostgresStore: @unchecked Sendable {
         do {
             connection = try await PostgresConnection.connect(configuration: pool.connectionConfiguration, id: 0, logger: logger)
         } catch {
-            throw StoreError.unavailable(url.description, PostgresStore.reason(error))
+            throw StoreError.unavailable("PostgreSQL at \(url)", PostgresDatabase.reason(error), underlying: error)
         }
         do {
             try await connection.listen(on: Self.notificationChannel) { notifications in
@@ -465,7 +465,7 @@ final class PostgresStore: @unchecked Sendable {
                 }
             }
             try? await connection.close()
-            throw StoreError.unavailable(url.description, "the notification stream ended")
+            throw StoreError.unavailable("PostgreSQL at \(url)", "the notification stream ended")
         } catch {
             try? await connection.close()
             throw Self.mapped(error)
@@ -473,7 +473,7 @@ final class PostgresStore: @unchecked Sendable {
     }
 }
 
-/// One read transaction's records, streamed (see ``PostgresStore/openRecords(in:after:)``).
+/// One read transaction's records, streamed (see ``PostgresDatabase/openRecords(in:after:)``).
 final class PostgresRecordCursor: RecordSource, @unchecked Sendable {
     /// The collection's head in this transaction: the records belong to exactly it.
     public let head: CollectionHead
@@ -506,7 +506,7 @@ final class PostgresRecordCursor: RecordSource, @unchecked Sendable {
         do {
             row = try await iterator.next()
         } catch {
-            throw PostgresStore.mapped(error)
+            throw PostgresDatabase.mapped(error)
         }
         self.iterator = iterator
         guard let row else {

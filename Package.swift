@@ -144,7 +144,10 @@ let package = Package(
         // The `deltasnap` verbs as a user runs them: child processes, real files, exit codes.
         .testTarget(
             name: "DeltaSnapCLITests",
-            dependencies: ["DeltaSnapClient", "DeltaSnapCore", "DeltaSnapSQLite", "DeltaSnapSQLiteStore", "DeltaSnapStore", "DeltaSnapTestSupport"]
+            dependencies: [
+                "DeltaSnapClient", "DeltaSnapCore", "DeltaSnapServer", "DeltaSnapSQLite", "DeltaSnapSQLiteStore", "DeltaSnapStore", "DeltaSnapTestSupport",
+                "DeltaSnapTrust",
+            ]
         ),
         .testTarget(
             name: "DeltaSnapClientTests",

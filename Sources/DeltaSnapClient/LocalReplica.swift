@@ -12,7 +12,7 @@ import Foundation
 /// try local.delete(id: "n2")
 /// for write in try local.pendingWrites() { print(write.seq, write.operation, write.id) }
 /// ```
-public final class LocalReplica {
+package final class LocalReplica {
     let storage: ReplicaStorage
 
     /// The replica at `path`, created if missing. While the app still reads it in place from
@@ -20,12 +20,12 @@ public final class LocalReplica {
     /// starts empty — the app adopts it, loads the bundle's rows into it and keeps its queued
     /// writes — but the checks of a write here see no data: pass the bundle
     /// (``init(path:bundledReplica:)``) where it is at hand.
-    public init(path: String) throws {
+    package init(path: String) throws {
         storage = try ReplicaStorage(path: path)
     }
 
     /// One collection or partition (`sets/8271`) of a view's file (``DeltaSnapView``).
-    public init(path: String, collection: String) throws {
+    package init(path: String, collection: String) throws {
         try CollectionPath.validate(collection)
         storage = try ReplicaStorage(path: path, scope: collection)
     }
@@ -33,36 +33,36 @@ public final class LocalReplica {
     /// The replica at `path` — or, while it is still read from its bundled replica (no data
     /// change has copied it to `path` yet), that bundle: reads and the checks of a local
     /// write see the bundled records, and the first write copies the bundle to `path`.
-    public init(path: String, bundledReplica: String) throws {
+    package init(path: String, bundledReplica: String) throws {
         storage = try ReplicaStorage.opening(path, bundledReplica: bundledReplica)
     }
 
     /// Replaces record `id` by `json` (a JSON object; its `id`, if any, must be `id`).
     @discardableResult
-    public func put(id: String, json: String) throws -> UInt64 { try storage.enqueue(.put, id: id, json: json) }
+    package func put(id: String, json: String) throws -> UInt64 { try storage.enqueue(.put, id: id, json: json) }
     /// Merges the top-level fields of `json` into record `id`; a `null` removes a field.
     @discardableResult
-    public func patch(id: String, json: String) throws -> UInt64 { try storage.enqueue(.patch, id: id, json: json) }
+    package func patch(id: String, json: String) throws -> UInt64 { try storage.enqueue(.patch, id: id, json: json) }
     /// Creates record `id`; refused at once when it already exists locally.
     @discardableResult
-    public func insert(id: String, json: String) throws -> UInt64 { try storage.enqueue(.insert, id: id, json: json) }
+    package func insert(id: String, json: String) throws -> UInt64 { try storage.enqueue(.insert, id: id, json: json) }
     /// Deletes record `id` (succeeds whether or not it exists).
     @discardableResult
-    public func delete(id: String) throws -> UInt64 { try storage.enqueue(.delete, id: id, json: nil) }
+    package func delete(id: String) throws -> UInt64 { try storage.enqueue(.delete, id: id, json: nil) }
 
     /// Queues a put (or a create-only insert) of each record, in one transaction: all or none.
     @discardableResult
-    public func write(_ records: [Record], operation: Mutation.Operation = .put) throws -> [UInt64] {
+    package func write(_ records: [Record], operation: Mutation.Operation = .put) throws -> [UInt64] {
         try storage.enqueueAll(records: records, operation: operation)
     }
 
     /// Record `id` as the app sees it, or nil.
-    public func record(id: String) throws -> JSONValue? {
+    package func record(id: String) throws -> JSONValue? {
         try storage.record(id: id).map { try JSONReader(bytes: $0).readValue() }
     }
 
     /// Writes not yet settled, oldest first (see ``DeltaSnapReplica/pendingWrites(includeAcknowledged:)``).
-    public func pendingWrites(includeAcknowledged: Bool = true) throws -> [PendingWrite] {
+    package func pendingWrites(includeAcknowledged: Bool = true) throws -> [PendingWrite] {
         try storage.pendingWrites(includeAcknowledged: includeAcknowledged)
     }
 }

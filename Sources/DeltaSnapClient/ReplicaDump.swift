@@ -2,12 +2,12 @@ import DeltaSnapCore
 
 /// Prints a replica's records without opening it as a ``DeltaSnapReplica`` (no collection
 /// or URL needed): `deltasnap dump`.
-public enum ReplicaDump {
+package enum ReplicaDump {
     /// Streams the records as NDJSON sorted by id, in chunks of about 64 KiB.
     /// With `bundledReplica`: while no data change has copied that bundle to `path`, the
     /// bundle is dumped, read in place.
     /// With `collection`: that collection or partition of a view's file (``DeltaSnapView``).
-    public static func dump(
+    package static func dump(
         path: String, bundledReplica: String? = nil, collection: String? = nil, write: @escaping ([UInt8]) throws -> Void
     ) throws {
         if let collection { try CollectionPath.validate(collection) }
@@ -23,12 +23,12 @@ public enum ReplicaDump {
 
 /// A view's file (``DeltaSnapView``) used where one collection was expected: it holds many,
 /// and the command must name one.
-public struct ViewFileError: Error, CustomStringConvertible {
-    public var path: String
+package struct ViewFileError: Error, CustomStringConvertible {
+    package var path: String
     /// One partition it holds, for the message.
-    public var example: String
+    package var example: String
 
-    public var description: String {
+    package var description: String {
         "\(path) holds a view (several collections and partitions): name one with --collection, e.g. --collection \(example)"
     }
 }

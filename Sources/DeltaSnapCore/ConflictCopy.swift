@@ -10,12 +10,12 @@
 /// ```swift
 /// ConflictCopy.id(of: "n1", client: "6f1c…", seq: 7)   // "n1~conflict-3f9a0c12d4e5b6a7"
 /// ```
-public enum ConflictCopy {
+package enum ConflictCopy {
     /// The member of a copy that names the record it copies.
-    public static let originalField = "conflictOf"
+    package static let originalField = "conflictOf"
 
     /// The copy's id: the original id, `~conflict-`, and 16 hex digits of the write's hash.
-    public static func id(of id: String, client: String, seq: UInt64) -> String {
+    package static func id(of id: String, client: String, seq: UInt64) -> String {
         let hash = XXH64.hash(Array("\(client)\u{0}\(seq)".utf8))
         let hex = String(hash, radix: 16)
         return "\(id)~conflict-" + String(repeating: "0", count: 16 - hex.count) + hex
@@ -23,7 +23,7 @@ public enum ConflictCopy {
 
     /// The copy of `mutation` (a put or a patch) over `current`, the server's value of the
     /// original: the write's result, under `copyID`, pointing at the original.
-    public static func record(of mutation: Mutation, over current: Record?, copyID: String) throws(MutationRefusal) -> Record? {
+    package static func record(of mutation: Mutation, over current: Record?, copyID: String) throws(MutationRefusal) -> Record? {
         var asPut = mutation
         asPut.operation = .put
         asPut.id = copyID

@@ -6,25 +6,25 @@
 /// try writer.append(line: record.bytes)
 /// try writer.flush()
 /// ```
-public struct NDJSONWriter {
-    public static let chunkSize = 64 * 1024
+package struct NDJSONWriter {
+    package static let chunkSize = 64 * 1024
     private var chunk: [UInt8] = []
     private let write: ([UInt8]) throws -> Void
 
-    public init(write: @escaping ([UInt8]) throws -> Void) {
+    package init(write: @escaping ([UInt8]) throws -> Void) {
         self.write = write
         chunk.reserveCapacity(Self.chunkSize + 4096)
     }
 
     /// Appends `bytes` and a newline.
-    public mutating func append(line bytes: some Collection<UInt8>) throws {
+    package mutating func append(line bytes: some Collection<UInt8>) throws {
         chunk.append(contentsOf: bytes)
         chunk.append(UInt8(ascii: "\n"))
         if chunk.count >= Self.chunkSize { try flush() }
     }
 
     /// Hands on what is buffered.
-    public mutating func flush() throws {
+    package mutating func flush() throws {
         guard !chunk.isEmpty else { return }
         try write(chunk)
         chunk.removeAll(keepingCapacity: true)

@@ -10,11 +10,11 @@
 ///                      value: .object([JSONMember("pop", .null), JSONMember("tld", .string(".ad"))]))
 /// try RecordMerge.apply(patch, to: current)?.text   // {"id":"AD","name":"Andorra","tld":".ad"}
 /// ```
-public enum RecordMerge {
+package enum RecordMerge {
     /// The record after `mutation`, or `nil` when it leaves the record absent (a delete).
     /// `current` is the visible record, or `nil` when it is absent or hidden.
     /// Throws the refusal the server answers with.
-    public static func apply(_ mutation: Mutation, to current: Record?) throws(MutationRefusal) -> Record? {
+    package static func apply(_ mutation: Mutation, to current: Record?) throws(MutationRefusal) -> Record? {
         let id = mutation.id
         try validateID(id)
         switch mutation.operation {
@@ -34,21 +34,21 @@ public enum RecordMerge {
     /// The lenient form the client uses to show pending writes over a newer server state:
     /// a pending insert shows its own value even if the id appeared meanwhile, and a patch of
     /// a record that disappeared shows nothing. The server's answer settles it later.
-    public static func applyPending(_ mutation: Mutation, to current: Record?) -> Record? {
+    package static func applyPending(_ mutation: Mutation, to current: Record?) -> Record? {
         var mutation = mutation
         if mutation.operation == .insert { mutation.operation = .put }
         return (try? apply(mutation, to: current)) ?? current
     }
 
     /// Checks a mutation's shape without a current value (for a client's local write).
-    public static func validate(_ mutation: Mutation) throws(MutationRefusal) {
+    package static func validate(_ mutation: Mutation) throws(MutationRefusal) {
         try validateID(mutation.id)
         if mutation.operation != .delete { _ = try members(of: mutation) }
     }
 
     /// The deepest a written value may nest: a push batch wraps it in three more levels and
     /// the whole batch must stay within ``JSONReader/maximumDepth``.
-    public static let maximumValueDepth = JSONReader.maximumDepth - 3
+    package static let maximumValueDepth = JSONReader.maximumDepth - 3
 
     private static func validateID(_ id: String) throws(MutationRefusal) {
         guard !id.isEmpty else { throw MutationRefusal.invalid(id, RecordError.emptyID.description) }
@@ -90,7 +90,7 @@ public enum RecordMerge {
     /// `patch`'s fields set over `members` at the top level (RFC 7396 there): each replaces
     /// its namesake, and a `null` removes it — or, with `keepingNulls` (two patches combined
     /// into one, ``WriteCoalescing``), stays as the removal it asks for.
-    public static func merge(_ patch: [JSONMember], into members: [JSONMember], keepingNulls: Bool = false) -> [JSONMember] {
+    package static func merge(_ patch: [JSONMember], into members: [JSONMember], keepingNulls: Bool = false) -> [JSONMember] {
         var members = members
         for field in patch {
             members.removeAll { $0.key == field.key }

@@ -25,9 +25,9 @@
 /// let off = Mutation(seq: 5, operation: .patch, id: "post-1", value: .object([JSONMember("recommended", .bool(false))]))
 /// WriteCoalescing.fold(off, into: on, serverHasRecord: true)   // .write(patch {"recommended":false}, seq 4)
 /// ```
-public enum WriteCoalescing {
+package enum WriteCoalescing {
     /// What replaces the earlier queued write.
-    public enum Folded: Sendable, Equatable {
+    package enum Folded: Sendable, Equatable {
         /// One write, under the earlier write's `seq`.
         case write(Mutation)
         /// Nothing is left to send: the earlier write leaves the queue.
@@ -37,7 +37,7 @@ public enum WriteCoalescing {
     /// `later` folded into `earlier` (both on one record, `earlier` never sent), or nil when
     /// the two must stay separate writes. `serverHasRecord`: the server state the replica
     /// holds has a visible record with this id.
-    public static func fold(_ later: Mutation, into earlier: Mutation, serverHasRecord: Bool) -> Folded? {
+    package static func fold(_ later: Mutation, into earlier: Mutation, serverHasRecord: Bool) -> Folded? {
         guard later.id == earlier.id else { return nil }
         func replaced(_ operation: Mutation.Operation, _ value: JSONValue?) -> Folded {
             // The earlier base: the folded write started from what the device showed then.

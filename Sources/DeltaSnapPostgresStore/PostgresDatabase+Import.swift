@@ -9,7 +9,7 @@ extension PostgresDatabase {
     /// nothing changed), like ``DeltaSnapStore/Importer``: only records whose canonical bytes
     /// change are written; with `replace`, records the input does not mention are hidden.
     /// Any bad record aborts the whole import: nothing is committed.
-    public func importRecords(
+    package func importRecords(
         from stream: RecordStream, into collection: String, replace: Bool = false, progress: ((Int) -> Void)? = nil
     ) async throws -> WriteResult {
         try CollectionPath.validate(collection)
@@ -173,7 +173,7 @@ extension PostgresDatabase {
     /// it (see ``SQLiteDatabase/compact(_:throughVersion:)``), under the collection's
     /// row lock; returns how many tombstones went.
     @discardableResult
-    public func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int {
+    package func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int {
         try await transaction { connection in
             var locked: (Int64, Int64, Int64)?
             for try await row in try await connection.query(

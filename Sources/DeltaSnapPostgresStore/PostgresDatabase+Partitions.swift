@@ -13,7 +13,7 @@ extension PostgresDatabase {
     /// by the write rule ``importRecords(from:into:replace:progress:)`` merges a collection
     /// with. One transaction a partition cost a round trip and a commit each: 386 records/s
     /// into 100,000 partitions.
-    public func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult] {
+    package func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult] {
         for partition in partitions { try CollectionPath.validate(partition.path) }
         guard !partitions.isEmpty else { return [] }
         return try await transaction { connection in

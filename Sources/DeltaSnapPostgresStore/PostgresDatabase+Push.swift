@@ -12,7 +12,7 @@ extension PostgresDatabase {
     /// let (client, mutations) = try PushRequest.parse(body)
     /// let outcome = try await store.push(mutations, from: client, to: "notes")
     /// ```
-    public func push(
+    package func push(
         _ mutations: [ParsedMutation], from client: String, user: String? = nil, to collection: String, retention: PushRetention = PushRetention(),
         merge policy: MergePolicy = .fields
     ) async throws -> PushOutcome {
@@ -109,7 +109,7 @@ extension PostgresDatabase {
     }
 
     /// The values writes replaced in record `id`, newest first.
-    public func history(of id: String, in collection: String, limit: Int = 100) async throws -> [HistoryEntry] {
+    package func history(of id: String, in collection: String, limit: Int = 100) async throws -> [HistoryEntry] {
         try await pool.withConnection { connection in
             var entries: [HistoryEntry] = []
             for try await (body, version, replacedIn, replacedAt, client) in try await connection.query("""

@@ -25,13 +25,13 @@ import PostgresNIO
 final class PostgresDatabase: @unchecked Sendable {
     /// Version of the `deltasnap_*` tables this release creates and reads; recorded in
     /// `deltasnap_schema`, so a later release can migrate step by step.
-    public static let schemaVersion = 4
+    package static let schemaVersion = 4
 
     /// The channel every commit notifies (payload `NAME VERSION`), delivered at commit.
-    public static let notificationChannel = "deltasnap_heads"
+    package static let notificationChannel = "deltasnap_heads"
 
-    public let url: PostgresURL
-    public let configuration: StoreConfiguration
+    package let url: PostgresURL
+    package let configuration: StoreConfiguration
     let pool: PostgresConnectionPool
     let logger: Logger
 
@@ -44,7 +44,7 @@ final class PostgresDatabase: @unchecked Sendable {
 
     /// Connects and creates (or checks) the schema. `migrate: false` is for a read replica,
     /// which cannot be written to (the primary creates the schema).
-    public static func connect(
+    package static func connect(
         _ text: String, configuration: StoreConfiguration = StoreConfiguration(), migrate: Bool = true,
         logger: Logger = Logger(label: "deltasnap.postgres")
     ) async throws -> PostgresDatabase {
@@ -62,7 +62,7 @@ final class PostgresDatabase: @unchecked Sendable {
         return store
     }
 
-    public func close() async {
+    package func close() async {
         await pool.close()
     }
 
@@ -202,18 +202,18 @@ final class PostgresDatabase: @unchecked Sendable {
 
     /// Every collection's head but the partitions' (there may be millions: they are read one
     /// by one, ``head(of:)``), sorted by name (byte-wise).
-    public func collections() async throws -> [CollectionHead] {
+    package func collections() async throws -> [CollectionHead] {
         try await pool.withConnection { try await Self.heads(on: $0, .unpartitioned, logger: logger) }
     }
 
     /// The head of `name`, or nil when it was never committed.
-    public func head(of name: String) async throws -> CollectionHead? {
+    package func head(of name: String) async throws -> CollectionHead? {
         try await pool.withConnection { try await Self.heads(on: $0, .named(name), logger: logger) }.first
     }
 
     /// The heads changed under a publication sequence above `sequence`, and the highest
     /// such sequence (`sequence` when none changed): what a watcher reads to catch up.
-    public func heads(publishedAfter sequence: UInt64) async throws -> (heads: [CollectionHead], through: UInt64) {
+    package func heads(publishedAfter sequence: UInt64) async throws -> (heads: [CollectionHead], through: UInt64) {
         try await pool.withConnection { connection in
             try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
             do {
@@ -229,7 +229,7 @@ final class PostgresDatabase: @unchecked Sendable {
     }
 
     /// The highest publication sequence any collection or partition changed under.
-    public func latestPublished() async throws -> UInt64 {
+    package func latestPublished() async throws -> UInt64 {
         try await pool.withConnection { try await Self.latestPublished(on: $0, logger: logger) }
     }
 
@@ -277,7 +277,7 @@ final class PostgresDatabase: @unchecked Sendable {
     }
 
     /// The state digest maintained by the writes; nil for an unknown collection.
-    public func digest(of name: String) async throws -> StateDigest? {
+    package func digest(of name: String) async throws -> StateDigest? {
         try await pool.withConnection { try await Self.digest(of: name, on: $0, logger: logger) }
     }
 
@@ -291,7 +291,7 @@ final class PostgresDatabase: @unchecked Sendable {
     }
 
     /// Raised by every commit to any collection, never lowered (see the signed index).
-    public func publicationSequence() async throws -> UInt64 {
+    package func publicationSequence() async throws -> UInt64 {
         try await pool.withConnection { try await Self.publicationSequence(on: $0, logger: logger) }
     }
 
@@ -305,7 +305,7 @@ final class PostgresDatabase: @unchecked Sendable {
 
     /// The first version of `collection` committed at or after `seconds` (for
     /// `If-Modified-Since`), or nil when none was.
-    public func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
+    package func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
         let rows = try await rows("""
             SELECT min(version) FROM deltasnap_versions
             WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND committed_at >= \(seconds)
@@ -316,7 +316,7 @@ final class PostgresDatabase: @unchecked Sendable {
     /// What a signed index states about `names` (every collection when nil; names that do
     /// not exist are left out), read in one repeatable-read transaction so each digest
     /// belongs to the token next to it.
-    public func publishedState(of names: [String]? = nil) async throws -> PublishedState {
+    package func publishedState(of names: [String]? = nil) async throws -> PublishedState {
         try await pool.withConnection { connection in
             try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
             do {
@@ -349,7 +349,7 @@ final class PostgresDatabase: @unchecked Sendable {
 
     /// The state digest recomputed from every visible record (O(n)); tests compare it with
     /// the maintained one.
-    public func recomputedDigest(of collection: String) async throws -> StateDigest {
+    package func recomputedDigest(of collection: String) async throws -> StateDigest {
         try await pool.withConnection { connection in
             var digest = StateDigest.empty
             let rows = try await connection.query("""
@@ -367,7 +367,7 @@ final class PostgresDatabase: @unchecked Sendable {
     /// records (`after` nil) or every record changed after that version, tombstones
     /// included. Rows stream from the server with back-pressure, so memory stays bounded
     /// for any collection size. The caller must ``PostgresRecordCursor/close()`` it.
-    public func openRecords(in collection: String, after version: UInt64?) async throws -> PostgresRecordCursor {
+    package func openRecords(in collection: String, after version: UInt64?) async throws -> PostgresRecordCursor {
         try await open(collection) { connection, head in
             try await Self.records(of: collection, after: version, head: head, on: connection, logger: logger)
         }
@@ -375,7 +375,7 @@ final class PostgresDatabase: @unchecked Sendable {
 
     /// Up to `limit` visible records whose ids sort after `id` (nil: from the first), in id
     /// order, from one read transaction: a range of the primary key.
-    public func openPage(of collection: String, after id: String?, limit: Int) async throws -> PostgresRecordCursor {
+    package func openPage(of collection: String, after id: String?, limit: Int) async throws -> PostgresRecordCursor {
         try await open(collection) { connection, _ in
             let id = id ?? ""
             var count: Int64 = 0
@@ -448,7 +448,7 @@ final class PostgresDatabase: @unchecked Sendable {
     /// connection drops or the task is cancelled (then it throws; callers reconnect).
     /// `onListening` runs once the subscription is active, so nothing committed after it
     /// is missed.
-    public func listenForCommits(onListening: () async -> Void, onCommit: (String, UInt64) async -> Void) async throws {
+    package func listenForCommits(onListening: () async -> Void, onCommit: (String, UInt64) async -> Void) async throws {
         let connection: PostgresConnection
         do {
             connection = try await PostgresConnection.connect(configuration: pool.connectionConfiguration, id: 0, logger: logger)
@@ -476,9 +476,9 @@ final class PostgresDatabase: @unchecked Sendable {
 /// One read transaction's records, streamed (see ``PostgresDatabase/openRecords(in:after:)``).
 final class PostgresRecordCursor: RecordSource, @unchecked Sendable {
     /// The collection's head in this transaction: the records belong to exactly it.
-    public let head: CollectionHead
+    package let head: CollectionHead
     /// How many records the cursor yields.
-    public let count: Int
+    package let count: Int
     private var iterator: PostgresRowSequence.AsyncIterator?
     private var connection: PostgresConnection?
     private let pool: PostgresConnectionPool
@@ -500,7 +500,7 @@ final class PostgresRecordCursor: RecordSource, @unchecked Sendable {
     }
 
     /// Calls `body` with the next record's canonical bytes; false when there are no more.
-    public func next(_ body: (UnsafeRawBufferPointer) throws -> Void) async throws -> Bool {
+    package func next(_ body: (UnsafeRawBufferPointer) throws -> Void) async throws -> Bool {
         guard !finished, var iterator else { return false }
         let row: PostgresRow?
         do {
@@ -523,7 +523,7 @@ final class PostgresRecordCursor: RecordSource, @unchecked Sendable {
 
     /// Ends the transaction and returns the connection; one abandoned mid-stream is closed
     /// instead (its unread rows would otherwise follow the next query). Safe to call twice.
-    public func close() async {
+    package func close() async {
         guard let connection else { return }
         self.connection = nil
         iterator = nil

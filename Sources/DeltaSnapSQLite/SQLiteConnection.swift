@@ -15,9 +15,9 @@ import CSQLite
 ///     try insert.bind(1, 42); try insert.run()
 /// }
 /// ```
-public final class SQLiteConnection {
+package final class SQLiteConnection {
     let handle: OpaquePointer
-    public let path: String
+    package let path: String
 
     /// Process-wide settings, made once before the first connection opens: SQLite reads
     /// them only then.
@@ -26,7 +26,7 @@ public final class SQLiteConnection {
         _ = deltasnap_sqlite3_disable_memory_statistics()
     }()
 
-    public enum TransactionKind: String {
+    package enum TransactionKind: String {
         case deferred = "DEFERRED"
         /// Takes the write lock at BEGIN: concurrent writers queue up instead of failing later.
         case immediate = "IMMEDIATE"
@@ -34,7 +34,7 @@ public final class SQLiteConnection {
 
     /// Opens (and by default creates) the database at `path`, with a busy timeout so
     /// concurrent writers wait for each other.
-    public init(path: String, readOnly: Bool = false, create: Bool = true, busyTimeoutMilliseconds: Int32 = 30_000) throws {
+    package init(path: String, readOnly: Bool = false, create: Bool = true, busyTimeoutMilliseconds: Int32 = 30_000) throws {
         _ = Self.configured
         var db: OpaquePointer?
         var flags = readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE
@@ -57,7 +57,7 @@ public final class SQLiteConnection {
     }
 
     /// Runs one or more statements that return no rows.
-    public func execute(_ sql: String) throws {
+    package func execute(_ sql: String) throws {
         var errorMessage: UnsafeMutablePointer<CChar>?
         let status = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
         if status != SQLITE_OK {
@@ -68,7 +68,7 @@ public final class SQLiteConnection {
     }
 
     /// Compiles `sql` into a reusable statement.
-    public func prepare(_ sql: String) throws -> SQLiteStatement {
+    package func prepare(_ sql: String) throws -> SQLiteStatement {
         var statement: OpaquePointer?
         let status = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
         guard status == SQLITE_OK, let statement else { throw SQLiteError(code: status, message: lastErrorMessage, sql: sql) }
@@ -76,7 +76,7 @@ public final class SQLiteConnection {
     }
 
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
-    public func transaction<T>(_ kind: TransactionKind = .deferred, _ body: () throws -> T) throws -> T {
+    package func transaction<T>(_ kind: TransactionKind = .deferred, _ body: () throws -> T) throws -> T {
         try execute("BEGIN \(kind.rawValue)")
         do {
             let result = try body()
@@ -89,7 +89,7 @@ public final class SQLiteConnection {
     }
 
     /// The first column of the first row of `sql`, as an integer.
-    public func scalarInt(_ sql: String) throws -> Int64? {
+    package func scalarInt(_ sql: String) throws -> Int64? {
         let statement = try prepare(sql)
         guard try statement.step() else { return nil }
         return statement.isNull(0) ? nil : statement.int64(0)
@@ -97,7 +97,7 @@ public final class SQLiteConnection {
 
     /// Prepared statements of this connection not yet finalised. A connection handed to
     /// another thread must have none left that its previous user could still finalise.
-    public var liveStatementCount: Int {
+    package var liveStatementCount: Int {
         var count = 0
         var statement = sqlite3_next_stmt(handle, nil)
         while let current = statement {
@@ -108,13 +108,13 @@ public final class SQLiteConnection {
     }
 
     /// Rows changed by the last INSERT, UPDATE or DELETE.
-    public var changes: Int { Int(sqlite3_changes(handle)) }
+    package var changes: Int { Int(sqlite3_changes(handle)) }
 
     /// The rowid of the last row this connection inserted.
-    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+    package var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 
     var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
 
     /// The SQLite library version, e.g. "3.40.1".
-    public static var libraryVersion: String { String(cString: sqlite3_libversion()) }
+    package static var libraryVersion: String { String(cString: sqlite3_libversion()) }
 }

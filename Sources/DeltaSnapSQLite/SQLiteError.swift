@@ -1,18 +1,18 @@
 /// An error reported by SQLite, with what a user needs to act on it.
-public struct SQLiteError: Error, Equatable, Sendable, CustomStringConvertible {
+package struct SQLiteError: Error, Equatable, Sendable, CustomStringConvertible {
     /// SQLite's primary result code (e.g. 5 for SQLITE_BUSY).
-    public var code: Int32
-    public var message: String
+    package var code: Int32
+    package var message: String
     /// The statement that failed, when there was one.
-    public var sql: String?
+    package var sql: String?
 
-    public init(code: Int32, message: String, sql: String? = nil) {
+    package init(code: Int32, message: String, sql: String? = nil) {
         self.code = code
         self.message = message
         self.sql = sql
     }
 
-    public var description: String {
+    package var description: String {
         if let sql { return "SQLite error \(code): \(message) (in: \(sql))" }
         return "SQLite error \(code): \(message)"
     }

@@ -4,10 +4,10 @@ import CSQLite
 ///
 /// Reuse a statement in hot loops: ``reset()`` is done for you by ``run()`` and by
 /// ``step()`` once the rows are exhausted.
-public final class SQLiteStatement {
+package final class SQLiteStatement {
     let handle: OpaquePointer
     unowned let connection: SQLiteConnection
-    public let sql: String
+    package let sql: String
 
     /// SQLite copies bound text and blobs (SQLITE_TRANSIENT, which does not import into Swift).
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
@@ -26,25 +26,25 @@ public final class SQLiteStatement {
         guard status == SQLITE_OK else { throw SQLiteError(code: status, message: connection.lastErrorMessage, sql: sql) }
     }
 
-    public func bind(_ index: Int32, _ value: Int64) throws { try check(sqlite3_bind_int64(handle, index, value)) }
-    public func bind(_ index: Int32, _ value: Int) throws { try bind(index, Int64(value)) }
-    public func bind(_ index: Int32, _ value: UInt64) throws { try bind(index, Int64(bitPattern: value)) }
-    public func bind(_ index: Int32, _ value: Bool) throws { try bind(index, Int64(value ? 1 : 0)) }
-    public func bind(_ index: Int32, _ value: Double) throws { try check(sqlite3_bind_double(handle, index, value)) }
-    public func bind(_ index: Int32, _ value: String) throws {
+    package func bind(_ index: Int32, _ value: Int64) throws { try check(sqlite3_bind_int64(handle, index, value)) }
+    package func bind(_ index: Int32, _ value: Int) throws { try bind(index, Int64(value)) }
+    package func bind(_ index: Int32, _ value: UInt64) throws { try bind(index, Int64(bitPattern: value)) }
+    package func bind(_ index: Int32, _ value: Bool) throws { try bind(index, Int64(value ? 1 : 0)) }
+    package func bind(_ index: Int32, _ value: Double) throws { try check(sqlite3_bind_double(handle, index, value)) }
+    package func bind(_ index: Int32, _ value: String) throws {
         try check(sqlite3_bind_text(handle, index, value, -1, Self.transient))
     }
-    public func bind(_ index: Int32, blob: [UInt8]) throws {
+    package func bind(_ index: Int32, blob: [UInt8]) throws {
         try blob.withUnsafeBytes { raw in
             // A zero-length blob still needs a non-null pointer to be a blob rather than NULL.
             try check(sqlite3_bind_blob(handle, index, raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(raw.count), Self.transient))
         }
     }
-    public func bindNull(_ index: Int32) throws { try check(sqlite3_bind_null(handle, index)) }
+    package func bindNull(_ index: Int32) throws { try check(sqlite3_bind_null(handle, index)) }
 
     /// Advances to the next row: true when a row is available, false when done (and reset).
     @discardableResult
-    public func step() throws -> Bool {
+    package func step() throws -> Bool {
         let status = sqlite3_step(handle)
         switch status {
         case SQLITE_ROW: return true
@@ -59,28 +59,28 @@ public final class SQLiteStatement {
     }
 
     /// Runs a statement that returns no rows, then resets it.
-    public func run() throws {
+    package func run() throws {
         while try step() {}
     }
 
     /// Resets the statement so it can run again (bindings are kept).
-    public func reset() { sqlite3_reset(handle) }
+    package func reset() { sqlite3_reset(handle) }
 
-    public func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
-    public func uint64(_ column: Int32) -> UInt64 { UInt64(bitPattern: sqlite3_column_int64(handle, column)) }
-    public func bool(_ column: Int32) -> Bool { sqlite3_column_int64(handle, column) != 0 }
-    public func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
-    public func string(_ column: Int32) -> String {
+    package func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+    package func uint64(_ column: Int32) -> UInt64 { UInt64(bitPattern: sqlite3_column_int64(handle, column)) }
+    package func bool(_ column: Int32) -> Bool { sqlite3_column_int64(handle, column) != 0 }
+    package func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+    package func string(_ column: Int32) -> String {
         guard let text = sqlite3_column_text(handle, column) else { return "" }
         return String(cString: text)
     }
-    public func blob(_ column: Int32) -> [UInt8] {
+    package func blob(_ column: Int32) -> [UInt8] {
         let count = Int(sqlite3_column_bytes(handle, column))
         guard count > 0, let pointer = sqlite3_column_blob(handle, column) else { return [] }
         return [UInt8](UnsafeRawBufferPointer(start: pointer, count: count))
     }
     /// Calls `body` with the column's bytes without copying them; valid only inside `body`.
-    public func withBlob<T>(_ column: Int32, _ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T {
+    package func withBlob<T>(_ column: Int32, _ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T {
         let count = Int(sqlite3_column_bytes(handle, column))
         let pointer = sqlite3_column_blob(handle, column)
         return try body(UnsafeRawBufferPointer(start: count > 0 ? pointer : nil, count: count))

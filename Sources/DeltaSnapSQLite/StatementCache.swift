@@ -8,15 +8,15 @@
 /// let statements = StatementCache(db)
 /// let lookup = try statements("SELECT body FROM records WHERE id = ?")
 /// ```
-public final class StatementCache {
+package final class StatementCache {
     private let db: SQLiteConnection
     private var statements: [String: SQLiteStatement] = [:]
 
-    public init(_ db: SQLiteConnection) {
+    package init(_ db: SQLiteConnection) {
         self.db = db
     }
 
-    public func callAsFunction(_ sql: String) throws -> SQLiteStatement {
+    package func callAsFunction(_ sql: String) throws -> SQLiteStatement {
         if let cached = statements[sql] {
             cached.reset()
             return cached
@@ -27,7 +27,7 @@ public final class StatementCache {
     }
 
     /// Finalizes every statement (before the connection is replaced).
-    public func removeAll() {
+    package func removeAll() {
         statements = [:]
     }
 }

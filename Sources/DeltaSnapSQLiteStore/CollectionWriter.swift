@@ -7,10 +7,10 @@ import DeltaSnapTrust
 ///
 /// Only records whose canonical bytes change are written, with the new version; unchanged
 /// ones keep theirs, so writing the same data again creates no version.
-public final class CollectionWriter {
-    public let collection: String
+package final class CollectionWriter {
+    package let collection: String
     /// The version this write commits as.
-    public let version: UInt64
+    package let version: UInt64
 
     let db: SQLiteConnection
     private let cid: Int64
@@ -71,7 +71,7 @@ public final class CollectionWriter {
 
     /// Adds, changes, hides or un-hides one record. Throws ``StoreError/duplicateID(_:)``
     /// when the same id was already put in this write.
-    public func put(_ record: Record) throws {
+    package func put(_ record: Record) throws {
         guard seen.insert(record.id).inserted else { throw StoreError.duplicateID(record.id) }
         let hash = record.isHidden ? 0 : record.hash
         // A collection created by this write holds no record yet: nothing to look up.
@@ -97,7 +97,7 @@ public final class CollectionWriter {
 
     /// The record `id` as committed before this write (visible or a tombstone), with the
     /// version that wrote it; `nil` when the collection never held it.
-    public func stored(id: String) throws -> (record: Record, version: UInt64)? {
+    package func stored(id: String) throws -> (record: Record, version: UInt64)? {
         let statement = try storedLookup ?? db.prepare("SELECT hidden, version, body FROM records WHERE cid = ? AND id = ?")
         storedLookup = statement
         try statement.bind(1, cid)
@@ -120,7 +120,7 @@ public final class CollectionWriter {
 
     /// Hides every visible record not put in this write (a full replace). Pages through the
     /// visible ids so memory stays bounded however many records are hidden.
-    public func hideRecordsNotPut() throws {
+    package func hideRecordsNotPut() throws {
         let page = try db.prepare("SELECT id FROM records WHERE cid = ? AND hidden = 0 AND id > ? ORDER BY id LIMIT 10000")
         var after = ""
         while true {

@@ -11,16 +11,16 @@ import DeltaSnapStore
 ///     .run(source: try ChunkSources.file(at: "countries.ndjson"), name: "countries.ndjson")
 /// print(result.upserted, result.hidden, result.token ?? "no change")
 /// ```
-public struct Importer {
-    public var store: SQLiteDatabase
-    public var collection: String
+package struct Importer {
+    package var store: SQLiteDatabase
+    package var collection: String
     /// Hide every stored record the input does not mention.
-    public var replace: Bool
+    package var replace: Bool
     /// Called every `progressInterval` records with the number read so far.
-    public var progress: ((Int) -> Void)?
-    public var progressInterval = 100_000
+    package var progress: ((Int) -> Void)?
+    package var progressInterval = 100_000
 
-    public init(store: SQLiteDatabase, collection: String, replace: Bool = false, progress: ((Int) -> Void)? = nil) {
+    package init(store: SQLiteDatabase, collection: String, replace: Bool = false, progress: ((Int) -> Void)? = nil) {
         self.store = store
         self.collection = collection
         self.replace = replace
@@ -28,12 +28,12 @@ public struct Importer {
     }
 
     /// Reads every record from `source` (named `name` in errors) and commits them.
-    public func run(source: @escaping ChunkSource, name: String) throws -> WriteResult {
+    package func run(source: @escaping ChunkSource, name: String) throws -> WriteResult {
         try run(stream: RecordStream(source: source, name: name))
     }
 
     /// Reads every record `stream` yields and commits them.
-    public func run(stream: RecordStream) throws -> WriteResult {
+    package func run(stream: RecordStream) throws -> WriteResult {
         try store.write(to: collection) { writer in
             while let record = try stream.next() {
                 do {

@@ -9,7 +9,7 @@ extension SQLiteDatabase {
     /// to the store — most of a first import — are written with three statements each (their
     /// row, their version, their records) and one publication for them all; existing ones
     /// merge as any write does (``CollectionWriter``).
-    public func importPartitions(_ partitions: [PartitionRecords], replace: Bool) throws -> [WriteResult] {
+    package func importPartitions(_ partitions: [PartitionRecords], replace: Bool) throws -> [WriteResult] {
         try db.transaction(.immediate) {
             var fresh = NewPartitions(db: db, statements: statements, configuration: configuration)
             let exists = try statements("SELECT 1 FROM collections WHERE name = ?")

@@ -15,7 +15,7 @@ extension SQLiteDatabase {
     /// Write numbers are kept per (collection, `user`, `client`): one user cannot advance
     /// another's. An error reading the store throws (nothing is committed, the client
     /// retries); only the writes themselves are refused.
-    public func push(
+    package func push(
         _ mutations: [ParsedMutation], from client: String, user: String? = nil, to collection: String, retention: PushRetention = PushRetention(),
         merge policy: MergePolicy = .fields
     ) throws -> PushOutcome {
@@ -49,7 +49,7 @@ extension SQLiteDatabase {
     }
 
     /// The values writes replaced in record `id`, newest first.
-    public func history(of id: String, in collection: String, limit: Int = 100) throws -> [HistoryEntry] {
+    package func history(of id: String, in collection: String, limit: Int = 100) throws -> [HistoryEntry] {
         try read { _ in
             let statement = try db.prepare("""
                 SELECT body, version, replaced_in, replaced_at, client FROM history

@@ -16,16 +16,16 @@ import DeltaSnapStore
 /// }
 /// print(result.token)   // 5f3c9a0e12ab34cd.1
 /// ```
-public final class SQLiteDatabase {
-    public let path: String
-    public let configuration: StoreConfiguration
+package final class SQLiteDatabase {
+    package let path: String
+    package let configuration: StoreConfiguration
     let db: SQLiteConnection
     /// Statements the writes reuse (a partitioned import opens a writer per partition).
     lazy var statements = StatementCache(db)
 
     static let schemaVersion: Int64 = 5
 
-    public init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false) throws {
+    package init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false) throws {
         if let epoch = configuration.epochForNewCollections, !ServerToken.isEpoch(epoch) {
             throw StoreError.invalidEpoch(epoch)
         }
@@ -156,30 +156,30 @@ public final class SQLiteDatabase {
     // MARK: - Heads
 
     /// Every collection's head, sorted by name.
-    public func collections() throws -> [CollectionHead] {
+    package func collections() throws -> [CollectionHead] {
         try read { try $0.collections() }
     }
 
     /// The head of `name`, or `nil` when it does not exist.
-    public func head(of name: String) throws -> CollectionHead? {
+    package func head(of name: String) throws -> CollectionHead? {
         try read { try $0.head(of: name) }
     }
 
     /// A number that changes whenever another connection commits to the file (SQLite's
     /// `PRAGMA data_version`): a cheap way to notice outside writes.
-    public func dataVersion() throws -> Int64 {
+    package func dataVersion() throws -> Int64 {
         try db.scalarInt("PRAGMA data_version") ?? 0
     }
 
     /// Prepared statements of this store's connection not yet finalised (see
     /// `SQLiteConnection.liveStatementCount`).
-    public var liveStatementCount: Int { db.liveStatementCount }
+    package var liveStatementCount: Int { db.liveStatementCount }
 
     // MARK: - Transactions
 
     /// Runs `body` in one read transaction: everything it reads comes from one consistent
     /// state of the store, whatever writers commit meanwhile (WAL snapshot isolation).
-    public func read<T>(_ body: (SQLiteReader) throws -> T) throws -> T {
+    package func read<T>(_ body: (SQLiteReader) throws -> T) throws -> T {
         try db.transaction(.deferred) {
             try body(SQLiteReader(db: db))
         }
@@ -188,7 +188,7 @@ public final class SQLiteDatabase {
     /// Commits one new version of `collection` holding what `body` put, or nothing at all
     /// when nothing changed (no version is created) or when `body` throws (rolled back).
     /// The collection is created by its first commit.
-    public func write(to collection: String, _ body: (CollectionWriter) throws -> Void) throws -> WriteResult {
+    package func write(to collection: String, _ body: (CollectionWriter) throws -> Void) throws -> WriteResult {
         try CollectionPath.validate(collection)
         return try db.transaction(.immediate) {
             let writer = try CollectionWriter(db: db, statements: statements, collection: collection, configuration: configuration)
@@ -199,13 +199,13 @@ public final class SQLiteDatabase {
 
     /// Opens a read transaction that stays open until ``endRead()``: for a body streamed
     /// across suspension points. Prefer ``read(_:)`` when the work is synchronous.
-    public func beginRead() throws -> SQLiteReader {
+    package func beginRead() throws -> SQLiteReader {
         try db.execute("BEGIN DEFERRED")
         return SQLiteReader(db: db)
     }
 
     /// Ends the transaction opened by ``beginRead()``.
-    public func endRead() {
+    package func endRead() {
         try? db.execute("COMMIT")
     }
 
@@ -213,7 +213,7 @@ public final class SQLiteDatabase {
     /// it: a client holding a token below the floor may have missed a deleted tombstone, so
     /// it gets a full body from then on.
     @discardableResult
-    public func compact(_ collection: String, throughVersion version: UInt64) throws -> Int {
+    package func compact(_ collection: String, throughVersion version: UInt64) throws -> Int {
         try db.transaction(.immediate) {
             guard let head = try SQLiteReader(db: db).head(of: collection) else { throw StoreError.unknownCollection(collection) }
             let target = min(version, head.version)

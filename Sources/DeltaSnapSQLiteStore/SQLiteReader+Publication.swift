@@ -10,7 +10,7 @@ extension SQLiteReader {
     /// ```swift
     /// let published = try store.read { try $0.publishedState(of: ["countries", "sets/8271"]) }
     /// ```
-    public func publishedState(of names: [String]? = nil) throws -> PublishedState {
+    package func publishedState(of names: [String]? = nil) throws -> PublishedState {
         var entries: [SignedIndex.Entry] = []
         let heads = try names.map { try $0.compactMap { try head(of: $0) } } ?? collections()
         for head in heads {

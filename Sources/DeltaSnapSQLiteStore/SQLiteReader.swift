@@ -7,30 +7,30 @@ import DeltaSnapTrust
 ///
 /// Records are handed out as canonical bytes that are valid only inside the callback, so
 /// a million records stream through without being copied or held.
-public struct SQLiteReader {
+package struct SQLiteReader {
     let db: SQLiteConnection
 
     /// Every collection's head, sorted by name.
-    public func collections() throws -> [CollectionHead] {
+    package func collections() throws -> [CollectionHead] {
         try heads(Self.headSQL + " ORDER BY c.name")
     }
 
     /// Every collection's head but the partitions' (there may be millions: they are read
     /// one by one, ``head(of:)``), sorted by name.
-    public func unpartitionedCollections() throws -> [CollectionHead] {
+    package func unpartitionedCollections() throws -> [CollectionHead] {
         try heads(Self.headSQL + " WHERE instr(c.name, '/') = 0 ORDER BY c.name")
     }
 
     /// The heads of the collections and partitions changed (committed, or their floor raised)
     /// under a publication sequence above `sequence`, and the highest such sequence (or
     /// `sequence` when none changed): what a watcher reads to catch up.
-    public func heads(publishedAfter sequence: UInt64) throws -> (heads: [CollectionHead], through: UInt64) {
+    package func heads(publishedAfter sequence: UInt64) throws -> (heads: [CollectionHead], through: UInt64) {
         let changed = try heads(Self.headSQL + " WHERE c.published > \(Int64(clamping: sequence))")
         return (changed, max(sequence, try latestPublished()))
     }
 
     /// The highest publication sequence any collection or partition changed under.
-    public func latestPublished() throws -> UInt64 {
+    package func latestPublished() throws -> UInt64 {
         UInt64(max(0, try db.scalarInt("SELECT max(published) FROM collections") ?? 0))
     }
 
@@ -42,7 +42,7 @@ public struct SQLiteReader {
     }
 
     /// The head of `name`, or `nil` when it does not exist.
-    public func head(of name: String) throws -> CollectionHead? {
+    package func head(of name: String) throws -> CollectionHead? {
         let statement = try db.prepare(Self.headSQL + " WHERE c.name = ?")
         try statement.bind(1, name)
         guard try statement.step() else { return nil }
@@ -65,13 +65,13 @@ public struct SQLiteReader {
     }
 
     /// Calls `body` with each visible record's canonical bytes, sorted by id.
-    public func forEachVisibleRecord(in collection: String, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+    package func forEachVisibleRecord(in collection: String, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
         let cursor = try visibleRecords(in: collection)
         while try cursor.next(body) {}
     }
 
     /// A cursor over the visible records' canonical bytes, sorted by id.
-    public func visibleRecords(in collection: String) throws -> RecordCursor {
+    package func visibleRecords(in collection: String) throws -> RecordCursor {
         let statement = try db.prepare("""
             SELECT body FROM records
             WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND hidden = 0
@@ -83,7 +83,7 @@ public struct SQLiteReader {
 
     /// A cursor over up to `limit` visible records whose ids sort after `id`, sorted by id
     /// (a range of the primary key).
-    public func visibleRecords(in collection: String, after id: String, limit: Int) throws -> RecordCursor {
+    package func visibleRecords(in collection: String, after id: String, limit: Int) throws -> RecordCursor {
         let statement = try db.prepare("""
             SELECT body FROM records
             WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND id > ? AND hidden = 0
@@ -96,7 +96,7 @@ public struct SQLiteReader {
     }
 
     /// How many records ``visibleRecords(in:after:limit:)`` yields.
-    public func visibleCount(in collection: String, after id: String, limit: Int) throws -> Int {
+    package func visibleCount(in collection: String, after id: String, limit: Int) throws -> Int {
         let statement = try db.prepare("""
             SELECT count(*) FROM (
                 SELECT 1 FROM records
@@ -112,7 +112,7 @@ public struct SQLiteReader {
     }
 
     /// How many records changed or were hidden after `version` (an index range scan).
-    public func changeCount(in collection: String, after version: UInt64) throws -> Int {
+    package func changeCount(in collection: String, after version: UInt64) throws -> Int {
         let statement = try db.prepare("""
             SELECT count(*) FROM records
             WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND version > ?
@@ -127,13 +127,13 @@ public struct SQLiteReader {
     /// Calls `body` with the canonical bytes of each record changed or hidden after
     /// `version` (tombstones for hidden ones), in version order. The cost depends on the
     /// number of changes, not on the collection's size.
-    public func forEachChange(in collection: String, after version: UInt64, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+    package func forEachChange(in collection: String, after version: UInt64, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
         let cursor = try changes(in: collection, after: version)
         while try cursor.next(body) {}
     }
 
     /// A cursor over the records changed or hidden after `version`, in version order.
-    public func changes(in collection: String, after version: UInt64) throws -> RecordCursor {
+    package func changes(in collection: String, after version: UInt64) throws -> RecordCursor {
         let statement = try db.prepare("""
             SELECT body FROM records
             WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND version > ?
@@ -146,7 +146,7 @@ public struct SQLiteReader {
 
     /// The first version of `collection` committed at or after `seconds` (for
     /// `If-Modified-Since`), or `nil` when none was.
-    public func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) throws -> UInt64? {
+    package func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) throws -> UInt64? {
         let statement = try db.prepare("""
             SELECT min(version) FROM versions
             WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND committed_at >= ?
@@ -160,7 +160,7 @@ public struct SQLiteReader {
 
     /// Recomputes the checksum and count of the visible state from every record (O(n));
     /// tests compare it with the incrementally maintained head.
-    public func recomputedChecksum(of collection: String) throws -> (checksum: StateChecksum, count: Int) {
+    package func recomputedChecksum(of collection: String) throws -> (checksum: StateChecksum, count: Int) {
         var checksum = StateChecksum.empty
         var count = 0
         try forEachVisibleRecord(in: collection) { bytes in
@@ -171,7 +171,7 @@ public struct SQLiteReader {
     }
 
     /// The collection's state digest as maintained by its writes; `nil` when it does not exist.
-    public func digest(of collection: String) throws -> StateDigest? {
+    package func digest(of collection: String) throws -> StateDigest? {
         let statement = try db.prepare("SELECT digest FROM collections WHERE name = ?")
         try statement.bind(1, collection)
         guard try statement.step(), !statement.isNull(0) else { return nil }
@@ -180,7 +180,7 @@ public struct SQLiteReader {
     }
 
     /// The state digest recomputed from every visible record (O(n)).
-    public func recomputedDigest(of collection: String) throws -> StateDigest {
+    package func recomputedDigest(of collection: String) throws -> StateDigest {
         let statement = try db.prepare(
             "SELECT id, body FROM records WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND hidden = 0")
         try statement.bind(1, collection)
@@ -194,13 +194,13 @@ public struct SQLiteReader {
 
     /// The publication sequence: raised by every commit to any collection, never lowered.
     /// 0 for a store that never committed.
-    public func publicationSequence() throws -> UInt64 {
+    package func publicationSequence() throws -> UInt64 {
         UInt64(try db.scalarInt("SELECT sequence FROM publication WHERE id = 1") ?? 0)
     }
 }
 
 /// Steps through records' canonical bytes one at a time (see ``SQLiteReader``).
-public final class RecordCursor {
+package final class RecordCursor {
     private let statement: SQLiteStatement
     private var finished = false
 
@@ -209,7 +209,7 @@ public final class RecordCursor {
     }
 
     /// Calls `body` with the next record's bytes (valid only inside `body`); false at the end.
-    public func next(_ body: (UnsafeRawBufferPointer) throws -> Void) throws -> Bool {
+    package func next(_ body: (UnsafeRawBufferPointer) throws -> Void) throws -> Bool {
         guard !finished, try statement.step() else {
             finished = true
             return false

@@ -8,22 +8,22 @@ import Hummingbird
 /// ```swift
 /// throw APIError(.notFound, "unknown_collection", "collection \"x\" does not exist")
 /// ```
-public struct APIError: Error, HTTPResponseError, Sendable {
-    public var status: HTTPResponse.Status
+package struct APIError: Error, HTTPResponseError, Sendable {
+    package var status: HTTPResponse.Status
     /// A stable, machine-readable code.
-    public var code: String
+    package var code: String
     /// A sentence a human can act on.
-    public var message: String
-    public var headers: HTTPFields
+    package var message: String
+    package var headers: HTTPFields
 
-    public init(_ status: HTTPResponse.Status, _ code: String, _ message: String, headers: HTTPFields = [:]) {
+    package init(_ status: HTTPResponse.Status, _ code: String, _ message: String, headers: HTTPFields = [:]) {
         self.status = status
         self.code = code
         self.message = message
         self.headers = headers
     }
 
-    public func response(from request: Request, context: some RequestContext) throws -> Response {
+    package func response(from request: Request, context: some RequestContext) throws -> Response {
         Self.jsonResponse(status: status, headers: headers, code: code, message: message)
     }
 

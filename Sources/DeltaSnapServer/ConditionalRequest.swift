@@ -8,7 +8,7 @@ import DeltaSnapCore
 /// ConditionalRequest(ifNoneMatch: "\"5f3c9a0e12ab34cd.4\"", ifModifiedSince: nil)
 /// // .entityTags(["5f3c9a0e12ab34cd.4"])
 /// ```
-public enum ConditionalRequest: Equatable, Sendable {
+package enum ConditionalRequest: Equatable, Sendable {
     /// No validator: the client wants everything.
     case unconditional
     /// `If-None-Match: *`.
@@ -20,7 +20,7 @@ public enum ConditionalRequest: Equatable, Sendable {
     /// Only `If-Modified-Since`, but not a valid HTTP date: treated as unconditional.
     case invalidModifiedSince
 
-    public init(ifNoneMatch: String?, ifModifiedSince: String?) {
+    package init(ifNoneMatch: String?, ifModifiedSince: String?) {
         if let ifNoneMatch, !ifNoneMatch.allSatisfy({ $0 == " " || $0 == "\t" }) {
             let tags = Self.entityTags(in: ifNoneMatch)
             self = tags == ["*"] ? .anyEntityTag : .entityTags(tags)

@@ -219,7 +219,7 @@ extension DeltaSnapAPI {
     /// ```swift
     /// DeltaSnapAPI.acceptsGzip(["gzip;q=0, *"])   // false: gzip itself was refused
     /// ```
-    public static func acceptsGzip(_ values: [String]) -> Bool {
+    package static func acceptsGzip(_ values: [String]) -> Bool {
         if let plain = acceptsGzipWithoutParameters(values) { return plain }
         var named: Bool?
         var wildcard: Bool?

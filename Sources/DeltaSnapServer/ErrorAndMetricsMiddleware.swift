@@ -117,5 +117,5 @@ enum RequestIdentifier {
 
 extension HTTPField.Name {
     /// Echoed (or assigned) on every response, and logged with the request.
-    public static let xRequestID = HTTPField.Name("X-Request-Id")!
+    package static let xRequestID = HTTPField.Name("X-Request-Id")!
 }

@@ -16,9 +16,9 @@ import DeltaSnapStore
 /// MembershipRecord.problem(id: "sets/1", value: .object([JSONMember("role", .string("none"))]))
 /// // record "sets/1": role "none" grants nothing; a membership's role is "read" or "write" (delete the record to revoke it)
 /// ```
-public enum MembershipRecord {
+package enum MembershipRecord {
     /// What a membership allows: `read`, or `write` (read and write).
-    public enum Role: String, Sendable, Equatable {
+    package enum Role: String, Sendable, Equatable {
         case read, write
     }
 
@@ -32,7 +32,7 @@ public enum MembershipRecord {
 
     /// Why `value`, written whole as record `id` of the memberships collection, would grant
     /// nothing (one line); nil when it is a good membership or hides one.
-    public static func problem(id: String, value: JSONValue) -> String? {
+    package static func problem(id: String, value: JSONValue) -> String? {
         if value[Record.hiddenKey] == .bool(true) { return nil }
         if let problem = idProblem(id) { return problem }
         return roleProblem(id, value["role"])
@@ -47,7 +47,7 @@ public enum MembershipRecord {
     }
 
     /// Why the record `value` of a batch would grant nothing; nil when it is good.
-    public static func problem(in record: Record) -> String? {
+    package static func problem(in record: Record) -> String? {
         if record.isHidden { return nil }
         guard let value = try? JSONReader(bytes: record.bytes).readValue() else { return nil }
         return problem(id: record.id, value: value)

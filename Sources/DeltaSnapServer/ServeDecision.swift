@@ -9,7 +9,7 @@ import DeltaSnapStore
 ///     try reader.firstVersion(in: head.name, committedAtOrAfter: seconds)
 /// }
 /// ```
-public enum ServeDecision: Equatable, Sendable {
+package enum ServeDecision: Equatable, Sendable {
     /// `304 Not Modified`.
     case notModified
     /// `200` with every visible record.
@@ -19,7 +19,7 @@ public enum ServeDecision: Equatable, Sendable {
 
     /// Decides how to answer `request` for a collection at `head`.
     /// `firstVersionCommitted(atOrAfter:)` is consulted only for `If-Modified-Since`.
-    public static func decide(
+    package static func decide(
         _ request: ConditionalRequest, head: CollectionHead,
         firstVersionCommitted: (_ atOrAfter: Int64) throws -> UInt64?
     ) rethrows -> ServeDecision {

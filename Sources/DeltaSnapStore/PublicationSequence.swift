@@ -4,8 +4,8 @@
 /// Each commit takes `max(previous + 1, commit time in microseconds)`: a store rebuilt later
 /// starts above anything the old one issued (unless the old one averaged more than a million
 /// commits a second), and several `serve` processes on one store read the same number.
-public enum PublicationSequence {
-    public static func next(after previous: UInt64, at seconds: Int64) -> UInt64 {
+package enum PublicationSequence {
+    package static func next(after previous: UInt64, at seconds: Int64) -> UInt64 {
         max(previous &+ 1, UInt64(max(0, seconds)) &* 1_000_000)
     }
 }

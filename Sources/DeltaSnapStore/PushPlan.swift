@@ -68,24 +68,24 @@ public struct HistoryEntry: Sendable, Equatable {
 /// for (id, value) in plan.finalValues { try writer.put(value ?? .tombstone(id: id)) }
 /// let results = plan.results(committedAs: head.version)
 /// ```
-public struct PushPlan {
+package struct PushPlan {
     private var batch = BatchMerge()
     private var planned: [MutationResult] = []
     private var appliedIndexes: [Int] = []
     /// The client's last `seq` once this push is recorded.
-    public let newLastSeq: UInt64
+    package let newLastSeq: UInt64
 
     /// The key every store keeps a client's push ledger (last `seq`, results) under: write
     /// numbers are per (user, client), so one user can never advance another's. A client
     /// without a user (the admin token, an open collection) is keyed by its id alone.
-    public static func ledgerKey(client: String, user: String?) -> String {
+    package static func ledgerKey(client: String, user: String?) -> String {
         user.map { "\($0)/\(client)" } ?? client
     }
 
     /// `storedStatus(seq)`: the answer kept for an already-seen write; `stored(id)`: the
     /// record's committed value and the version that wrote it; `fork`: set when the
     /// collection merges by ``MergePolicy/fork``.
-    public init(
+    package init(
         _ mutations: [ParsedMutation], lastSeq: UInt64,
         storedStatus: (UInt64) throws -> MutationResult.Status?, stored: (String) throws -> (record: Record, version: UInt64)?,
         fork: ForkCheck? = nil
@@ -120,13 +120,13 @@ public struct PushPlan {
     }
 
     /// Each touched record's value after the batch (`nil`: absent), in first-touched order.
-    public var finalValues: [(id: String, value: Record?)] { batch.finalValues() }
+    package var finalValues: [(id: String, value: Record?)] { batch.finalValues() }
 
     /// Visible values the batch changed or removed, with the version that wrote them.
-    public var replacedValues: [(record: Record, version: UInt64)] { batch.replacedValues() }
+    package var replacedValues: [(record: Record, version: UInt64)] { batch.replacedValues() }
 
     /// Every write's answer, the applied (and copied) ones in version `version`.
-    public func results(committedAs version: UInt64) -> [MutationResult] {
+    package func results(committedAs version: UInt64) -> [MutationResult] {
         var results = planned
         for index in appliedIndexes {
             if case .copied(_, let copy) = results[index].status {
@@ -150,16 +150,16 @@ public enum MergePolicy: String, Sendable, CaseIterable {
 }
 
 /// What ``PushPlan`` needs to decide a conflict copy in a collection merged by `fork`.
-public struct ForkCheck {
+package struct ForkCheck {
     /// The pushing client's id (the copy's id derives from it and the write's `seq`).
-    public let client: String
+    package let client: String
     /// The collection's epoch: a `base` of another epoch says nothing about what changed.
-    public let epoch: String?
+    package let epoch: String?
     /// Whether `version` was committed by this client's own push (its own earlier write is
     /// no conflict, even when its pull has not brought it yet).
-    public let committedByThisClient: (UInt64) throws -> Bool
+    package let committedByThisClient: (UInt64) throws -> Bool
 
-    public init(client: String, epoch: String?, committedByThisClient: @escaping (UInt64) throws -> Bool) {
+    package init(client: String, epoch: String?, committedByThisClient: @escaping (UInt64) throws -> Bool) {
         self.client = client
         self.epoch = epoch
         self.committedByThisClient = committedByThisClient
@@ -244,7 +244,7 @@ extension MutationResult.Status {
     /// A result as the push tables keep it (`version`, `error`, `message`), on either store.
     /// A copied write keeps its copy's id in `message` (an applied write has none), so the
     /// tables need no column of their own for it.
-    public init(keptVersion version: UInt64?, error: String?, message: String?) {
+    package init(keptVersion version: UInt64?, error: String?, message: String?) {
         if let error {
             self = .refused(MutationRefusal(code: error, message: message ?? ""))
         } else if let message {
@@ -255,7 +255,7 @@ extension MutationResult.Status {
     }
 
     /// The columns that keep this result; nil for a duplicate (nothing to keep).
-    public var keptColumns: (version: UInt64?, error: String?, message: String?)? {
+    package var keptColumns: (version: UInt64?, error: String?, message: String?)? {
         switch self {
         case .applied(let version): (version, nil, nil)
         case .copied(let version, let copy): (version, nil, copy)

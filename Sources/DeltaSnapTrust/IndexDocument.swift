@@ -13,10 +13,10 @@ import Foundation
 /// let object = IndexDocument.index(sequence: 7, issued: now, expires: now + 3600, subject: "alice", members: members)
 /// let document = IndexDocument.signed(index: object, keys: keys)  // served at GET /v1/index
 /// ```
-public enum IndexDocument {
+package enum IndexDocument {
     /// One entry as a member of the index's `collections` object: `"NAME":{"count":…,…}`,
     /// its fields in canonical (UTF-8) order.
-    public static func member(of entry: SignedIndex.Entry) -> [UInt8] {
+    package static func member(of entry: SignedIndex.Entry) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(entry.collection.utf8.count + entry.digest.utf8.count + entry.token.utf8.count + 140)
         CanonicalJSON.writeString(entry.collection, into: &out)
@@ -38,7 +38,7 @@ public enum IndexDocument {
 
     /// The canonical index object, the bytes a signature covers after the domain line.
     /// `members` are ``member(of:)``'s bytes in the UTF-8 order of their collection names.
-    public static func index(sequence: UInt64, issued: Int64, expires: Int64, subject: String?, members: [[UInt8]]) -> [UInt8] {
+    package static func index(sequence: UInt64, issued: Int64, expires: Int64, subject: String?, members: [[UInt8]]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(members.reduce(160) { $0 + $1.count + 1 } + (subject?.utf8.count ?? 0))
         out += #"{"collections":{"#.utf8
@@ -64,7 +64,7 @@ public enum IndexDocument {
 
     /// The document for the index object `index`, signed by every key in `keys` (several
     /// during a key rotation; none: an empty `signatures`).
-    public static func signed(index: [UInt8], keys: [IndexSigningKey]) -> [UInt8] {
+    package static func signed(index: [UInt8], keys: [IndexSigningKey]) -> [UInt8] {
         guard !keys.isEmpty else { return document(index: index, signatures: []) }
         let message = SignedIndex.signingDomain + index
         return document(index: index, signatures: keys.map { SignedIndex.Signature(keyID: $0.publicKey.id, bytes: $0.signature(for: message)) })

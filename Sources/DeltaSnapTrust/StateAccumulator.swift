@@ -15,35 +15,35 @@ import DeltaSnapCore
 /// let change = state.put(record, replacing: StoredValue(isHidden: false, hash: oldHash, bytes: oldBytes))
 /// // state.checksum, state.count: the collection after the write
 /// ```
-public struct StateAccumulator: Sendable {
-    public let collection: String
-    public private(set) var checksum: StateChecksum
+package struct StateAccumulator: Sendable {
+    package let collection: String
+    package private(set) var checksum: StateChecksum
     /// Visible records.
-    public private(set) var count: Int
+    package private(set) var count: Int
     /// The LtHash16 digest, or nil when this writer does not maintain one.
-    public private(set) var digest: StateDigest?
+    package private(set) var digest: StateDigest?
     /// Records added, changed or un-hidden.
-    public private(set) var upserted = 0
+    package private(set) var upserted = 0
     /// Records hidden.
-    public private(set) var hidden = 0
+    package private(set) var hidden = 0
     /// Records given that were already in that state.
-    public private(set) var unchanged = 0
+    package private(set) var unchanged = 0
 
     /// What one record did to the state.
-    public enum Change: Sendable, Equatable {
+    package enum Change: Sendable, Equatable {
         case unchanged, upserted, hidden
     }
 
     /// The value a store or replica holds for an id before the write.
-    public struct StoredValue {
-        public var isHidden: Bool
-        public var hash: UInt64
+    package struct StoredValue {
+        package var isHidden: Bool
+        package var hash: UInt64
         /// The canonical bytes, when at hand: needed to take a value out of the digest and
         /// to tell an unchanged record; nil compares by nothing (the record counts as changed,
         /// which leaves checksum and count the same).
-        public var bytes: UnsafeRawBufferPointer?
+        package var bytes: UnsafeRawBufferPointer?
 
-        public init(isHidden: Bool, hash: UInt64, bytes: UnsafeRawBufferPointer?) {
+        package init(isHidden: Bool, hash: UInt64, bytes: UnsafeRawBufferPointer?) {
             self.isHidden = isHidden
             self.hash = hash
             self.bytes = bytes
@@ -51,7 +51,7 @@ public struct StateAccumulator: Sendable {
     }
 
     /// Starts from a collection's state (a new collection: `.empty`, 0, `.empty`/nil).
-    public init(collection: String, checksum: StateChecksum, count: Int, digest: StateDigest?) {
+    package init(collection: String, checksum: StateChecksum, count: Int, digest: StateDigest?) {
         self.collection = collection
         self.checksum = checksum
         self.count = count
@@ -60,7 +60,7 @@ public struct StateAccumulator: Sendable {
 
     /// Applies `record` over `old` (nil: the id was never held).
     @discardableResult
-    public mutating func put(_ record: Record, replacing old: StoredValue?) -> Change {
+    package mutating func put(_ record: Record, replacing old: StoredValue?) -> Change {
         record.bytes.withUnsafeBytes { bytes in
             put(id: record.id, isHidden: record.isHidden, hash: record.isHidden ? 0 : record.hash, bytes: bytes, replacing: old)
         }
@@ -68,7 +68,7 @@ public struct StateAccumulator: Sendable {
 
     /// Applies a value given as parts (a row of a database) over `old`.
     @discardableResult
-    public mutating func put(id: String, isHidden: Bool, hash: UInt64, bytes: UnsafeRawBufferPointer, replacing old: StoredValue?) -> Change {
+    package mutating func put(id: String, isHidden: Bool, hash: UInt64, bytes: UnsafeRawBufferPointer, replacing old: StoredValue?) -> Change {
         if let old, let oldBytes = old.bytes, oldBytes.elementsEqual(bytes) {
             unchanged += 1
             return .unchanged
@@ -92,7 +92,7 @@ public struct StateAccumulator: Sendable {
 
     /// Adds a visible record the state is known not to hold (a full body being loaded):
     /// the rule's shortest branch, without looking for an old value.
-    public mutating func insert(id: String, hash: UInt64, canonical: [UInt8]) {
+    package mutating func insert(id: String, hash: UInt64, canonical: [UInt8]) {
         checksum.add(hash: hash)
         digest?.add(collection: collection, id: id, canonical: canonical)
         count += 1
@@ -101,7 +101,7 @@ public struct StateAccumulator: Sendable {
 
     /// Adds a digest computed elsewhere for records already counted here with
     /// `digest` maintained outside (PostgreSQL hashes large merges in parallel batches).
-    public mutating func addDigest(_ other: StateDigest) {
+    package mutating func addDigest(_ other: StateDigest) {
         digest?.add(other)
     }
 

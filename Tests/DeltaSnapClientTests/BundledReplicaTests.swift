@@ -10,27 +10,12 @@ import Testing
 /// A bundled `.replica` (from `bake --replica`): deterministic, verified by `inspect`, read
 /// in place at first start and copied on the first write — the bundle itself never changes.
 @Suite struct BundledReplicaTests {
-    /// A store with `count` records, its snapshot and its replica in `dir`.
-    func baked(_ dir: TemporaryDirectory, count: Int = 200) async throws -> SQLiteDatabase {
-        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
-        try Fixtures.importText(Fixtures.ndjson(0..<count), into: store, collection: "items")
-        try await Fixtures.bake(store.path, "items", into: dir.path)
-        try BundledReplica.bake(snapshot: dir.file("items.snapshot"), collection: "items", to: dir.file("items.replica"))
-        return store
-    }
-
-    func dump(_ path: String) throws -> String {
-        var out: [UInt8] = []
-        try ReplicaDump.dump(path: path) { out.append(contentsOf: $0) }
-        return String(decoding: out, as: UTF8.self)
-    }
-
     func bytes(_ path: String) throws -> Data { try Data(contentsOf: URL(fileURLWithPath: path)) }
 
     @Test func bakingIsDeterministicAndInspectVerifiesIt() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try await baked(dir)
+        let store = try await Fixtures.bakedReplica(in: dir)
         let first = try bytes(dir.file("items.replica"))
         try BundledReplica.bake(snapshot: dir.file("items.snapshot"), collection: "items", to: dir.file("items.replica"))
         #expect(try bytes(dir.file("items.replica")) == first)
@@ -49,7 +34,7 @@ import Testing
     @Test func firstStartReadsTheBundleInPlaceAndTheFirstWriteCopiesIt() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try await baked(dir)
+        let store = try await Fixtures.bakedReplica(in: dir)
         let bundle = try bytes(dir.file("items.replica"))
         let server = try await TestServer.start(database: dir.file("s.sqlite"))
         let path = dir.file("app/items.sqlite")
@@ -70,7 +55,7 @@ import Testing
         #expect(applied.kind == .delta)
         #expect(FileManager.default.fileExists(atPath: path))
         #expect(try await replica.verify())
-        #expect(try dump(path) == Fixtures.export(store, "items"))
+        #expect(try Fixtures.dumpReplica(path) == Fixtures.export(store, "items"))
         #expect(try bytes(dir.file("items.replica")) == bundle, "the bundle was written to")
 
         // A restart opens the adopted copy, not the bundle.
@@ -85,7 +70,7 @@ import Testing
     @Test func aLocalWriteOnTheBundleCopiesItFirst() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        _ = try await baked(dir, count: 20)
+        _ = try await Fixtures.bakedReplica(in: dir, count: 20)
         let bundle = try bytes(dir.file("items.replica"))
         let path = dir.file("r.sqlite")
         let replica = try DeltaSnapReplica(
@@ -101,7 +86,7 @@ import Testing
     @Test func anEmptyReplicaFileLoadsTheBundleAndKeepsItsQueuedWrites() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        _ = try await baked(dir, count: 30)
+        _ = try await Fixtures.bakedReplica(in: dir, count: 30)
         let url = URL(string: "http://127.0.0.1:9/v1/collections/items")!
         // An earlier start created the file but never got data; the app wrote offline.
         let first = try DeltaSnapReplica(path: dir.file("r.sqlite"), collection: "items", url: url)
@@ -118,7 +103,7 @@ import Testing
     @Test func aBundleOfAnotherCollectionOrWithoutMetadataIsRefused() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        _ = try await baked(dir, count: 5)
+        _ = try await Fixtures.bakedReplica(in: dir, count: 5)
         let url = URL(string: "http://127.0.0.1:9/v1/collections/other")!
         #expect(throws: BundledReplica.Unusable.self) {
             _ = try DeltaSnapReplica(path: dir.file("other.sqlite"), collection: "other", url: url, bundledSnapshot: dir.file("items.replica"))
@@ -140,7 +125,7 @@ extension BundledReplicaTests {
     @Test func syncsThatChangeNoDataNeverCopyTheBundle() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try await baked(dir)
+        let store = try await Fixtures.bakedReplica(in: dir)
         let server = try await TestServer.start(database: dir.file("s.sqlite"))
         let url = URL(string: "\(server.baseURL)/v1/collections/items")!
         let path = dir.file("items.sqlite")
@@ -174,14 +159,14 @@ extension BundledReplicaTests {
             let adopted = try DeltaSnapReplica(path: path, collection: "items", url: url)
             let adoptedState = await adopted.currentState
             #expect(adoptedState.server == url.absoluteString && adoptedState.lastSuccessfulSync != nil)
-            #expect(try dump(path) == Fixtures.export(store, "items"))
+            #expect(try Fixtures.dumpReplica(path) == Fixtures.export(store, "items"))
         }
     }
 
     @Test func bookkeepingOfAnOlderBundleIsDropped() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try await baked(dir, count: 20)
+        let store = try await Fixtures.bakedReplica(in: dir, count: 20)
         let path = dir.file("items.sqlite")
         let dead = URL(string: "http://127.0.0.1:9/v1/collections/items")!
         let first = try DeltaSnapReplica(path: path, collection: "items", url: dead, bundledSnapshot: dir.file("items.replica"), timeout: .seconds(2))
@@ -205,7 +190,7 @@ extension BundledReplicaTests {
     @Test func aReplicaAnotherProcessCreatedMeanwhileIsNeverReplaced() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try await baked(dir, count: 50)
+        let store = try await Fixtures.bakedReplica(in: dir, count: 50)
         let server = try await TestServer.start(database: dir.file("s.sqlite"))
         try await server.stopping {
             let path = dir.file("items.sqlite")
@@ -223,7 +208,7 @@ extension BundledReplicaTests {
             await app.sync()
             #expect(await app.lastPushReport.accepted == 1)
             #expect(try Fixtures.export(store, "items").contains("from-the-extension"))
-            #expect(try dump(path) == Fixtures.export(store, "items"))
+            #expect(try Fixtures.dumpReplica(path) == Fixtures.export(store, "items"))
         }
     }
 }
@@ -231,66 +216,4 @@ extension BundledReplicaTests {
 /// Where the client keeps a bundled replica's bookkeeping (docs/CLIENT.md).
 enum SyncBookkeepingPath {
     static func of(_ path: String) -> String { path + "-sync" }
-}
-
-extension BundledReplicaTests {
-    /// `deltasnap local … --snapshot BUNDLE`: a replica still read from its bundle is written
-    /// to as the app would — checked against the bundled records, then copied with the write.
-    @Test func aLocalWriteThroughTheCLIOnAReplicaStillInItsBundle() async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        _ = try await baked(dir, count: 20)
-        let path = dir.file("app.sqlite")
-        let bundle = dir.file("items.replica")
-        let pulled = try CLI.run(["pull", "--url", "http://127.0.0.1:9/v1/collections/items", "--replica", path, "--snapshot", bundle, "--timeout", "1"])
-        #expect(pulled.status == 4 && !FileManager.default.fileExists(atPath: path))
-        let patched = try CLI.run(["local", "patch", "--replica", path, "--snapshot", bundle, "r0000003", #"{"note":"offline"}"#])
-        #expect(patched.status == 0 && patched.stdout == "queued patch r0000003 (seq 1)\n", "\(patched.stdout)\(patched.stderr)")
-        #expect(try dump(path).contains(#""note":"offline""#))
-        #expect(try dump(path).split(separator: "\n").count == 20)
-    }
-
-    /// Every verb that opens a replica file, given one still read in place from its bundle
-    /// but not the bundle: it refuses with one clear line (or, `pending`, answers from what
-    /// it knows: nothing can be queued there) — and never creates an empty replica in its place.
-    @Test func everyVerbRefusesAReplicaReadInPlaceWithoutItsBundle() async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        _ = try await baked(dir, count: 20)
-        let path = dir.file("app.sqlite")
-        let bundle = dir.file("items.replica")
-        let dead = "http://127.0.0.1:9/v1/collections/items"
-        let pulled = try CLI.run(["pull", "--url", dead, "--replica", path, "--snapshot", bundle, "--timeout", "1"])
-        #expect(pulled.status == 4 && !FileManager.default.fileExists(atPath: path))
-        #expect(BundledReplica.isReadInPlace(path))
-
-        let refusals: [[String]] = [
-            ["local", "patch", "--replica", path, "r0000003", #"{"note":"offline"}"#],
-            ["local", "put", "--replica", path, "new", #"{"v":1}"#],
-            ["local", "delete", "--replica", path, "r0000003"],
-            ["dump", "--replica", path],
-            ["inspect", path],
-            ["pull", "--url", dead, "--replica", path, "--timeout", "1"],
-            ["sync", "--url", dead, "--replica", path, "--timeout", "1"],
-            ["revert", "--url", dead, "--replica", path, "--to", "1", "r0000003"],
-        ]
-        for arguments in refusals {
-            let result = try CLI.run(arguments)
-            let verb = arguments.prefix(2).joined(separator: " ")
-            #expect(result.status == 1, "\(verb): \(result.status) \(result.stdout)\(result.stderr)")
-            #expect(result.stderr.contains("read in place"), "\(verb): \(result.stderr)")
-            #expect(result.stderr.split(separator: "\n").count == 1, "\(verb): \(result.stderr)")
-            #expect(!FileManager.default.fileExists(atPath: path), "\(verb) created a replica in the bundle's place")
-        }
-        // Nothing can be queued in a replica read in place (a write copies it first).
-        let pending = try CLI.run(["pending", "--replica", path, "--all"])
-        #expect(pending.status == 0 && pending.stdout.isEmpty, "\(pending.stdout)\(pending.stderr)")
-        #expect(!FileManager.default.fileExists(atPath: path))
-
-        // With the bundle, the same write goes through and copies it.
-        let patched = try CLI.run(["local", "patch", "--replica", path, "--snapshot", bundle, "r0000003", #"{"note":"offline"}"#])
-        #expect(patched.status == 0, "\(patched.stderr)")
-        let listed = try CLI.run(["pending", "--replica", path])
-        #expect(listed.status == 0 && listed.stdout == #"1 patch r0000003 {"note":"offline"}"# + "\n", "\(listed.stdout)\(listed.stderr)")
-    }
 }

@@ -10,12 +10,6 @@ import Testing
 /// `deltasnap compact`: tombstones go, the floor rises, and a client that slept past it gets
 /// a full body on every path — never a delta that silently misses a delete, cached or not.
 @Suite struct CompactionTests {
-    func dump(_ path: String) throws -> String {
-        var out: [UInt8] = []
-        try ReplicaDump.dump(path: path) { out.append(contentsOf: $0) }
-        return String(decoding: out, as: UTF8.self)
-    }
-
     func kind(_ response: RawHTTPClient.Response) throws -> BodyKind {
         try BodyReader(bytes: try response.decodedBody()).readHeader().kind
     }
@@ -68,8 +62,8 @@ import Testing
         #expect(await sleeper.sync().name == "full")
         #expect(await recent.sync().name == "delta")
         let export = try Fixtures.export(store, "items")
-        #expect(try dump(dir.file("sleeper.sqlite")) == export)
-        #expect(try dump(dir.file("recent.sqlite")) == export)
+        #expect(try Fixtures.dumpReplica(dir.file("sleeper.sqlite")) == export)
+        #expect(try Fixtures.dumpReplica(dir.file("recent.sqlite")) == export)
         #expect(try await sleeper.verify())
         #expect(try await recent.verify())
         await server.stop()
@@ -102,35 +96,5 @@ import Testing
         }
         #expect(kind == .full)
         await server.stop()
-    }
-
-    @Test func theVerbSaysWhatItDidAndRefusesWhatItCannot() throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let db = dir.file("s.sqlite")
-        let store = try SQLiteDatabase(path: db)
-        try Fixtures.importText(Fixtures.ndjson(0..<3), into: store, collection: "items")
-        try Fixtures.importText(#"{"id":"r0000001","hidden":true}"#, into: store, collection: "items")
-
-        // Everything here is minutes old: nothing is older than a day.
-        let recent = try CLI.run(["compact", "--db", db, "--collection", "items", "--older-than", "1"])
-        #expect(recent.status == 0 && recent.stdout.contains("nothing to compact"), "\(recent.stdout)\(recent.stderr)")
-        #expect(try store.head(of: "items")?.floor == 0)
-
-        for arguments in [
-            ["--collection", "items"],
-            ["--collection", "items", "--keep-versions", "1", "--older-than", "2"],
-            ["--collection", "items", "--keep-versions", "-1"],
-        ] {
-            let refused = try CLI.run(["compact", "--db", db] + arguments)
-            #expect(refused.status != 0, "\(arguments)")
-            #expect(!refused.stderr.isEmpty, "\(arguments)")
-        }
-        let unknown = try CLI.run(["compact", "--db", db, "--collection", "nope", "--keep-versions", "1"])
-        #expect(unknown.status == 1 && unknown.stderr.contains("does not exist") && unknown.stderr.split(separator: "\n").count == 1)
-
-        let all = try CLI.run(["compact", "--db", db, "--collection", "items", "--keep-versions", "0"])
-        #expect(all.status == 0 && all.stdout.contains("to 2; 1 tombstone removed"), "\(all.stdout)")
-        #expect(try Fixtures.export(store, "items") == Fixtures.export(try SQLiteDatabase(path: db), "items"))
     }
 }

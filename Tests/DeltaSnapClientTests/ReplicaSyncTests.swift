@@ -10,11 +10,6 @@ import Testing
 
 /// The client against a real server on 127.0.0.1 and real SQLite files.
 @Suite struct ReplicaSyncTests {
-    func dump(_ path: String) throws -> String {
-        var out: [UInt8] = []
-        try ReplicaDump.dump(path: path) { out.append(contentsOf: $0) }
-        return String(decoding: out, as: UTF8.self)
-    }
 
     @Test func bundledSnapshotIsUsableOfflineAtFirstStart() async throws {
         let dir = try TemporaryDirectory()
@@ -34,7 +29,7 @@ import Testing
         guard case .failed = outcome else { Issue.record("expected a failure, got \(outcome)"); return }
         #expect(await replica.count == 100)
         #expect(await replica.status == .retrying)
-        #expect(try dump(dir.file("r.sqlite")) == Fixtures.export(store, "items"))
+        #expect(try Fixtures.dumpReplica(dir.file("r.sqlite")) == Fixtures.export(store, "items"))
     }
 
     @Test func deltaNotModifiedHideUnhideAndFullReplace() async throws {
@@ -60,7 +55,7 @@ import Testing
         try await waitForToken(server, store)
         #expect(await replica.sync().name == "delta")
         #expect(try await replica.record(id: "r0000001")?["back"] == .bool(true))
-        #expect(try dump(dir.file("r.sqlite")) == Fixtures.export(store, "items"))
+        #expect(try Fixtures.dumpReplica(dir.file("r.sqlite")) == Fixtures.export(store, "items"))
 
         // A full replace on the server (a different store: another epoch) removes what it lacks.
         await server.stop()
@@ -70,7 +65,7 @@ import Testing
         let replica2 = try DeltaSnapReplica(path: dir.file("r.sqlite"), collection: "items", url: URL(string: "\(otherServer.baseURL)/v1/collections/items")!)
         guard case .applied(let full) = await replica2.sync(), full.kind == .full else { Issue.record("expected a full body"); return }
         #expect(await replica2.count == 10)
-        #expect(try dump(dir.file("r.sqlite")) == Fixtures.export(other, "items"))
+        #expect(try Fixtures.dumpReplica(dir.file("r.sqlite")) == Fixtures.export(other, "items"))
         #expect(try await replica2.verify())
         await otherServer.stop()
 
@@ -109,7 +104,7 @@ import Testing
             let outcome = await replica.sync()
             if case .failed(let reason, _) = outcome { Issue.record("round \(round): \(reason)") }
             if case .deferred = outcome { Issue.record("round \(round): deferred") }
-            #expect(try dump(dir.file("r.sqlite")) == Fixtures.export(store, "items"), "round \(round)")
+            #expect(try Fixtures.dumpReplica(dir.file("r.sqlite")) == Fixtures.export(store, "items"), "round \(round)")
             #expect(await replica.token == (try store.head(of: "items"))?.token.description)
         }
         // The CLI's dump prints the same bytes as the server's export.

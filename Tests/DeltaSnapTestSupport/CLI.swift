@@ -1,9 +1,9 @@
 import Foundation
 
 /// Runs the built `deltasnap` executable as a child process, as a user would.
-public enum CLI {
+package enum CLI {
     /// The `deltasnap` binary next to the test bundle (`DELTASNAP_BIN` overrides).
-    public static var binary: String {
+    package static var binary: String {
         if let override = ProcessInfo.processInfo.environment["DELTASNAP_BIN"] { return override }
         var directory = Bundle.main.bundleURL
         for _ in 0..<4 {
@@ -15,13 +15,13 @@ public enum CLI {
             .deletingLastPathComponent().appendingPathComponent(".build/debug/deltasnap").path
     }
 
-    public struct Result: Sendable {
-        public var status: Int32
-        public var stdout: String
-        public var stderr: String
-        public var stdoutBytes: [UInt8]
+    package struct Result: Sendable {
+        package var status: Int32
+        package var stdout: String
+        package var stderr: String
+        package var stdoutBytes: [UInt8]
 
-        public init(status: Int32, stdout: String, stderr: String, stdoutBytes: [UInt8]) {
+        package init(status: Int32, stdout: String, stderr: String, stdoutBytes: [UInt8]) {
             self.status = status
             self.stdout = stdout
             self.stderr = stderr
@@ -31,7 +31,7 @@ public enum CLI {
 
     /// Runs `deltasnap ARGUMENTS` to completion, with `environment` added to the test's.
     @discardableResult
-    public static func run(_ arguments: [String], environment: [String: String] = [:], stdin: String? = nil) throws -> Result {
+    package static func run(_ arguments: [String], environment: [String: String] = [:], stdin: String? = nil) throws -> Result {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
@@ -60,7 +60,7 @@ public enum CLI {
 
     /// Starts `deltasnap ARGUMENTS`, sends SIGKILL after `delay` seconds unless it has
     /// exited (nil: lets it finish); true when it was killed.
-    public static func runAndKill(_ arguments: [String], after delay: Double?, environment: [String: String]) throws -> Bool {
+    package static func runAndKill(_ arguments: [String], after delay: Double?, environment: [String: String]) throws -> Bool {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: CLI.binary)
         process.arguments = arguments

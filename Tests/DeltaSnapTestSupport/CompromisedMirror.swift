@@ -11,26 +11,26 @@ import Foundation
 /// mirror.rewrite = { url, body in url.path.contains("/deltas/") ? forged : nil }
 /// let replica = try DeltaSnapReplica(…, transport: mirror, trustedKeys: [key])
 /// ```
-public final class CompromisedMirror: SyncTransport, @unchecked Sendable {
+package final class CompromisedMirror: SyncTransport, @unchecked Sendable {
     private let lock = NSLock()
     private let real = URLSessionTransport()
     private var _rewrite: (@Sendable (URL, [UInt8]) -> [UInt8]?)?
     private var _paths: [String] = []
 
-    public init() {}
+    package init() {}
 
     /// Given the URL and the decoded body, the bytes to hand the client instead (nil: as is).
-    public var rewrite: (@Sendable (URL, [UInt8]) -> [UInt8]?)? {
+    package var rewrite: (@Sendable (URL, [UInt8]) -> [UInt8]?)? {
         get { lock.withLock { _rewrite } }
         set { lock.withLock { _rewrite = newValue } }
     }
 
     /// Paths requested so far.
-    public var paths: [String] { lock.withLock { _paths } }
+    package var paths: [String] { lock.withLock { _paths } }
 
-    public func resetPaths() { lock.withLock { _paths = [] } }
+    package func resetPaths() { lock.withLock { _paths = [] } }
 
-    public func fetch(_ request: SyncRequest) async throws -> SyncResponse {
+    package func fetch(_ request: SyncRequest) async throws -> SyncResponse {
         lock.withLock { _paths.append(request.url.path) }
         let response = try await real.fetch(request)
         guard let rewrite, let file = response.bodyFile else { return response }
@@ -44,7 +44,7 @@ public final class CompromisedMirror: SyncTransport, @unchecked Sendable {
     /// Rewrites a body's records with `change` and fixes `count` and `checksum` the way an
     /// attacker can (the XXH64 sum is no secret): only the signed digest can catch it.
     /// `held` is the state the client holds (id → canonical bytes), for a delta.
-    public static func forge(_ body: [UInt8], held: [String: [UInt8]], _ change: (inout [Record]) -> Void) throws -> [UInt8] {
+    package static func forge(_ body: [UInt8], held: [String: [UInt8]], _ change: (inout [Record]) -> Void) throws -> [UInt8] {
         let reader = BodyReader(bytes: body)
         var header = try reader.readHeader()
         var records: [Record] = []

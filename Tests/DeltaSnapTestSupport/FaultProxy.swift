@@ -14,8 +14,8 @@ import Darwin
 /// let proxy = try FaultProxy(upstreamPort: server.port) { index, _, _ in index % 2 == 1 ? .dropResponse : .forward }
 /// defer { proxy.stop() }
 /// ```
-public final class FaultProxy: @unchecked Sendable {
-    public enum Fault: Sendable {
+package final class FaultProxy: @unchecked Sendable {
+    package enum Fault: Sendable {
         case forward
         case dropResponse
         case respond(status: Int, body: String)
@@ -24,7 +24,7 @@ public final class FaultProxy: @unchecked Sendable {
         case delay(seconds: Double)
     }
 
-    public let port: Int
+    package let port: Int
     private let listener: Int32
     private let upstreamPort: Int
     private let script: @Sendable (Int, String, String) -> Fault
@@ -34,9 +34,9 @@ public final class FaultProxy: @unchecked Sendable {
     private var stopped = false
 
     /// Requests forwarded, and responses dropped, so far.
-    public var counts: (forwarded: Int, dropped: Int) { lock.withLock { (requestCount, droppedCount) } }
+    package var counts: (forwarded: Int, dropped: Int) { lock.withLock { (requestCount, droppedCount) } }
 
-    public init(upstreamPort: Int, script: @escaping @Sendable (_ index: Int, _ method: String, _ path: String) -> Fault) throws {
+    package init(upstreamPort: Int, script: @escaping @Sendable (_ index: Int, _ method: String, _ path: String) -> Fault) throws {
         self.upstreamPort = upstreamPort
         self.script = script
         #if canImport(Glibc)
@@ -68,7 +68,7 @@ public final class FaultProxy: @unchecked Sendable {
     }
 
     /// Stops accepting; connections in flight finish on their own.
-    public func stop() {
+    package func stop() {
         lock.withLock { stopped = true }
         shutdown(listener, Int32(SHUT_RDWR))
         close(listener)

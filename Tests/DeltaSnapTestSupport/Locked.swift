@@ -1,17 +1,17 @@
 import Foundation
 
 /// A value shared between threads or tasks in a test, behind a lock.
-public final class Locked<Value>: @unchecked Sendable {
+package final class Locked<Value>: @unchecked Sendable {
     private let lock = NSLock()
     private var value: Value
 
-    public init(_ value: Value) { self.value = value }
+    package init(_ value: Value) { self.value = value }
 
-    public func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
+    package func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
         lock.lock()
         defer { lock.unlock() }
         return try body(&value)
     }
 
-    public var current: Value { withLock { $0 } }
+    package var current: Value { withLock { $0 } }
 }

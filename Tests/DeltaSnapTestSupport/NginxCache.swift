@@ -12,12 +12,12 @@ import Glibc
 /// defer { cache.stop() }
 /// let originRequests = cache.originRequests()     // URIs nginx fetched from the origin
 /// ```
-public final class NginxCache: Sendable {
-    public let port: Int
-    public let directory: String
+package final class NginxCache: Sendable {
+    package let port: Int
+    package let directory: String
     private let process: Process
 
-    public var baseURL: String { "http://127.0.0.1:\(port)" }
+    package var baseURL: String { "http://127.0.0.1:\(port)" }
 
     private init(port: Int, directory: String, process: Process) {
         self.port = port
@@ -26,11 +26,11 @@ public final class NginxCache: Sendable {
     }
 
     /// The nginx binary; a test that needs it fails (never skips) when it is missing.
-    public static var binary: String? {
+    package static var binary: String? {
         ["/usr/sbin/nginx", "/usr/bin/nginx"].first { FileManager.default.isExecutableFile(atPath: $0) }
     }
 
-    public static func start(originPort: Int, in parent: String) throws -> NginxCache {
+    package static func start(originPort: Int, in parent: String) throws -> NginxCache {
         guard let binary else { throw RawHTTPClient.Failure(description: "nginx is not installed (.ci/install-deps.sh installs it)") }
         let directory = (parent as NSString).appendingPathComponent("nginx")
         for sub in ["", "cache", "tmp"] {
@@ -95,14 +95,14 @@ public final class NginxCache: Sendable {
     }
 
     /// SIGTERM (graceful), then waits for the exit.
-    public func stop() {
+    package func stop() {
         guard process.isRunning else { return }
         kill(process.processIdentifier, SIGTERM)
         process.waitUntilExit()
     }
 
     /// Access log lines: `URI STATUS CACHE_STATUS` (`-` when the cache was not involved).
-    public func accessLog() -> [(uri: String, status: Int, cache: String)] {
+    package func accessLog() -> [(uri: String, status: Int, cache: String)] {
         let text = (try? String(contentsOfFile: "\(directory)/access.log", encoding: .utf8)) ?? ""
         return text.split(separator: "\n").compactMap { line in
             let parts = line.split(separator: " ")
@@ -112,7 +112,7 @@ public final class NginxCache: Sendable {
     }
 
     /// A port nothing listens on right now (the kernel's pick for port 0).
-    public static func freeLoopbackPort() throws -> Int {
+    package static func freeLoopbackPort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw RawHTTPClient.Failure(description: "socket() failed") }
         defer { close(fd) }

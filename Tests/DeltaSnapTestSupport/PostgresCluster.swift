@@ -13,12 +13,12 @@ import Glibc
 /// defer { cluster.stop() }
 /// let store = try await PostgresCollectionStore.connect(url: cluster.url)
 /// ```
-public final class PostgresCluster: @unchecked Sendable {
-    public let port: Int
-    public let directory: String
+package final class PostgresCluster: @unchecked Sendable {
+    package let port: Int
+    package let directory: String
     private let process: Process
     /// `postgres://deltasnap@127.0.0.1:PORT/postgres` (trust authentication on loopback).
-    public var url: String { "postgres://deltasnap@127.0.0.1:\(port)/postgres" }
+    package var url: String { "postgres://deltasnap@127.0.0.1:\(port)/postgres" }
 
     private init(port: Int, directory: String, process: Process) {
         self.port = port
@@ -40,7 +40,7 @@ public final class PostgresCluster: @unchecked Sendable {
 
     /// A new cluster in `parent/pg`, serving on a free loopback port. `settings` are extra
     /// `-c name=value` server settings (e.g. for a replication primary).
-    public static func start(in parent: String, name: String = "pg", settings: [String] = []) throws -> PostgresCluster {
+    package static func start(in parent: String, name: String = "pg", settings: [String] = []) throws -> PostgresCluster {
         guard let bin = binDirectory else {
             throw RawHTTPClient.Failure(description: "PostgreSQL is not installed (.ci/install-deps.sh installs it)")
         }
@@ -58,7 +58,7 @@ public final class PostgresCluster: @unchecked Sendable {
 
     /// A streaming replica of this cluster (`pg_basebackup -R`), started on its own free
     /// port: read-only, replaying what the primary commits.
-    public func startReplica(in parent: String, name: String = "replica") throws -> PostgresCluster {
+    package func startReplica(in parent: String, name: String = "replica") throws -> PostgresCluster {
         guard let bin = Self.binDirectory else { throw RawHTTPClient.Failure(description: "PostgreSQL is not installed") }
         let directory = (parent as NSString).appendingPathComponent(name)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -71,13 +71,13 @@ public final class PostgresCluster: @unchecked Sendable {
     }
 
     /// Runs one SQL statement with `psql` (e.g. `SELECT pg_wal_replay_pause()` on a replica).
-    public func sql(_ statement: String) throws {
+    package func sql(_ statement: String) throws {
         guard let bin = Self.binDirectory else { throw RawHTTPClient.Failure(description: "PostgreSQL is not installed") }
         try Self.run("\(bin)/psql", ["-h", "127.0.0.1", "-p", "\(port)", "-U", "deltasnap", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-qAt", "-c", statement])
     }
 
     /// Starts the server of an existing data directory (again, after ``stop()``).
-    public func restarted(settings: [String] = []) throws -> PostgresCluster {
+    package func restarted(settings: [String] = []) throws -> PostgresCluster {
         guard let bin = Self.binDirectory else { throw RawHTTPClient.Failure(description: "PostgreSQL is not installed") }
         return try Self.launch(bin: bin, directory: directory, settings: settings, port: port)
     }
@@ -126,13 +126,13 @@ public final class PostgresCluster: @unchecked Sendable {
     }
 
     /// The postmaster's PID, from its lock file.
-    public var pid: pid_t? {
+    package var pid: pid_t? {
         guard let text = try? String(contentsOfFile: directory + "/data/postmaster.pid", encoding: .utf8) else { return nil }
         return text.split(separator: "\n").first.flatMap { pid_t($0) }
     }
 
     /// Fast shutdown (SIGINT to the postmaster, found by PID), waiting up to 30 s for it to go.
-    public func stop() {
+    package func stop() {
         if let pid, kill(pid, 0) == 0 {
             kill(pid, SIGINT)
             for _ in 0..<300 where kill(pid, 0) == 0 { usleep(100_000) }
@@ -144,7 +144,7 @@ public final class PostgresCluster: @unchecked Sendable {
     }
 
     /// Runs a tool of the server's (`pg_basebackup`, `psql`) as the server's user.
-    public static func runAsServerUser(_ asRoot: Bool, _ tool: String, _ arguments: [String]) throws {
+    package static func runAsServerUser(_ asRoot: Bool, _ tool: String, _ arguments: [String]) throws {
         if asRoot {
             try run("/usr/sbin/runuser", ["-u", "postgres", "--", tool] + arguments)
         } else {

@@ -4,17 +4,17 @@ import Foundation
 /// A polling client that applies bodies the way the protocol says (docs/PROTOCOL.md), and
 /// checks as it goes: a delta's base is the token held, counts and checksums match, tokens
 /// never move backwards.
-public final class ProtocolPoller: @unchecked Sendable {
-    public var records: [String: [UInt8]] = [:]
-    public var token: String?
-    public var lastVersion: UInt64 = 0
-    public var applied = (full: 0, delta: 0, notModified: 0)
-    public var problems: [String] = []
+package final class ProtocolPoller: @unchecked Sendable {
+    package var records: [String: [UInt8]] = [:]
+    package var token: String?
+    package var lastVersion: UInt64 = 0
+    package var applied = (full: 0, delta: 0, notModified: 0)
+    package var problems: [String] = []
 
-    public init() {}
+    package init() {}
 
     /// One conditional GET of `items` and, on a 200, the body applied.
-    public func sync(_ connection: RawHTTPClient) throws {
+    package func sync(_ connection: RawHTTPClient) throws {
         var headers = ["Accept-Encoding": "gzip"]
         if let token { headers["If-None-Match"] = "\"\(token)\"" }
         let response = try connection.request("GET", "/v1/collections/items", headers: headers)
@@ -53,7 +53,7 @@ public final class ProtocolPoller: @unchecked Sendable {
     }
 
     /// The records held, as `export` prints them.
-    public var export: String {
+    package var export: String {
         records.keys.sorted { $0.utf8Precedes($1) }.map { String(decoding: records[$0]!, as: UTF8.self) + "\n" }.joined()
     }
 }

@@ -9,38 +9,38 @@ import Darwin
 /// A minimal blocking HTTP/1.1 client over one TCP connection to 127.0.0.1, for tests that
 /// must see the exact bytes on the wire (gzip vs identity, headers, keep-alive across
 /// requests) — things URLSession hides.
-public final class RawHTTPClient {
-    public struct Response: Sendable {
-        public var status: Int
-        public var headers: [(String, String)]
+package final class RawHTTPClient {
+    package struct Response: Sendable {
+        package var status: Int
+        package var headers: [(String, String)]
         /// The body as sent (still gzip-encoded when Content-Encoding says so).
-        public var body: [UInt8]
+        package var body: [UInt8]
 
-        public func header(_ name: String) -> String? {
+        package func header(_ name: String) -> String? {
             headers.first { $0.0.lowercased() == name.lowercased() }?.1
         }
 
         /// The body decoded from gzip when it was sent gzip-encoded.
-        public func decodedBody() throws -> [UInt8] {
+        package func decodedBody() throws -> [UInt8] {
             header("Content-Encoding") == "gzip" ? try GzipDecompressor.decompress(body) : body
         }
 
-        public var text: String { String(decoding: (try? decodedBody()) ?? body, as: UTF8.self) }
+        package var text: String { String(decoding: (try? decodedBody()) ?? body, as: UTF8.self) }
     }
 
-    public struct Failure: Error, CustomStringConvertible {
-        public var description: String
+    package struct Failure: Error, CustomStringConvertible {
+        package var description: String
 
-        public init(description: String) {
+        package init(description: String) {
             self.description = description
         }
     }
 
     private let socket: Int32
     private var buffer: [UInt8] = []
-    public let port: Int
+    package let port: Int
 
-    public init(port: Int, timeoutSeconds: Int = 30) throws {
+    package init(port: Int, timeoutSeconds: Int = 30) throws {
         self.port = port
         #if canImport(Glibc)
         socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -68,7 +68,7 @@ public final class RawHTTPClient {
     }
 
     /// Sends one request and reads the whole response.
-    public func request(_ method: String = "GET", _ path: String, headers: [String: String] = [:], body: [UInt8] = []) throws -> Response {
+    package func request(_ method: String = "GET", _ path: String, headers: [String: String] = [:], body: [UInt8] = []) throws -> Response {
         var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
         if !body.isEmpty || method == "POST" || method == "PUT" { head += "Content-Length: \(body.count)\r\n" }
@@ -79,7 +79,7 @@ public final class RawHTTPClient {
 
     /// Sends `bytes` exactly as given (a hostile or broken request), optionally half-closes
     /// the connection, then reads one response; nil when the server closed without one.
-    public func sendRaw(_ bytes: [UInt8], halfClose: Bool = false, method: String = "POST", awaitingResponse: Bool = true) throws -> Response? {
+    package func sendRaw(_ bytes: [UInt8], halfClose: Bool = false, method: String = "POST", awaitingResponse: Bool = true) throws -> Response? {
         try send(bytes)
         if halfClose { shutdown(socket, Int32(SHUT_WR)) }
         guard awaitingResponse else {
@@ -95,7 +95,7 @@ public final class RawHTTPClient {
     }
 
     /// Reads the next response on this connection (after pipelined requests).
-    public func nextResponse(method: String = "GET") throws -> Response {
+    package func nextResponse(method: String = "GET") throws -> Response {
         try readResponse(method: method)
     }
 

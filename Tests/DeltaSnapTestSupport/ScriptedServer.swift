@@ -7,20 +7,20 @@ import ServiceLifecycle
 
 /// An HTTP server on 127.0.0.1 whose answers a test scripts: broken bodies, odd validators,
 /// errors, stalls. It records every request it receives.
-public final class ScriptedServer: Sendable {
-    public struct Received: Sendable {
+package final class ScriptedServer: Sendable {
+    package struct Received: Sendable {
         /// Header fields by lowercased name (several lines of one field joined with ", ").
-        public var headers: [String: String]
+        package var headers: [String: String]
     }
 
-    public struct Reply: Sendable {
-        public var status: Int
-        public var headers: [String: String]
-        public var body: [UInt8]
+    package struct Reply: Sendable {
+        package var status: Int
+        package var headers: [String: String]
+        package var body: [UInt8]
         /// Wait this long before answering (to outlast a client's timeout).
-        public var delay: Duration?
+        package var delay: Duration?
 
-        public init(status: Int = 200, headers: [String: String] = [:], body: [UInt8] = [], delay: Duration? = nil) {
+        package init(status: Int = 200, headers: [String: String] = [:], body: [UInt8] = [], delay: Duration? = nil) {
             self.status = status
             self.headers = headers
             self.body = body
@@ -28,15 +28,15 @@ public final class ScriptedServer: Sendable {
         }
     }
 
-    public let port: Int
+    package let port: Int
     private let services: ServiceGroup
     private let task: Task<Void, any Error>
     private let log: Locked<[Received]>
 
-    public var url: URL { URL(string: "http://127.0.0.1:\(port)/v1/collections/items")! }
-    public var received: [Received] { log.current }
+    package var url: URL { URL(string: "http://127.0.0.1:\(port)/v1/collections/items")! }
+    package var received: [Received] { log.current }
 
-    public static func start(_ script: @escaping @Sendable (Received, Int) -> Reply) async throws -> ScriptedServer {
+    package static func start(_ script: @escaping @Sendable (Received, Int) -> Reply) async throws -> ScriptedServer {
         let log = Locked<[Received]>([])
         let router = Router()
         router.get("/v1/collections/:name") { request, _ -> Response in
@@ -88,7 +88,7 @@ public final class ScriptedServer: Sendable {
 
     /// Stops the server gracefully (open connections are closed once idle) and waits for it;
     /// after 2 s a connection a client still holds busy is cut.
-    public func stop() async {
+    package func stop() async {
         await services.triggerGracefulShutdown()
         let task = self.task
         let deadline = Task {
@@ -107,10 +107,10 @@ public final class ScriptedServer: Sendable {
 }
 
 /// Bodies in the wire format, for scripted answers.
-public enum Bodies {
+package enum Bodies {
     /// A body holding `records` (a full one replaces; a delta applies on `base`), with the
     /// checksum of `visibleState` (the whole state it leads to) unless `checksum` is given.
-    public static func make(
+    package static func make(
         kind: BodyKind, collection: String = "items", base: String? = nil, token: String,
         records: [Record], visibleState: [Record], checksum: StateChecksum? = nil, gzip: Bool = true
     ) -> [UInt8] {

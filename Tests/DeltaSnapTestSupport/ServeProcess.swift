@@ -9,13 +9,13 @@ import Glibc
 /// let server = try ServeProcess.start(["--db", db, "--jwt-secret", "s"])
 /// defer { server.stop() }
 /// ```
-public final class ServeProcess: Sendable {
-    public let port: Int
+package final class ServeProcess: Sendable {
+    package let port: Int
     /// The lines it printed on standard output until every awaited one had come.
-    public let lines: [String]
+    package let lines: [String]
     private let process: Process
 
-    public var collectionsURL: String { "http://127.0.0.1:\(port)/v1/collections" }
+    package var collectionsURL: String { "http://127.0.0.1:\(port)/v1/collections" }
 
     private init(port: Int, lines: [String], process: Process) {
         self.port = port
@@ -25,7 +25,7 @@ public final class ServeProcess: Sendable {
 
     /// Starts `deltasnap serve --port 0 ARGUMENTS` and waits for its "serving" line (and for a
     /// line starting with each of `awaiting`).
-    public static func start(_ arguments: [String], awaiting: [String] = []) throws -> ServeProcess {
+    package static func start(_ arguments: [String], awaiting: [String] = []) throws -> ServeProcess {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: CLI.binary)
         process.arguments = ["serve", "--port", "0", "--log-level", "warning"] + arguments
@@ -52,7 +52,7 @@ public final class ServeProcess: Sendable {
     }
 
     /// SIGTERM, then waits for the exit.
-    public func stop() {
+    package func stop() {
         guard process.isRunning else { return }
         kill(process.processIdentifier, SIGTERM)
         process.waitUntilExit()

@@ -1,26 +1,26 @@
 import Foundation
 
 /// A fresh directory under the system temporary directory, removed by ``remove()``.
-public struct TemporaryDirectory: Sendable {
-    public let path: String
+package struct TemporaryDirectory: Sendable {
+    package let path: String
 
-    public init(_ label: String = "deltasnap") throws {
+    package init(_ label: String = "deltasnap") throws {
         path = (NSTemporaryDirectory() as NSString).appendingPathComponent("\(label)-\(UUID().uuidString)")
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
     }
 
     /// `path/name`.
-    public func file(_ name: String) -> String {
+    package func file(_ name: String) -> String {
         (path as NSString).appendingPathComponent(name)
     }
 
-    public func remove() {
+    package func remove() {
         try? FileManager.default.removeItem(atPath: path)
     }
 
     /// Writes `text` to `path/name` and returns the full path.
     @discardableResult
-    public func write(_ name: String, _ text: String) throws -> String {
+    package func write(_ name: String, _ text: String) throws -> String {
         let target = file(name)
         try Data(text.utf8).write(to: URL(fileURLWithPath: target))
         return target
@@ -28,7 +28,7 @@ public struct TemporaryDirectory: Sendable {
 
     /// Writes `bytes` to `path/name` and returns the full path.
     @discardableResult
-    public func write(_ name: String, bytes: [UInt8]) throws -> String {
+    package func write(_ name: String, bytes: [UInt8]) throws -> String {
         let target = file(name)
         try Data(bytes).write(to: URL(fileURLWithPath: target))
         return target

@@ -4,9 +4,9 @@ import DeltaSnapStoreLocation
 import Foundation
 
 /// The two stores a server can run on, for tests that run on both.
-public enum TestBackend: String, CaseIterable, Sendable, CustomStringConvertible {
+package enum TestBackend: String, CaseIterable, Sendable, CustomStringConvertible {
     case sqlite, postgres
-    public var description: String { rawValue }
+    package var description: String { rawValue }
 }
 
 /// A production store of either kind, fresh for one test: an SQLite file, or a throwaway
@@ -18,13 +18,13 @@ public enum TestBackend: String, CaseIterable, Sendable, CustomStringConvertible
 /// defer { database.stop() }
 /// let server = try await TestServer.start(database: database.url)
 /// ```
-public final class TestDatabase: Sendable {
-    public let backend: TestBackend
+package final class TestDatabase: Sendable {
+    package let backend: TestBackend
     /// What `--db` takes: the SQLite path or the PostgreSQL URL.
-    public let url: String
-    public let cluster: PostgresCluster?
+    package let url: String
+    package let cluster: PostgresCluster?
     /// The store, through the one protocol every store conforms to.
-    public let store: any CollectionStore
+    package let store: any CollectionStore
 
     private init(backend: TestBackend, url: String, cluster: PostgresCluster?, store: any CollectionStore) {
         self.backend = backend
@@ -33,7 +33,7 @@ public final class TestDatabase: Sendable {
         self.store = store
     }
 
-    public static func make(_ backend: TestBackend, in dir: TemporaryDirectory, configuration: StoreConfiguration = StoreConfiguration()) async throws -> TestDatabase {
+    package static func make(_ backend: TestBackend, in dir: TemporaryDirectory, configuration: StoreConfiguration = StoreConfiguration()) async throws -> TestDatabase {
         switch backend {
         case .sqlite:
             let path = dir.file("s.sqlite")
@@ -52,38 +52,38 @@ public final class TestDatabase: Sendable {
 
     /// A handle on a running cluster (after a restart), owning nothing: ``stop()`` closes
     /// the connection only.
-    public static func reconnect(to cluster: PostgresCluster) async throws -> TestDatabase {
+    package static func reconnect(to cluster: PostgresCluster) async throws -> TestDatabase {
         TestDatabase(backend: .postgres, url: cluster.url, cluster: nil, store: try await StoreLocation(cluster.url).open(configuration: StoreConfiguration()))
     }
 
     /// Imports NDJSON text straight into the store (another process's import, as far as a
     /// server can tell).
     @discardableResult
-    public func importText(_ text: String, collection: String, replace: Bool = false) async throws -> WriteResult {
+    package func importText(_ text: String, collection: String, replace: Bool = false) async throws -> WriteResult {
         try await store.importRecords(
             from: RecordStream(source: ChunkSources.bytes(Array(text.utf8)), name: "test"), into: collection, replace: replace, progress: nil)
     }
 
     /// NDJSON spread over partitions `collection/VALUE` by the value of `field`.
     @discardableResult
-    public func importPartitioned(_ text: String, collection: String, by field: String, replace: Bool = false) async throws -> [WriteResult] {
+    package func importPartitioned(_ text: String, collection: String, by field: String, replace: Bool = false) async throws -> [WriteResult] {
         let groups = try PartitionRecords.group(RecordStream(source: ChunkSources.bytes(Array(text.utf8)), name: "test"), collection: collection, by: field)
         return try await store.importPartitions(groups, replace: replace)
     }
 
-    public func head(of collection: String) async throws -> CollectionHead? {
+    package func head(of collection: String) async throws -> CollectionHead? {
         try await store.head(of: collection)
     }
 
     /// The visible records as `export` prints them (NDJSON, id order).
-    public func export(_ collection: String) async throws -> String {
+    package func export(_ collection: String) async throws -> String {
         var out: [UInt8] = []
         try await store.export(collection) { out += $0 }
         return String(decoding: out, as: UTF8.self)
     }
 
     /// Every record changed after `version` (tombstones included), canonical bytes, id order.
-    public func changes(after version: UInt64, in collection: String) async throws -> [String] {
+    package func changes(after version: UInt64, in collection: String) async throws -> [String] {
         try await store.withRecords(in: collection, after: version) { source in
             var out: [String] = []
             while try await source.next({ out.append(String(decoding: $0, as: UTF8.self)) }) {}
@@ -93,20 +93,20 @@ public final class TestDatabase: Sendable {
 
     /// Deletes tombstones up to `version` and raises the floor; how many went.
     @discardableResult
-    public func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int {
+    package func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int {
         try await store.compact(collection, throughVersion: version)
     }
 
     /// The sequence the signed index would carry now.
-    public func publishedSequence() async throws -> UInt64 {
+    package func publishedSequence() async throws -> UInt64 {
         try await store.publishedState(of: []).sequence
     }
 
-    public func collections() async throws -> [CollectionHead] {
+    package func collections() async throws -> [CollectionHead] {
         try await store.collections()
     }
 
-    public func stop() async {
+    package func stop() async {
         await store.close()
         cluster?.stop()
     }

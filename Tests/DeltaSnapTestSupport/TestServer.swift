@@ -7,17 +7,17 @@ import Foundation
 import Logging
 
 /// A real DeltaSnap server on 127.0.0.1 and an ephemeral port, in this process.
-public final class TestServer: Sendable {
-    public let port: Int
-    public let service: DeltaSnapAPI
+package final class TestServer: Sendable {
+    package let port: Int
+    package let service: DeltaSnapAPI
     private let task: Task<Void, any Error>
 
-    public static let writeToken = "test-write-token"
+    package static let writeToken = "test-write-token"
 
-    public var baseURL: String { "http://127.0.0.1:\(port)" }
+    package var baseURL: String { "http://127.0.0.1:\(port)" }
 
     /// `database` is what `--db` takes: an SQLite path or a `postgres://` URL (``StoreLocation``).
-    public static func start(
+    package static func start(
         database: String, writeToken: String? = TestServer.writeToken,
         maximumWriteBodyBytes: Int = 1024 * 1024, fullBodyCacheMaximumRecords: Int = 100_000,
         access: AccessPolicy = AccessPolicy(), logNotModified: Bool = false, logger: Logger? = nil,
@@ -71,7 +71,7 @@ public final class TestServer: Sendable {
     /// let server = try await TestServer.start(database: db)
     /// try await server.stopping { try await body(server) }
     /// ```
-    public func stopping<T>(after body: () async throws -> T) async throws -> T {
+    package func stopping<T>(after body: () async throws -> T) async throws -> T {
         do {
             let result = try await body()
             await stop()
@@ -83,14 +83,14 @@ public final class TestServer: Sendable {
     }
 
     /// Stops the server and waits for it to finish.
-    public func stop() async {
+    package func stop() async {
         task.cancel()
         _ = await task.result
     }
 
     /// `PUT path` with `json` as the admin (the write token), on its own connection, off the
     /// cooperative pool.
-    public func adminPut(_ path: String, _ json: String) async throws -> RawHTTPClient.Response {
+    package func adminPut(_ path: String, _ json: String) async throws -> RawHTTPClient.Response {
         let port = port
         return try await offPool {
             try RawHTTPClient(port: port).request("PUT", path, headers: ["Authorization": "Bearer \(TestServer.writeToken)"], body: Array(json.utf8))
@@ -100,7 +100,7 @@ public final class TestServer: Sendable {
     /// Waits until the server's public index states `floor` for `collection`: a compaction
     /// made by another process reaches the server through its watcher, later than usual on a
     /// loaded machine. Throws after 10 s.
-    public func waitForFloor(_ floor: UInt64, of collection: String) async throws {
+    package func waitForFloor(_ floor: UInt64, of collection: String) async throws {
         let port = port
         for _ in 0..<500 {
             let body = try await offPool { try RawHTTPClient(port: port).request("GET", "/v1/index").body }
@@ -111,7 +111,7 @@ public final class TestServer: Sendable {
     }
 
     /// `GET /metrics` as the operator (the admin token): the Prometheus text.
-    public func metricsText() async throws -> String {
+    package func metricsText() async throws -> String {
         let port = port
         return try await offPool {
             try RawHTTPClient(port: port).request("GET", "/metrics", headers: ["Authorization": "Bearer \(TestServer.writeToken)"]).text
@@ -121,7 +121,7 @@ public final class TestServer: Sendable {
     /// Waits until the server answers `collection` (or partition) at `token`, as the admin:
     /// another writer's commit reaches it through its watcher, later on a loaded machine.
     /// Throws after 10 s.
-    public func waitForToken(_ token: ServerToken?, of collection: String) async throws {
+    package func waitForToken(_ token: ServerToken?, of collection: String) async throws {
         let port = port
         guard let path = CollectionPath(collection)?.urlPath else { throw RawHTTPClient.Failure(description: "\(collection) is no collection") }
         for _ in 0..<500 {
@@ -135,7 +135,7 @@ public final class TestServer: Sendable {
     }
 
     /// A new raw connection to the server.
-    public func connect() throws -> RawHTTPClient {
+    package func connect() throws -> RawHTTPClient {
         try RawHTTPClient(port: port)
     }
 }

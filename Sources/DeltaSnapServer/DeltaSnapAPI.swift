@@ -103,37 +103,35 @@ public final class DeltaSnapAPI: Sendable {
     let fullBodies = FullBodyCache()
     let deltas = DeltaCache()
     let accessControl: AccessControl
-    let publication: IndexPublisher
+    /// `GET /v1/index`'s documents: who sees which, and whether a client holds it.
+    let viewIndex: ViewIndex
     let memberships: MembershipDirectory
     /// The requests held by `GET /v1/index?wait=`, woken by every head change.
     let waiters: IndexWaiters
     /// The versions clients page through (`…/snapshots/{token}?limit=&after=`).
     let pagedVersions: PagedVersions
-    /// The headers of a view's answers, and of the public index's.
-    let viewIndexHeaders: IndexHeaders
-    let publicIndexHeaders: IndexHeaders
 
     /// A service on `store`, which it owns from now on (``shutdown()`` closes it; so does a
     /// failed init).
     public init(store: any CollectionStore, configuration: DeltaSnapServerConfiguration = DeltaSnapServerConfiguration()) async throws {
         self.configuration = configuration
-        viewIndexHeaders = IndexHeaders(isView: true, maxAge: configuration.indexMaxAge)
-        publicIndexHeaders = IndexHeaders(isView: false, maxAge: configuration.indexMaxAge)
         var policy = configuration.access
         policy.adminToken = configuration.writeToken ?? policy.adminToken
         waiters = IndexWaiters(debounce: configuration.waitDebounce, capacity: configuration.maximumWaiters)
         do {
             accessControl = try AccessControl(policy: policy)
             heads = HeadCache(
-                try await store.collections(), partitionCapacity: configuration.partitionHeadCapacity, waiters: waiters)
+                try await store.collections(), partitionCapacity: configuration.partitionHeadCapacity, onChange: { [waiters] in waiters.changed() })
         } catch {
             await store.close()
             throw error
         }
         self.store = store
-        publication = IndexPublisher(keys: configuration.signingKeys, lifetime: Int64(configuration.indexLifetime))
         pagedVersions = PagedVersions(budgetBytes: configuration.pagingBudgetBytes)
         memberships = MembershipDirectory(collection: policy.rules.memberships, store: store, heads: heads)
+        viewIndex = ViewIndex(
+            publication: IndexPublisher(keys: configuration.signingKeys, lifetime: Int64(configuration.indexLifetime)), heads: heads,
+            accessControl: accessControl, memberships: memberships, store: store, maxAge: configuration.indexMaxAge)
     }
 
     /// The collection or partition a route's path names (`:name`, and `:key` on the

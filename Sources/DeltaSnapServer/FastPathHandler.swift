@@ -23,22 +23,18 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias OutboundOut = HTTPResponsePart
 
     private let service: DeltaSnapAPI
-    private let requestLog: RequestLog
-    /// Read once: the configuration is a large value, and this is read per answer.
-    private let logNotModified: Bool
+    private var writer: PollResponseWriter
     /// Requests handed to the router whose response has not ended yet (shared with
     /// ``MalformedRequestHandler``).
     private let routed: RoutedRequests
     /// Dropping the rest of a request this handler answered.
     private var droppingRequestParts = false
     private var needsFlush = false
-    private var date = DateHeader()
 
     init(service: DeltaSnapAPI, logger: Logger, routed: RoutedRequests) {
         self.routed = routed
         self.service = service
-        requestLog = RequestLog(logger: logger, output: service.configuration.requestLogOutput)
-        logNotModified = service.configuration.logNotModified
+        writer = PollResponseWriter(service: service, logger: logger)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -134,7 +130,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         guard let held = parked else { return }
         guard wake == .changed else { return answerParked(changedTo: nil, context: context) }
         let generation = service.waiters.generation
-        if let fresh = service.indexFromMemory(for: held.wait.caller) {
+        if let fresh = service.viewIndex.fromMemory(for: held.wait.caller) {
             return settle(held, fresh: fresh, generation: generation, context: context)
         }
         // The index must be rebuilt (read and signed): off the event loop, once for every
@@ -143,7 +139,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let service = service
         Task {
             let caller = held.wait.caller
-            let rebuilt = try? await service.currentIndex(for: caller ?? .anonymous, isView: caller != nil)
+            let rebuilt = try? await service.viewIndex.current(for: caller)
             bound.eventLoop.execute {
                 let (handler, context) = bound.value
                 guard let held = handler.parked else { return }
@@ -155,7 +151,8 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Answers `held` with `fresh` when it differs from what the client holds, else waits on.
     private func settle(_ held: Parked, fresh: IndexPublisher.Published, generation: UInt64, context: ChannelHandlerContext) {
-        if fresh.etag != held.wait.published.etag { return answerParked(changedTo: fresh, context: context) }
+        // What the client holds is the parked document (it matched their ETag when parked).
+        if !ViewIndex.holds(held.wait.published.etag, fresh) { return answerParked(changedTo: fresh, context: context) }
         var wait = held.wait
         wait.generation = generation
         parked = nil
@@ -186,45 +183,35 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         _ answer: (status: HTTPResponse.Status, headers: HTTPFields, body: ByteBuffer?), to request: HTTPRequest, start: ContinuousClock.Instant,
         context: ChannelHandlerContext
     ) {
-        let identity = ResponseIdentity(
-            status: answer.status, clientsID: request.headerFields[.xRequestID], logNotModified: logNotModified,
-            newID: { RequestID().description })
         var headers = answer.headers
-        headers[.date] = date.now()
-        if let requestID = identity.requestID { headers[.xRequestID] = requestID }
-        let body = request.method == .get ? answer.body : nil
         if let length = answer.body?.readableBytes { headers[.contentLength] = String(length) }
-        context.write(wrapOutboundOut(.head(HTTPResponse(status: answer.status, headerFields: headers))), promise: nil)
-        if let body { context.write(wrapOutboundOut(.body(body)), promise: nil) }
-        context.write(wrapOutboundOut(.end(nil)), promise: nil)
-        needsFlush = true
-        service.metrics.countResponse(route: "/v1/index", status: answer.status.code)
-        if identity.logged, let requestID = identity.requestID {
-            requestLog.write(
-                requestID: requestID, method: request.method, path: request.path ?? "", status: answer.status, since: start, bytes: body?.readableBytes)
-        }
+        write(status: answer.status, headers: headers, body: answer.body, route: .index, to: request, start: start, context: context)
     }
 
     private func write(_ answer: FastAnswer, to request: HTTPRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) {
-        let (status, fields, body): (HTTPResponse.Status, HTTPFields, ByteBuffer?) = switch answer {
-        case .notModified(let served): (.notModified, served.validatorHeaders, nil)
-        case .delta(let cached): (.ok, cached.headers, cached.body)
+        switch answer {
+        case .notModified(let served):
+            write(status: .notModified, headers: served.validatorHeaders, body: nil, route: .collection, to: request, start: start, context: context)
+        case .delta(let cached):
+            write(status: .ok, headers: cached.headers, body: cached.body, route: .collection, to: request, start: start, context: context)
         }
-        let identity = ResponseIdentity(
-            status: status, clientsID: request.headerFields[.xRequestID], logNotModified: logNotModified,
-            newID: { RequestID().description })
-        var headers = fields
-        headers[.date] = date.now()
-        if let requestID = identity.requestID { headers[.xRequestID] = requestID }
+    }
+
+    /// The one writer of this handler's answers: head (with ``PollResponseWriter``'s `Date` and
+    /// request id), body for a `GET`, end; then counted and logged.
+    private func write(
+        status: HTTPResponse.Status, headers: HTTPFields, body: ByteBuffer?, route: PollResponseWriter.Route, to request: HTTPRequest,
+        start: ContinuousClock.Instant, context: ChannelHandlerContext
+    ) {
+        var headers = headers
+        let identity = writer.stamp(&headers, status: status, clientsID: request.headerFields[.xRequestID])
+        let body = request.method == .get ? body : nil
         context.write(wrapOutboundOut(.head(HTTPResponse(status: status, headerFields: headers))), promise: nil)
         if let body { context.write(wrapOutboundOut(.body(body)), promise: nil) }
         context.write(wrapOutboundOut(.end(nil)), promise: nil)
         needsFlush = true
-        if identity.logged, let requestID = identity.requestID {
-            requestLog.write(
-                requestID: requestID, method: request.method, path: request.path ?? "",
-                status: status, since: start, bytes: body?.readableBytes)
-        }
+        writer.finished(
+            identity, route: route, method: request.method, path: request.path ?? "", status: status, since: start, bodyBytes: body?.readableBytes)
     }
 }
 

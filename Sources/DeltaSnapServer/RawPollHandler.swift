@@ -27,19 +27,15 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     static let maximumHeadBytes = 4096
 
     private let service: DeltaSnapAPI
-    private let requestLog: RequestLog
-    /// Read once: the configuration is a large value, and this is read per answer.
-    private let logNotModified: Bool
+    private var writer: PollResponseWriter
     private var steppedAside = false
     /// The start of a request whose head has not fully arrived.
     private var partial: ByteBuffer?
     private var needsFlush = false
-    private var date = DateHeader()
 
     init(service: DeltaSnapAPI, logger: Logger) {
         self.service = service
-        requestLog = RequestLog(logger: logger, output: service.configuration.requestLogOutput)
-        logNotModified = service.configuration.logNotModified
+        writer = PollResponseWriter(service: service, logger: logger)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -106,54 +102,36 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     /// Writes `answer` as the router's path sends it: the head encoded once per version, per
     /// cached delta or per server (an index's, with its `ETag` written here), then `Date` and the
-    /// request id (``ResponseIdentity``), then the cached body as its own buffer (shared, not
+    /// request id (``PollResponseWriter``), then the cached body as its own buffer (shared, not
     /// copied).
     private func write(_ answer: Answer, to poll: PollRequestHead, start: ContinuousClock.Instant, context: ChannelHandlerContext) {
+        var tail = context.channel.allocator.buffer(capacity: 320)
         let status: HTTPResponse.Status
         switch answer {
-        case .collection(.notModified), .indexNotModified: status = .notModified
-        case .collection(.delta): status = .ok
-        }
-        let identity = ResponseIdentity(
-            status: status, clientsID: poll.requestID, logNotModified: logNotModified, newID: { RequestID().description })
-        var tail = context.channel.allocator.buffer(capacity: 320)
-        switch answer {
         case .collection(.notModified(let served)):
+            status = .notModified
             tail.writeImmutableBuffer(served.encodedNotModifiedHead)
         case .indexNotModified(let head, let etag):
+            status = .notModified
             tail.writeImmutableBuffer(head.encodedNotModifiedHead)
             tail.writeString("ETag: ")
             tail.writeString(etag)
             tail.writeString("\r\n")
         case .collection(.delta):
-            break
+            status = .ok
         }
-        tail.writeString("Date: ")
-        tail.writeString(date.now())
-        tail.writeString("\r\n")
-        if let requestID = identity.requestID {
-            tail.writeString("X-Request-Id: ")
-            tail.writeString(requestID)
-            tail.writeString("\r\n")
-        }
-        tail.writeString("\r\n")
+        let identity = writer.stamp(&tail, status: status, clientsID: poll.requestID)
         var bodyBytes: Int?
-        switch answer {
-        case .collection(.delta(let cached)):
+        if case .collection(.delta(let cached)) = answer {
             context.write(wrapOutboundOut(cached.encodedHead), promise: nil)
             context.write(wrapOutboundOut(tail), promise: nil)
             context.write(wrapOutboundOut(cached.body), promise: nil)
             bodyBytes = cached.body.readableBytes
-        case .collection(.notModified):
+        } else {
             context.write(wrapOutboundOut(tail), promise: nil)
-        case .indexNotModified:
-            context.write(wrapOutboundOut(tail), promise: nil)
-            // Counted as the router and the fast path count an index's answers.
-            service.metrics.countResponse(route: "/v1/index", status: status.code)
         }
-        if identity.logged, let requestID = identity.requestID {
-            requestLog.write(requestID: requestID, method: .get, path: poll.path, status: status, since: start, bytes: bodyBytes)
-        }
+        let route: PollResponseWriter.Route = if case .indexNotModified = answer { .index } else { .collection }
+        writer.finished(identity, route: route, method: .get, path: poll.path, status: status, since: start, bodyBytes: bodyBytes)
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {

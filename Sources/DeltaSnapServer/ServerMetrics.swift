@@ -122,6 +122,13 @@ public final class ServerMetrics: @unchecked Sendable {
         fastPathAnswers.increment()
     }
 
+    /// Counts an index answer given before the router as the router counts it (by route and
+    /// status), and as a fast-path answer.
+    func countFastPathIndexAnswer(status: Int) {
+        countResponse(route: "/v1/index", status: status)
+        fastPathAnswers.increment()
+    }
+
     func countBytes(_ count: Int, for outcome: Outcome) {
         bytes[outcome]?.increment(by: count)
     }

@@ -33,7 +33,7 @@ final class Fixtures: @unchecked Sendable {
     var root = ""
     var ndjson: [UInt8] = []
     var ndjsonPath = ""
-    var store: SQLiteDatabase?
+    var store: SQLiteCollectionStore?
     var bakingStore: SQLiteCollectionStore?
     var storePath = ""
     var snapshotPath = ""
@@ -96,12 +96,13 @@ func writeNDJSON(count: Int, to path: String) throws {
 /// A store at `path` holding `count` records (imported from a temporary NDJSON file), then
 /// `changes` records changed in a second version. Returns the version before the changes.
 @discardableResult
-func buildStore(at path: String, count: Int, changes: Int = 0) throws -> UInt64 {
-    let store = try SQLiteDatabase(path: path)
+func buildStore(at path: String, count: Int, changes: Int = 0) async throws -> UInt64 {
+    let store = try SQLiteCollectionStore(path: path)
+    defer { Task { await store.close() } }
     let source = path + ".ndjson"
     try writeNDJSON(count: count, to: source)
-    let first = try Importer(store: store, collection: collection)
-        .run(source: try ChunkSources.file(at: source), name: source)
+    let first = try await store.importRecords(
+        from: RecordStream(source: try ChunkSources.file(at: source), name: source), into: collection, replace: false, progress: nil)
     try? FileManager.default.removeItem(atPath: source)
     let before = first.head?.version ?? 0
     if changes > 0 {
@@ -113,7 +114,7 @@ func buildStore(at path: String, count: Int, changes: Int = 0) throws -> UInt64 
             bytes.append(contentsOf: generator.json(index: k * stride, revision: 1))
             bytes.append(0x0A)
         }
-        _ = try Importer(store: store, collection: collection).run(source: ChunkSources.bytes(bytes), name: "changes")
+        _ = try await store.importBatch(bytes, into: collection)
     }
     return before
 }
@@ -123,7 +124,7 @@ func buildStore(at path: String, count: Int, changes: Int = 0) throws -> UInt64 
 func bakedSnapshot(root: String, count: Int) async throws -> String {
     try fixtures.makeRoot(root)
     let storePath = fixtures.path("store.sqlite")
-    _ = try buildStore(at: storePath, count: count)
+    _ = try await buildStore(at: storePath, count: count)
     try await SQLiteCollectionStore(path: storePath, readOnly: true).bake(collection, into: fixtures.path("snapshots"))
     removeSQLite(storePath)
     return fixtures.path("snapshots/\(collection).snapshot")
@@ -169,12 +170,14 @@ let benchmarks: @Sendable () -> Void = {
             )
         ) { benchmark in
             let path = fixtures.nextPath("import.sqlite")
-            let store = try SQLiteDatabase(path: path)
+            // The path `deltasnap import` takes: the public store, its writer queue, one version.
+            let store = try SQLiteCollectionStore(path: path)
             let start = clock.now
             benchmark.startMeasurement()
-            let result = try Importer(store: store, collection: collection)
-                .run(source: ChunkSources.bytes(fixtures.ndjson), name: "synthetic")
+            let result = try await store.importRecords(
+                from: RecordStream(source: ChunkSources.bytes(fixtures.ndjson), name: "synthetic"), into: collection, replace: false, progress: nil)
             benchmark.stopMeasurement()
+            await store.close()
             let elapsed = seconds(start.duration(to: clock.now))
             precondition(result.upserted == count, "imported \(result.upserted) of \(count)")
             benchmark.measurement(recordsPerSecond, Int(Double(count) / elapsed))
@@ -194,7 +197,7 @@ let benchmarks: @Sendable () -> Void = {
             setup: {
                 try fixtures.makeRoot("bake")
                 fixtures.storePath = fixtures.path("store.sqlite")
-                try buildStore(at: fixtures.storePath, count: 1_000_000)
+                try await buildStore(at: fixtures.storePath, count: 1_000_000)
                 fixtures.bakingStore = try SQLiteCollectionStore(path: fixtures.storePath, readOnly: true)
             },
             teardown: { fixtures.removeAll() }
@@ -289,19 +292,19 @@ let benchmarks: @Sendable () -> Void = {
                 setup: {
                     try fixtures.makeRoot("delta-\(label)")
                     fixtures.storePath = fixtures.path("store.sqlite")
-                    fixtures.versionBeforeChanges = try buildStore(at: fixtures.storePath, count: count, changes: 10)
-                    fixtures.store = try SQLiteDatabase(path: fixtures.storePath)
+                    fixtures.versionBeforeChanges = try await buildStore(at: fixtures.storePath, count: count, changes: 10)
+                    fixtures.store = try SQLiteCollectionStore(path: fixtures.storePath, readOnly: true)
                 },
                 teardown: { fixtures.removeAll() }
             )
         ) { benchmark in
             let after = fixtures.versionBeforeChanges
-            let (changed, bytes) = try fixtures.store!.read { reader in
-                let changed = try reader.changeCount(in: collection, after: after)
-                var bytes = 0
-                try reader.forEachChange(in: collection, after: after) { bytes += $0.count }
-                return (changed, bytes)
-            }
+            // What a delta response reads: one read transaction on a pooled connection.
+            let source = try await fixtures.store!.openRecords(in: collection, after: after)
+            let changed = source.count
+            var bytes = 0
+            while try await source.next({ bytes += $0.count }) {}
+            await source.close()
             precondition(changed == 10, "expected 10 changes, got \(changed)")
             Benchmark.blackHole(bytes)
         }

@@ -15,7 +15,7 @@ import FoundationNetworking
 
 /// State of the signed-data benchmarks (each benchmark runs in its own process).
 final class SignedFixtures: @unchecked Sendable {
-    var store: SQLiteDatabase?
+    var store: SQLiteCollectionStore?
     var replica: DeltaSnapReplica?
     var headURL: URL?
     var round = 0
@@ -47,14 +47,14 @@ func signedDataBenchmarks() {
                 setup: {
                     try fixtures.makeRoot("signed-\(label)")
                     let storePath = fixtures.path("store.sqlite")
-                    _ = try buildStore(at: storePath, count: count)
+                    _ = try await buildStore(at: storePath, count: count)
                     let key = IndexSigningKey.generate()
                     let url = try await startServer(database: storePath, signingKeys: [key])
                     let replica = try DeltaSnapReplica(
                         path: fixtures.path("replica.sqlite"), collection: collection, url: url, trustedKeys: [key.publicKey])
                     let first = await replica.pull()
                     precondition(first.name == "full", "first pull: \(first)")
-                    signedFixtures.store = try SQLiteDatabase(path: storePath)
+                    signedFixtures.store = try SQLiteCollectionStore(path: storePath)
                     signedFixtures.replica = replica
                     signedFixtures.headURL = url
                 },
@@ -69,7 +69,7 @@ func signedDataBenchmarks() {
             guard let store = signedFixtures.store, let replica = signedFixtures.replica, let url = signedFixtures.headURL else { return }
             signedFixtures.round += 1
             let changed = try Record(json: Array(#"{"id":"\#(SyntheticRecords.id(7))","round":\#(signedFixtures.round)}"#.utf8))
-            let token = try store.write(to: collection) { try $0.put(changed) }.token!.description
+            let token = try await store.write([changed], to: collection).token!.description
             // Wait until the server serves the new head (it polls for outside commits every 100 ms).
             while true {
                 var request = URLRequest(url: url)

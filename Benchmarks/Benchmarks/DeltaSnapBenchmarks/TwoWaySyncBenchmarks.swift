@@ -105,7 +105,7 @@ func twoWaySyncBenchmarks() {
             setup: {
                 try fixtures.makeRoot("push")
                 let storePath = fixtures.path("store.sqlite")
-                _ = try buildStore(at: storePath, count: 10_000)
+                _ = try await buildStore(at: storePath, count: 10_000)
                 syncFixtures.url = try await startServer(database: storePath)
             },
             teardown: {

@@ -73,6 +73,24 @@ import Testing
         }
     }
 
+    /// Index answers given before the router are counted as the router counts them (route
+    /// and status) and as fast-path answers, as collection polls are.
+    @Test func indexAnswersBeforeTheRouterAreCountedAsFastPathAnswers() async throws {
+        try await withServer { server, _ in
+            let first = try await get(server, "/v1/index")
+            #expect(first.status == 200)
+            let etag = try #require(first.header("ETag"))
+            let before = try await fastPathAnswers(server)
+            for _ in 0..<3 {
+                let again = try await get(server, "/v1/index", ["If-None-Match": etag])
+                #expect(again.status == 304)
+            }
+            #expect(try await fastPathAnswers(server) == before + 3)
+            let metrics = try await server.metricsText()
+            #expect(metrics.contains(#"deltasnap_http_responses_total{route="/v1/index",status="304"} 3"#), "\(metrics)")
+        }
+    }
+
     @Test func pipelinedRequestsAreAnsweredInOrder() async throws {
         try await withServer { server, _ in
             let etag = try #require(try await get(server, "/v1/collections/items").header("ETag"))

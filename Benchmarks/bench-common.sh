@@ -1,7 +1,8 @@
 # Shared by the bench-*.sh scripts (sourced, not run): the release binary, a temporary
 # directory, nginx, and a cleanup that stops every process they started, by PID.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN="$ROOT/.build/release/deltasnap"
+# An older or other build may be named by BIN (e.g. BIN=/tmp/deltasnap-old Benchmarks/bench-live.sh).
+BIN="${BIN:-$ROOT/.build/release/deltasnap}"
 COLLECTION=items
 PIDS=()
 

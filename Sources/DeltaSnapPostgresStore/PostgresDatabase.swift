@@ -22,7 +22,7 @@ import PostgresNIO
 /// print(result.token!)   // 5f3c9a0e12ab34cd.1
 /// await store.close()
 /// ```
-final class PostgresDatabase: @unchecked Sendable {
+final class PostgresDatabase: Sendable {
     /// Version of the `deltasnap_*` tables this release creates and reads; recorded in
     /// `deltasnap_schema`, so a later release can migrate step by step.
     package static let schemaVersion = 4

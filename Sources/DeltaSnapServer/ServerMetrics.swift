@@ -21,7 +21,7 @@ import NIOConcurrencyHelpers
 /// `deltasnap_collection_responses_total{outcome}`, `deltasnap_body_bytes_sent_total{outcome}`,
 /// `deltasnap_collection_response_duration_seconds{outcome}` (a histogram),
 /// `deltasnap_fast_path_responses_total` (answers given before the router).
-public final class ServerMetrics: @unchecked Sendable {
+public final class ServerMetrics: Sendable {
     /// What a `GET /v1/collections/{name}` answered.
     public enum Outcome: String, CaseIterable, Sendable {
         case notModified = "not_modified"

@@ -29,6 +29,7 @@ public final class SQLiteCollectionStore: CollectionStore {
 
     /// Opens (and creates, or upgrades) the store at `path`. `readOnly` opens no writer and
     /// creates nothing: a missing file is an error, and writes throw.
+    ///
     /// At most `maximumReaders` read transactions run at once (a full body streams from
     /// one); more reads wait for a connection to come back.
     public init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false, maximumReaders: Int = 64) throws {
@@ -57,13 +58,11 @@ public final class SQLiteCollectionStore: CollectionStore {
     }
 
     public func openRecords(in collection: String, after version: UInt64?) async throws -> any RecordSource {
-        let pool = self.pool
-        return try await SQLiteRecordSource.open(pool: pool, on: reads, collection: collection, selecting: version.map { .changes(after: $0) } ?? .visible)
+        try await SQLiteRecordSource.open(pool: pool, on: reads, collection: collection, selecting: version.map { .changes(after: $0) } ?? .visible)
     }
 
     public func openPage(of collection: String, after id: String?, limit: Int) async throws -> any RecordSource {
-        let pool = self.pool
-        return try await SQLiteRecordSource.open(pool: pool, on: reads, collection: collection, selecting: .page(after: id ?? "", limit: limit))
+        try await SQLiteRecordSource.open(pool: pool, on: reads, collection: collection, selecting: .page(after: id ?? "", limit: limit))
     }
 
     public func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {

@@ -114,6 +114,7 @@ let package = Package(
                 "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapSQLiteStore", "DeltaSnapStoreLocation", "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapSynthetic",
                 "DeltaSnapTrust",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ]

@@ -171,6 +171,15 @@ public final class PostgresCollectionStore: CollectionStore {
         onChange(collections + changed.heads)
     }
 
+    public func storeAttachment(_ reference: AttachmentReference, from next: () async throws -> [UInt8]?) async throws {
+        try await primary.storeAttachment(reference, from: next)
+    }
+
+    public func attachmentSize(_ sha256: String) async throws -> UInt64? {
+        // From the primary: a blob just stored is there before any replica has it.
+        try await primary.attachmentSize(sha256)
+    }
+
     public func close() async {
         await primary.close()
         if reader !== primary { await reader.close() }

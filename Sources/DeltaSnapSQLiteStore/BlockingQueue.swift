@@ -11,16 +11,16 @@ import Dispatch
 /// let writer = BlockingQueue(label: "deltasnap.sqlite.writer")
 /// let result = try await writer.run { try store.write(to: "countries") { … } }
 /// ```
-struct BlockingQueue: Sendable {
+package struct BlockingQueue: Sendable {
     private let queue: DispatchQueue
 
     /// A serial queue (one job at a time, in order: a writer), or a concurrent one (readers).
-    init(label: String, concurrent: Bool = false) {
+    package init(label: String, concurrent: Bool = false) {
         queue = DispatchQueue(label: label, qos: .userInitiated, attributes: concurrent ? .concurrent : [])
     }
 
     /// Runs `body` on the queue and resumes the caller with its result.
-    func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    package func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             queue.async { continuation.resume(with: Result { try body() }) }
         }

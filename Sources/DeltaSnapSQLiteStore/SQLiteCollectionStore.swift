@@ -19,6 +19,8 @@ import Foundation
 public final class SQLiteCollectionStore: CollectionStore {
     public let path: String
     let pool: SQLiteReadPool
+    /// The attachments, in a directory beside the file.
+    let blobs: BlobDirectory
     /// Nil when opened read-only.
     private let writer: WriterConnection?
     private let writes = BlockingQueue(label: "deltasnap.sqlite.writer")
@@ -35,6 +37,7 @@ public final class SQLiteCollectionStore: CollectionStore {
     public init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false, maximumReaders: Int = 64) throws {
         pool = SQLiteReadPool(path: path, maximumReaders: maximumReaders)
         self.path = path
+        blobs = BlobDirectory(databasePath: path)
         if readOnly {
             // Fails now, on a missing or foreign file, rather than at the first read.
             try pool.checkin(pool.checkoutOpening())
@@ -42,6 +45,7 @@ public final class SQLiteCollectionStore: CollectionStore {
         } else {
             // The writer creates the schema, so read-only connections can open the file.
             writer = WriterConnection(try SQLiteDatabase(path: path, configuration: configuration))
+            blobs.removeLeftovers()
         }
         let pool = self.pool
         let store = try pool.checkoutOpening()
@@ -111,6 +115,15 @@ public final class SQLiteCollectionStore: CollectionStore {
             }
             if let heads = try? await reads.run({ watcher.headsIfChanged() }) { onChange(heads) }
         }
+    }
+
+    public func storeAttachment(_ reference: AttachmentReference, from next: () async throws -> [UInt8]?) async throws {
+        guard writer != nil else { throw StoreError.readOnly(path) }
+        try await blobs.store(sha256: reference.sha256, size: reference.size, finishingOn: writes, from: next)
+    }
+
+    public func attachmentSize(_ sha256: String) async throws -> UInt64? {
+        blobs.size(of: sha256)
     }
 
     public func close() async {}

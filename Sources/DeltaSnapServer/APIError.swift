@@ -57,6 +57,8 @@ package struct APIError: Error, HTTPResponseError, Sendable {
             self.init(.serviceUnavailable, "database_unavailable", "\(error); retry shortly", headers: [.retryAfter: "1"])
         case .readOnly:
             self.init(.forbidden, "read_only_store", error.message)
+        case .attachmentMismatch:
+            self.init(.badRequest, "attachment_mismatch", error.message)
         default:
             // A code added later is a server fault until it is given an answer of its own.
             self.init(.internalServerError, "internal_error", "the server failed to answer: \(error)")

@@ -63,6 +63,14 @@ public protocol CollectionStore: Sendable {
     /// cancelled; its first call has every collection that is not a partition. Partitions are
     /// never all read: a store may hold millions.
     func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async
+    /// Keeps the attachment `reference` names, its bytes read from `next` (nil: the end), once
+    /// their size and SHA-256 are proven (``BlobVerifier``); nothing is kept otherwise
+    /// (``StoreError/attachmentMismatch(_:)``). The same bytes are kept once per store, and
+    /// every byte is read and checked even when they are held already: no caller learns from a
+    /// shortcut that someone else stored them.
+    func storeAttachment(_ reference: AttachmentReference, from next: () async throws -> [UInt8]?) async throws
+    /// The size of the attachment `sha256` when the store holds it, else nil.
+    func attachmentSize(_ sha256: String) async throws -> UInt64?
     /// Closes the store's connections. Call once, when done.
     func close() async
 }

@@ -39,6 +39,9 @@ public struct StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let busy = Code("busy")
         /// The database refused an operation (see ``StoreError/underlying``).
         public static let database = Code("database")
+        /// An attachment's bytes are not what its reference states (size or SHA-256): nothing
+        /// was kept.
+        public static let attachmentMismatch = Code("attachmentMismatch")
     }
 
     public let code: Code
@@ -97,6 +100,10 @@ public struct StoreError: Error, Sendable, Equatable, CustomStringConvertible {
 
     public static func busy(_ message: String) -> StoreError {
         StoreError(.busy, message)
+    }
+
+    public static func attachmentMismatch(_ message: String) -> StoreError {
+        StoreError(.attachmentMismatch, message)
     }
 
     /// `message` is the database's own words, prefixed by the backend's name (`PostgreSQL: …`).

@@ -12,14 +12,8 @@ import Testing
 
     let queue = BlockingQueue(label: "test")
 
-    /// `bytes` handed out `chunk` at a time.
     func chunks(_ bytes: [UInt8], chunk: Int = 3) -> () async throws -> [UInt8]? {
-        var offset = 0
-        return {
-            guard offset < bytes.count else { return nil }
-            defer { offset += chunk }
-            return Array(bytes[offset..<min(bytes.count, offset + chunk)])
-        }
+        AttachmentStoreTests.chunks(bytes, chunk: chunk)
     }
 
     @Test func aVerifiedBlobIsKeptOnceUnderItsHash() async throws {

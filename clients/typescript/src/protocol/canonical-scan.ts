@@ -1,3 +1,5 @@
+import { compareUTF8 } from "./json.js";
+
 /**
  * Recognises a record that is already canonical (PROTOCOL.md §2) in one pass over the text,
  * without building a tree: the server sends canonical records, so an apply can hash and
@@ -20,7 +22,7 @@ export function scanCanonicalRecord(text: string, start: number): { end: number;
     const keyEnd = plainString(text, p);
     if (keyEnd < 0) return null;
     const key = text.slice(p + 1, keyEnd - 1);
-    if (previousKey !== null && !(compareKeys(previousKey, key) < 0)) return null;
+    if (previousKey !== null && !(compareUTF8(previousKey, key) < 0)) return null;
     if (key === "hidden") return null;
     previousKey = key;
     if (text.charCodeAt(keyEnd) !== 0x3a) return null;
@@ -39,20 +41,6 @@ export function scanCanonicalRecord(text: string, start: number): { end: number;
     if (c === 0x7d) return id === null ? null : { end: p + 1, id };
     return null;
   }
-}
-
-/** Code point order (UTF-8 byte order), for keys without escapes. */
-function compareKeys(a: string, b: string): number {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) {
-    let x = a.charCodeAt(i);
-    let y = b.charCodeAt(i);
-    if (x === y) continue;
-    if (x >= 0xd800) x = x >= 0xe000 ? x - 0x800 : x + 0x2000;
-    if (y >= 0xd800) y = y >= 0xe000 ? y - 0x800 : y + 0x2000;
-    return x - y;
-  }
-  return a.length - b.length;
 }
 
 /** End of a string without any escape (keys, ids), or -1. */
@@ -97,7 +85,7 @@ function value(text: string, p: number, depth: number): number {
       const keyEnd = plainString(text, q);
       if (keyEnd < 0) return -1;
       const key = text.slice(q + 1, keyEnd - 1);
-      if (previousKey !== null && !(compareKeys(previousKey, key) < 0)) return -1;
+      if (previousKey !== null && !(compareUTF8(previousKey, key) < 0)) return -1;
       previousKey = key;
       if (text.charCodeAt(keyEnd) !== 0x3a) return -1;
       q = value(text, keyEnd + 1, depth + 1);

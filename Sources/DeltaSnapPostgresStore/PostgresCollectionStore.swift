@@ -180,6 +180,43 @@ public final class PostgresCollectionStore: CollectionStore {
         try await primary.attachmentSize(sha256)
     }
 
+    public func attachment(_ sha256: String, in collection: String) async throws -> AttachmentReference? {
+        guard AttachmentReference.isSHA256(sha256) else { return nil }
+        // From the reader, as the records that refer to it: a blob is committed before them.
+        return try await reader.attachment(sha256, in: collection)
+    }
+
+    public func readAttachment(_ sha256: String, range: Range<UInt64>, _ body: ([UInt8]) async throws -> Void) async throws {
+        try await reader.readAttachment(sha256, range: range, body)
+    }
+
+    // Uploads on the primary: each append must see the bytes the last one made durable.
+    public func createUpload(_ upload: AttachmentUpload) async throws {
+        try await primary.createUpload(upload)
+    }
+
+    public func upload(_ token: String) async throws -> AttachmentUpload? {
+        guard AttachmentUpload.isToken(token) else { return nil }
+        return try await primary.upload(token)
+    }
+
+    public func appendUpload(_ token: String, at offset: UInt64, from next: () async throws -> [UInt8]?) async throws -> UInt64 {
+        try await primary.appendUpload(token, at: offset, from: next)
+    }
+
+    public func completeUpload(_ token: String) async throws {
+        try await primary.completeUpload(token)
+    }
+
+    public func cancelUpload(_ token: String) async throws -> Bool {
+        guard AttachmentUpload.isToken(token) else { return false }
+        return try await primary.cancelUpload(token)
+    }
+
+    public func expireUploads(begunBefore seconds: Int64) async throws -> Int {
+        try await primary.expireUploads(begunBefore: seconds)
+    }
+
     public func close() async {
         await primary.close()
         if reader !== primary { await reader.close() }

@@ -22,41 +22,31 @@ extension PostgresDatabase {
         let staging = "\(reference.sha256).\(UInt64.random(in: 0...UInt64.max))"
         try await transaction { connection in
             var verifier = BlobVerifier(sha256: reference.sha256, size: reference.size)
-            var pending: [UInt8] = []
-            pending.reserveCapacity(Self.chunkBytes)
-            var sequence: Int32 = 0
-            func flush() async throws {
-                guard !pending.isEmpty else { return }
-                try await connection.query(
-                    "INSERT INTO deltasnap_blob_chunks(sha256, seq, bytes) VALUES (\(staging), \(sequence), \(ByteBuffer(bytes: pending)))", logger: logger)
-                sequence += 1
-                pending.removeAll(keepingCapacity: true)
-            }
+            var writer = ChunkWriter(key: staging, at: 0)
             while let chunk = try await next() {
                 try verifier.consume(chunk)
-                var rest = chunk[...]
-                while !rest.isEmpty {
-                    let taken = rest.prefix(Self.chunkBytes - pending.count)
-                    pending.append(contentsOf: taken)
-                    rest = rest.dropFirst(taken.count)
-                    if pending.count == Self.chunkBytes { try await flush() }
-                }
+                try await writer.append(chunk, on: connection, logger: logger)
             }
-            try await flush()
+            try await writer.flush(on: connection, logger: logger)
             try verifier.finish()
-            let size = Int64(reference.size)
-            let now = Int64(Date().timeIntervalSince1970)
-            let inserted = try await connection.query(
-                """
-                INSERT INTO deltasnap_blobs(sha256, size, stored_at) VALUES (\(reference.sha256), \(size), \(now))
-                ON CONFLICT (sha256) DO NOTHING RETURNING 1
-                """, logger: logger
-            ).collect().count
-            if inserted == 1 {
-                try await connection.query("UPDATE deltasnap_blob_chunks SET sha256 = \(reference.sha256) WHERE sha256 = \(staging)", logger: logger)
-            } else {
-                try await connection.query("DELETE FROM deltasnap_blob_chunks WHERE sha256 = \(staging)", logger: logger)
-            }
+            try await keep(staging, as: reference, on: connection)
+        }
+    }
+
+    /// Gives the chunk rows under `staging` (proven bytes) the blob's name, or drops them
+    /// when the blob is held already.
+    func keep(_ staging: String, as reference: AttachmentReference, on connection: PostgresConnection) async throws {
+        let now = Int64(Date().timeIntervalSince1970)
+        let inserted = try await connection.query(
+            """
+            INSERT INTO deltasnap_blobs(sha256, size, stored_at) VALUES (\(reference.sha256), \(Int64(reference.size)), \(now))
+            ON CONFLICT (sha256) DO NOTHING RETURNING 1
+            """, logger: logger
+        ).collect().count
+        if inserted == 1 {
+            try await connection.query("UPDATE deltasnap_blob_chunks SET sha256 = \(reference.sha256) WHERE sha256 = \(staging)", logger: logger)
+        } else {
+            try await connection.query("DELETE FROM deltasnap_blob_chunks WHERE sha256 = \(staging)", logger: logger)
         }
     }
 
@@ -65,21 +55,78 @@ extension PostgresDatabase {
         try await rows("SELECT size FROM deltasnap_blobs WHERE sha256 = \(sha256)", as: Int64.self).first.map { UInt64($0) }
     }
 
-    /// The held blob's bytes, a chunk at a time, in order (nil: not held).
-    package func readAttachment(_ sha256: String, _ body: ([UInt8]) async throws -> Void) async throws -> Bool {
+    /// The blob `sha256` as `collection`'s records refer to it, when held and referred to there.
+    package func attachment(_ sha256: String, in collection: String) async throws -> AttachmentReference? {
+        let found = try await pool.withConnection { connection in
+            var found: (Int64, String)?
+            for try await row in try await connection.query("""
+                SELECT b.size, r.type FROM deltasnap_attachment_refs r
+                JOIN deltasnap_collections c ON c.cid = r.cid JOIN deltasnap_blobs b ON b.sha256 = r.sha256
+                WHERE c.name = \(collection) AND r.sha256 = \(sha256)
+                """, logger: logger).decode((Int64, String).self) { found = row }
+            return found
+        }
+        guard let (size, type) = found else { return nil }
+        return try AttachmentReference(sha256: sha256, size: UInt64(size), type: type)
+    }
+
+    /// Calls `body` with the bytes of `range` of the held blob, in order, a chunk row at a
+    /// time (only the rows the range covers are read: a row is named by the offset it starts at). Throws ``StoreError/missingAttachment(_:)``
+    /// when the blob is not held or ends before the range does.
+    package func readAttachment(_ sha256: String, range: Range<UInt64>, _ body: ([UInt8]) async throws -> Void) async throws {
+        guard try await attachmentSize(sha256) != nil else { throw StoreError.missingAttachment("the store does not hold attachment \(sha256)") }
+        guard !range.isEmpty else { return }
+        var delivered = range.lowerBound
         try await pool.withConnection { connection in
-            var found = false
-            let rows = try await connection.query(
-                "SELECT bytes FROM deltasnap_blob_chunks WHERE sha256 = \(sha256) ORDER BY seq", logger: logger)
-            for try await chunk in rows.decode(ByteBuffer.self) {
-                found = true
-                try await body(Array(chunk.readableBytesView))
+            // Rows are at most chunkBytes long: those that may overlap the range, by their start.
+            let from = Int64(range.lowerBound) - Int64(Self.chunkBytes) + 1
+            let rows = try await connection.query("""
+                SELECT start, bytes FROM deltasnap_blob_chunks
+                WHERE sha256 = \(sha256) AND start >= \(from) AND start < \(Int64(range.upperBound)) ORDER BY start
+                """, logger: logger)
+            for try await (start, bytes) in rows.decode((Int64, ByteBuffer).self) {
+                let start = UInt64(start)
+                let end = start + UInt64(bytes.readableBytes)
+                guard end > delivered, start <= delivered else { continue }
+                let lower = Int(delivered - start)
+                let upper = Int(min(range.upperBound, end) - start)
+                try await body(Array(bytes.readableBytesView[bytes.readerIndex + lower ..< bytes.readerIndex + upper]))
+                delivered += UInt64(upper - lower)
             }
-            if found { return true }
-            // An empty blob has no chunk rows.
-            return try await connection.query("SELECT 1 FROM deltasnap_blobs WHERE sha256 = \(sha256)", logger: logger).collect().count == 1
+        }
+        guard delivered == range.upperBound else {
+            throw StoreError.missingAttachment("attachment \(sha256) ends at byte \(delivered), before \(range.upperBound)")
         }
     }
+
+    /// The sizes of the blobs among `hashes` the store holds.
+    func attachmentSizes(_ hashes: [String], on connection: PostgresConnection) async throws -> [String: UInt64] {
+        guard !hashes.isEmpty else { return [:] }
+        var sizes: [String: UInt64] = [:]
+        for try await (sha256, size) in try await connection.query(
+            "SELECT sha256, size FROM deltasnap_blobs WHERE sha256 = ANY(\(hashes))", logger: logger
+        ).decode((String, Int64).self) { sizes[sha256] = UInt64(size) }
+        return sizes
+    }
+
+    /// Schema v6: which collections' (and partitions') records refer to which blob, with the
+    /// media type the first such reference stated — who may read a blob, and what it is served
+    /// as — and since when an unreferenced blob has been so (garbage collection).
+    ///
+    /// A chunk row is named by the offset it starts at, not its number: an upload resumed
+    /// mid-row writes rows of other lengths.
+    static let schemaV6 = [
+        "CREATE TABLE deltasnap_attachment_refs(cid BIGINT NOT NULL, sha256 TEXT NOT NULL, type TEXT NOT NULL, PRIMARY KEY(cid, sha256))",
+        "CREATE INDEX deltasnap_attachment_refs_by_hash ON deltasnap_attachment_refs(sha256)",
+        "CREATE TABLE deltasnap_attachment_orphans(sha256 TEXT PRIMARY KEY, since BIGINT NOT NULL)",
+        "ALTER TABLE deltasnap_blob_chunks RENAME COLUMN seq TO start",
+        "ALTER TABLE deltasnap_blob_chunks ALTER COLUMN start TYPE BIGINT USING start::bigint * \(chunkBytes)",
+        """
+        CREATE TABLE deltasnap_uploads(
+            token TEXT PRIMARY KEY, sha256 TEXT NOT NULL, size BIGINT NOT NULL, type TEXT NOT NULL, collection TEXT NOT NULL,
+            owner TEXT NOT NULL, received BIGINT NOT NULL, created_at BIGINT NOT NULL)
+        """,
+    ]
 
     /// Schema v5: attachments.
     static let schemaV5 = [
@@ -89,4 +136,41 @@ extension PostgresDatabase {
             sha256 TEXT NOT NULL, seq INTEGER NOT NULL, bytes BYTEA NOT NULL, PRIMARY KEY(sha256, seq))
         """,
     ]
+}
+
+/// Writes bytes as chunk rows of at most ``PostgresDatabase/chunkBytes`` under one key, each
+/// named by the offset it starts at.
+struct ChunkWriter {
+    let key: String
+    /// Where the pending bytes start.
+    private(set) var offset: UInt64
+    private var pending: [UInt8] = []
+
+    init(key: String, at offset: UInt64) {
+        self.key = key
+        self.offset = offset
+        pending.reserveCapacity(PostgresDatabase.chunkBytes)
+    }
+
+    /// The bytes written so far (rows and pending).
+    var end: UInt64 { offset + UInt64(pending.count) }
+
+    mutating func append(_ bytes: [UInt8], on connection: PostgresConnection, logger: Logger) async throws {
+        var rest = bytes[...]
+        while !rest.isEmpty {
+            let taken = rest.prefix(PostgresDatabase.chunkBytes - pending.count)
+            pending.append(contentsOf: taken)
+            rest = rest.dropFirst(taken.count)
+            if pending.count == PostgresDatabase.chunkBytes { try await flush(on: connection, logger: logger) }
+        }
+    }
+
+    /// Writes the pending bytes as a row (a short one, at the end or at a checkpoint).
+    mutating func flush(on connection: PostgresConnection, logger: Logger) async throws {
+        guard !pending.isEmpty else { return }
+        try await connection.query(
+            "INSERT INTO deltasnap_blob_chunks(sha256, start, bytes) VALUES (\(key), \(Int64(offset)), \(ByteBuffer(bytes: pending)))", logger: logger)
+        offset += UInt64(pending.count)
+        pending.removeAll(keepingCapacity: true)
+    }
 }

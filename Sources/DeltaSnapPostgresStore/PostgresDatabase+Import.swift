@@ -33,6 +33,30 @@ extension PostgresDatabase {
         var previousCommit: Int64
     }
 
+    /// Refuses the write unless the store holds every blob in `referenced` with the size its
+    /// reference states (``DeltaSnapStore/AttachmentRule``), naming the first line that
+    /// refers to one it does not; then notes that the collection refers to them.
+    private func requireAttachments(
+        _ referenced: [String: (reference: AttachmentReference, record: Record, line: Int)], of locked: LockedCollection,
+        from stream: RecordStream, on connection: PostgresConnection
+    ) async throws {
+        guard !referenced.isEmpty else { return }
+        let references = referenced.values.map(\.reference)
+        let held = try await attachmentSizes(references.map(\.sha256), on: connection)
+        for (reference, record, line) in referenced.values.sorted(by: { $0.line < $1.line }) {
+            do {
+                try AttachmentRule.check(reference, in: record, heldSize: held[reference.sha256])
+            } catch let error as StoreError {
+                throw stream.failure(error, at: line)
+            }
+        }
+        try await connection.query("""
+            INSERT INTO deltasnap_attachment_refs(cid, sha256, type)
+            SELECT \(locked.cid), x.sha256, x.type FROM unnest(\(references.map(\.sha256))::text[], \(references.map(\.type))::text[]) AS x(sha256, type)
+            ON CONFLICT DO NOTHING
+            """, logger: logger)
+    }
+
     /// Locks `collection`'s row, creating it (with no version yet) when it is new.
     func lock(_ collection: String, on connection: PostgresConnection) async throws -> LockedCollection {
         let epochForNew = configuration.epochForNewCollections ?? ServerToken.randomEpoch()
@@ -75,9 +99,19 @@ extension PostgresDatabase {
         var state = StateAccumulator(
             collection: collection, checksum: StateChecksum(value: UInt64(bitPattern: locked.checksum)), count: Int(locked.visible), digest: nil)
         var digestChange = ParallelDigest(collection: collection)
+        // The blobs the input refers to, each with the first line and record that did:
+        // checked once the input is in (no query can run mid-`COPY`), before anything commits.
+        var referenced: [String: (reference: AttachmentReference, record: Record, line: Int)] = [:]
         try await copy(into: connection) { rows in
             while let record = try stream.next() {
                 guard seen.insert(record.id).inserted else { throw stream.failure(StoreError.duplicateID(record.id).description) }
+                do {
+                    for reference in try AttachmentRule.references(in: record) where referenced[reference.sha256] == nil {
+                        referenced[reference.sha256] = (reference, record, stream.line)
+                    }
+                } catch let error as StoreError {
+                    throw stream.failure(error)
+                }
                 rows.append(record)
                 if fresh && state.put(record, replacing: nil) == .upserted { await digestChange.add(id: record.id, canonical: record.bytes) }
                 if stream.count % 100_000 == 0 { progress?(stream.count) }
@@ -85,6 +119,7 @@ extension PostgresDatabase {
             }
             return false
         }
+        try await requireAttachments(referenced, of: locked, from: stream, on: connection)
         if replace {
             try stream.refuseEmptyReplace()
             var absent: [Record] = []

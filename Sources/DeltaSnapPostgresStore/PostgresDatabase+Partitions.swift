@@ -16,13 +16,34 @@ extension PostgresDatabase {
     package func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult] {
         for partition in partitions { try CollectionPath.validate(partition.path) }
         guard !partitions.isEmpty else { return [] }
+        // Which partition refers to which blob; checked before anything is written.
+        var referenced: [(path: String, reference: AttachmentReference, record: Record)] = []
+        for partition in partitions {
+            for record in partition.records {
+                for reference in try AttachmentRule.references(in: record) { referenced.append((partition.path, reference, record)) }
+            }
+        }
         return try await transaction { connection in
+            if !referenced.isEmpty {
+                let held = try await attachmentSizes(Array(Set(referenced.map(\.reference.sha256))), on: connection)
+                for (_, reference, record) in referenced { try AttachmentRule.check(reference, in: record, heldSize: held[reference.sha256]) }
+            }
             var existing = Set<String>()
             for try await name in try await connection.query(
                 "SELECT name FROM deltasnap_collections WHERE name = ANY(\(partitions.map(\.path)))", logger: logger
             ).decode(String.self) { existing.insert(name) }
             var results = try await insertNew(partitions.filter { !existing.contains($0.path) }, on: connection)
             results.merge(try await mergeExisting(partitions.filter { existing.contains($0.path) }, replace: replace, on: connection)) { $1 }
+            if !referenced.isEmpty {
+                try await connection.query("""
+                    INSERT INTO deltasnap_attachment_refs(cid, sha256, type)
+                    SELECT c.cid, x.sha256, x.type
+                    FROM unnest(\(referenced.map(\.path))::text[], \(referenced.map(\.reference.sha256))::text[], \(referenced.map(\.reference.type))::text[])
+                        AS x(name, sha256, type)
+                    JOIN deltasnap_collections c ON c.name = x.name
+                    ON CONFLICT DO NOTHING
+                    """, logger: logger)
+            }
             return partitions.map { results[$0.path]! }
         }
     }

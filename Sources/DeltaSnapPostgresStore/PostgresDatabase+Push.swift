@@ -68,7 +68,16 @@ extension PostgresDatabase {
                     """, logger: logger).decode(Int64.self) { own.insert(UInt64(version)) }
                 fork = ForkCheck(client: client, epoch: locked.epoch, committedByThisClient: { own.contains($0) })
             }
-            let plan = try PushPlan(mutations, lastSeq: lastSeq, storedStatus: { statuses[$0] }, stored: { stored[$0] }, fork: fork)
+            // The blobs a write's value may refer to: those its own members and the records it
+            // merges into name, looked up in one query.
+            var candidates = Set<String>()
+            for parsed in mutations where parsed.seq > lastSeq {
+                if let value = parsed.mutation?.value { candidates.formUnion(AttachmentRule.hashesMentioned(in: value)) }
+            }
+            for (record, _) in stored.values { candidates.formUnion(AttachmentRule.hashesMentioned(in: record)) }
+            let held = try await attachmentSizes(Array(candidates), on: connection)
+            let plan = try PushPlan(
+                mutations, lastSeq: lastSeq, storedStatus: { statuses[$0] }, stored: { stored[$0] }, fork: fork, attachmentSize: { held[$0] })
             let records = plan.finalValues.map { $0.value ?? Record.tombstone(id: $0.id) }
             let written = try await merge(RecordStream(records: records, name: "push"), into: locked, replace: false, progress: nil, on: connection)
             let results = plan.results(committedAs: written.head?.version ?? 0)

@@ -24,9 +24,11 @@ package final class CollectionWriter {
     private let lookup: SQLiteStatement
     private let upsert: SQLiteStatement
     private var storedLookup: SQLiteStatement?
+    private let blobs: BlobDirectory
 
-    init(db: SQLiteConnection, statements: StatementCache, collection: String, configuration: StoreConfiguration) throws {
+    init(db: SQLiteConnection, statements: StatementCache, collection: String, configuration: StoreConfiguration, blobs: BlobDirectory) throws {
         self.db = db
+        self.blobs = blobs
         self.statements = statements
         self.collection = collection
         self.configuration = configuration
@@ -92,7 +94,23 @@ package final class CollectionWriter {
             }
         }
         if found { lookup.reset() }
-        if change != .unchanged { try write(record, hash: hash) }
+        guard change != .unchanged else { return }
+        try noteAttachments(of: record)
+        try write(record, hash: hash)
+    }
+
+    /// Refuses a record that refers to a blob the store does not hold (``AttachmentRule``),
+    /// and notes which blobs this collection's records refer to: who may read them.
+    private func noteAttachments(of record: Record) throws {
+        let references = try AttachmentRule.checkAll(record, heldSize: blobs.size(of:))
+        guard !references.isEmpty else { return }
+        let insert = try statements("INSERT OR IGNORE INTO attachment_refs(cid, sha256, type) VALUES (?, ?, ?)")
+        for reference in references {
+            try insert.bind(1, cid)
+            try insert.bind(2, reference.sha256)
+            try insert.bind(3, reference.type)
+            try insert.run()
+        }
     }
 
     /// The record `id` as committed before this write (visible or a tombstone), with the

@@ -41,7 +41,7 @@ package struct Importer {
                 } catch let error as RecordError {
                     throw stream.failure(error.description)
                 } catch let error as StoreError {
-                    throw stream.failure(error.description)
+                    throw stream.failure(error)
                 }
                 if stream.count % progressInterval == 0 { progress?(stream.count) }
             }

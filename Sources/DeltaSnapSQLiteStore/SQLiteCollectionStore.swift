@@ -126,6 +126,70 @@ public final class SQLiteCollectionStore: CollectionStore {
         blobs.size(of: sha256)
     }
 
+    public func attachment(_ sha256: String, in collection: String) async throws -> AttachmentReference? {
+        guard AttachmentReference.isSHA256(sha256) else { return nil }
+        guard let type = try await reading({ store in try store.read { try $0.attachmentType(sha256, in: collection) } }),
+              let size = blobs.size(of: sha256)
+        else { return nil }
+        return try AttachmentReference(sha256: sha256, size: size, type: type)
+    }
+
+    public func readAttachment(_ sha256: String, range: Range<UInt64>, _ body: ([UInt8]) async throws -> Void) async throws {
+        let file = try blobs.open(sha256)
+        defer { file.close() }
+        var offset = range.lowerBound
+        while offset < range.upperBound {
+            let count = Int(min(range.upperBound - offset, BlobDirectory.readChunkBytes))
+            let at = offset
+            let chunk = try await reads.run { try file.read(count, at: at) }
+            try await body(chunk)
+            offset += UInt64(chunk.count)
+        }
+    }
+
+    public func createUpload(_ upload: AttachmentUpload) async throws {
+        try await writing { try $0.createUpload(upload) }
+    }
+
+    public func upload(_ token: String) async throws -> AttachmentUpload? {
+        guard AttachmentUpload.isToken(token) else { return nil }
+        return try await reading { try $0.upload(token) }
+    }
+
+    public func appendUpload(_ token: String, at offset: UInt64, from next: () async throws -> [UInt8]?) async throws -> UInt64 {
+        guard writer != nil else { throw StoreError.readOnly(path) }
+        guard let upload = try await upload(token) else { throw StoreError.unknownUpload(token) }
+        guard upload.received == offset else { throw StoreError.uploadOffsetMismatch(token, expected: upload.received) }
+        return try await blobs.append(to: upload, from: next, syncingOn: reads) { from, to in
+            try await writing { try $0.advanceUpload(token, from: from, to: to) }
+        }
+    }
+
+    public func completeUpload(_ token: String) async throws {
+        guard let upload = try await upload(token) else { throw StoreError.unknownUpload(token) }
+        defer { blobs.removeUpload(token) }
+        do {
+            try await blobs.complete(upload, readingOn: reads)
+        } catch {
+            _ = try? await writing { try $0.deleteUpload(token) }
+            throw error
+        }
+        _ = try await writing { try $0.deleteUpload(token) }
+    }
+
+    public func cancelUpload(_ token: String) async throws -> Bool {
+        guard AttachmentUpload.isToken(token) else { return false }
+        let existed = try await writing { try $0.deleteUpload(token) }
+        blobs.removeUpload(token)
+        return existed
+    }
+
+    public func expireUploads(begunBefore seconds: Int64) async throws -> Int {
+        let tokens = try await writing { try $0.deleteUploads(begunBefore: seconds) }
+        for token in tokens { blobs.removeUpload(token) }
+        return tokens.count
+    }
+
     public func close() async {}
 
     private func reading<T: Sendable>(_ body: @escaping @Sendable (SQLiteDatabase) throws -> T) async throws -> T {

@@ -19,7 +19,7 @@ extension SQLiteDatabase {
                 let existing = try exists.step()
                 exists.reset()
                 if !existing { return try fresh.write(partition) }
-                let writer = try CollectionWriter(db: db, statements: statements, collection: partition.path, configuration: configuration)
+                let writer = try CollectionWriter(db: db, statements: statements, collection: partition.path, configuration: configuration, blobs: blobs)
                 for record in partition.records { try writer.put(record) }
                 if replace { try writer.hideRecordsNotPut() }
                 return try writer.commit()

@@ -26,11 +26,12 @@ extension SQLiteDatabase {
             let now = Int64(Date().timeIntervalSince1970)
             let ledger = PushLedger(db: db, collection: collection, client: PushPlan.ledgerKey(client: client, user: user), displayName: client)
             let lastSeq = try ledger.lastSeq()
-            let writer = try CollectionWriter(db: db, statements: statements, collection: collection, configuration: configuration)
+            let writer = try CollectionWriter(db: db, statements: statements, collection: collection, configuration: configuration, blobs: blobs)
             let fork = policy == .fork
                 ? ForkCheck(client: client, epoch: writer.epoch, committedByThisClient: { try ledger.committed(version: $0) }) : nil
             let plan = try PushPlan(
-                mutations, lastSeq: lastSeq, storedStatus: { try ledger.storedStatus(seq: $0) }, stored: { try writer.stored(id: $0) }, fork: fork)
+                mutations, lastSeq: lastSeq, storedStatus: { try ledger.storedStatus(seq: $0) }, stored: { try writer.stored(id: $0) }, fork: fork,
+                attachmentSize: blobs.size(of:))
             for (id, final) in plan.finalValues {
                 try writer.put(final ?? Record.tombstone(id: id))
             }

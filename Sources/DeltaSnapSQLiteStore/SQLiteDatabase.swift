@@ -22,8 +22,10 @@ package final class SQLiteDatabase {
     let db: SQLiteConnection
     /// Statements the writes reuse (a partitioned import opens a writer per partition).
     lazy var statements = StatementCache(db)
+    /// The blobs records may refer to, beside the file.
+    package let blobs: BlobDirectory
 
-    static let schemaVersion: Int64 = 5
+    static let schemaVersion: Int64 = 6
 
     package init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false) throws {
         if let epoch = configuration.epochForNewCollections, !ServerToken.isEpoch(epoch) {
@@ -31,6 +33,7 @@ package final class SQLiteDatabase {
         }
         self.path = path
         self.configuration = configuration
+        blobs = BlobDirectory(databasePath: path)
         db = try SQLiteConnection(path: path, readOnly: readOnly)
         try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA temp_store=FILE")
         if !readOnly { try migrate() }
@@ -62,6 +65,7 @@ package final class SQLiteDatabase {
                     CREATE INDEX IF NOT EXISTS collections_by_published ON collections(published);
                     """)
             }
+            if current < 6 { try db.execute(Self.schemaV6) }
             try db.execute("PRAGMA user_version = \(Self.schemaVersion)")
         }
     }
@@ -94,6 +98,34 @@ package final class SQLiteDatabase {
             PRIMARY KEY(cid, version)
         ) WITHOUT ROWID;
         CREATE INDEX IF NOT EXISTS versions_by_time ON versions(cid, committed_at);
+        """
+
+    /// Attachments: which collections' (and partitions') records refer to which blob, with
+    /// the media type the first such reference stated — who may read a blob, and what it is
+    /// served as —, since when a blob no record refers to has been so (garbage collection),
+    /// and the resumable uploads under way (their bytes are files beside the blobs).
+    private static let schemaV6 = """
+        CREATE TABLE IF NOT EXISTS attachment_refs(
+            cid INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            type TEXT NOT NULL,
+            PRIMARY KEY(cid, sha256)
+        ) WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS attachment_refs_by_hash ON attachment_refs(sha256);
+        CREATE TABLE IF NOT EXISTS attachment_orphans(
+            sha256 TEXT PRIMARY KEY,
+            since INTEGER NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS attachment_uploads(
+            token TEXT PRIMARY KEY,
+            sha256 TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            collection TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            received INTEGER NOT NULL,
+            created_at INTEGER NOT NULL
+        ) WITHOUT ROWID;
         """
 
     /// Two-way sync: the last write number processed per client (idempotency at a row per
@@ -191,7 +223,7 @@ package final class SQLiteDatabase {
     package func write(to collection: String, _ body: (CollectionWriter) throws -> Void) throws -> WriteResult {
         try CollectionPath.validate(collection)
         return try db.transaction(.immediate) {
-            let writer = try CollectionWriter(db: db, statements: statements, collection: collection, configuration: configuration)
+            let writer = try CollectionWriter(db: db, statements: statements, collection: collection, configuration: configuration, blobs: blobs)
             try body(writer)
             return try writer.commit()
         }

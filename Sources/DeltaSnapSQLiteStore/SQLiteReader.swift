@@ -218,3 +218,18 @@ package final class RecordCursor {
         return true
     }
 }
+
+extension SQLiteReader {
+    /// The media type `collection`'s records refer to blob `sha256` with, or nil when they
+    /// do not refer to it.
+    func attachmentType(_ sha256: String, in collection: String) throws -> String? {
+        let statement = try db.prepare("""
+            SELECT r.type FROM attachment_refs r JOIN collections c ON c.cid = r.cid WHERE c.name = ? AND r.sha256 = ?
+            """)
+        try statement.bind(1, collection)
+        try statement.bind(2, sha256)
+        guard try statement.step() else { return nil }
+        defer { statement.reset() }
+        return statement.string(0)
+    }
+}

@@ -15,6 +15,11 @@ package struct APIError: Error, HTTPResponseError, Sendable {
     /// A sentence a human can act on.
     package var message: String
     package var headers: HTTPFields
+    /// An RFC 9457 problem type a standard names for this error (the resumable-upload
+    /// draft's offset mismatch): the body is then `application/problem+json` with `type`
+    /// and ``problemMembers`` besides `error` and `message`.
+    package var problemType: String?
+    package var problemMembers: [JSONMember] = []
 
     package init(_ status: HTTPResponse.Status, _ code: String, _ message: String, headers: HTTPFields = [:]) {
         self.status = status
@@ -24,7 +29,18 @@ package struct APIError: Error, HTTPResponseError, Sendable {
     }
 
     package func response(from request: Request, context: some RequestContext) throws -> Response {
-        Self.jsonResponse(status: status, headers: headers, code: code, message: message)
+        guard let problemType else { return Self.jsonResponse(status: status, headers: headers, code: code, message: message) }
+        var headers = headers
+        headers[.contentType] = "application/problem+json"
+        headers[.cacheControl] = "no-store"
+        var members = [
+            JSONMember("error", .string(code)), JSONMember("message", .string(message)), JSONMember("title", .string(message)),
+            JSONMember("type", .string(problemType)),
+        ] + problemMembers
+        members.sort { $0.key.utf8Precedes($1.key) }
+        var body = CanonicalJSON.bytes(.object(members))
+        body.append(UInt8(ascii: "\n"))
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body)))
     }
 
     static func jsonResponse(status: HTTPResponse.Status, headers: HTTPFields = [:], code: String, message: String) -> Response {
@@ -59,9 +75,24 @@ package struct APIError: Error, HTTPResponseError, Sendable {
             self.init(.forbidden, "read_only_store", error.message)
         case .attachmentMismatch:
             self.init(.badRequest, "attachment_mismatch", error.message)
+        case .missingAttachment:
+            self.init(.conflict, "missing_attachment", error.message)
+        case .invalidAttachmentReference:
+            self.init(.badRequest, "invalid_attachment", error.message)
         default:
             // A code added later is a server fault until it is given an answer of its own.
             self.init(.internalServerError, "internal_error", "the server failed to answer: \(error)")
+        }
+    }
+
+    /// A bad line of a write: `invalid_record`, or the store rule it broke
+    /// (`missing_attachment`, …), with the line when the write had several.
+    init(_ error: ImportError, batch: Bool) {
+        let message = batch ? "line \(error.line): \(error.reason)" : error.reason
+        if let code = error.code {
+            self.init(StoreError(code, message))
+        } else {
+            self.init(.badRequest, "invalid_record", message)
         }
     }
 

@@ -58,7 +58,7 @@ extension DeltaSnapAPI {
             // A dropped body must not read as "the collection is now empty" and hide everything.
             throw APIError(.badRequest, "empty_batch", "a ?replace=true batch with no records would hide every record; send at least one, or hide them explicitly")
         } catch let error as ImportError {
-            throw APIError(.badRequest, "invalid_record", "line \(error.line): \(error.reason)")
+            throw APIError(error, batch: true)
         }
     }
 
@@ -140,7 +140,7 @@ extension DeltaSnapAPI {
         do {
             return written(try await store.write([record], to: name))
         } catch let error as ImportError {
-            throw APIError(.badRequest, "invalid_record", error.reason)
+            throw APIError(error, batch: false)
         }
     }
 

@@ -52,6 +52,10 @@ public struct DeltaSnapServerConfiguration: Sendable {
     /// Bytes of versions kept while clients page through them (docs/PROTOCOL.md §8.6); a
     /// larger version is paged from the store, one page at a time, while it is the head.
     public var pagingBudgetBytes = 64 << 20
+    /// The largest attachment accepted (`413` above; `Upload-Limit: max-size`).
+    public var maximumAttachmentBytes: UInt64 = 1 << 30
+    /// Seconds an unfinished resumable upload is kept from its start.
+    public var uploadLifetime: Int64 = 24 * 3600
     /// Commits closer together than this wake a waiting request once (the first at once,
     /// the rest at the end of the interval).
     public var waitDebounce: Duration = .milliseconds(50)
@@ -110,6 +114,8 @@ public final class DeltaSnapAPI: Sendable {
     let waiters: IndexWaiters
     /// The versions clients page through (`…/snapshots/{token}?limit=&after=`).
     let pagedVersions: PagedVersions
+    /// Resumable uploads a request is appending to now.
+    let activeUploads = ActiveUploads()
 
     /// A service on `store`, which it owns from now on (``shutdown()`` closes it; so does a
     /// failed init).
@@ -194,7 +200,9 @@ public final class DeltaSnapAPI: Sendable {
     public func httpServer(logger: Logger = Logger(label: "deltasnap")) -> HTTPServerBuilder {
         HTTPServerBuilder { [self] responder in
             PollingHTTP1Channel(
-                http1: HTTP1Channel(responder: responder, configuration: .init(additionalChannelHandlers: self.channelHandlers(logger: logger))),
+                http1: HTTP1Channel(
+                    responder: ResumableUploadResponder.announcingUploads(responder, limit: { self.uploadLimit(version: $0) }),
+                    configuration: .init(additionalChannelHandlers: self.channelHandlers(logger: logger))),
                 service: self, requestLogger: logger)
         }
     }
@@ -258,6 +266,14 @@ public final class DeltaSnapAPI: Sendable {
             router.on("/v1/collections", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
             router.on("/v1/index", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
         }
+        router.head("/v1/uploads/:token") { [self] request, context in try await uploadProgress(request, context: context) }
+        // The draft allows GET for the offset too (a body means nothing there).
+        router.get("/v1/uploads/:token") { [self] request, context in try await uploadProgress(request, context: context) }
+        router.patch("/v1/uploads/:token") { [self] request, context in try await appendToUpload(request, context: context) }
+        router.delete("/v1/uploads/:token") { [self] request, context in try await cancelUpload(request, context: context) }
+        for method in [HTTPRequest.Method.post, .put, .options, .trace] {
+            router.on("/v1/uploads/:token", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("HEAD, GET, PATCH, DELETE") }
+        }
         // A partition has every endpoint a collection has, under .../partitions/KEY.
         for base in ["/v1/collections/:name", "/v1/collections/:name/partitions/:key"] {
             registerCollectionRoutes(at: base, on: router)
@@ -288,6 +304,24 @@ public final class DeltaSnapAPI: Sendable {
         }
         router.post(RouterPath(base + "/records")) { [self] request, context in
             try await postRecords(request, context: context)
+        }
+        router.get(RouterPath(base + "/attachments/:hash")) { [self] request, context in
+            try await getAttachment(request, context: context, bodyless: false)
+        }
+        router.head(RouterPath(base + "/attachments/:hash")) { [self] request, context in
+            try await getAttachment(request, context: context, bodyless: true)
+        }
+        router.put(RouterPath(base + "/attachments/:hash")) { [self] request, context in
+            try await uploadAttachment(request, context: context)
+        }
+        router.post(RouterPath(base + "/attachments/:hash")) { [self] request, context in
+            try await uploadAttachment(request, context: context)
+        }
+        router.on(RouterPath(base + "/attachments/:hash"), method: .options) { [self] request, _ in try attachmentOptions(request) }
+        for method in [HTTPRequest.Method.delete, .patch, .trace] {
+            router.on(RouterPath(base + "/attachments/:hash"), method: method) { _, _ -> Response in
+                throw APIError.methodNotAllowed("GET, HEAD, PUT, POST, OPTIONS")
+            }
         }
         // Known paths with other methods get 405, not 404.
         // HEAD wherever GET works: the same status and headers, no body.

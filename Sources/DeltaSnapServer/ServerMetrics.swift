@@ -20,7 +20,9 @@ import NIOConcurrencyHelpers
 /// Metric names (docs/ARCHITECTURE.md, "Metrics"): `deltasnap_http_responses_total{route,status}`,
 /// `deltasnap_collection_responses_total{outcome}`, `deltasnap_body_bytes_sent_total{outcome}`,
 /// `deltasnap_collection_response_duration_seconds{outcome}` (a histogram),
-/// `deltasnap_fast_path_responses_total` (answers given before the router).
+/// `deltasnap_fast_path_responses_total` (answers given before the router),
+/// `deltasnap_attachment_bytes_sent_total`, `deltasnap_attachment_bytes_received_total`,
+/// `deltasnap_attachment_uploads_in_progress` (a gauge), `deltasnap_attachments_stored_total`.
 public final class ServerMetrics: Sendable {
     /// What a `GET /v1/collections/{name}` answered.
     public enum Outcome: String, CaseIterable, Sendable {
@@ -45,6 +47,13 @@ public final class ServerMetrics: Sendable {
     private let collectionNotModifiedResponses: Metrics.Counter
     private let collectionOKResponses: Metrics.Counter
     private let responses: NIOLockedValueBox<[ResponseKey: Metrics.Counter]>
+    /// Attachment bytes served (`GET …/attachments/{hash}`) and received (uploads).
+    let attachmentBytesSent: Metrics.Counter
+    let attachmentBytesReceived: Metrics.Counter
+    /// Upload requests whose content is streaming in now.
+    let uploadsInProgress: Metrics.Meter
+    /// Blobs proven and kept by an upload.
+    let attachmentsStored: Metrics.Counter
 
     private struct ResponseKey: Hashable, Sendable {
         var route: String
@@ -81,6 +90,10 @@ public final class ServerMetrics: Sendable {
         self.bytes = bytes
         self.latencies = latencies
         fastPathAnswers = Metrics.Counter(label: "deltasnap_fast_path_responses_total", factory: factory)
+        attachmentBytesSent = Metrics.Counter(label: "deltasnap_attachment_bytes_sent_total", factory: factory)
+        attachmentBytesReceived = Metrics.Counter(label: "deltasnap_attachment_bytes_received_total", factory: factory)
+        uploadsInProgress = Metrics.Meter(label: "deltasnap_attachment_uploads_in_progress", factory: factory)
+        attachmentsStored = Metrics.Counter(label: "deltasnap_attachments_stored_total", factory: factory)
         func collectionResponses(_ status: Int) -> Metrics.Counter {
             Metrics.Counter(label: "deltasnap_http_responses_total", dimensions: [("route", Self.collectionRoute), ("status", String(status))], factory: factory)
         }

@@ -71,6 +71,32 @@ public protocol CollectionStore: Sendable {
     func storeAttachment(_ reference: AttachmentReference, from next: () async throws -> [UInt8]?) async throws
     /// The size of the attachment `sha256` when the store holds it, else nil.
     func attachmentSize(_ sha256: String) async throws -> UInt64?
+    /// The attachment `sha256` as `collection` (or partition) refers to it — its size, and
+    /// the media type its first reference there stated — when the store holds it and a
+    /// record of `collection` refers to it (or did, until the next garbage collection);
+    /// nil otherwise, one answer for both, so no caller learns that another's blob exists.
+    func attachment(_ sha256: String, in collection: String) async throws -> AttachmentReference?
+    /// Calls `body` with the bytes of `range` of the held attachment `sha256`, in order, at
+    /// most 1 MiB at a time. Throws ``StoreError/missingAttachment(_:)`` when it is not held.
+    func readAttachment(_ sha256: String, range: Range<UInt64>, _ body: ([UInt8]) async throws -> Void) async throws
+    /// Starts the resumable upload `upload` (nothing received yet).
+    func createUpload(_ upload: AttachmentUpload) async throws
+    /// The upload `token`, or nil when it does not exist.
+    func upload(_ token: String) async throws -> AttachmentUpload?
+    /// Appends the bytes `next` yields (nil: the end) to upload `token`, which must hold
+    /// exactly `offset` bytes (else ``StoreError/uploadOffsetMismatch(_:expected:)``), and
+    /// returns how many it holds then. What arrived is kept durably every
+    /// ``AttachmentUpload/checkpointBytes`` and when `next` ends or throws, so a cut
+    /// connection loses at most what was not checkpointed. More bytes than the upload's
+    /// size are refused (``StoreError/attachmentMismatch(_:)``).
+    func appendUpload(_ token: String, at offset: UInt64, from next: () async throws -> [UInt8]?) async throws -> UInt64
+    /// Proves the upload's bytes (its whole size, its SHA-256) and keeps them as the blob, or
+    /// throws ``StoreError/attachmentMismatch(_:)``; the upload is gone either way.
+    func completeUpload(_ token: String) async throws
+    /// Drops upload `token` and its bytes; false when it did not exist.
+    func cancelUpload(_ token: String) async throws -> Bool
+    /// Drops every upload begun before `seconds` (since 1970); returns how many.
+    func expireUploads(begunBefore seconds: Int64) async throws -> Int
     /// Closes the store's connections. Call once, when done.
     func close() async
 }

@@ -7,6 +7,9 @@ public struct ImportError: Error, Equatable, Sendable, CustomStringConvertible {
     public var reason: String
     /// Whether the input held no record at all while replacing: nothing was committed.
     public var isEmptyReplace = false
+    /// The store's rule the line broke (``StoreError/Code/missingAttachment``, …); nil for a
+    /// line that is no valid record.
+    public var code: StoreError.Code?
 
     public init(source: String, line: Int, reason: String) {
         self.source = source

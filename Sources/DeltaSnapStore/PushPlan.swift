@@ -84,12 +84,24 @@ package struct PushPlan {
 
     /// `storedStatus(seq)`: the answer kept for an already-seen write; `stored(id)`: the
     /// record's committed value and the version that wrote it; `fork`: set when the
-    /// collection merges by ``MergePolicy/fork``.
+    /// collection merges by ``MergePolicy/fork``; `attachmentSize(sha256)`: the size of a blob
+    /// the store holds (nil: not held), so a write whose value refers to a missing blob is
+    /// refused alone (``AttachmentRule``).
     package init(
         _ mutations: [ParsedMutation], lastSeq: UInt64,
         storedStatus: (UInt64) throws -> MutationResult.Status?, stored: (String) throws -> (record: Record, version: UInt64)?,
-        fork: ForkCheck? = nil
+        fork: ForkCheck? = nil, attachmentSize: (String) throws -> UInt64? = { _ in nil }
     ) throws {
+        // A store failure while looking a blob up is no refusal of the write: it throws.
+        func checkAttachments(_ value: Record?) throws -> MutationRefusal? {
+            guard let value else { return nil }
+            do {
+                try AttachmentRule.checkAll(value, heldSize: attachmentSize)
+                return nil
+            } catch let error as StoreError where error.code == .missingAttachment || error.code == .invalidAttachmentReference {
+                return AttachmentRule.refusal(error)
+            }
+        }
         newLastSeq = max(lastSeq, mutations.last?.seq ?? 0)
         planned.reserveCapacity(mutations.count)
         for parsed in mutations {
@@ -103,18 +115,24 @@ package struct PushPlan {
             }
             if !batch.knows(mutation.id) { batch.remember(mutation.id, stored: try stored(mutation.id)) }
             if let fork, let copy = try fork.copy(of: mutation, original: batch.untouchedOriginal(mutation.id), current: batch.current(mutation.id)) {
+                if let refusal = try checkAttachments(copy) {
+                    planned.append(MutationResult(seq: parsed.seq, status: .refused(refusal)))
+                    continue
+                }
                 if !batch.knows(copy.id) { batch.remember(copy.id, stored: try stored(copy.id)) }
                 batch.set(copy.id, to: copy)
                 appliedIndexes.append(planned.count)
                 planned.append(MutationResult(seq: parsed.seq, status: .copied(version: 0, copy: copy.id)))
                 continue
             }
-            do throws(MutationRefusal) {
-                try batch.apply(mutation)
+            do {
+                let merged = try batch.merged(mutation)
+                if let refusal = try checkAttachments(merged) { throw refusal }
+                batch.set(mutation.id, to: merged)
                 appliedIndexes.append(planned.count)
                 planned.append(MutationResult(seq: parsed.seq, status: .applied(version: 0)))
-            } catch {
-                planned.append(MutationResult(seq: parsed.seq, status: .refused(error)))
+            } catch let refusal as MutationRefusal {
+                planned.append(MutationResult(seq: parsed.seq, status: .refused(refusal)))
             }
         }
     }
@@ -201,16 +219,15 @@ struct BatchMerge {
         order.append(id)
     }
 
-    /// Merges `mutation` into its record's value; the record must be remembered first.
-    mutating func apply(_ mutation: Mutation) throws(MutationRefusal) {
-        guard var entry = entries[mutation.id] else { preconditionFailure("apply(_:) before remember(_:stored:)") }
-        entry.current = try RecordMerge.apply(mutation, to: entry.current)
-        entry.touched = true
-        entries[mutation.id] = entry
+    /// `mutation` merged into its record's value (nil: deleted), not kept yet: ``set(_:to:)``
+    /// keeps it once accepted. The record must be remembered first.
+    func merged(_ mutation: Mutation) throws(MutationRefusal) -> Record? {
+        guard let entry = entries[mutation.id] else { preconditionFailure("merged(_:) before remember(_:stored:)") }
+        return try RecordMerge.apply(mutation, to: entry.current)
     }
 
-    /// Sets record `id` (remembered first) to `record`.
-    mutating func set(_ id: String, to record: Record) {
+    /// Sets record `id` (remembered first) to `record` (nil: absent).
+    mutating func set(_ id: String, to record: Record?) {
         guard var entry = entries[id] else { preconditionFailure("set(_:to:) before remember(_:stored:)") }
         entry.current = record
         entry.touched = true

@@ -50,6 +50,13 @@ public final class RecordStream: @unchecked Sendable {
         ImportError(source: name, line: errorLine ?? line, reason: reason)
     }
 
+    /// The store's refusal of the current line (or `line`), keeping its code.
+    public func failure(_ error: StoreError, at errorLine: Int? = nil) -> ImportError {
+        var failure = failure(error.message, at: errorLine)
+        failure.code = error.code
+        return failure
+    }
+
     /// The next record, or nil at the end of the input. Throws ``ImportError``.
     public func next() throws -> Record? {
         if given != nil {

@@ -42,6 +42,16 @@ public struct StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         /// An attachment's bytes are not what its reference states (size or SHA-256): nothing
         /// was kept.
         public static let attachmentMismatch = Code("attachmentMismatch")
+        /// A record refers to an attachment the store does not hold (or states another size
+        /// for it): upload the blob first.
+        public static let missingAttachment = Code("missingAttachment")
+        /// An upload that does not exist (never, finished, cancelled or expired).
+        public static let unknownUpload = Code("unknownUpload")
+        /// An append to an upload at another offset than the bytes it holds (or while another
+        /// append is under way).
+        public static let uploadOffsetMismatch = Code("uploadOffsetMismatch")
+        /// A record's value carries the attachment marker but is no valid reference.
+        public static let invalidAttachmentReference = Code("invalidAttachmentReference")
     }
 
     public let code: Code
@@ -104,6 +114,22 @@ public struct StoreError: Error, Sendable, Equatable, CustomStringConvertible {
 
     public static func attachmentMismatch(_ message: String) -> StoreError {
         StoreError(.attachmentMismatch, message)
+    }
+
+    public static func missingAttachment(_ message: String) -> StoreError {
+        StoreError(.missingAttachment, message)
+    }
+
+    public static func unknownUpload(_ token: String) -> StoreError {
+        StoreError(.unknownUpload, "upload \(token) does not exist (finished, cancelled or expired)")
+    }
+
+    public static func uploadOffsetMismatch(_ token: String, expected: UInt64) -> StoreError {
+        StoreError(.uploadOffsetMismatch, "upload \(token) holds \(expected) bytes: append at that offset")
+    }
+
+    public static func invalidAttachmentReference(_ message: String) -> StoreError {
+        StoreError(.invalidAttachmentReference, message)
     }
 
     /// `message` is the database's own words, prefixed by the backend's name (`PostgreSQL: …`).

@@ -15,6 +15,8 @@ package final class RawHTTPClient {
         package var headers: [(String, String)]
         /// The body as sent (still gzip-encoded when Content-Encoding says so).
         package var body: [UInt8]
+        /// The informational (1xx) responses sent before this one, in order.
+        package var informational: [Response] = []
 
         package func header(_ name: String) -> String? {
             headers.first { $0.0.lowercased() == name.lowercased() }?.1
@@ -134,6 +136,18 @@ package final class RawHTTPClient {
     }
 
     private func readResponse(method: String) throws -> Response {
+        var informational: [Response] = []
+        while true {
+            var response = try readOneResponse(method: method)
+            guard (100..<200).contains(response.status) else {
+                response.informational = informational
+                return response
+            }
+            informational.append(response)
+        }
+    }
+
+    fileprivate func readHead() throws -> Response {
         let statusLine = try readLine()
         let parts = statusLine.split(separator: " ")
         guard parts.count >= 2, let status = Int(parts[1]) else { throw Failure(description: "bad status line: \(statusLine)") }
@@ -144,8 +158,13 @@ package final class RawHTTPClient {
             guard let colon = line.firstIndex(of: ":") else { continue }
             headers.append((String(line[..<colon]), String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces)))
         }
-        var response = Response(status: status, headers: headers, body: [])
-        if method == "HEAD" || status == 304 || status == 204 { return response }
+        return Response(status: status, headers: headers, body: [])
+    }
+
+    private func readOneResponse(method: String) throws -> Response {
+        var response = try readHead()
+        let status = response.status
+        if method == "HEAD" || status == 304 || status == 204 || (100..<200).contains(status) { return response }
         if response.header("Transfer-Encoding")?.lowercased() == "chunked" {
             while true {
                 let sizeLine = try readLine()
@@ -161,5 +180,18 @@ package final class RawHTTPClient {
             response.body = try readBytes(length)
         }
         return response
+    }
+}
+
+extension RawHTTPClient {
+    /// Reads the next response head on this connection, an informational (1xx) one
+    /// included, without its body: for a test that cuts a request after its `104`.
+    package func nextHead() throws -> Response {
+        try readHead()
+    }
+
+    /// Sends `bytes` as they are, without reading anything.
+    package func sendBytes(_ bytes: [UInt8]) throws {
+        _ = try sendRaw(bytes, awaitingResponse: false)
     }
 }

@@ -1,0 +1,290 @@
+import DeltaSnapCore
+import DeltaSnapStore
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// Attachments (docs/PROTOCOL.md §12): `GET|HEAD …/attachments/{hash}` serves a blob to
+/// whoever may read a record of that collection or partition that refers to it; `PUT|POST`
+/// uploads one — whole, or as the first part of a resumable upload whose later parts go to
+/// `/v1/uploads/{token}` (draft-ietf-httpbis-resumable-upload).
+extension DeltaSnapAPI {
+    // MARK: - Download
+
+    /// `GET|HEAD …/attachments/{hash}`: the bytes (`Range` → `206`), `ETag` = the hash.
+    func getAttachment(_ request: Request, context: some RequestContext, bodyless: Bool) async throws -> Response {
+        let path = try collectionPath(context)
+        let hash = try context.parameters.require("hash")
+        let isPublic = configuration.access.isPublicRead(path)
+        if !isPublic { _ = try await authorize(request, path, for: .read) }
+        // One answer for a hash that is not held, one no record here refers to, and one
+        // that is not a hash: nothing tells whether someone else stored those bytes.
+        guard AttachmentReference.isSHA256(hash), let reference = try await store.attachment(hash, in: path.description) else {
+            throw APIError.unknownAttachment(hash, in: path)
+        }
+        let tag = "\"\(hash)\""
+        var headers: HTTPFields = [
+            .eTag: tag, .contentType: reference.type, .acceptRanges: "bytes", .cacheControl: CacheRule.immutable(isPublic: isPublic),
+        ]
+        if ConditionalRequest(ifNoneMatch: request.headers[.ifNoneMatch], ifModifiedSince: nil).matches(entityTag: tag) {
+            return Response(status: .notModified, headers: headers)
+        }
+        var range = ByteRangeRequest(header: request.headers[.range], size: reference.size)
+        // A range of another representation than this one is no range of this one.
+        if let ifRange = request.headers[.ifRange], ifRange.trimmingSpaces != tag { range = .whole }
+        var status = HTTPResponse.Status.ok
+        let served: Range<UInt64>
+        switch range {
+        case .whole:
+            served = 0..<reference.size
+        case .partial(let part):
+            served = part
+            status = .partialContent
+            headers[.contentRange] = "bytes \(part.lowerBound)-\(part.upperBound - 1)/\(reference.size)"
+        case .unsatisfiable:
+            throw APIError(
+                .rangeNotSatisfiable, "range_not_satisfiable", "the attachment is \(reference.size) bytes; the range asked for lies past its end",
+                headers: [.contentRange: "bytes */\(reference.size)"])
+        }
+        headers[.contentLength] = String(served.count)
+        if bodyless { return Response(status: status, headers: headers) }
+        let (store, metrics) = (self.store, self.metrics)
+        return Response(status: status, headers: headers, body: ResponseBody(contentLength: Int(served.count)) { writer in
+            try await store.readAttachment(hash, range: served) { chunk in
+                try await writer.write(ByteBuffer(bytes: chunk))
+                metrics.attachmentBytesSent.increment(by: chunk.count)
+            }
+            try await writer.finish(nil)
+        })
+    }
+
+    // MARK: - Upload
+
+    /// `PUT|POST …/attachments/{hash}`: the whole blob (its size from `Content-Length` or
+    /// `Upload-Length`, its type from `Content-Type`), or with `Upload-Complete` the start of
+    /// a resumable upload. Every byte is read and checked, whoever stored the same bytes
+    /// before: no caller learns that they exist.
+    func uploadAttachment(_ request: Request, context: some RequestContext) async throws -> Response {
+        let path = try collectionPath(context)
+        let principal = try await authorize(request, path, for: .write)
+        let hash = try context.parameters.require("hash")
+        guard AttachmentReference.isSHA256(hash) else {
+            throw APIError(.badRequest, "invalid_attachment", "the hash in the path must be a SHA-256: 64 lowercase hex digits")
+        }
+        let fields = try ResumableUploadFields(request.headers)
+        // The blob's size: Upload-Length, or the Content-Length of a request that carries it whole.
+        let whole = fields.isCreation ? fields.complete == true : true
+        guard let size = fields.length ?? (whole ? request.headers[.contentLength].flatMap({ UInt64($0.trimmingSpaces) }) : nil) else {
+            throw APIError(.lengthRequired, "length_required", "state the attachment's size: send it whole with Content-Length, or state Upload-Length")
+        }
+        try requireWithinLimit(size)
+        var type = request.headers[.contentType]?.trimmingSpaces ?? "application/octet-stream"
+        if type.isEmpty || type == ResumableUploadFields.partialUploadType { type = "application/octet-stream" }
+        let reference: AttachmentReference
+        do {
+            reference = try AttachmentReference(sha256: hash, size: size, type: type)
+        } catch {
+            throw APIError(.badRequest, "invalid_attachment", error.description)
+        }
+        guard let complete = fields.complete else {
+            try await receive(request) { next in try await store.storeAttachment(reference, from: next) }
+            metrics.attachmentsStored.increment()
+            return Self.stored(reference, status: .created)
+        }
+        let now = Int64(Date().timeIntervalSince1970)
+        // Unfinished uploads past their lifetime go as new ones begin: no sweeper to run.
+        _ = try? await store.expireUploads(begunBefore: now - configuration.uploadLifetime)
+        // The token the 104 announced; a fresh one when a client sent the field itself to a
+        // server without the announcing responder (an app mounting the routes) and named
+        // an upload that exists.
+        var token = ResumableUploadResponder.announcedToken(request) ?? AttachmentUpload.newToken()
+        if try await store.upload(token) != nil { token = AttachmentUpload.newToken() }
+        let upload = AttachmentUpload(token: token, reference: reference, collection: path.description, owner: principal.subject, createdAt: now)
+        try await store.createUpload(upload)
+        return try await append(request, to: upload, at: 0, complete: complete, version: fields.answerVersion, creating: true)
+    }
+
+    /// `HEAD /v1/uploads/{token}`: how many bytes the upload holds (`Upload-Offset`).
+    func uploadProgress(_ request: Request, context: some RequestContext) async throws -> Response {
+        let upload = try await ownedUpload(request, context: context)
+        let version = try ResumableUploadFields(request.headers).answerVersion
+        return Response(status: .noContent, headers: progress(of: upload, received: upload.received, complete: false, version: version))
+    }
+
+    /// `PATCH /v1/uploads/{token}`: the next part, from `Upload-Offset`.
+    func appendToUpload(_ request: Request, context: some RequestContext) async throws -> Response {
+        let upload = try await ownedUpload(request, context: context)
+        let fields = try ResumableUploadFields(request.headers)
+        let version = fields.answerVersion
+        guard let offset = fields.offset else { throw APIError(.badRequest, "invalid_upload_field", "an append needs Upload-Offset") }
+        guard let complete = fields.complete else {
+            throw APIError(.badRequest, "invalid_upload_field", "an append needs Upload-Complete (?1 for the last part, ?0 otherwise)")
+        }
+        if let length = fields.length, length != upload.reference.size {
+            throw APIError(
+                .badRequest, "inconsistent_upload_length", "Upload-Length is \(length), but the upload was begun as \(upload.reference.size) bytes")
+        }
+        guard offset == upload.received else { throw Self.offsetMismatch(upload, expected: upload.received, provided: offset, version: version) }
+        return try await append(request, to: upload, at: offset, complete: complete, version: version, creating: false)
+    }
+
+    /// `DELETE /v1/uploads/{token}`: gives the upload up; its bytes go.
+    func cancelUpload(_ request: Request, context: some RequestContext) async throws -> Response {
+        let upload = try await ownedUpload(request, context: context)
+        guard try await store.cancelUpload(upload.token) else { throw APIError.unknownUpload(upload.token) }
+        return Response(status: .noContent, headers: [.cacheControl: "no-store"])
+    }
+
+    // MARK: - Helpers
+
+    /// Streams `request`'s content into the upload from `offset`, then answers: the stored
+    /// reference once the last part is in and proven, else where the upload stands.
+    private func append(
+        _ request: Request, to upload: AttachmentUpload, at offset: UInt64, complete: Bool, version: Int, creating: Bool
+    ) async throws -> Response {
+        guard activeUploads.begin(upload.token) else {
+            // The connection an interrupted part came on may not have noticed yet.
+            var error = APIError(.conflict, "upload_busy", "another request is appending to this upload; ask HEAD for its offset shortly")
+            error.headers[.retryAfter] = "1"
+            throw error
+        }
+        defer { activeUploads.end(upload.token) }
+        let received: UInt64
+        do {
+            received = try await receive(request) { next in try await store.appendUpload(upload.token, at: offset, from: next) }
+        } catch let error as StoreError where error.code == .uploadOffsetMismatch {
+            let now = try await store.upload(upload.token)?.received ?? 0
+            throw Self.offsetMismatch(upload, expected: now, provided: offset, version: version)
+        }
+        guard complete else {
+            var headers = progress(of: upload, received: received, complete: false, version: version)
+            // Versions up to 6 answered an append 201; later ones 204.
+            guard creating else { return Response(status: version <= 6 ? .created : .noContent, headers: headers) }
+            headers[.location] = "/v1/uploads/\(upload.token)"
+            return Response(status: .created, headers: headers)
+        }
+        guard received == upload.reference.size else {
+            _ = try? await store.cancelUpload(upload.token)
+            throw APIError(
+                .badRequest, "attachment_mismatch",
+                "the upload was marked complete at \(received) bytes, but the attachment \(upload.reference.sha256) is \(upload.reference.size); nothing was kept")
+        }
+        try await store.completeUpload(upload.token)
+        metrics.attachmentsStored.increment()
+        var response = Self.stored(upload.reference, status: creating ? .created : .ok)
+        response.headers.append(contentsOf: progress(of: upload, received: received, complete: true, version: version))
+        return response
+    }
+
+    /// Hands `request`'s content to `body` a buffer at a time, counted. A body that stops
+    /// early is the client's cut: `400`, and the store keeps what arrived.
+    private func receive<T>(_ request: Request, _ body: (() async throws -> [UInt8]?) async throws -> T) async throws -> T {
+        metrics.uploadsInProgress.increment()
+        defer { metrics.uploadsInProgress.decrement() }
+        var iterator = request.body.makeAsyncIterator()
+        let metrics = self.metrics
+        return try await body {
+            let buffer: ByteBuffer?
+            do {
+                buffer = try await iterator.next()
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                throw APIError(.badRequest, "unreadable_body", "the upload's content stopped before its end: \(error)")
+            }
+            guard let buffer else { return nil }
+            metrics.attachmentBytesReceived.increment(by: buffer.readableBytes)
+            return Array(buffer.readableBytesView)
+        }
+    }
+
+    /// The upload `{token}` names, once the caller may go on with it: its owner (or the
+    /// admin), who may still write where it goes. Anyone else gets the `404` of an upload
+    /// that does not exist.
+    private func ownedUpload(_ request: Request, context: some RequestContext) async throws -> AttachmentUpload {
+        let token = try context.parameters.require("token")
+        guard AttachmentUpload.isToken(token), let upload = try await store.upload(token), let path = CollectionPath(upload.collection) else {
+            throw APIError.unknownUpload(token)
+        }
+        let principal: Principal
+        do {
+            principal = try await authorize(request, path, for: .write)
+        } catch let error as APIError where error.status == .unauthorized {
+            throw error
+        } catch is APIError {
+            throw APIError.unknownUpload(token)
+        }
+        guard principal.isAdmin || principal.subject == upload.owner else { throw APIError.unknownUpload(token) }
+        return upload
+    }
+
+    private func requireWithinLimit(_ size: UInt64) throws {
+        let limit = configuration.maximumAttachmentBytes
+        guard size > limit else { return }
+        throw APIError(
+            .contentTooLarge, "attachment_too_large", "the attachment is \(size) bytes; this server keeps attachments of at most \(limit)",
+            headers: [ResumableUploadFields.limitField: uploadLimit(version: ResumableUploadFields.latestInteropVersion)])
+    }
+
+    private func progress(of upload: AttachmentUpload, received: UInt64, complete: Bool, version: Int) -> HTTPFields {
+        ResumableUploadFields.progress(version: version, offset: received, complete: complete, length: upload.reference.size, limit: uploadLimit(version: version))
+    }
+
+    /// `Upload-Limit` in `version`'s spelling.
+    func uploadLimit(version: Int) -> String {
+        ResumableUploadFields.limit(version: version, maximumSize: configuration.maximumAttachmentBytes, lifetime: configuration.uploadLifetime)
+    }
+
+    /// `OPTIONS …/attachments/{hash}`: the methods and the limits (the draft's discovery).
+    func attachmentOptions(_ request: Request) throws -> Response {
+        let version = try ResumableUploadFields(request.headers).answerVersion
+        return Response(status: .noContent, headers: [.allow: "GET, HEAD, PUT, POST, OPTIONS", ResumableUploadFields.limitField: uploadLimit(version: version)])
+    }
+
+    /// The answer to a finished upload: the reference to put in a record.
+    static func stored(_ reference: AttachmentReference, status: HTTPResponse.Status) -> Response {
+        var body = Array(reference.description.utf8)
+        body.append(UInt8(ascii: "\n"))
+        return Response(
+            status: status, headers: [.contentType: "application/json", .cacheControl: "no-store"], body: .init(byteBuffer: ByteBuffer(bytes: body)))
+    }
+
+    /// `409` with the offset the upload holds, as the draft's problem type says.
+    static func offsetMismatch(_ upload: AttachmentUpload, expected: UInt64, provided: UInt64, version: Int) -> APIError {
+        var error = APIError(
+            .conflict, "upload_offset_mismatch", "upload \(upload.token) holds \(expected) bytes; the part sent begins at \(provided)")
+        error.problemType = "https://iana.org/assignments/http-problem-types#mismatching-upload-offset"
+        error.problemMembers = [JSONMember("expected-offset", .number(String(expected))), JSONMember("provided-offset", .number(String(provided)))]
+        error.headers[ResumableUploadFields.offsetField] = String(expected)
+        error.headers[ResumableUploadFields.completeness(version: version)] = ResumableUploadFields.completeValue(false, version: version)
+        error.headers[ResumableUploadFields.interopVersionField] = String(version)
+        return error
+    }
+}
+
+extension APIError {
+    static func unknownAttachment(_ hash: String, in path: CollectionPath) -> APIError {
+        APIError(.notFound, "unknown_attachment", "no record of \"\(path)\" refers to an attachment \(hash) this server holds")
+    }
+
+    static func unknownUpload(_ token: String) -> APIError {
+        APIError(.notFound, "unknown_upload", "upload \(token) does not exist (finished, cancelled, expired, or not yours); begin it again")
+    }
+}
+
+/// The uploads a request of this process is appending to now: one at a time each, so an
+/// interrupted part's request (still reading from a dead connection) and its retry never
+/// write at once. Across instances the store's conditional checkpoint keeps them apart.
+final class ActiveUploads: Sendable {
+    private let tokens = NIOLockedValueBox<Set<String>>([])
+
+    func begin(_ token: String) -> Bool {
+        tokens.withLockedValue { $0.insert(token).inserted }
+    }
+
+    func end(_ token: String) {
+        tokens.withLockedValue { _ = $0.remove(token) }
+    }
+}

@@ -217,6 +217,10 @@ public final class PostgresCollectionStore: CollectionStore {
         try await primary.expireUploads(begunBefore: seconds)
     }
 
+    public func collectAttachmentGarbage(unreferencedFor grace: Int64, now: Int64) async throws -> AttachmentGarbage {
+        try await primary.collectAttachmentGarbage(unreferencedFor: grace, now: now)
+    }
+
     public func close() async {
         await primary.close()
         if reader !== primary { await reader.close() }

@@ -47,6 +47,9 @@ extension PostgresDatabase {
             try await connection.query("UPDATE deltasnap_blob_chunks SET sha256 = \(reference.sha256) WHERE sha256 = \(staging)", logger: logger)
         } else {
             try await connection.query("DELETE FROM deltasnap_blob_chunks WHERE sha256 = \(staging)", logger: logger)
+            // Stored again: garbage collection's grace period starts over (the uploader's
+            // record is on its way).
+            try await connection.query("UPDATE deltasnap_blobs SET stored_at = \(now) WHERE sha256 = \(reference.sha256)", logger: logger)
         }
     }
 
@@ -99,9 +102,13 @@ extension PostgresDatabase {
         }
     }
 
-    /// The sizes of the blobs among `hashes` the store holds.
+    /// The sizes of the blobs among `hashes` the store holds, for a write in the caller's
+    /// transaction that may refer to them. It first takes `ROW EXCLUSIVE` on
+    /// `deltasnap_attachment_refs`, which garbage collection's lock excludes: a blob found
+    /// here is not removed before the write commits.
     func attachmentSizes(_ hashes: [String], on connection: PostgresConnection) async throws -> [String: UInt64] {
         guard !hashes.isEmpty else { return [:] }
+        try await connection.query("LOCK TABLE deltasnap_attachment_refs IN ROW EXCLUSIVE MODE", logger: logger)
         var sizes: [String: UInt64] = [:]
         for try await (sha256, size) in try await connection.query(
             "SELECT sha256, size FROM deltasnap_blobs WHERE sha256 = ANY(\(hashes))", logger: logger

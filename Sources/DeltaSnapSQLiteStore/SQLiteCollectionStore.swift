@@ -190,6 +190,10 @@ public final class SQLiteCollectionStore: CollectionStore {
         return tokens.count
     }
 
+    public func collectAttachmentGarbage(unreferencedFor grace: Int64, now: Int64) async throws -> AttachmentGarbage {
+        try await writing { try $0.collectAttachmentGarbage(unreferencedFor: grace, now: now) }
+    }
+
     public func close() async {}
 
     private func reading<T: Sendable>(_ body: @escaping @Sendable (SQLiteDatabase) throws -> T) async throws -> T {

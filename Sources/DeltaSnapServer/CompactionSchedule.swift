@@ -1,3 +1,4 @@
+import Foundation
 import DeltaSnapStore
 import Logging
 
@@ -11,10 +12,13 @@ import Logging
 public struct CompactionSchedule: Sendable {
     public var policy: CompactionPolicy
     public var interval: Duration
+    /// Seconds a blob no record refers to is kept before a round removes it.
+    public var attachmentGraceSeconds: Int64
 
-    public init(policy: CompactionPolicy, interval: Duration = .seconds(3_600)) {
+    public init(policy: CompactionPolicy, interval: Duration = .seconds(3_600), attachmentGraceSeconds: Int64 = AttachmentGarbage.defaultGraceSeconds) {
         self.policy = policy
         self.interval = interval
+        self.attachmentGraceSeconds = attachmentGraceSeconds
     }
 }
 
@@ -40,6 +44,18 @@ extension DeltaSnapAPI {
                 } catch {
                     logger.error("compaction failed", metadata: ["collection": .string(name), "error": "\(error)"])
                 }
+            }
+            do {
+                let garbage = try await store.collectAttachmentGarbage(
+                    unreferencedFor: schedule.attachmentGraceSeconds, now: Int64(Date().timeIntervalSince1970))
+                if garbage.removed > 0 || garbage.waiting > 0 {
+                    logger.info("attachments collected", metadata: [
+                        "removed": .stringConvertible(garbage.removed), "bytes_removed": .stringConvertible(garbage.bytesRemoved),
+                        "waiting": .stringConvertible(garbage.waiting),
+                    ])
+                }
+            } catch {
+                logger.error("attachment collection failed", metadata: ["error": "\(error)"])
             }
         }
     }

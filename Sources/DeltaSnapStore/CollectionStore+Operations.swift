@@ -71,15 +71,65 @@ extension CollectionStore {
     /// ```
     @discardableResult
     public func bake(_ collection: String, into directory: String, level: Int32 = 6) async throws -> ManifestEntry {
-        try await withRecords(in: collection) { source in
+        try await bake(collection, into: directory, level: level, withAttachments: false).entry
+    }
+
+    /// ``bake(_:into:level:)``, and with `withAttachments` every blob the baked records refer
+    /// to in `DIRECTORY/attachments/HASH` (read from the same transaction's references, each
+    /// proven against its reference as it is written; a file already there with the right
+    /// bytes is kept), so an app bundles its files and starts without a download.
+    ///
+    /// ```swift
+    /// let (entry, files) = try await store.bake("notes", into: "Snapshots", withAttachments: true)
+    /// ```
+    public func bake(
+        _ collection: String, into directory: String, level: Int32 = 6, withAttachments: Bool
+    ) async throws -> (entry: ManifestEntry, attachments: [AttachmentReference]) {
+        var referenced: [String: AttachmentReference] = [:]
+        let entry = try await withRecords(in: collection) { source in
             let file = try Baker.SnapshotFile(head: source.head, into: directory, level: level)
             do {
-                while try await source.next({ try file.append($0) }) {}
+                while try await source.next({ bytes in
+                    try file.append(bytes)
+                    guard withAttachments else { return }
+                    for reference in (try? AttachmentReference.references(in: Record.parse(Array(bytes)))) ?? [] { referenced[reference.sha256] = reference }
+                }) {}
                 return try file.finish()
             } catch {
                 file.abandon()
                 throw error
             }
+        }
+        let references = referenced.values.sorted { $0.sha256 < $1.sha256 }
+        for reference in references { try await bakeAttachment(reference, into: (directory as NSString).appendingPathComponent("attachments")) }
+        return (entry, references)
+    }
+
+    /// Writes the blob `reference` names to `DIRECTORY/HASH`, proven, unless it is there already.
+    private func bakeAttachment(_ reference: AttachmentReference, into directory: String) async throws {
+        let path = (directory as NSString).appendingPathComponent(reference.sha256)
+        if let existing = FileManager.default.contents(atPath: path), existing.count == reference.size {
+            var verifier = BlobVerifier(sha256: reference.sha256, size: reference.size)
+            if (try? verifier.consume(existing)) != nil, (try? verifier.finish()) != nil { return }
+        }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
+        guard FileManager.default.createFile(atPath: temporary, contents: nil), let file = FileHandle(forWritingAtPath: temporary) else {
+            throw FileError(path: temporary, reason: "cannot be created")
+        }
+        do {
+            var verifier = BlobVerifier(sha256: reference.sha256, size: reference.size)
+            try await readAttachment(reference.sha256, range: 0..<reference.size) { chunk in
+                try verifier.consume(chunk)
+                try file.write(contentsOf: chunk)
+            }
+            try verifier.finish()
+            try file.close()
+            guard rename(temporary, path) == 0 else { throw FileError(path: path, reason: "cannot be replaced") }
+        } catch {
+            try? file.close()
+            try? FileManager.default.removeItem(atPath: temporary)
+            throw error
         }
     }
 

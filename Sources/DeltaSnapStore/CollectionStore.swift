@@ -97,6 +97,11 @@ public protocol CollectionStore: Sendable {
     func cancelUpload(_ token: String) async throws -> Bool
     /// Drops every upload begun before `seconds` (since 1970); returns how many.
     func expireUploads(begunBefore seconds: Int64) async throws -> Int
+    /// Removes every blob no visible record and no value kept in history refers to, once it
+    /// has been unreferenced for `grace` seconds (and not stored again meanwhile); writes
+    /// wait meanwhile, so none refers to a blob being removed. Also brings the per-collection
+    /// reference table (who may read a blob) to what the records say.
+    func collectAttachmentGarbage(unreferencedFor grace: Int64, now: Int64) async throws -> AttachmentGarbage
     /// Closes the store's connections. Call once, when done.
     func close() async
 }

@@ -18,6 +18,11 @@ struct CompactCommand: AsyncParsableCommand {
 
             A running `deltasnap serve` on the same store picks the new floor up within 100 ms \
             (on PostgreSQL, every instance: the compaction notifies them).
+
+            Then attachments: a blob that no visible record and no value kept in history (for \
+            revert) refers to, in any collection, is removed once it has been so for \
+            --attachment-grace-days (7 by default) — long enough for an upload's record to \
+            arrive. Writes that refer to attachments wait while the store is scanned.
             """
     )
 
@@ -33,24 +38,33 @@ struct CompactCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Compact the versions committed more than DAYS days ago.")
     var olderThan: Double?
 
+    @Option(name: .long, help: "Days a blob no record refers to is kept before it is removed.")
+    var attachmentGraceDays: Double = 7
+
     func validate() throws {
         guard (keepVersions == nil) != (olderThan == nil) else { throw ValidationError("give exactly one of --keep-versions N and --older-than DAYS") }
         if let keepVersions, keepVersions < 0 { throw ValidationError("--keep-versions must be 0 or more") }
         if let olderThan, !(olderThan >= 0) { throw ValidationError("--older-than must be 0 or more days") }
+        guard attachmentGraceDays >= 0 else { throw ValidationError("--attachment-grace-days must be 0 or more") }
     }
 
     func run() async throws {
         try await reportingErrors {
             let policy: CompactionPolicy = keepVersions.map { .keepVersions(UInt64($0)) } ?? .olderThan(seconds: Int64((olderThan ?? 0) * 86_400))
-            let (result, head) = try await StoreLocation.withStore(db) { store in
-                (try await store.compact(collection, policy: policy), try await store.head(of: collection))
+            let grace = Int64(attachmentGraceDays * 86_400)
+            let (result, head, garbage) = try await StoreLocation.withStore(db) { store in
+                let result = try await store.compact(collection, policy: policy)
+                let head = try await store.head(of: collection)
+                let garbage = try await store.collectAttachmentGarbage(unreferencedFor: grace, now: Int64(Date().timeIntervalSince1970))
+                return (result, head, garbage)
             }
-            guard let result else {
+            if let result {
+                let removed = result.tombstonesRemoved
+                print("\(collection): floor raised from version \(result.previousFloor) to \(result.floor); \(removed) tombstone\(removed == 1 ? "" : "s") removed; tokens below version \(result.floor) now get a full body")
+            } else {
                 print("\(collection): nothing to compact (floor stays at version \(head?.floor ?? 0), head is version \(head?.version ?? 0))")
-                return
             }
-            let removed = result.tombstonesRemoved
-            print("\(collection): floor raised from version \(result.previousFloor) to \(result.floor); \(removed) tombstone\(removed == 1 ? "" : "s") removed; tokens below version \(result.floor) now get a full body")
+            print(garbage.summary)
         }
     }
 }

@@ -122,6 +122,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Milliseconds within which commits wake a waiting /v1/index request once: the first wakes it at once, the rest at the end of the interval.")
     var waitDebounceMs = 50
 
+    @Option(name: .long, help: "Largest attachment accepted, in bytes (413 above; announced in Upload-Limit).")
+    var maxAttachmentBytes: UInt64 = 1 << 30
+
+    @Option(name: .long, help: "Days a blob no record refers to is kept before a scheduled compaction removes it.")
+    var attachmentGraceDays: Double = 7
+
     @Option(name: .customLong("static"), help: ArgumentHelp("A directory of static files (a web app) served at / next to the API, on the same origin.", valueName: "DIR"))
     var staticDirectory: String?
 
@@ -138,6 +144,8 @@ struct ServeCommand: AsyncParsableCommand {
         }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical") }
         guard maxBodyBytes > 0 else { throw ValidationError("--max-body-bytes must be positive") }
+        guard maxAttachmentBytes > 0 else { throw ValidationError("--max-attachment-bytes must be positive") }
+        guard attachmentGraceDays >= 0 else { throw ValidationError("--attachment-grace-days must be 0 or more") }
         guard retentionDays > 0 else { throw ValidationError("--retention-days must be positive") }
         guard compactKeepVersions == nil || compactOlderThan == nil else { throw ValidationError("give at most one of --compact-keep-versions and --compact-older-than") }
         if let compactKeepVersions, compactKeepVersions < 0 { throw ValidationError("--compact-keep-versions must be 0 or more") }
@@ -162,7 +170,9 @@ struct ServeCommand: AsyncParsableCommand {
     private var compactionSchedule: CompactionSchedule? {
         let policy: CompactionPolicy? = compactKeepVersions.map { .keepVersions(UInt64($0)) }
             ?? compactOlderThan.map { .olderThan(seconds: Int64($0 * 86_400)) }
-        return policy.map { CompactionSchedule(policy: $0, interval: .milliseconds(Int(compactEvery * 60_000))) }
+        return policy.map {
+            CompactionSchedule(policy: $0, interval: .milliseconds(Int(compactEvery * 60_000)), attachmentGraceSeconds: Int64(attachmentGraceDays * 86_400))
+        }
     }
 
     func run() async throws {
@@ -218,6 +228,7 @@ struct ServeCommand: AsyncParsableCommand {
             indexMaxAge: indexMaxAge, indexLifetime: indexLifetime, requestLogOutput: logOutput,
             forkCollections: Set(TokenCommand.list(mergeFork)))
         configuration.maximumWaiters = maxWaiters
+        configuration.maximumAttachmentBytes = maxAttachmentBytes
         configuration.waitDebounce = .milliseconds(waitDebounceMs)
         let location = try StoreLocation(db, readReplica: readDb)
         var server = try await DeltaSnapServer(store: try await location.open(logger: logger), configuration: configuration, logger: logger)

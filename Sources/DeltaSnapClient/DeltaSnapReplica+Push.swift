@@ -40,6 +40,13 @@ extension DeltaSnapReplica {
                     batch.removeLast(batch.count / 2)
                     body = PushRequest(client: client, mutations: batch.map(\.mutation)).bytes
                 }
+                // The files the batch's writes refer to go first: the server refuses a write
+                // whose file it does not hold (docs/PROTOCOL.md §12.2).
+                if let failure = await uploadAttachments(for: batch) {
+                    report.failure = failure
+                    report.failureKind = .unavailable
+                    break
+                }
                 var headers = requestHeaders()
                 headers["Content-Type"] = "application/json"
                 let response: SyncResponse

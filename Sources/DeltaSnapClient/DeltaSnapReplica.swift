@@ -59,6 +59,20 @@ public actor DeltaSnapReplica {
     public private(set) var networkBudget = NetworkBudget.unlimited
     /// The update the last sync left for a larger budget, or nil.
     public private(set) var postponedUpdate: SyncBodyOverBudget?
+    /// The replica's own copies of attachments, beside its file.
+    let attachments: LocalAttachments
+    /// The `attachments/` directory next to the bundled snapshot (`bake --attachments`), if any.
+    let bundledAttachments: String?
+    /// When attachments the records refer to are downloaded (``AttachmentPolicy``).
+    public internal(set) var attachmentPolicy = AttachmentPolicy.eager
+    /// The most bytes of cached attachments kept (least recently used go first; a file
+    /// waiting for upload never goes); nil: no limit.
+    public internal(set) var attachmentCacheLimit: UInt64?
+    /// What the last sync did with attachments: uploads, downloads, what waits.
+    public internal(set) var lastAttachmentReport = AttachmentReport()
+    /// Whether the records may refer to files not here yet (set when data arrives or a
+    /// download is left for later): a sync that applied nothing then skips the scan.
+    var attachmentsNeedScan = true
 
     /// Opens (or creates) the replica at `path`. When it holds no data yet and
     /// `bundledSnapshot` is given, the bundle is used first: a gzip `.snapshot` is loaded
@@ -89,6 +103,10 @@ public actor DeltaSnapReplica {
         timeout: Duration, accessToken: String?, pushBatchSize: Int, trustedKeys: [TrustedKey], acceptingServerChange: Bool, scope: String
     ) throws {
         try CollectionPath.validate(collection)
+        attachments = LocalAttachments(replicaPath: path, scope: scope)
+        attachments.removeLeftovers()
+        bundledAttachments = bundledSnapshot.map { (($0 as NSString).deletingLastPathComponent as NSString).appendingPathComponent("attachments") }
+            .flatMap { FileManager.default.fileExists(atPath: $0) ? $0 : nil }
         self.trustedKeys = trustedKeys
         self.collection = collection
         self.url = url
@@ -319,6 +337,7 @@ public actor DeltaSnapReplica {
 
     private func pushThenPull(now: Date, waits: WaitPolicy, pushing: Bool) async -> SyncOutcome {
         lastSyncBytesReceived = 0
+        lastAttachmentReport = AttachmentReport()
         if let until = waitingUntil(now, waits, ownBackoff: state.notBefore) {
             lastPushReport = PushReport()
             lastFailureKind = .unavailable
@@ -333,7 +352,9 @@ public actor DeltaSnapReplica {
         // Writes accepted so far are in the state the pull will bring: they leave the queue
         // in the pull's own transaction (never before, so they never flicker out of view).
         let settled = try? storage.lastAcknowledgedSeq()
-        return await performSync(now: now, droppingAcknowledgedThrough: settled)
+        let outcome = await performSync(now: now, droppingAcknowledgedThrough: settled)
+        await settleAttachments(after: outcome)
+        return outcome
     }
 
     /// `Accept-Encoding: gzip` and the bearer token, which every request of a sync carries.

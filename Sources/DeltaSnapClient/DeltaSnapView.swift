@@ -125,7 +125,11 @@ public actor DeltaSnapView {
         let listed = Set(index.entries.map(\.collection))
         for partition in held.keys.sorted() where !listed.contains(partition) && CollectionPath(partition)?.key != nil {
             members[partition] = nil
-            do { report.dropped[partition] = try storage.drop(partition: partition) } catch { complete = false }
+            do {
+                report.dropped[partition] = try storage.drop(partition: partition)
+                // Its files leave the device with its records.
+                LocalAttachments(replicaPath: path, scope: partition).removeAll()
+            } catch { complete = false }
         }
         report.index = .applied
         report.held = (try? storage.heldPartitions().count) ?? listed.count

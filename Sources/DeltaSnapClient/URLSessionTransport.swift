@@ -96,11 +96,11 @@ private final class BodyReceiver: NSObject, URLSessionDataDelegate, @unchecked S
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse, completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {
         lock.withLock { self.response = response as? HTTPURLResponse }
-        // Only a 200's body counts against a budget (an error answer is small, and its
+        // Only a 200's (or a resumed download's 206's) body counts against a budget (an error answer is small, and its
         // Retry-After must be heard). Its announced size is compared as announced — bytes on
         // the wire, gzip — and a body that does not announce one (chunked: a large streamed
         // body) is not started: its size is only known once it has been paid for.
-        if let limit, let http = response as? HTTPURLResponse, http.statusCode == 200 {
+        if let limit, let http = response as? HTTPURLResponse, http.statusCode == 200 || http.statusCode == 206 {
             // The header itself: URLSession reports no expected length for a body it decodes.
             let announced = http.value(forHTTPHeaderField: "Content-Length").flatMap { Int($0) }
                 ?? (response.expectedContentLength < 0 ? nil : Int(response.expectedContentLength))

@@ -92,6 +92,32 @@ public struct AttachmentReference: Hashable, Sendable, CustomStringConvertible {
         return found
     }
 
+    /// Whether a record's canonical `bytes` may hold a reference (contain `"$attachment"`):
+    /// a record without it is skipped without parsing, which keeps a million-record import
+    /// or scan at its old speed.
+    public static func mayBeReferredTo(in bytes: UnsafeRawBufferPointer) -> Bool {
+        let marker = quotedMarker
+        let count = marker.count
+        guard bytes.count >= count else { return false }
+        var index = 0
+        let last = bytes.count - count
+        while index <= last {
+            // `"$` is rare in JSON: the byte loop stops on few candidates.
+            if bytes[index] == marker[0] && bytes[index + 1] == marker[1] {
+                var matched = true
+                for offset in 2..<count where bytes[index + offset] != marker[offset] {
+                    matched = false
+                    break
+                }
+                if matched { return true }
+            }
+            index += 1
+        }
+        return false
+    }
+
+    private static let quotedMarker = Array("\"\(marker)\"".utf8)
+
     /// 64 lowercase hexadecimal digits.
     public static func isSHA256(_ text: String) -> Bool {
         text.utf8.count == 64 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }

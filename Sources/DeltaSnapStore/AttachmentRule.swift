@@ -11,10 +11,6 @@ import DeltaSnapCore
 /// }
 /// ```
 package enum AttachmentRule {
-    /// The bytes every reference's canonical form contains: a record without them is
-    /// skipped without parsing, which keeps a million-record import at its old speed.
-    private static let marker = Array("\"\(AttachmentReference.marker)\"".utf8)
-
     /// The references `record` makes (none for a tombstone). Throws
     /// ``StoreError/invalidAttachmentReference(_:)`` for a value that carries the marker but is
     /// malformed: it must never be stored as plain data a client would read as a reference.
@@ -81,27 +77,7 @@ package enum AttachmentRule {
         MutationRefusal(code: error.code == .missingAttachment ? "missing_attachment" : "invalid_attachment", message: error.message)
     }
 
-    /// Whether `bytes` may hold a reference (contain the quoted marker).
     static func mayRefer(_ bytes: [UInt8]) -> Bool {
-        let first = marker[0]
-        let count = marker.count
-        guard bytes.count >= count else { return false }
-        return bytes.withUnsafeBufferPointer { buffer in
-            var index = 0
-            let last = buffer.count - count
-            while index <= last {
-                // `"$` is rare in JSON: the byte loop stops on few candidates.
-                if buffer[index] == first && buffer[index + 1] == UInt8(ascii: "$") {
-                    var matched = true
-                    for offset in 2..<count where buffer[index + offset] != marker[offset] {
-                        matched = false
-                        break
-                    }
-                    if matched { return true }
-                }
-                index += 1
-            }
-            return false
-        }
+        bytes.withUnsafeBytes(AttachmentReference.mayBeReferredTo)
     }
 }

@@ -1,0 +1,350 @@
+import DeltaSnapCore
+import DeltaSnapTrust
+import Foundation
+
+/// When a replica downloads the attachments its records refer to (docs/CLIENT.md, "Files").
+public enum AttachmentPolicy: String, Sendable, CaseIterable {
+    /// Each sync downloads what new records refer to (the default: a user on a plane has it all).
+    case eager
+    /// Only ``DeltaSnapReplica/attachment(_:)`` downloads, on first use.
+    case lazy
+    /// Nothing is downloaded (records only).
+    case none
+}
+
+/// What one sync did with attachments.
+public struct AttachmentReport: Sendable, Equatable {
+    public var uploaded = 0
+    public var uploadedBytes: UInt64 = 0
+    public var downloaded = 0
+    public var downloadedBytes: UInt64 = 0
+    /// Files left for a sync with a larger network budget.
+    public var postponed = 0
+    /// Files that could not be had or sent this time, one line each.
+    public var failures: [String] = []
+
+    public init() {}
+
+    /// `attachments: uploaded N (B bytes), downloaded M (C bytes)`, and what waits.
+    public var line: String {
+        var line = "attachments: uploaded \(uploaded) (\(uploadedBytes) bytes), downloaded \(downloaded) (\(downloadedBytes) bytes)"
+        if postponed > 0 { line += ", \(postponed) postponed over the budget" }
+        if !failures.isEmpty { line += ", \(failures.count) failed (\(failures[0]))" }
+        return line
+    }
+}
+
+/// One attachment a replica knows of, as `deltasnap attachments` lists it.
+public struct AttachmentStatus: Sendable, Equatable {
+    public var sha256: String
+    public var size: UInt64
+    /// `pending-upload`, `cached` or `remote`.
+    public var state: String
+}
+
+extension DeltaSnapReplica {
+    /// Sets when attachments are downloaded, for the syncs that follow.
+    public func setAttachmentPolicy(_ policy: AttachmentPolicy) {
+        attachmentPolicy = policy
+        attachmentsNeedScan = true
+    }
+
+    /// Sets the most bytes of cached attachments kept (nil: no limit); applied now.
+    public func setAttachmentCacheLimit(_ bytes: UInt64?) {
+        attachmentCacheLimit = bytes
+        try? releaseAttachments()
+    }
+
+    /// Copies `file` into the replica's own store and returns the reference to put in a
+    /// local write. Its upload is queued with the write and always goes before the push of
+    /// the write that refers to it; the file is never evicted until the server holds it.
+    ///
+    /// ```swift
+    /// let photo = try await replica.attach(URL(fileURLWithPath: "beach.jpg"), type: "image/jpeg")
+    /// try await replica.put(id: "n1", json: #"{"title":"Beach","photo":\#(photo)}"#)
+    /// ```
+    public func attach(_ file: URL, type: String) throws -> AttachmentReference {
+        try attachments.attach(file.path, type: type)
+    }
+
+    /// A local file holding `reference`'s proven bytes: the replica's own copy, else the
+    /// bundled one (checked, then copied in), else downloaded now (resumed with `Range` after
+    /// a cut, checked before it is visible). Throws ``AttachmentError``.
+    ///
+    /// ```swift
+    /// imageView.image = UIImage(contentsOfFile: try await replica.attachment(reference).path)
+    /// ```
+    public func attachment(_ reference: AttachmentReference) async throws -> URL {
+        if let path = try await localCopy(of: reference, budget: nil) { return URL(fileURLWithPath: path) }
+        throw AttachmentError.unavailable("attachment \(reference.sha256)")
+    }
+
+    /// Every attachment the records (and queued writes) refer to, and every file waiting for
+    /// upload, with where it stands here.
+    public func attachmentStatuses() throws -> [AttachmentStatus] {
+        var statuses: [String: AttachmentStatus] = [:]
+        for reference in try referencedAttachments().values {
+            statuses[reference.sha256] = AttachmentStatus(sha256: reference.sha256, size: reference.size, state: attachments.state(of: reference.sha256).rawValue)
+        }
+        for sha256 in attachments.pendingHashes() where statuses[sha256] == nil {
+            let size = (try? FileManager.default.attributesOfItem(atPath: attachments.pendingPath(sha256))[.size] as? NSNumber)?.uint64Value ?? 0
+            statuses[sha256] = AttachmentStatus(sha256: sha256, size: size, state: LocalAttachments.State.pendingUpload.rawValue)
+        }
+        return statuses.values.sorted { $0.sha256 < $1.sha256 }
+    }
+
+    // MARK: - Sync
+
+    /// Uploads the files `batch`'s writes refer to that wait for upload. Returns why it
+    /// stopped when trying later can help (the batch must then wait); a file the server
+    /// refuses for good lets the batch go, and the server refuses the write (`missing_attachment`).
+    func uploadAttachments(for batch: [PendingWrite]) async -> String? {
+        var needed = Set<String>()
+        for write in batch {
+            guard let value = write.value, let references = try? AttachmentReference.references(in: value) else { continue }
+            for reference in references where attachments.state(of: reference.sha256) == .pendingUpload { needed.insert(reference.sha256) }
+        }
+        for sha256 in needed.sorted() {
+            do {
+                try await upload(sha256)
+            } catch AttachmentError.failed(let why) {
+                lastAttachmentReport.failures.append(why)
+                return "attachment \(sha256) not uploaded: \(why)"
+            } catch {
+                lastAttachmentReport.failures.append("\(sha256): \(error)")
+            }
+        }
+        return nil
+    }
+
+    /// After a pull: downloads what the records refer to (``AttachmentPolicy/eager``), then
+    /// lets go of files no record refers to any more and keeps the cache within its limit.
+    func settleAttachments(after outcome: SyncOutcome) async {
+        switch outcome {
+        case .applied, .reset: attachmentsNeedScan = true
+        case .notModified: break
+        case .failed, .deferred, .postponed: return
+        }
+        guard attachmentsNeedScan else { return }
+        guard let referenced = try? referencedAttachments() else { return }
+        if attachmentPolicy == .eager {
+            var budget = networkBudget.maximumBodyBytes.map { max(0, $0 - lastSyncBytesReceived) }
+            for reference in referenced.values.sorted(by: { $0.sha256 < $1.sha256 }) where attachments.path(of: reference.sha256) == nil {
+                do {
+                    let before = lastAttachmentReport.downloadedBytes
+                    _ = try await localCopy(of: reference, budget: budget)
+                    budget = budget.map { $0 - Int(lastAttachmentReport.downloadedBytes - before) }
+                } catch AttachmentError.postponed {
+                    lastAttachmentReport.postponed += 1
+                } catch {
+                    lastAttachmentReport.failures.append("\(reference.sha256): \(error)")
+                }
+            }
+        }
+        attachmentsNeedScan = lastAttachmentReport.postponed > 0 || !lastAttachmentReport.failures.isEmpty
+        try? releaseAttachments(referenced: referenced)
+    }
+
+    /// The attachments the records as the app sees them (queued writes included) refer to.
+    func referencedAttachments() throws -> [String: AttachmentReference] {
+        var found: [String: AttachmentReference] = [:]
+        try storage.forEachRecord { bytes in
+            guard AttachmentReference.mayBeReferredTo(in: bytes) else { return }
+            let value = try JSONReader(bytes: Array(bytes)).readValue()
+            for reference in (try? AttachmentReference.references(in: value)) ?? [] { found[reference.sha256] = reference }
+        }
+        for write in try storage.pendingWrites(includeAcknowledged: true) {
+            guard let value = write.value else { continue }
+            for reference in (try? AttachmentReference.references(in: value)) ?? [] { found[reference.sha256] = reference }
+        }
+        return found
+    }
+
+    /// Removes cached files no record refers to (a deleted record, a replaced photo), then
+    /// the least recently used until the cache fits its limit. Files waiting for upload stay.
+    func releaseAttachments(referenced known: [String: AttachmentReference]? = nil) throws {
+        let referenced = try known ?? referencedAttachments()
+        var cached = attachments.cachedFiles()
+        for file in cached where referenced[file.sha256] == nil { attachments.evict(file.sha256) }
+        cached.removeAll { referenced[$0.sha256] == nil }
+        guard let limit = attachmentCacheLimit else { return }
+        var total = cached.reduce(0) { $0 + $1.size }
+        for file in cached.sorted(by: { $0.used < $1.used }) where total > limit {
+            attachments.evict(file.sha256)
+            total -= file.size
+        }
+    }
+
+    // MARK: - Transfers
+
+    /// The attachments URL of this collection (or partition).
+    private func attachmentURL(_ sha256: String) -> URL {
+        url.appendingPathComponent("attachments").appendingPathComponent(sha256)
+    }
+
+    /// The draft version the client speaks (docs/PROTOCOL.md §12.5).
+    static let interopVersion = "9"
+    /// Bytes per append: a cut costs at most this much again.
+    static let uploadPartBytes: UInt64 = 8 << 20
+
+    /// Uploads the pending file `sha256`, resuming at the server's offset when an upload of
+    /// it began before (this run or an earlier, killed one). Throws ``AttachmentError``:
+    /// `.failed` when trying later can help.
+    private func upload(_ sha256: String) async throws {
+        let path = attachments.pendingPath(sha256)
+        guard let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.uint64Value else {
+            throw AttachmentError.unreadable(path)
+        }
+        var offset: UInt64 = 0
+        var location = attachments.uploadLocation(of: sha256)
+        if let known = location {
+            let progress = try await send(SyncRequest(url: known, method: "HEAD", headers: uploadHeaders(), timeout: timeout))
+            switch progress.status {
+            case 200, 204: offset = progress.header("Upload-Offset").flatMap(UInt64.init) ?? 0
+            case 404: location = nil  // finished, refused or expired: begin again
+            default: throw Self.uploadFailure(progress, "asking where the upload stands")
+            }
+        }
+        if location == nil {
+            var headers = uploadHeaders()
+            headers["Upload-Complete"] = "?0"
+            headers["Upload-Length"] = String(size)
+            headers["Content-Type"] = "application/octet-stream"
+            let begun = try await send(SyncRequest(url: attachmentURL(sha256), method: "POST", headers: headers, body: [], timeout: timeout))
+            guard begun.status == 201, let text = begun.header("Location"), let resolved = URL(string: text, relativeTo: url)?.absoluteURL else {
+                throw Self.uploadFailure(begun, "beginning the upload")
+            }
+            location = resolved
+            try attachments.setUploadLocation(resolved, of: sha256)
+            offset = begun.header("Upload-Offset").flatMap(UInt64.init) ?? 0
+        }
+        guard let location, let file = FileHandle(forReadingAtPath: path) else { throw AttachmentError.unreadable(path) }
+        defer { try? file.close() }
+        let start = offset
+        while true {
+            try file.seek(toOffset: offset)
+            let part = [UInt8](try file.read(upToCount: Int(min(Self.uploadPartBytes, size - offset))) ?? Data())
+            let last = offset + UInt64(part.count) == size
+            var headers = uploadHeaders()
+            headers["Upload-Offset"] = String(offset)
+            headers["Upload-Complete"] = last ? "?1" : "?0"
+            headers["Content-Type"] = "application/partial-upload"
+            let answer = try await send(SyncRequest(url: location, method: "PATCH", headers: headers, body: part, timeout: timeout))
+            switch answer.status {
+            case 200, 201 where last:
+                try attachments.markUploaded(sha256)
+                lastAttachmentReport.uploaded += 1
+                lastAttachmentReport.uploadedBytes += size - start
+                return
+            case 201, 204:
+                offset = answer.header("Upload-Offset").flatMap(UInt64.init) ?? offset + UInt64(part.count)
+            case 409 where answer.header("Upload-Offset") != nil:
+                offset = UInt64(answer.header("Upload-Offset")!) ?? offset
+            case 404:
+                // The upload went (expired); the next sync begins it again.
+                try attachments.setUploadLocation(nil, of: sha256)
+                throw AttachmentError.failed("the upload of \(sha256) expired; it begins again")
+            default:
+                throw Self.uploadFailure(answer, "appending at \(offset)")
+            }
+        }
+    }
+
+    /// Where `reference`'s proven bytes are here, fetching them when they are not: from the
+    /// bundle, else the server (within `budget` bytes when given).
+    private func localCopy(of reference: AttachmentReference, budget: Int?) async throws -> String? {
+        if let path = attachments.path(of: reference.sha256) {
+            attachments.touch(reference.sha256)
+            return path
+        }
+        if let bundled = bundledAttachments.map({ ($0 as NSString).appendingPathComponent(reference.sha256) }),
+           FileManager.default.fileExists(atPath: bundled), (try? attachments.adoptBundled(bundled, as: reference)) != nil
+        {
+            return attachments.path(of: reference.sha256)
+        }
+        try await download(reference, budget: budget)
+        return attachments.path(of: reference.sha256)
+    }
+
+    /// Downloads `reference` into `partial/`, resuming with `Range` after a cut, proves it and
+    /// moves it into `cached/`.
+    private func download(_ reference: AttachmentReference, budget: Int?) async throws {
+        let partial = attachments.partialPath(reference.sha256)
+        var held = (try? FileManager.default.attributesOfItem(atPath: partial)[.size] as? NSNumber)?.uint64Value ?? 0
+        if held > reference.size {
+            try? FileManager.default.removeItem(atPath: partial)
+            held = 0
+        }
+        if let budget, reference.size - held > UInt64(budget) { throw AttachmentError.postponed("attachment \(reference.sha256)") }
+        var headers = requestHeaders()
+        headers["Accept-Encoding"] = "identity"
+        if held > 0 {
+            headers["Range"] = "bytes=\(held)-"
+            headers["If-Range"] = "\"\(reference.sha256)\""
+        }
+        let response: SyncResponse
+        do {
+            response = try await transport.fetch(SyncRequest(url: attachmentURL(reference.sha256), headers: headers, timeout: timeout, maximumBodyBytes: budget))
+        } catch is SyncBodyOverBudget {
+            throw AttachmentError.postponed("attachment \(reference.sha256)")
+        } catch {
+            throw AttachmentError.failed(Self.describe(error))
+        }
+        defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
+        let received = response.bodyFile.flatMap { (try? FileManager.default.attributesOfItem(atPath: $0.path)[.size] as? NSNumber)?.uint64Value } ?? 0
+        switch response.status {
+        case 200:
+            try FileManager.default.createDirectory(atPath: (partial as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try? FileManager.default.removeItem(atPath: partial)
+            if let body = response.bodyFile {
+                try FileManager.default.moveItem(atPath: body.path, toPath: partial)
+            } else {
+                FileManager.default.createFile(atPath: partial, contents: nil)
+            }
+        case 206 where response.header("Content-Range")?.hasPrefix("bytes \(held)-") == true:
+            guard let body = response.bodyFile, let output = FileHandle(forWritingAtPath: partial), let input = FileHandle(forReadingAtPath: body.path) else {
+                throw AttachmentError.failed("the partial download of \(reference.sha256) cannot be continued")
+            }
+            defer {
+                try? output.close()
+                try? input.close()
+            }
+            try output.seekToEnd()
+            while let chunk = try input.read(upToCount: 1 << 20), !chunk.isEmpty { try output.write(contentsOf: chunk) }
+        case 404:
+            throw AttachmentError.unavailable("attachment \(reference.sha256)")
+        case 416:
+            try? FileManager.default.removeItem(atPath: partial)
+            throw AttachmentError.failed("the partial download of \(reference.sha256) did not fit the file; it begins again")
+        default:
+            throw AttachmentError.failed("status \(response.status) for attachment \(reference.sha256)")
+        }
+        lastAttachmentReport.downloadedBytes += received
+        try attachments.keepProven(partial, as: reference)
+        lastAttachmentReport.downloaded += 1
+    }
+
+    private func uploadHeaders() -> [String: String] {
+        var headers = requestHeaders()
+        headers["Upload-Draft-Interop-Version"] = Self.interopVersion
+        return headers
+    }
+
+    private func send(_ request: SyncRequest) async throws -> SyncResponse {
+        do {
+            let response = try await transport.fetch(request)
+            return response
+        } catch {
+            throw AttachmentError.failed(Self.describe(error))
+        }
+    }
+
+    /// What an unexpected upload answer means: a `4xx` other than `408`/`429` is the
+    /// server's refusal (an over-limit file), anything else is worth trying again.
+    private static func uploadFailure(_ response: SyncResponse, _ step: String) -> AttachmentError {
+        let body = readBody(response)
+        let message = (try? JSONReader(bytes: body).readValue())?["message"].flatMap { if case .string(let text) = $0 { text } else { nil } }
+        let why = "status \(response.status) \(step)\(message.map { ": \($0)" } ?? "")"
+        return (400...499).contains(response.status) && ![408, 429].contains(response.status) ? .refused(why) : .failed(why)
+    }
+}

@@ -82,15 +82,12 @@ extension DeltaSnapReplica {
     /// Every attachment the records (and queued writes) refer to, and every file waiting for
     /// upload, with where it stands here.
     public func attachmentStatuses() throws -> [AttachmentStatus] {
-        var statuses: [String: AttachmentStatus] = [:]
-        for reference in try referencedAttachments().values {
-            statuses[reference.sha256] = AttachmentStatus(sha256: reference.sha256, size: reference.size, state: attachments.state(of: reference.sha256).rawValue)
-        }
-        for sha256 in attachments.pendingHashes() where statuses[sha256] == nil {
-            let size = (try? FileManager.default.attributesOfItem(atPath: attachments.pendingPath(sha256))[.size] as? NSNumber)?.uint64Value ?? 0
-            statuses[sha256] = AttachmentStatus(sha256: sha256, size: size, state: LocalAttachments.State.pendingUpload.rawValue)
-        }
-        return statuses.values.sorted { $0.sha256 < $1.sha256 }
+        try storage.attachmentStatuses(attachments)
+    }
+
+    /// The reference a record (or a queued write) of the replica makes to `sha256`, or nil.
+    public func attachmentReference(_ sha256: String) throws -> AttachmentReference? {
+        try storage.referencedAttachments()[sha256]
     }
 
     // MARK: - Sync
@@ -126,7 +123,7 @@ extension DeltaSnapReplica {
         case .failed, .deferred, .postponed: return
         }
         guard attachmentsNeedScan else { return }
-        guard let referenced = try? referencedAttachments() else { return }
+        guard let referenced = try? storage.referencedAttachments() else { return }
         if attachmentPolicy == .eager {
             var budget = networkBudget.maximumBodyBytes.map { max(0, $0 - lastSyncBytesReceived) }
             for reference in referenced.values.sorted(by: { $0.sha256 < $1.sha256 }) where attachments.path(of: reference.sha256) == nil {
@@ -145,25 +142,10 @@ extension DeltaSnapReplica {
         try? releaseAttachments(referenced: referenced)
     }
 
-    /// The attachments the records as the app sees them (queued writes included) refer to.
-    func referencedAttachments() throws -> [String: AttachmentReference] {
-        var found: [String: AttachmentReference] = [:]
-        try storage.forEachRecord { bytes in
-            guard AttachmentReference.mayBeReferredTo(in: bytes) else { return }
-            let value = try JSONReader(bytes: Array(bytes)).readValue()
-            for reference in (try? AttachmentReference.references(in: value)) ?? [] { found[reference.sha256] = reference }
-        }
-        for write in try storage.pendingWrites(includeAcknowledged: true) {
-            guard let value = write.value else { continue }
-            for reference in (try? AttachmentReference.references(in: value)) ?? [] { found[reference.sha256] = reference }
-        }
-        return found
-    }
-
     /// Removes cached files no record refers to (a deleted record, a replaced photo), then
     /// the least recently used until the cache fits its limit. Files waiting for upload stay.
     func releaseAttachments(referenced known: [String: AttachmentReference]? = nil) throws {
-        let referenced = try known ?? referencedAttachments()
+        let referenced = try known ?? storage.referencedAttachments()
         var cached = attachments.cachedFiles()
         for file in cached where referenced[file.sha256] == nil { attachments.evict(file.sha256) }
         cached.removeAll { referenced[$0.sha256] == nil }
@@ -346,5 +328,36 @@ extension DeltaSnapReplica {
         let message = (try? JSONReader(bytes: body).readValue())?["message"].flatMap { if case .string(let text) = $0 { text } else { nil } }
         let why = "status \(response.status) \(step)\(message.map { ": \($0)" } ?? "")"
         return (400...499).contains(response.status) && ![408, 429].contains(response.status) ? .refused(why) : .failed(why)
+    }
+}
+
+extension ReplicaStorage {
+    /// The attachments the records as the app sees them (queued writes included) refer to.
+    func referencedAttachments() throws -> [String: AttachmentReference] {
+        var found: [String: AttachmentReference] = [:]
+        try forEachRecord { bytes in
+            guard AttachmentReference.mayBeReferredTo(in: bytes) else { return }
+            let value = try JSONReader(bytes: Array(bytes)).readValue()
+            for reference in (try? AttachmentReference.references(in: value)) ?? [] { found[reference.sha256] = reference }
+        }
+        for write in try pendingWrites(includeAcknowledged: true) {
+            guard let value = write.value else { continue }
+            for reference in (try? AttachmentReference.references(in: value)) ?? [] { found[reference.sha256] = reference }
+        }
+        return found
+    }
+
+    /// What `deltasnap attachments` lists: each referenced attachment and each file waiting
+    /// for upload, with its state in `files`.
+    func attachmentStatuses(_ files: LocalAttachments) throws -> [AttachmentStatus] {
+        var statuses: [String: AttachmentStatus] = [:]
+        for reference in try referencedAttachments().values {
+            statuses[reference.sha256] = AttachmentStatus(sha256: reference.sha256, size: reference.size, state: files.state(of: reference.sha256).rawValue)
+        }
+        for sha256 in files.pendingHashes() where statuses[sha256] == nil {
+            let size = (try? FileManager.default.attributesOfItem(atPath: files.pendingPath(sha256))[.size] as? NSNumber)?.uint64Value ?? 0
+            statuses[sha256] = AttachmentStatus(sha256: sha256, size: size, state: LocalAttachments.State.pendingUpload.rawValue)
+        }
+        return statuses.values.sorted { $0.sha256 < $1.sha256 }
     }
 }

@@ -14,6 +14,8 @@ import Foundation
 /// ```
 package final class LocalReplica {
     let storage: ReplicaStorage
+    /// The replica's own copies of attachments.
+    package let attachments: LocalAttachments
 
     /// The replica at `path`, created if missing. While the app still reads it in place from
     /// its bundled `.replica` (``BundledReplica/isReadInPlace(_:)``), the replica made here
@@ -22,12 +24,14 @@ package final class LocalReplica {
     /// (``init(path:bundledReplica:)``) where it is at hand.
     package init(path: String) throws {
         storage = try ReplicaStorage(path: path)
+        attachments = LocalAttachments(replicaPath: path, scope: "")
     }
 
     /// One collection or partition (`sets/8271`) of a view's file (``DeltaSnapView``).
     package init(path: String, collection: String) throws {
         try CollectionPath.validate(collection)
         storage = try ReplicaStorage(path: path, scope: collection)
+        attachments = LocalAttachments(replicaPath: path, scope: collection)
     }
 
     /// The replica at `path` — or, while it is still read from its bundled replica (no data
@@ -35,6 +39,7 @@ package final class LocalReplica {
     /// write see the bundled records, and the first write copies the bundle to `path`.
     package init(path: String, bundledReplica: String) throws {
         storage = try ReplicaStorage.opening(path, bundledReplica: bundledReplica)
+        attachments = LocalAttachments(replicaPath: path, scope: "")
     }
 
     /// Replaces record `id` by `json` (a JSON object; its `id`, if any, must be `id`).
@@ -59,6 +64,11 @@ package final class LocalReplica {
     /// Record `id` as the app sees it, or nil.
     package func record(id: String) throws -> JSONValue? {
         try storage.record(id: id).map { try JSONReader(bytes: $0).readValue() }
+    }
+
+    /// The attachments the replica knows of (see ``DeltaSnapReplica/attachmentStatuses()``).
+    package func attachmentStatuses() throws -> [AttachmentStatus] {
+        try storage.attachmentStatuses(attachments)
     }
 
     /// Writes not yet settled, oldest first (see ``DeltaSnapReplica/pendingWrites(includeAcknowledged:)``).

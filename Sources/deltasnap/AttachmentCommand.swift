@@ -1,16 +1,17 @@
 import ArgumentParser
-import Crypto
+import DeltaSnapClient
 import DeltaSnapCore
 import DeltaSnapStore
 import DeltaSnapStoreLocation
+import DeltaSnapTrust
 import Foundation
 
 /// `deltasnap attachment …`: a data owner's blobs.
 struct AttachmentCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "attachment",
-        abstract: "Store files that records refer to (attachments).",
-        subcommands: [AttachmentAddCommand.self]
+        abstract: "Store files that records refer to (attachments), or get one a replica's records refer to.",
+        subcommands: [AttachmentAddCommand.self, AttachmentGetCommand.self]
     )
 }
 
@@ -67,13 +68,102 @@ struct AttachmentAddCommand: AsyncParsableCommand {
     /// The SHA-256 (lowercase hex) and size of the file at `path`, read in chunks.
     static func digest(of path: String) throws -> (String, UInt64) {
         let input = try ChunkSources.file(at: path)
-        var hasher = SHA256()
-        var size: UInt64 = 0
-        while let chunk = try input() {
-            hasher.update(data: chunk)
-            size += UInt64(chunk.count)
+        // No hash to check against: the verifier only hashes, with no size to reach.
+        var hasher = AttachmentVerifier(sha256: "", size: .max)
+        while let chunk = try input() { try hasher.consume(chunk) }
+        return (hasher.digest, hasher.received)
+    }
+}
+
+/// `deltasnap attachment get --url URL --replica FILE [--token JWT] HASH --out PATH`
+struct AttachmentGetCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "get",
+        abstract: "Write a verified copy of an attachment a replica's records refer to.",
+        discussion: """
+            From the replica's own copy when it has one (or the bundled one), else downloaded \
+            from the collection URL — resumed with Range after a cut — and checked against the \
+            size and SHA-256 its record states before anything is written to --out. Exit 1 when \
+            no record of the replica refers to HASH or the bytes are not the attachment's; 4 \
+            when the server cannot be reached (try later).
+            """
+    )
+
+    @Option(name: .long, help: "The collection URL the replica syncs with, e.g. http://127.0.0.1:8080/v1/collections/notes.")
+    var url: String
+
+    @Option(name: .long, help: "Path of the local replica.")
+    var replica: String
+
+    @Option(name: .long, help: "A bearer token, for a private collection.")
+    var token: String?
+
+    @Option(name: .long, help: "Where to write the file.")
+    var out: String
+
+    @Argument(help: "The attachment's SHA-256 (64 lowercase hex digits).")
+    var hash: String
+
+    func validate() throws {
+        guard URL(string: url)?.scheme?.hasPrefix("http") == true else { throw ValidationError("--url must be an http(s) URL") }
+        guard AttachmentReference.isSHA256(hash) else { throw ValidationError("\(hash) is not a SHA-256 (64 lowercase hex digits)") }
+        guard FileManager.default.fileExists(atPath: replica) else { throw ValidationError("--replica \(replica) does not exist") }
+    }
+
+    func run() async throws {
+        let code = try await reportingErrors { () async throws -> ExitCode? in
+            let collectionURL = URL(string: url)!
+            let replica = try DeltaSnapReplica(
+                path: self.replica, collection: collectionURL.lastPathComponent, url: collectionURL,
+                accessToken: token ?? ProcessInfo.processInfo.environment["DELTASNAP_TOKEN"])
+            guard let reference = try await replica.attachmentReference(hash) else {
+                throw PullFailure(message: "no record of \(self.replica) refers to attachment \(hash)")
+            }
+            let file: URL
+            do {
+                file = try await replica.attachment(reference)
+            } catch AttachmentError.failed(let why) {
+                printError("deltasnap: attachment \(hash): \(why); try again later")
+                return Exit.unavailable
+            }
+            try? FileManager.default.removeItem(atPath: out)
+            try FileManager.default.copyItem(atPath: file.path, toPath: out)
+            print("\(out): \(reference.size) bytes, \(reference.type), sha256 \(hash)")
+            return nil
         }
-        return (hasher.finalize().map { String(format: "%02x", $0) }.joined(), size)
+        if let code { throw code }
+    }
+}
+
+/// `deltasnap attachments --replica FILE [--collection NAME/KEY]`
+struct AttachmentsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "attachments",
+        abstract: "List the attachments a replica knows of: HASH SIZE STATE, one a line.",
+        discussion: """
+            STATE is pending-upload (attached here, uploaded before the write that needs it is \
+            pushed), cached (here, proven) or remote (a record refers to it; not here: lazy, \
+            evicted or postponed). Prints nothing when there are none.
+            """
+    )
+
+    @Option(name: .long, help: "Path of the local replica.")
+    var replica: String
+
+    @Option(name: .long, help: "In a view's replica: the collection or partition NAME/KEY to list.")
+    var collection: String?
+
+    func validate() throws {
+        if let collection, !CollectionPath.isValid(collection) { throw ValidationError(InvalidCollectionName(name: collection).description) }
+        guard FileManager.default.fileExists(atPath: replica) else { throw ValidationError("--replica \(replica) does not exist") }
+    }
+
+    func run() async throws {
+        try await reportingErrors {
+            let local = try collection.map { try LocalReplica(path: replica, collection: $0) } ?? LocalReplica(path: replica)
+            let lines = try local.attachmentStatuses().map { "\($0.sha256) \($0.size) \($0.state)" }
+            if !lines.isEmpty { print(lines.joined(separator: "\n")) }
+        }
     }
 }
 

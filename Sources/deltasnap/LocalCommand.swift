@@ -13,6 +13,8 @@ struct LocalCommand: AsyncParsableCommand {
             deltasnap local insert --replica PATH ID JSON     create-only (or --file NDJSON for many)
             deltasnap local delete --replica PATH ID          delete (succeeds if it is already gone)
 
+            --attach FIELD=PATH (put, patch, insert; repeatable) copies a file into the replica \
+            and sets FIELD to its reference; the file is uploaded before the write is pushed. \
             JSON may be given as - to read it from standard input. Each write commits to the \
             replica together with its queued write in one transaction. A write that can never \
             be accepted (an insert of an id that exists, a patch of one that does not, a value \
@@ -59,12 +61,39 @@ struct LocalCommand: AsyncParsableCommand {
         }
     }
 
+    /// `--attach FIELD=PATH`: files that travel with the write.
+    struct AttachArguments: ParsableArguments {
+        @Option(name: .long, help: ArgumentHelp(
+            "Attach a file: FIELD gets its reference (repeatable). The file is copied into the replica now and uploaded before the write is pushed; its media type comes from its extension.",
+            valueName: "FIELD=PATH"))
+        var attach: [String] = []
+
+        func validate() throws {
+            for argument in attach {
+                guard let equals = argument.firstIndex(of: "="), equals != argument.startIndex, argument.index(after: equals) != argument.endIndex else {
+                    throw ValidationError("--attach takes FIELD=PATH, not \"\(argument)\"")
+                }
+                if argument[..<equals] == Record.idKey || argument[..<equals] == Record.hiddenKey {
+                    throw ValidationError("--attach cannot set the reserved field \"\(argument[..<equals])\"")
+                }
+            }
+        }
+
+        var files: [(field: String, path: String)] {
+            attach.map { argument in
+                let equals = argument.firstIndex(of: "=")!
+                return (String(argument[..<equals]), String(argument[argument.index(after: equals)...]))
+            }
+        }
+    }
+
     struct Put: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "put", abstract: "Replace (or create) a record locally and queue the write.")
         @OptionGroup var target: Target
         @OptionGroup var record: RecordArguments
+        @OptionGroup var files: AttachArguments
 
-        func run() async throws { try await queue(.put, target: target, id: record.id, json: record.json, file: record.file) }
+        func run() async throws { try await queue(.put, target: target, id: record.id, json: record.json, file: record.file, attach: files.files) }
     }
 
     struct Patch: AsyncParsableCommand {
@@ -72,16 +101,18 @@ struct LocalCommand: AsyncParsableCommand {
         @OptionGroup var target: Target
         @Argument(help: "The record id.") var id: String
         @Argument(help: "The fields as a JSON object, or - for standard input.") var json: String
+        @OptionGroup var files: AttachArguments
 
-        func run() async throws { try await queue(.patch, target: target, id: id, json: json, file: nil) }
+        func run() async throws { try await queue(.patch, target: target, id: id, json: json, file: nil, attach: files.files) }
     }
 
     struct Insert: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "insert", abstract: "Create a record locally (create-only: never replaces) and queue it.")
         @OptionGroup var target: Target
         @OptionGroup var record: RecordArguments
+        @OptionGroup var files: AttachArguments
 
-        func run() async throws { try await queue(.insert, target: target, id: record.id, json: record.json, file: record.file) }
+        func run() async throws { try await queue(.insert, target: target, id: record.id, json: record.json, file: record.file, attach: files.files) }
     }
 
     struct Delete: AsyncParsableCommand {
@@ -89,13 +120,16 @@ struct LocalCommand: AsyncParsableCommand {
         @OptionGroup var target: Target
         @Argument(help: "The record id.") var id: String
 
-        func run() async throws { try await queue(.delete, target: target, id: id, json: nil, file: nil) }
+        func run() async throws { try await queue(.delete, target: target, id: id, json: nil, file: nil, attach: []) }
     }
 }
 
-private func queue(_ operation: Mutation.Operation, target: LocalCommand.Target, id: String?, json: String?, file: String?) async throws {
+private func queue(
+    _ operation: Mutation.Operation, target: LocalCommand.Target, id: String?, json: String?, file: String?, attach: [(field: String, path: String)]
+) async throws {
     try await reportingErrors {
         let local = try target.open()
+        if !attach.isEmpty, file != nil { throw ValidationError("--attach goes with ID JSON, not --file") }
         if let file {
             let records = try readNDJSONRecords(file)
             let seqs = try local.write(records, operation: operation)
@@ -103,7 +137,10 @@ private func queue(_ operation: Mutation.Operation, target: LocalCommand.Target,
             return
         }
         guard let id else { return }
-        let text = json == "-" ? String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self) : json
+        var text = json == "-" ? String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self) : json
+        if !attach.isEmpty, let given = text {
+            text = try attaching(attach, to: given, in: local)
+        }
         let seq: UInt64
         switch operation {
         case .put: seq = try local.put(id: id, json: text ?? "")
@@ -113,6 +150,21 @@ private func queue(_ operation: Mutation.Operation, target: LocalCommand.Target,
         }
         print("queued \(operation.rawValue) \(id) (seq \(seq))")
     }
+}
+
+/// `json` (an object) with each FIELD set to the reference of its file, copied into the
+/// replica first; prints one line per file.
+private func attaching(_ files: [(field: String, path: String)], to json: String, in local: LocalReplica) throws -> String {
+    guard case .object(var members) = try JSONReader(bytes: Array(json.utf8)).readValue() else {
+        throw ValidationError("--attach needs JSON that is an object")
+    }
+    for (field, path) in files {
+        let reference = try local.attachments.attach(path, type: MediaType.guess(for: path))
+        members.removeAll { $0.key == field }
+        members.append(JSONMember(field, reference.json))
+        print("attached \(field): \(reference.sha256) \(reference.size) \(reference.type)")
+    }
+    return CanonicalJSON.string(.object(members))
 }
 
 /// Reads an NDJSON file of records; a bad line is reported as `FILE:LINE: reason`.

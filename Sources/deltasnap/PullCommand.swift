@@ -19,7 +19,8 @@ struct PullCommand: AsyncParsableCommand {
 
             Exit codes: 0 done; 1 error (no usable data, an answer that could not be used, \
             another collection…); 2 usage; 4 not done now, try later (server unreachable, \
-            408/429/5xx, its wait still running, or an update over --max-bytes postponed). \
+            408/429/5xx, its wait still running, or an update or a file over --max-bytes \
+            postponed). \
             With --collections, the worst of all.
 
             With --trusted-key (signing.pub from `deltasnap keygen`), the pull goes through the \
@@ -64,6 +65,8 @@ struct PullCommand: AsyncParsableCommand {
 
     @OptionGroup var budget: BudgetOptions
 
+    @OptionGroup var files: AttachmentOptions
+
     func validate() throws {
         guard URL(string: url)?.scheme?.hasPrefix("http") == true else { throw ValidationError("--url must be an http(s) URL") }
         guard interval > 0, timeout > 0 else { throw ValidationError("--interval and --timeout must be positive") }
@@ -85,6 +88,7 @@ struct PullCommand: AsyncParsableCommand {
                 path: self.replica, collection: name, url: collectionURL, bundledSnapshot: snapshot,
                 timeout: .milliseconds(Int(timeout * 1000)), accessToken: token, trustedKeys: keys, acceptingServerChange: waits.rebind)
             await replica.setNetworkBudget(budget.budget)
+            await replica.setAttachmentPolicy(files.attachments)
             var outcome: SyncOutcome
             repeat {
                 let started = ContinuousClock.now
@@ -99,6 +103,11 @@ struct PullCommand: AsyncParsableCommand {
             } while watch
             await PullLine.noteDeferral(outcome)
             try await PullLine.requireData(replica, outcome: outcome)
+            let files = await replica.lastAttachmentReport
+            if files.postponed > 0 || !files.failures.isEmpty {
+                printError("deltasnap: \(files.line); a later pull fetches them")
+                return Exit.unavailable
+            }
             return await PullLine.exitCode(for: outcome, replica: replica)
         }
         if let code { throw code }

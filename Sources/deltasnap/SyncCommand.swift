@@ -17,6 +17,9 @@ struct SyncCommand: AsyncParsableCommand {
               SEQ OP ID as COPY             (only when there are some; --merge-fork collections)
             REASON (N queued)               a failed push: the writes stay queued
             pulled: OUTCOME token=… …       as `deltasnap pull` prints it
+            attachments: uploaded N (B bytes), downloaded M (C bytes)
+                                            the files sent before the writes that refer to
+                                            them, and those fetched (--attachments)
 
             Retries are safe: every write carries this replica's client id and write number, \
             so the server never applies one twice. A wait the server asked for (Retry-After, \
@@ -43,8 +46,8 @@ struct SyncCommand: AsyncParsableCommand {
 
             Exit codes: 0 done; 1 error (the replica holds no data, an answer could not be \
             used, another collection…); 2 usage; 3 some writes refused; 4 not done now, try \
-            later (server unreachable, 408/429/5xx, its wait still running, or an update over \
-            --max-bytes postponed). When several apply, the first of 1, 4, 3 wins.
+            later (server unreachable, 408/429/5xx, its wait still running, an update or a file \
+            over --max-bytes postponed). When several apply, the first of 1, 4, 3 wins.
             """
     )
 
@@ -82,6 +85,8 @@ struct SyncCommand: AsyncParsableCommand {
 
     @OptionGroup var budget: BudgetOptions
 
+    @OptionGroup var files: AttachmentOptions
+
     func validate() throws {
         guard URL(string: url)?.scheme?.hasPrefix("http") == true else { throw ValidationError("--url must be an http(s) URL") }
         guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
@@ -107,6 +112,7 @@ struct SyncCommand: AsyncParsableCommand {
                 timeout: .milliseconds(Int(timeout * 1000)), accessToken: token ?? ProcessInfo.processInfo.environment["DELTASNAP_TOKEN"],
                 trustedKeys: try TrustedKeys.load(trustedKey), acceptingServerChange: waits.rebind)
             await replica.setNetworkBudget(budget.budget)
+            await replica.setAttachmentPolicy(files.attachments)
             if watch {
                 try await watchCollection(replica)
                 return ExitCode?.none
@@ -143,8 +149,12 @@ extension SyncCommand {
             if let failure = push.failure { lines.append("push failed: \(failure) (\(push.stillQueued) queued)") }
         }
         lines.append("pulled: " + (await PullLine.describe(outcome, replica: replica, since: started)))
+        let files = await replica.lastAttachmentReport
+        lines.append(files.line)
         let code = Exit.combined([
             await PullLine.exitCode(for: outcome, replica: replica),
+            // A file left for a larger budget or a better network: trying later brings it.
+            files.postponed > 0 || !files.failures.isEmpty ? Exit.unavailable : nil,
             push.failure == nil ? nil : (push.failureKind == .unavailable ? Exit.unavailable : Exit.error),
             push.refused.isEmpty ? nil : Exit.writesRefused,
         ])
@@ -275,6 +285,14 @@ struct WaitOptions: ParsableArguments {
     /// One-shot commands retry a network error at once but respect the server's waits.
     var policy: WaitPolicy { ignoreBackoff ? .none : .serverRequested }
 }
+
+/// `--attachments`, shared by `pull` and `sync`.
+struct AttachmentOptions: ParsableArguments {
+    @Option(name: .long, help: "When files the records refer to are downloaded: eager (each sync fetches the new ones; --max-bytes applies), lazy (only on use: `attachment get`), none.")
+    var attachments: AttachmentPolicy = .eager
+}
+
+extension AttachmentPolicy: ExpressibleByArgument {}
 
 /// `--max-bytes`, shared by `pull` and `sync`: a metered network's budget.
 struct BudgetOptions: ParsableArguments {

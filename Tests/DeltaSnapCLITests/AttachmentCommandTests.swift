@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapSQLiteStore
 import DeltaSnapTestSupport
 import Foundation
 import Testing
@@ -66,5 +67,57 @@ import Testing
 
         let compacted = try CLI.run(["compact", "--db", db, "--collection", "notes", "--keep-versions", "10", "--attachment-grace-days", "0"])
         #expect(compacted.status == 0 && compacted.stdout.contains("attachments: 0 removed (0 bytes), 0 unreferenced"), "\(compacted.stdout)\(compacted.stderr)")
+    }
+
+    /// The notes-with-photos walk through the CLI, against a `deltasnap serve` child: attach
+    /// offline, sync (the upload line), list, fetch on another replica lazily, a budget that
+    /// postpones (exit 4).
+    @Test(.timeLimit(.minutes(2)))
+    func aPhotoAttachedOfflineTravelsThroughTheCLI() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let db = dir.file("s.sqlite")
+        try Fixtures.importText(#"{"id":"n0","title":"first"}"#, into: try SQLiteDatabase(path: db), collection: "notes")
+        let server = try await offPool { try ServeProcess.start(["--db", db, "--write-token", "cli-token"]) }
+        defer { server.stop() }
+        let url = "\(server.collectionsURL)/notes"
+        func run(_ arguments: [String]) async throws -> CLI.Result { try await offPool { try CLI.run(arguments) } }
+        let photo = dir.file("beach.png")
+        let bytes = (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ $0 >> 7) }
+        FileManager.default.createFile(atPath: photo, contents: Data(bytes))
+        let phone = dir.file("phone.sqlite")
+        #expect(try await run(["pull", "--url", url, "--replica", phone]).status == 0)
+
+        let put = try await run(["local", "put", "--replica", phone, "--attach", "photo=\(photo)", "n1", #"{"title":"Beach"}"#])
+        #expect(put.status == 0, "\(put.stderr)")
+        let hash = try #require(put.stdout.split(separator: " ").dropFirst(2).first.map(String.init), "\(put.stdout)")
+        #expect(put.stdout == "attached photo: \(hash) 200000 image/png\nqueued put n1 (seq 1)\n", "\(put.stdout)")
+        #expect(try await run(["attachments", "--replica", phone]).stdout == "\(hash) 200000 pending-upload\n")
+
+        let synced = try await run(["sync", "--url", url, "--replica", phone, "--token", "cli-token"])
+        #expect(synced.status == 0, "\(synced.stderr)")
+        #expect(synced.stdout.contains("pushed 1\n") && synced.stdout.hasSuffix("attachments: uploaded 1 (200000 bytes), downloaded 0 (0 bytes)\n"), "\(synced.stdout)")
+        #expect(try await run(["attachments", "--replica", phone]).stdout == "\(hash) 200000 cached\n")
+
+        // Another device: lazy, then fetched on use into a verified file.
+        let laptop = dir.file("laptop.sqlite")
+        let lazy = try await run(["sync", "--url", url, "--replica", laptop, "--attachments", "lazy"])
+        #expect(lazy.stdout.hasSuffix("attachments: uploaded 0 (0 bytes), downloaded 0 (0 bytes)\n"), "\(lazy.stdout)")
+        #expect(try await run(["attachments", "--replica", laptop]).stdout == "\(hash) 200000 remote\n")
+        let out = dir.file("copy.png")
+        let got = try await run(["attachment", "get", "--url", url, "--replica", laptop, hash, "--out", out])
+        #expect(got.status == 0 && FileManager.default.contents(atPath: out) == Data(bytes), "\(got.stderr)")
+        #expect(try await run(["attachments", "--replica", laptop]).stdout == "\(hash) 200000 cached\n")
+        let unknown = try await run(["attachment", "get", "--url", url, "--replica", laptop, String(repeating: "c", count: 64), "--out", out])
+        #expect(unknown.status == 1 && unknown.stderr.contains("refers to"), "\(unknown.stderr)")
+
+        // A metered sync: the record comes, the file waits (exit 4), records intact.
+        let metered = dir.file("metered.sqlite")
+        let postponed = try await run(["sync", "--url", url, "--replica", metered, "--max-bytes", "50000"])
+        #expect(postponed.status == 4 && postponed.stdout.contains("1 postponed over the budget"), "\(postponed.stdout)\(postponed.stderr)")
+        #expect(try await run(["dump", "--replica", metered]).stdout.contains(hash))
+        let none = try await run(["pull", "--url", url, "--replica", dir.file("none.sqlite"), "--attachments", "none"])
+        #expect(none.status == 0)
+        #expect(try await run(["attachments", "--replica", dir.file("none.sqlite")]).stdout == "\(hash) 200000 remote\n")
     }
 }

@@ -11,7 +11,8 @@ server just before each request, so the success paths are exercised too:
   `snapshots/{token}` and `deltas/{base}/{target}` (and an older version of the same epoch
   as `base`), and a valid body where JSON Schema cannot say what the server requires
   (`seq` strictly increasing integer literals, a PUT body's `id` equal to the path's, each
-  id once in a batch). Invalid (negative) parts of a request are never touched, so negative
+  id once in a batch; an attachment upload sent whole, its `{hash}` the SHA-256 of the
+  body). Invalid (negative) parts of a request are never touched, so negative
   testing goes on - deeper, as a real path lets an invalid body reach its validation. The
   rest of the requests keep their generated values (unknown names, other epochs, ...).
   Schemathesis revalidates a case after this hook, and every response is still checked
@@ -33,6 +34,7 @@ Environment (set by .ci/conformance.sh):
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import urllib.error
@@ -45,6 +47,7 @@ import schemathesis
 from schemathesis.core import NotSet
 from schemathesis.core.parameters import ParameterLocation
 from schemathesis.generation import GenerationMode
+from schemathesis.transport.serialization import serialize_binary
 
 BASE_URL = os.environ.get("CONFORMANCE_URL", "").rstrip("/")
 AUTH = os.environ.get("CONFORMANCE_AUTH", "")
@@ -144,7 +147,8 @@ def _steer_path(case: Any, pick: int) -> None:
 
 def _steer_tokens(case: Any, pick: int) -> None:
     params = case.path_parameters
-    if not params or not ({"token", "target"} & params.keys()):
+    # (`/v1/uploads/{token}` names an upload, not a collection's state.)
+    if not params or "name" not in params or not ({"token", "target"} & params.keys()):
         return
     path = f"/v1/collections/{params['name']}" + (f"/partitions/{params['key']}" if "key" in params else "")
     head = _head_token(path)
@@ -162,6 +166,18 @@ def _steer_tokens(case: Any, pick: int) -> None:
         elif choice == 2:
             params["base"] = head  # an empty delta
         # otherwise the generated base: another epoch, a `308` to the full body
+
+
+def _steer_upload(case: Any) -> None:
+    """An attachment upload sent whole, its `{hash}` the SHA-256 of the bytes sent: a `201`."""
+    if case.method.upper() not in ("PUT", "POST") or not case.operation.path.endswith("/attachments/{hash}"):
+        return
+    if isinstance(case.body, NotSet) or not _is_positive(case, ParameterLocation.HEADER):
+        return
+    case.path_parameters["hash"] = hashlib.sha256(serialize_binary(case.body)).hexdigest()
+    for name in ("Upload-Complete", "Upload-Incomplete", "Upload-Length"):
+        if case.headers:
+            case.headers.pop(name, None)
 
 
 def _fix_body(case: Any, pick: int) -> None:
@@ -214,6 +230,7 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
     if _is_positive(case, ParameterLocation.PATH):
         _steer_path(case, pick)
         _steer_tokens(case, pick)
+        _steer_upload(case)
     if not isinstance(case.body, NotSet) and _is_positive(case, ParameterLocation.BODY):
         _fix_body(case, pick)
 

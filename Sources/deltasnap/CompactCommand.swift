@@ -64,7 +64,9 @@ struct CompactCommand: AsyncParsableCommand {
             } else {
                 print("\(collection): nothing to compact (floor stays at version \(head?.floor ?? 0), head is version \(head?.version ?? 0))")
             }
-            print(garbage.summary)
+            // Only when there were attachments to look at: the line above stays the whole
+            // output for a store without files, as scripts read it.
+            if garbage.removed > 0 || garbage.waiting > 0 { print(garbage.summary) }
         }
     }
 }

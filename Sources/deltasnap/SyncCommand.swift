@@ -133,7 +133,11 @@ struct SyncCommand: AsyncParsableCommand {
 
 extension SyncCommand {
     /// The lines of one sync of a collection (its push, then its pull), and its exit code.
-    private static func report(_ outcome: SyncOutcome, of replica: DeltaSnapReplica, since started: ContinuousClock.Instant) async -> ([String], ExitCode?) {
+    /// `quietFiles`: leave the attachments line out when no file moved or waits (`--watch`
+    /// prints each change; a one-shot sync always says it).
+    private static func report(
+        _ outcome: SyncOutcome, of replica: DeltaSnapReplica, since started: ContinuousClock.Instant, quietFiles: Bool = false
+    ) async -> ([String], ExitCode?) {
         let push = await replica.lastPushReport
         var lines: [String] = []
         if push.batches > 0 || push.failure != nil {
@@ -150,7 +154,7 @@ extension SyncCommand {
         }
         lines.append("pulled: " + (await PullLine.describe(outcome, replica: replica, since: started)))
         let files = await replica.lastAttachmentReport
-        lines.append(files.line)
+        if !quietFiles || files != AttachmentReport() { lines.append(files.line) }
         let code = Exit.combined([
             await PullLine.exitCode(for: outcome, replica: replica),
             // A file left for a larger budget or a better network: trying later brings it.
@@ -167,7 +171,7 @@ extension SyncCommand {
             live: { onSync in await replica.live(liveOptions, onSync: onSync) },
             sync: { await replica.sync(waits: waits.ignoreBackoff ? .none : .all) },
             worthReporting: { outcome in if case .notModified = outcome { false } else { true } },
-            lines: { outcome, since in await Self.report(outcome, of: replica, since: since).0 })
+            lines: { outcome, since in await Self.report(outcome, of: replica, since: since, quietFiles: true).0 })
     }
 
     /// The `--watch` loop of a collection or a view: a sync every --interval, or live; prints

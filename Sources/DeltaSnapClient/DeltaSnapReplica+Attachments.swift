@@ -103,7 +103,7 @@ extension DeltaSnapReplica {
         }
         for sha256 in needed.sorted() {
             do {
-                try await upload(sha256)
+                try await uploadResuming(sha256)
             } catch AttachmentError.failed(let why) {
                 lastAttachmentReport.failures.append(why)
                 return "attachment \(sha256) not uploaded: \(why)"
@@ -169,10 +169,36 @@ extension DeltaSnapReplica {
     /// Bytes per append: a cut costs at most this much again.
     static let uploadPartBytes: UInt64 = 8 << 20
 
+    /// ``upload(_:)``, resumed at once after a cut connection as long as each attempt moved
+    /// the upload on (a network that drops every few megabytes still finishes in one sync);
+    /// two attempts in a row without progress leave it to the next sync.
+    private func uploadResuming(_ sha256: String) async throws {
+        var stalled = 0
+        var reached: UInt64 = 0
+        var seen: UInt64 = 0
+        var began: UInt64?
+        while true {
+            do {
+                let size = try await upload(sha256, reached: &reached, began: &began)
+                lastAttachmentReport.uploaded += 1
+                lastAttachmentReport.uploadedBytes += size - (began ?? 0)
+                return
+            } catch AttachmentError.failed(let why) {
+                // A cut part's bytes show up in the next attempt's offset: progress is seen one
+                // attempt late, hence two attempts without it before giving up.
+                stalled = reached > seen ? 0 : stalled + 1
+                seen = reached
+                if stalled >= 2 { throw AttachmentError.failed(why) }
+            }
+        }
+    }
+
     /// Uploads the pending file `sha256`, resuming at the server's offset when an upload of
     /// it began before (this run or an earlier, killed one). Throws ``AttachmentError``:
     /// `.failed` when trying later can help.
-    private func upload(_ sha256: String) async throws {
+    /// `reached`: the furthest offset the server confirmed, kept across attempts; `began`:
+    /// the offset the first attempt started from. Returns the file's size.
+    private func upload(_ sha256: String, reached: inout UInt64, began: inout UInt64?) async throws -> UInt64 {
         let path = attachments.pendingPath(sha256)
         guard let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.uint64Value else {
             throw AttachmentError.unreadable(path)
@@ -182,7 +208,9 @@ extension DeltaSnapReplica {
         if let known = location {
             let progress = try await send(SyncRequest(url: known, method: "HEAD", headers: uploadHeaders(), timeout: timeout))
             switch progress.status {
-            case 200, 204: offset = progress.header("Upload-Offset").flatMap(UInt64.init) ?? 0
+            case 200, 204:
+                offset = progress.header("Upload-Offset").flatMap(UInt64.init) ?? 0
+                reached = max(reached, offset)
             case 404: location = nil  // finished, refused or expired: begin again
             default: throw Self.uploadFailure(progress, "asking where the upload stands")
             }
@@ -202,7 +230,7 @@ extension DeltaSnapReplica {
         }
         guard let location, let file = FileHandle(forReadingAtPath: path) else { throw AttachmentError.unreadable(path) }
         defer { try? file.close() }
-        let start = offset
+        if began == nil { began = offset }
         while true {
             try file.seek(toOffset: offset)
             let part = [UInt8](try file.read(upToCount: Int(min(Self.uploadPartBytes, size - offset))) ?? Data())
@@ -215,13 +243,16 @@ extension DeltaSnapReplica {
             switch answer.status {
             case 200, 201 where last:
                 try attachments.markUploaded(sha256)
-                lastAttachmentReport.uploaded += 1
-                lastAttachmentReport.uploadedBytes += size - start
-                return
+                return size
             case 201, 204:
                 offset = answer.header("Upload-Offset").flatMap(UInt64.init) ?? offset + UInt64(part.count)
+                reached = max(reached, offset)
             case 409 where answer.header("Upload-Offset") != nil:
                 offset = UInt64(answer.header("Upload-Offset")!) ?? offset
+                reached = max(reached, offset)
+            case 409:
+                // Another append of it still runs (a cut connection's): ask again shortly.
+                throw AttachmentError.failed("the upload of \(sha256) is busy")
             case 404:
                 // The upload went (expired); the next sync begins it again.
                 try attachments.setUploadLocation(nil, of: sha256)

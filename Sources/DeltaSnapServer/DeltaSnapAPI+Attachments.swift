@@ -106,10 +106,14 @@ extension DeltaSnapAPI {
         return try await append(request, to: upload, at: 0, complete: complete, version: fields.answerVersion, creating: true)
     }
 
-    /// `HEAD /v1/uploads/{token}`: how many bytes the upload holds (`Upload-Offset`).
+    /// `HEAD /v1/uploads/{token}`: how many bytes the upload holds (`Upload-Offset`). An
+    /// append still running on it — the request of a connection that was just cut, not yet
+    /// noticed — is waited for first (briefly), so the offset is the one to go on from (the
+    /// draft's "offset MUST be current").
     func uploadProgress(_ request: Request, context: some RequestContext) async throws -> Response {
-        let upload = try await ownedUpload(request, context: context)
+        var upload = try await ownedUpload(request, context: context)
         let version = try ResumableUploadFields(request.headers).answerVersion
+        if await activeUploads.waitUntilIdle(upload.token) { upload = try await store.upload(upload.token) ?? upload }
         return Response(status: .noContent, headers: progress(of: upload, received: upload.received, complete: false, version: version))
     }
 
@@ -144,13 +148,17 @@ extension DeltaSnapAPI {
     private func append(
         _ request: Request, to upload: AttachmentUpload, at offset: UInt64, complete: Bool, version: Int, creating: Bool
     ) async throws -> Response {
-        guard activeUploads.begin(upload.token) else {
-            // The connection an interrupted part came on may not have noticed yet.
+        guard await activeUploads.begin(upload.token) else {
+            // Another append still runs after the wait (a client sending two at once).
             var error = APIError(.conflict, "upload_busy", "another request is appending to this upload; ask HEAD for its offset shortly")
             error.headers[.retryAfter] = "1"
             throw error
         }
         defer { activeUploads.end(upload.token) }
+        // An append that ran meanwhile moved the offset on.
+        if !creating, let now = try await store.upload(upload.token), now.received != offset {
+            throw Self.offsetMismatch(upload, expected: now.received, provided: offset, version: version)
+        }
         let received: UInt64
         do {
             received = try await receive(request) { next in try await store.appendUpload(upload.token, at: offset, from: next) }
@@ -174,7 +182,8 @@ extension DeltaSnapAPI {
         try await store.completeUpload(upload.token)
         metrics.attachmentsStored.increment()
         var response = Self.stored(upload.reference, status: creating ? .created : .ok)
-        response.headers.append(contentsOf: progress(of: upload, received: received, complete: true, version: version))
+        // Set, not appended: both carry Cache-Control.
+        for field in progress(of: upload, received: received, complete: true, version: version) { response.headers[field.name] = field.value }
         return response
     }
 
@@ -279,12 +288,32 @@ extension APIError {
 /// write at once. Across instances the store's conditional checkpoint keeps them apart.
 final class ActiveUploads: Sendable {
     private let tokens = NIOLockedValueBox<Set<String>>([])
+    /// How long a request waits for another append of the same upload: an interrupted one
+    /// ends within milliseconds of its connection's cut on any healthy network.
+    static let patience: Duration = .seconds(3)
 
-    func begin(_ token: String) -> Bool {
-        tokens.withLockedValue { $0.insert(token).inserted }
+    /// Marks `token` as being appended to, waiting up to ``patience`` for an append already
+    /// running; false when it still runs then.
+    func begin(_ token: String) async -> Bool {
+        let deadline = ContinuousClock.now + Self.patience
+        while true {
+            if tokens.withLockedValue({ $0.insert(token).inserted }) { return true }
+            guard ContinuousClock.now < deadline, (try? await Task.sleep(for: .milliseconds(10))) != nil else { return false }
+        }
     }
 
     func end(_ token: String) {
         tokens.withLockedValue { _ = $0.remove(token) }
+    }
+
+    /// Waits (up to ``patience``) until no append of `token` runs; true when one was running.
+    func waitUntilIdle(_ token: String) async -> Bool {
+        let deadline = ContinuousClock.now + Self.patience
+        var waited = false
+        while tokens.withLockedValue({ $0.contains(token) }), ContinuousClock.now < deadline {
+            waited = true
+            guard (try? await Task.sleep(for: .milliseconds(10))) != nil else { break }
+        }
+        return waited
     }
 }

@@ -1,6 +1,7 @@
 import DeltaSnapCore
 import DeltaSnapSQLiteStore
 import DeltaSnapTestSupport
+import DeltaSnapTrust
 import Foundation
 import Testing
 
@@ -125,5 +126,53 @@ import Testing
         let none = try await run(["pull", "--url", url, "--replica", dir.file("none.sqlite"), "--attachments", "none"])
         #expect(none.status == 0)
         #expect(try await run(["attachments", "--replica", dir.file("none.sqlite")]).stdout == "\(hash) 200000 remote\n")
+    }
+
+    /// `sync` SIGKILLed again and again while it uploads: each run resumes at the server's
+    /// offset, and the record lands exactly once, pointing at the right bytes. Three kills in
+    /// CI; `DELTASNAP_SYNC_KILLS=10` runs the issue's ten.
+    @Test(.timeLimit(.minutes(3)))
+    func aSyncKilledDuringItsUploadResumesAndTheRecordLandsOnce() async throws {
+        let kills = ProcessInfo.processInfo.environment["DELTASNAP_SYNC_KILLS"].flatMap(Int.init) ?? 3
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let db = dir.file("s.sqlite")
+        try Fixtures.importText(#"{"id":"n0","title":"first"}"#, into: try SQLiteDatabase(path: db), collection: "notes")
+        let server = try await offPool { try ServeProcess.start(["--db", db, "--write-token", "cli-token"]) }
+        defer { server.stop() }
+        // Slowed to 24 MiB/s upstream, so each run is killed mid-upload.
+        let proxy = try CuttingProxy(upstreamPort: server.port, bytesPerSecond: 24 << 20)
+        defer { proxy.stop() }
+        let url = "http://127.0.0.1:\(proxy.port)/v1/collections/notes"
+        let size = (kills + 2) * (8 << 20)
+        let file = dir.file("video.bin")
+        FileManager.default.createFile(atPath: file, contents: Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 5 &+ $0 >> 13) }))
+        let phone = dir.file("phone.sqlite")
+        let put = try CLI.run(["local", "put", "--replica", phone, "--attach", "video=\(file)", "n1", #"{"title":"Clip"}"#])
+        #expect(put.status == 0, "\(put.stderr)")
+        let before = try SQLiteDatabase(path: db).head(of: "notes")!.version
+
+        for round in 0..<kills {
+            let started = proxy.bytesUpstream
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: CLI.binary)
+            process.arguments = ["sync", "--url", url, "--replica", phone, "--token", "cli-token"]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            // Killed once it sent another 6 MiB of the file.
+            let deadline = Date().addingTimeInterval(30)
+            while proxy.bytesUpstream - started < 6 << 20, process.isRunning, Date() < deadline { usleep(5_000) }
+            #expect(process.isRunning, "run \(round) ended before it could be killed")
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+        let finished = try CLI.run(["sync", "--url", url, "--replica", phone, "--token", "cli-token"])
+        #expect(finished.status == 0 && finished.stdout.contains("pushed 1\n"), "\(finished.stdout)\(finished.stderr)")
+        #expect(try SQLiteDatabase(path: db).head(of: "notes")!.version == before + 1, "the record landed more than once")
+        let export = try CLI.run(["export", "--db", db, "--collection", "notes"]).stdout
+        let hash = try #require(AttachmentReference.references(in: Record(json: Array(export.split(separator: "\n")[1].utf8))).first?.sha256)
+        #expect(hash == AttachmentVerifier.sha256(of: FileManager.default.contents(atPath: file)!))
+        #expect(Double(proxy.bytesUpstream) < 1.5 * Double(size), "\(proxy.bytesUpstream) bytes for a \(size)-byte file: the runs did not resume")
     }
 }

@@ -1,0 +1,176 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A TCP proxy on 127.0.0.1 that streams bytes both ways and cuts every connection open at
+/// the moment the client→server traffic, counted over all connections, passes another
+/// `cutEvery` bytes — a mobile network that drops every few megabytes. It counts what it
+/// forwarded upstream, and can slow the upstream direction to `bytesPerSecond` (so a test
+/// can kill a client mid-upload). Connections are one thread pair each; `stop()` ends them.
+///
+/// ```swift
+/// let proxy = try CuttingProxy(upstreamPort: server.port, cutEvery: 4 << 20)
+/// defer { proxy.stop() }
+/// proxy.bytesUpstream   // what the clients sent through it
+/// ```
+package final class CuttingProxy: @unchecked Sendable {
+    package let port: Int
+    private let upstreamPort: Int
+    private let cutEvery: Int?
+    private let bytesPerSecond: Int?
+    private let listener: Int32
+    private let lock = NSLock()
+    private var forwarded = 0
+    private var cuts = 0
+    private var open: [(Int32, Int32)] = []
+    private var stopped = false
+
+    package init(upstreamPort: Int, cutEvery: Int? = nil, bytesPerSecond: Int? = nil) throws {
+        self.upstreamPort = upstreamPort
+        self.cutEvery = cutEvery
+        self.bytesPerSecond = bytesPerSecond
+        listener = try Self.makeListener()
+        port = try Self.localPort(of: listener)
+        Thread { [self] in acceptLoop() }.start()
+    }
+
+    /// Bytes forwarded from clients to the server so far.
+    package var bytesUpstream: Int { lock.withLock { forwarded } }
+    /// Connections cut so far.
+    package var cutCount: Int { lock.withLock { cuts } }
+
+    package func stop() {
+        let connections = lock.withLock {
+            stopped = true
+            return open
+        }
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+        for (client, upstream) in connections {
+            shutdown(client, Int32(SHUT_RDWR))
+            shutdown(upstream, Int32(SHUT_RDWR))
+        }
+    }
+
+    private func acceptLoop() {
+        while true {
+            let client = accept(listener, nil, nil)
+            if client < 0 {
+                if lock.withLock({ stopped }) { return }
+                continue
+            }
+            guard let upstream = try? Self.dial(upstreamPort) else {
+                close(client)
+                continue
+            }
+            lock.withLock { open.append((client, upstream)) }
+            Thread { [self] in pump(from: client, to: upstream, upstream: true) }.start()
+            Thread { [self] in pump(from: upstream, to: client, upstream: false) }.start()
+        }
+    }
+
+    private func pump(from source: Int32, to destination: Int32, upstream: Bool) {
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(source, $0.baseAddress, $0.count) }
+            guard count > 0 else { break }
+            var chunk = count
+            if upstream, let cutEvery {
+                // Forward only up to the next cut, then cut every open connection.
+                let (allowed, cutNow) = lock.withLock { () -> (Int, Bool) in
+                    let next = (forwarded / cutEvery + 1) * cutEvery
+                    return forwarded + count >= next ? (next - forwarded, true) : (count, false)
+                }
+                chunk = allowed
+                if !writeAll(buffer, count: chunk, to: destination) { break }
+                lock.withLock { forwarded += chunk }
+                if cutNow {
+                    cutAll()
+                    break
+                }
+            } else {
+                if !writeAll(buffer, count: chunk, to: destination) { break }
+                if upstream { lock.withLock { forwarded += chunk } }
+            }
+            if upstream, let bytesPerSecond { usleep(useconds_t(Double(chunk) / Double(bytesPerSecond) * 1_000_000)) }
+        }
+        shutdown(source, Int32(SHUT_RDWR))
+        shutdown(destination, Int32(SHUT_RDWR))
+        lock.withLock { open.removeAll { $0.0 == source || $0.1 == source } }
+        close(source)
+    }
+
+    private func cutAll() {
+        let connections = lock.withLock {
+            cuts += 1
+            return open
+        }
+        for (client, upstream) in connections {
+            shutdown(client, Int32(SHUT_RDWR))
+            shutdown(upstream, Int32(SHUT_RDWR))
+        }
+    }
+
+    private func writeAll(_ buffer: [UInt8], count: Int, to socket: Int32) -> Bool {
+        var sent = 0
+        while sent < count {
+            let written = buffer[sent..<count].withUnsafeBytes { write(socket, $0.baseAddress, $0.count) }
+            guard written > 0 else { return false }
+            sent += written
+        }
+        return true
+    }
+
+    private static func makeListener() throws -> Int32 {
+        #if canImport(Glibc)
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+        let listener = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        var yes: Int32 = 1
+        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(listener, 64) == 0 else {
+            close(listener)
+            throw RawHTTPClient.Failure(description: "the cutting proxy could not listen (errno \(errno))")
+        }
+        return listener
+    }
+
+    private static func localPort(of socket: Int32) throws -> Int {
+        var address = sockaddr_in()
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) }
+        }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    private static func dial(_ port: Int) throws -> Int32 {
+        #if canImport(Glibc)
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+        let descriptor = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else {
+            close(descriptor)
+            throw RawHTTPClient.Failure(description: "the cutting proxy could not reach 127.0.0.1:\(port)")
+        }
+        return descriptor
+    }
+}

@@ -199,24 +199,36 @@ import Testing
         }
     }
 
-    @Test func bundledFilesAreUsedAtFirstStartWithoutADownload() async throws {
+    @Test func aThousandBundledFilesAreUsedAtFirstStartWithoutADownload() async throws {
         try await withWorld { world in
-            let phone = try world.replica("phone")
-            let bytes = Self.photo(64_000, seed: 8)
-            let reference = try await attach(bytes, to: phone, in: world.dir)
-            try await phone.put(id: "n1", json: #"{"photo":\#(reference)}"#)
-            await phone.sync(ignoringBackoff: true)
-            let store = try SQLiteCollectionStore(path: world.dir.file("s.sqlite"), readOnly: true)
+            // A thousand records, each with its own file, written by the data owner.
+            let owner = try SQLiteCollectionStore(path: world.dir.file("s.sqlite"))
+            var lines: [String] = []
+            var references: [AttachmentReference] = []
+            for index in 0..<1_000 {
+                let bytes = Self.photo(1_000 + index, seed: UInt8(truncatingIfNeeded: index))
+                let reference = try AttachmentReference(sha256: AttachmentVerifier.sha256(of: bytes), size: UInt64(bytes.count), type: "image/png")
+                var sent = false
+                try await owner.storeAttachment(reference) {
+                    defer { sent = true }
+                    return sent ? nil : bytes
+                }
+                references.append(reference)
+                lines.append(#"{"id":"p\#(index)","photo":\#(reference)}"#)
+            }
+            _ = try await owner.importBatch(Array(lines.joined(separator: "\n").utf8), into: "notes")
             let out = world.dir.file("bundle")
-            let (_, files) = try await store.bake("notes", into: out, withAttachments: true)
-            #expect(files == [reference])
+            let (_, files) = try await owner.bake("notes", into: out, withAttachments: true)
+            #expect(files.count == 1_000)
+            await owner.close()
 
             let before = try await world.bytesServed()
             let fresh = try world.replica("fresh", bundle: "\(out)/notes.snapshot")
-            #expect(Array(try Data(contentsOf: try await fresh.attachment(reference))) == bytes)
+            #expect(Array(try Data(contentsOf: try await fresh.attachment(references[7]))) == Self.photo(1_007, seed: 7))
             await fresh.sync(ignoringBackoff: true)
             #expect(try await world.bytesServed() == before, "a bundled file was downloaded")
-            #expect(try await fresh.attachmentStatuses().map(\.state) == ["cached"])
+            let states = try await fresh.attachmentStatuses()
+            #expect(states.count == 1_000 && states.allSatisfy { $0.state == "cached" })
         }
     }
 

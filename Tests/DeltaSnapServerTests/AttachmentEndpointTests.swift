@@ -329,4 +329,33 @@ import Testing
             #expect(try await fixture.request("HEAD", location, as: "alice").status == 404)
         }
     }
+
+    /// Behind nginx's `proxy_cache`: a thousand downloads of one public blob cost the origin
+    /// one request, and `Range` requests are answered from the cached copy.
+    @Test func aPublicBlobBehindASharedCacheCostsTheOriginOneRequest() async throws {
+        try await withServer(.sqlite) { fixture in
+            let bytes = Self.blob(200_000, seed: 21)
+            let hash = Self.sha256(bytes)
+            let reference = try await fixture.upload(bytes, to: "/v1/collections/notes")
+            let write = try await fixture.request("PUT", "/v1/collections/notes/records/n1", body: Array(#"{"photo":\#(reference)}"#.utf8))
+            #expect(write.status == 200)
+            let dir = try TemporaryDirectory()
+            defer { dir.remove() }
+            let cache = try NginxCache.start(originPort: fixture.server.port, in: dir.path)
+            defer { cache.stop() }
+            let path = "/v1/collections/notes/attachments/\(hash)"
+            let (whole, part) = try await offPool { () -> (Int, RawHTTPClient.Response) in
+                var whole = 0
+                for _ in 0..<1_000 {
+                    let response = try RawHTTPClient(port: cache.port).request("GET", path)
+                    if response.status == 200 && response.body == bytes { whole += 1 }
+                }
+                return (whole, try RawHTTPClient(port: cache.port).request("GET", path, headers: ["Range": "bytes=100-199"]))
+            }
+            #expect(whole == 1_000)
+            #expect(part.status == 206 && part.body == Array(bytes[100..<200]) && part.header("Content-Range") == "bytes 100-199/200000")
+            let fetched = cache.accessLog().filter { $0.uri == path && $0.cache != "HIT" }
+            #expect(fetched.count == 1, "the origin was asked \(fetched.count) times: \(fetched.prefix(5))")
+        }
+    }
 }

@@ -16,7 +16,7 @@ import Foundation
 /// let result = try await store.importBatch(Array(#"{"id":"AD","name":"Andorra"}"#.utf8), into: "countries")
 /// print(result.token ?? "no change")
 /// ```
-public final class SQLiteCollectionStore: CollectionStore {
+public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
     public let path: String
     let pool: SQLiteReadPool
     /// The attachments, in a directory beside the file.
@@ -132,6 +132,10 @@ public final class SQLiteCollectionStore: CollectionStore {
               let size = blobs.size(of: sha256)
         else { return nil }
         return try AttachmentReference(sha256: sha256, size: size, type: type)
+    }
+
+    package func attachmentFile(_ sha256: String) -> String? {
+        AttachmentReference.isSHA256(sha256) ? blobs.path(of: sha256) : nil
     }
 
     public func readAttachment(_ sha256: String, range: Range<UInt64>, _ body: ([UInt8]) async throws -> Void) async throws {

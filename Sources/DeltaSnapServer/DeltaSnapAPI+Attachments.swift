@@ -19,45 +19,94 @@ extension DeltaSnapAPI {
         let hash = try context.parameters.require("hash")
         let isPublic = configuration.access.isPublicRead(path)
         if !isPublic { _ = try await authorize(request, path, for: .read) }
-        // One answer for a hash that is not held, one no record here refers to, and one
-        // that is not a hash: nothing tells whether someone else stored those bytes.
-        guard AttachmentReference.isSHA256(hash), let reference = try await store.attachment(hash, in: path.description) else {
-            throw APIError.unknownAttachment(hash, in: path)
+        let name = path.description
+        var reference = attachmentMemory.reference(of: hash, in: name)
+        if reference == nil {
+            // One answer for a hash that is not held, one no record here refers to, and one
+            // that is not a hash: nothing tells whether someone else stored those bytes.
+            guard AttachmentReference.isSHA256(hash), let found = try await store.attachment(hash, in: name) else {
+                throw APIError.unknownAttachment(hash, in: path)
+            }
+            attachmentMemory.remember(found, in: name)
+            reference = found
         }
-        let tag = "\"\(hash)\""
-        var headers: HTTPFields = [
-            .eTag: tag, .contentType: reference.type, .acceptRanges: "bytes", .cacheControl: CacheRule.immutable(isPublic: isPublic),
-        ]
-        if ConditionalRequest(ifNoneMatch: request.headers[.ifNoneMatch], ifModifiedSince: nil).matches(entityTag: tag) {
-            return Response(status: .notModified, headers: headers)
+        let held = reference!
+        var answer = try Self.attachmentAnswer(
+            held, isPublic: isPublic, ifNoneMatch: request.headers[.ifNoneMatch], range: request.headers[.range], ifRange: request.headers[.ifRange])
+        guard let served = answer.range, !bodyless else { return Response(status: answer.status, headers: answer.headers) }
+        // A small blob is read whole (and, from a store without files, kept in memory).
+        if held.size <= AttachmentMemory.smallBlobBytes {
+            let whole = try await smallBlob(held)
+            let body = whole.getSlice(at: whole.readerIndex + Int(served.lowerBound), length: served.count)!
+            metrics.attachmentBytesSent.increment(by: body.readableBytes)
+            answer.headers[.contentLength] = String(body.readableBytes)
+            return Response(status: answer.status, headers: answer.headers, body: .init(byteBuffer: body))
         }
-        var range = ByteRangeRequest(header: request.headers[.range], size: reference.size)
-        // A range of another representation than this one is no range of this one.
-        if let ifRange = request.headers[.ifRange], ifRange.trimmingSpaces != tag { range = .whole }
-        var status = HTTPResponse.Status.ok
-        let served: Range<UInt64>
-        switch range {
-        case .whole:
-            served = 0..<reference.size
-        case .partial(let part):
-            served = part
-            status = .partialContent
-            headers[.contentRange] = "bytes \(part.lowerBound)-\(part.upperBound - 1)/\(reference.size)"
-        case .unsatisfiable:
-            throw APIError(
-                .rangeNotSatisfiable, "range_not_satisfiable", "the attachment is \(reference.size) bytes; the range asked for lies past its end",
-                headers: [.contentRange: "bytes */\(reference.size)"])
-        }
-        headers[.contentLength] = String(served.count)
-        if bodyless { return Response(status: status, headers: headers) }
         let (store, metrics) = (self.store, self.metrics)
-        return Response(status: status, headers: headers, body: ResponseBody(contentLength: Int(served.count)) { writer in
+        if let files = store as? any AttachmentFiles, let file = files.attachmentFile(hash), FileManager.default.isReadableFile(atPath: file) {
+            // Straight from the file into network buffers (NIO's thread pool), as nginx would.
+            metrics.attachmentBytesSent.increment(by: served.count)
+            let body = try await FileIO().loadFile(
+                path: file, range: Int(served.lowerBound)...Int(served.upperBound - 1), context: context, chunkLength: Self.fileChunkBytes)
+            return Response(status: answer.status, headers: answer.headers, body: body)
+        }
+        return Response(status: answer.status, headers: answer.headers, body: ResponseBody(contentLength: served.count) { writer in
             try await store.readAttachment(hash, range: served) { chunk in
                 try await writer.write(ByteBuffer(bytes: chunk))
                 metrics.attachmentBytesSent.increment(by: chunk.count)
             }
             try await writer.finish(nil)
         })
+    }
+
+    /// The whole bytes of a small blob: from its file (a read — on the event loop when the fast
+    /// path calls, as nginx reads a static file: a blob this small in the page cache is a memory
+    /// copy), from memory, or read from the store (then kept in memory: the store has no file
+    /// to read it from next time).
+    private func smallBlob(_ reference: AttachmentReference) async throws -> ByteBuffer {
+        if let files = store as? any AttachmentFiles, let file = files.attachmentFile(reference.sha256),
+           let bytes = attachmentMemory.readSmallFile(file, size: reference.size)
+        {
+            return bytes
+        }
+        if let kept = attachmentMemory.body(of: reference.sha256) { return kept }
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(Int(reference.size))
+        try await store.readAttachment(reference.sha256, range: 0..<reference.size) { buffer.writeBytes($0) }
+        attachmentMemory.keep(buffer, of: reference.sha256)
+        return buffer
+    }
+
+    /// The bytes read from a file per write: large enough that a 100 MiB download is a hundred
+    /// reads, small enough to stay cheap in memory per connection.
+    static let fileChunkBytes = 1 << 20
+
+    /// The status and headers of a download of `reference` (and the range of bytes its body
+    /// carries; nil for a `304`), decided once for the router's path and the fast path.
+    static func attachmentAnswer(
+        _ reference: AttachmentReference, isPublic: Bool, ifNoneMatch: String?, range header: String?, ifRange: String?
+    ) throws -> (status: HTTPResponse.Status, headers: HTTPFields, range: Range<UInt64>?) {
+        let tag = "\"\(reference.sha256)\""
+        var headers: HTTPFields = [
+            .eTag: tag, .contentType: reference.type, .acceptRanges: "bytes", .cacheControl: CacheRule.immutable(isPublic: isPublic),
+        ]
+        if ConditionalRequest(ifNoneMatch: ifNoneMatch, ifModifiedSince: nil).matches(entityTag: tag) { return (.notModified, headers, nil) }
+        var range = ByteRangeRequest(header: header, size: reference.size)
+        // A range of another representation than this one is no range of this one.
+        if let ifRange, ifRange.trimmingSpaces != tag { range = .whole }
+        switch range {
+        case .whole:
+            headers[.contentLength] = String(reference.size)
+            return (.ok, headers, 0..<reference.size)
+        case .partial(let part):
+            headers[.contentRange] = "bytes \(part.lowerBound)-\(part.upperBound - 1)/\(reference.size)"
+            headers[.contentLength] = String(part.count)
+            return (.partialContent, headers, part)
+        case .unsatisfiable:
+            throw APIError(
+                .rangeNotSatisfiable, "range_not_satisfiable", "the attachment is \(reference.size) bytes; the range asked for lies past its end",
+                headers: [.contentRange: "bytes */\(reference.size)"])
+        }
     }
 
     // MARK: - Upload
@@ -99,7 +148,7 @@ extension DeltaSnapAPI {
         // The token the 104 announced; a fresh one when a client sent the field itself to a
         // server without the announcing responder (an app mounting the routes) and named
         // an upload that exists.
-        var token = ResumableUploadResponder.announcedToken(request) ?? AttachmentUpload.newToken()
+        var token = InformationalResponder.announcedToken(request) ?? AttachmentUpload.newToken()
         if try await store.upload(token) != nil { token = AttachmentUpload.newToken() }
         let upload = AttachmentUpload(token: token, reference: reference, collection: path.description, owner: principal.subject, createdAt: now)
         try await store.createUpload(upload)

@@ -21,6 +21,90 @@ enum FastAnswer {
 extension DeltaSnapAPI {
     private static let collectionsPrefix = "/v1/collections/"
 
+    /// What a download answered before the router carries.
+    enum AttachmentBody {
+        /// None (`HEAD`, `304`).
+        case none
+        case bytes(ByteBuffer)
+        /// These bytes of the store's own file, for `sendfile` (``RawPollHandler``).
+        case file(path: String, range: Range<UInt64>)
+    }
+
+    /// The plainest download — `GET` of a whole blob of a public collection, no validator —
+    /// from raw bytes: the head encoded once per blob, the body the store's file (`sendfile`).
+    /// Nil when it is not that plain (``attachmentFromMemory(collection:sha256:ifNoneMatch:range:ifRange:sendsBody:allowsFile:)``
+    /// answers then, or the router).
+    func plainDownload(collection name: String, sha256 hash: String) -> (head: ByteBuffer, file: String, size: UInt64)? {
+        guard let files = store as? any AttachmentFiles, CollectionName.isValid(name), let collection = CollectionPath(name: name, key: nil),
+              configuration.access.isPublicRead(collection),
+              let (reference, head) = attachmentMemory.publicHead(of: hash, in: name, encode: Self.encodedPublicHead),
+              let file = files.attachmentFile(hash)
+        else { return nil }
+        metrics.countFastPathAttachmentAnswer(status: 200)
+        metrics.attachmentBytesSent.increment(by: Int(reference.size))
+        return (head, file, reference.size)
+    }
+
+    /// The status line and fields of a public `200` of the whole blob, as NIO's encoder
+    /// writes ``attachmentAnswer(_:isPublic:ifNoneMatch:range:ifRange:)``'s (without `Date`
+    /// and the request id, which ``PollResponseWriter`` adds).
+    static func encodedPublicHead(_ reference: AttachmentReference) -> ByteBuffer {
+        var head = ByteBuffer()
+        let answer = try? attachmentAnswer(reference, isPublic: true, ifNoneMatch: nil, range: nil, ifRange: nil)
+        head.writeString("HTTP/1.1 200 OK\r\n")
+        for field in answer?.headers ?? [:] {
+            head.writeString(field.name.rawName)
+            head.writeString(": ")
+            head.writeString(field.value)
+            head.writeString("\r\n")
+        }
+        return head
+    }
+
+    /// A download of a small blob of a public collection whose reference the server remembers
+    /// (``AttachmentMemory``) — its bytes read from the store's file, or kept in memory —
+    /// answered as the router would — same status, headers and count — before the request
+    /// reaches it; nil sends it to the router.
+    func attachmentFromMemory(_ request: HTTPRequest) -> (status: HTTPResponse.Status, headers: HTTPFields, body: AttachmentBody)? {
+        guard request.method == .get || request.method == .head, let path = request.path, path.hasPrefix(Self.collectionsPrefix) else { return nil }
+        let parts = path.utf8.dropFirst(Self.collectionsPrefix.utf8.count).split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[1].elementsEqual("attachments".utf8), let name = String(parts[0]), let hash = String(parts[2]) else { return nil }
+        return attachmentFromMemory(
+            collection: name, sha256: hash, ifNoneMatch: request.headerFields[.ifNoneMatch], range: request.headerFields[.range],
+            ifRange: request.headerFields[.ifRange], sendsBody: request.method == .get, allowsFile: false)
+    }
+
+    /// The answer to a download of `sha256` from the public collection `name`, when memory has
+    /// its reference (and, for the body, the store's file or memory its bytes); nil sends the
+    /// request to the router. `allowsFile`: the caller sends a file region (`sendfile`);
+    /// otherwise a small blob's bytes are read. Counted here.
+    func attachmentFromMemory(
+        collection name: String, sha256 hash: String, ifNoneMatch: String?, range: String?, ifRange: String?, sendsBody: Bool, allowsFile: Bool
+    ) -> (status: HTTPResponse.Status, headers: HTTPFields, body: AttachmentBody)? {
+        guard CollectionName.isValid(name), AttachmentReference.isSHA256(hash),
+              let collection = CollectionPath(name: name, key: nil), configuration.access.isPublicRead(collection),
+              let reference = attachmentMemory.reference(of: hash, in: name),
+              let answer = try? Self.attachmentAnswer(reference, isPublic: true, ifNoneMatch: ifNoneMatch, range: range, ifRange: ifRange)
+        else { return nil }
+        guard let served = answer.range, sendsBody else {
+            metrics.countFastPathAttachmentAnswer(status: answer.status.code)
+            return (answer.status, answer.headers, .none)
+        }
+        let file = (store as? any AttachmentFiles)?.attachmentFile(hash)
+        let body: AttachmentBody
+        if allowsFile, let file {
+            body = .file(path: file, range: served)
+        } else {
+            guard reference.size <= AttachmentMemory.smallBlobBytes,
+                  let whole = file.flatMap({ attachmentMemory.readSmallFile($0, size: reference.size) }) ?? attachmentMemory.body(of: hash)
+            else { return nil }
+            body = .bytes(whole.getSlice(at: whole.readerIndex + Int(served.lowerBound), length: served.count)!)
+        }
+        metrics.countFastPathAttachmentAnswer(status: answer.status.code)
+        metrics.attachmentBytesSent.increment(by: served.count)
+        return (answer.status, answer.headers, body)
+    }
+
     /// `"TAG"` → `TAG` when the header is exactly one strong entity tag; nil otherwise.
     static func singleStrongTag(_ header: String) -> String? {
         let utf8 = header.utf8

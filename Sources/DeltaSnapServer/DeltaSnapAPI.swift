@@ -116,6 +116,8 @@ public final class DeltaSnapAPI: Sendable {
     let pagedVersions: PagedVersions
     /// Resumable uploads a request is appending to now.
     let activeUploads = ActiveUploads()
+    /// Attachments served lately: references, and small blobs whole.
+    let attachmentMemory = AttachmentMemory()
 
     /// A service on `store`, which it owns from now on (``shutdown()`` closes it; so does a
     /// failed init).
@@ -201,7 +203,7 @@ public final class DeltaSnapAPI: Sendable {
         HTTPServerBuilder { [self] responder in
             PollingHTTP1Channel(
                 http1: HTTP1Channel(
-                    responder: ResumableUploadResponder.announcingUploads(responder, limit: { self.uploadLimit(version: $0) }),
+                    responder: InformationalResponder.wrapping(responder, limit: { self.uploadLimit(version: $0) }),
                     configuration: .init(additionalChannelHandlers: self.channelHandlers(logger: logger))),
                 service: self, requestLogger: logger)
         }

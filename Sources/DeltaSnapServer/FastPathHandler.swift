@@ -7,7 +7,7 @@ import NIOCore
 import NIOHTTPTypes
 
 /// Answers the polls that need nothing but memory — a current token (`304`) or an older one
-/// whose delta is cached — on the connection's event loop, before the request reaches
+/// whose delta is cached, and a small public attachment held in memory — on the connection's event loop, before the request reaches
 /// Hummingbird's router: no task, no async hop, no router or middleware. Most of a
 /// deployment's traffic is exactly these polls.
 ///
@@ -50,6 +50,12 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
             if routed.count == 0, let answer = service.indexAnswerFromMemory(request) {
                 droppingRequestParts = true
                 writeIndexAnswer(answer, to: request, start: start, context: context)
+                return
+            }
+            if routed.count == 0, let answer = service.attachmentFromMemory(request) {
+                droppingRequestParts = true
+                let body: ByteBuffer? = if case .bytes(let bytes) = answer.body { bytes } else { nil }
+                write(status: answer.status, headers: answer.headers, body: body, route: .attachment, to: request, start: start, context: context)
                 return
             }
             if routed.count == 0, let answer = service.fastAnswer(to: request, start: start) {

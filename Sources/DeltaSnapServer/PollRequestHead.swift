@@ -2,8 +2,9 @@ import DeltaSnapCore
 
 /// The request shapes answered from raw bytes, before NIO's HTTP decoder: a poll,
 /// `GET /v1/collections/NAME HTTP/1.1` or `GET /v1/index HTTP/1.1` (a user's view when it
-/// carries `Authorization`), with exactly one `If-None-Match`, no body and no connection
-/// management. Anything else — another method, target or version, a query, a header this
+/// carries `Authorization`), with exactly one `If-None-Match`, or a download
+/// `GET /v1/collections/NAME/attachments/HASH HTTP/1.1` without `Range`; no body and no
+/// connection management. Anything else — another method, target or version, a query, a header this
 /// parser does not let through, a byte HTTP does not allow where it stands — is not a poll
 /// (`parse` returns nil) and goes to NIO's decoder untouched, which refuses or accepts it as
 /// it always has.
@@ -24,9 +25,13 @@ struct PollRequestHead: Equatable {
         case collection(String)
         /// `/v1/index`: the public index, or the caller's view.
         case index
+        /// `/v1/collections/NAME/attachments/HASH`: a download (no `Range`, no `If-Range`:
+        /// those are the router's), `If-None-Match` optional.
+        case attachment(collection: String, sha256: String)
     }
 
     var target: Target
+    /// Empty for a download that sent none.
     var ifNoneMatch: String
     var requestID: String?
     var acceptEncoding: [String] = []
@@ -38,6 +43,7 @@ struct PollRequestHead: Equatable {
         switch target {
         case .collection(let name): "/v1/collections/\(name)"
         case .index: "/v1/index"
+        case .attachment(let name, let sha256): "/v1/collections/\(name)/attachments/\(sha256)"
         }
     }
 
@@ -50,6 +56,9 @@ struct PollRequestHead: Equatable {
     static let requestIDName = Array("x-request-id".utf8)
     static let acceptEncodingName = Array("accept-encoding".utf8)
     static let authorizationName = Array("authorization".utf8)
+    /// Header fields a download from raw bytes does not answer (a range is the router's).
+    static let refusedForDownloads = ["range", "if-range"].map { Array($0.utf8) }
+    static let attachmentsSegment = Array("/attachments/".utf8)
 
     /// Parses one complete request head (through its empty line), or nil when it is not a
     /// plain poll.
@@ -66,11 +75,23 @@ struct PollRequestHead: Equatable {
             let nameStart = index
             while index < bytes.endIndex, bytes[index] != UInt8(ascii: " ") { index += 1 }
             guard index < bytes.endIndex else { return nil }
-            let name = String(decoding: bytes[nameStart..<index], as: UTF8.self)
-            guard CollectionName.isValid(name), bytes[index...].starts(with: version) else { return nil }
+            let requestTarget = bytes[nameStart..<index]
+            guard bytes[index...].starts(with: version) else { return nil }
+            if let slash = requestTarget.firstIndex(of: UInt8(ascii: "/")) {
+                // NAME/attachments/HASH, nothing else.
+                guard requestTarget[slash...].starts(with: attachmentsSegment) else { return nil }
+                let name = String(decoding: requestTarget[..<slash], as: UTF8.self)
+                let sha256 = String(decoding: requestTarget[(slash + attachmentsSegment.count)...], as: UTF8.self)
+                guard CollectionName.isValid(name), AttachmentReference.isSHA256(sha256) else { return nil }
+                target = .attachment(collection: name, sha256: sha256)
+            } else {
+                let name = String(decoding: requestTarget, as: UTF8.self)
+                guard CollectionName.isValid(name) else { return nil }
+                target = .collection(name)
+            }
             index += version.count
-            target = .collection(name)
         }
+        let isDownload = if case .attachment = target { true } else { false }
 
         var ifNoneMatch: String?
         var requestID: String?
@@ -103,12 +124,14 @@ struct PollRequestHead: Equatable {
                 authorization = String(decoding: value, as: UTF8.self)
             } else if refused.contains(where: { named(fieldName, $0) }) {
                 return nil
+            } else if isDownload, refusedForDownloads.contains(where: { named(fieldName, $0) }) {
+                return nil
             }
             index = lineEnd + 2
         }
-        guard let ifNoneMatch, index + 2 == bytes.endIndex else { return nil }
+        guard ifNoneMatch != nil || isDownload, index + 2 == bytes.endIndex else { return nil }
         return PollRequestHead(
-            target: target, ifNoneMatch: ifNoneMatch, requestID: requestID, acceptEncoding: acceptEncoding, authorization: authorization)
+            target: target, ifNoneMatch: ifNoneMatch ?? "", requestID: requestID, acceptEncoding: acceptEncoding, authorization: authorization)
     }
 
     /// The index of the CR of the CRLF ending the line that starts at `start`; nil for a

@@ -27,6 +27,8 @@ struct PollResponseWriter {
     enum Route {
         case collection
         case index
+        /// A download, counted when it is decided (``ServerMetrics/countFastPathAttachmentAnswer(status:)``).
+        case attachment
     }
 
     private var date = DateHeader()

@@ -23,6 +23,13 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundOut = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
+    #if os(Linux)
+    /// `TCP_CORK`: partial frames wait until uncorked.
+    static let cork: ChannelOptions.Types.SocketOption? = ChannelOptions.tcpOption(NIOBSDSocket.Option(rawValue: 3))
+    #else
+    static let cork: ChannelOptions.Types.SocketOption? = nil
+    #endif
+
     /// A longer head is not a poll: hand it on rather than hold it.
     static let maximumHeadBytes = 4096
 
@@ -64,10 +71,15 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     /// What this handler answers.
-    private enum Answer {
+    fileprivate enum Answer {
         case collection(FastAnswer)
         /// The index's or a view's `304`: its head and `ETag`.
         case indexNotModified(IndexHeaders, etag: String)
+        /// A download: its status, header fields and body (bytes, or an open file's region).
+        case attachment(HTTPResponse.Status, HTTPFields, ByteBuffer?)
+        case attachmentFile(HTTPResponse.Status, HTTPFields, FileRegion)
+        /// A public `200` of the whole blob: its head encoded once, and its file.
+        case plainFile(ByteBuffer, FileRegion)
     }
 
     private func answer(to poll: PollRequestHead, start: ContinuousClock.Instant) -> Answer? {
@@ -80,6 +92,29 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
             service.indexNotModifiedFromMemory(authorization: poll.authorization, ifNoneMatch: poll.ifNoneMatch).map {
                 Answer.indexNotModified($0.head, etag: $0.etag)
             }
+        case .attachment(let name, let sha256):
+            downloadAnswer(collection: name, sha256: sha256, ifNoneMatch: poll.ifNoneMatch)
+        }
+    }
+
+    /// A download, its body sent by `sendfile` from the store's file as nginx sends a static
+    /// file (NIO's `FileRegion`, written here below every handler that would need bytes).
+    private func downloadAnswer(collection name: String, sha256: String, ifNoneMatch: String) -> Answer? {
+        if ifNoneMatch.isEmpty, let plain = service.plainDownload(collection: name, sha256: sha256) {
+            guard let handle = try? NIOFileHandle(_deprecatedPath: plain.file) else { return nil }
+            return .plainFile(plain.head, FileRegion(fileHandle: handle, readerIndex: 0, endIndex: Int(plain.size)))
+        }
+        guard let answer = service.attachmentFromMemory(
+            collection: name, sha256: sha256, ifNoneMatch: ifNoneMatch.isEmpty ? nil : ifNoneMatch, range: nil, ifRange: nil, sendsBody: true,
+            allowsFile: true)
+        else { return nil }
+        switch answer.body {
+        case .none: return .attachment(answer.status, answer.headers, nil)
+        case .bytes(let bytes): return .attachment(answer.status, answer.headers, bytes)
+        case .file(let path, let range):
+            // Opened here, on the event loop, as nginx opens a static file; closed once sent.
+            guard let handle = try? NIOFileHandle(_deprecatedPath: path) else { return nil }
+            return .attachmentFile(answer.status, answer.headers, FileRegion(fileHandle: handle, readerIndex: Int(range.lowerBound), endIndex: Int(range.upperBound)))
         }
     }
 
@@ -119,6 +154,19 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
             tail.writeString("\r\n")
         case .collection(.delta):
             status = .ok
+        case .plainFile(let head, _):
+            status = .ok
+            tail.writeImmutableBuffer(head)
+        case .attachment(let answered, let fields, _), .attachmentFile(let answered, let fields, _):
+            // As NIO's encoder writes the same fields: the status line, then each in order.
+            status = answered
+            tail.writeString("HTTP/1.1 \(answered.code) \(answered.reasonPhrase)\r\n")
+            for field in fields {
+                tail.writeString(field.name.rawName)
+                tail.writeString(": ")
+                tail.writeString(field.value)
+                tail.writeString("\r\n")
+            }
         }
         let identity = writer.stamp(&tail, status: status, clientsID: poll.requestID)
         var bodyBytes: Int?
@@ -127,10 +175,33 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
             context.write(wrapOutboundOut(tail), promise: nil)
             context.write(wrapOutboundOut(cached.body), promise: nil)
             bodyBytes = cached.body.readableBytes
+        } else if case .attachment(_, _, var body?) = answer {
+            // One buffer, one send: the head and a small body leave in the same segments.
+            bodyBytes = body.readableBytes
+            tail.writeBuffer(&body)
+            context.write(wrapOutboundOut(tail), promise: nil)
+        } else if let region = answer.fileRegion {
+            // Corked while the head and the file go out, as nginx's `tcp_nopush`: the head
+            // leaves in the file's first segment, not in one of its own (which cost the
+            // client a wakeup per download).
+            let options = context.channel.syncOptions
+            if let cork = Self.cork { try? options?.setOption(cork, value: 1) }
+            context.write(wrapOutboundOut(tail), promise: nil)
+            let sent = context.eventLoop.makePromise(of: Void.self)
+            sent.futureResult.whenComplete { _ in
+                if let cork = Self.cork { try? options?.setOption(cork, value: 0) }
+                try? region.fileHandle.close()
+            }
+            context.write(NIOAny(IOData.fileRegion(region)), promise: sent)
+            bodyBytes = region.readableBytes
         } else {
             context.write(wrapOutboundOut(tail), promise: nil)
         }
-        let route: PollResponseWriter.Route = if case .indexNotModified = answer { .index } else { .collection }
+        let route: PollResponseWriter.Route = switch answer {
+        case .indexNotModified: .index
+        case .attachment, .attachmentFile, .plainFile: .attachment
+        case .collection: .collection
+        }
         writer.finished(identity, route: route, method: .get, path: poll.path, status: status, since: start, bodyBytes: bodyBytes)
     }
 
@@ -161,5 +232,15 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
             context.flush()
         }
         context.fireChannelRead(wrapInboundOut(buffer))
+    }
+}
+
+extension RawPollHandler.Answer {
+    /// The file region a download's body is, if it is one.
+    fileprivate var fileRegion: FileRegion? {
+        switch self {
+        case .attachmentFile(_, _, let region), .plainFile(_, let region): region
+        default: nil
+        }
     }
 }

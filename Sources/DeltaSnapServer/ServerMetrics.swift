@@ -46,6 +46,8 @@ public final class ServerMetrics: Sendable {
     /// the fast paths count every poll and should not take the lock below to find them.
     private let collectionNotModifiedResponses: Metrics.Counter
     private let collectionOKResponses: Metrics.Counter
+    /// `deltasnap_http_responses_total` of a download's 200s, made once (as the collection's).
+    private let attachmentOKResponses: Metrics.Counter
     private let responses: NIOLockedValueBox<[ResponseKey: Metrics.Counter]>
     /// Attachment bytes served (`GET …/attachments/{hash}`) and received (uploads).
     let attachmentBytesSent: Metrics.Counter
@@ -99,10 +101,13 @@ public final class ServerMetrics: Sendable {
         }
         collectionNotModifiedResponses = collectionResponses(304)
         collectionOKResponses = collectionResponses(200)
+        attachmentOKResponses = Metrics.Counter(
+            label: "deltasnap_http_responses_total", dimensions: [("route", Self.attachmentRoute), ("status", "200")], factory: factory)
         // The router's path counts into the same series.
         responses = NIOLockedValueBox([
             ResponseKey(route: Self.collectionRoute, status: 304): collectionNotModifiedResponses,
             ResponseKey(route: Self.collectionRoute, status: 200): collectionOKResponses,
+            ResponseKey(route: Self.attachmentRoute, status: 200): attachmentOKResponses,
         ])
     }
 
@@ -139,6 +144,16 @@ public final class ServerMetrics: Sendable {
     /// status), and as a fast-path answer.
     func countFastPathIndexAnswer(status: Int) {
         countResponse(route: "/v1/index", status: status)
+        fastPathAnswers.increment()
+    }
+
+    /// The route label the router gives `GET …/attachments/{hash}` of a collection.
+    static let attachmentRoute = "/v1/collections/{name}/attachments/{hash}"
+
+    /// Counts a download answered before the router as the router counts it, and as a
+    /// fast-path answer.
+    func countFastPathAttachmentAnswer(status: Int) {
+        if status == 200 { attachmentOKResponses.increment() } else { countResponse(route: Self.attachmentRoute, status: status) }
         fastPathAnswers.increment()
     }
 

@@ -21,8 +21,8 @@ struct AttachmentAddCommand: AsyncParsableCommand {
         commandName: "add",
         abstract: "Store a file as an attachment and print the reference to put in a record.",
         discussion: """
-            The file is stored once per store, named by the SHA-256 of its bytes, after both are \
-            checked. The one line printed is the reference, e.g.
+            Each file is stored once per store, named by the SHA-256 of its bytes, after both are \
+            checked. The line printed for each is its reference, e.g.
 
               {"$attachment":"9f86d0…0a08","size":4,"type":"image/jpeg"}
 
@@ -43,10 +43,11 @@ struct AttachmentAddCommand: AsyncParsableCommand {
     @Option(name: .long, help: "The media type, e.g. image/jpeg (default: from the file's extension).")
     var type: String?
 
-    @Argument(help: "The file to store.")
-    var file: String
+    @Argument(help: "The files to store (one reference printed per file, in order).")
+    var files: [String]
 
     func validate() throws {
+        guard !files.isEmpty else { throw ValidationError("give at least one FILE") }
         guard CollectionPath(collection) != nil else { throw ValidationError(InvalidCollectionName(name: collection).description) }
         if let type, (try? AttachmentReference(sha256: String(repeating: "0", count: 64), size: 0, type: type)) == nil {
             throw ValidationError("--type \(type) is not a media type such as image/jpeg")
@@ -55,13 +56,15 @@ struct AttachmentAddCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
-            let (sha256, size) = try Self.digest(of: file)
-            let reference = try AttachmentReference(sha256: sha256, size: size, type: type ?? MediaType.guess(for: file))
             try await StoreLocation.withStore(db) { store in
-                let input = try ChunkSources.file(at: file)
-                try await store.storeAttachment(reference) { try input() }
+                for file in files {
+                    let (sha256, size) = try Self.digest(of: file)
+                    let reference = try AttachmentReference(sha256: sha256, size: size, type: type ?? MediaType.guess(for: file))
+                    let input = try ChunkSources.file(at: file)
+                    try await store.storeAttachment(reference) { try input() }
+                    print(reference)
+                }
             }
-            print(reference)
         }
     }
 

@@ -358,4 +358,42 @@ import Testing
             #expect(fetched.count == 1, "the origin was asked \(fetched.count) times: \(fetched.prefix(5))")
         }
     }
+
+    /// A small public blob, once served, is answered before the router — from raw bytes, or
+    /// after NIO's decoder for a `HEAD` or a `Range` — with exactly the router's status,
+    /// headers and body, and counted as the router counts it.
+    @Test(arguments: TestBackend.allCases) func aServedSmallBlobIsAnsweredBeforeTheRouterAsTheRouterAnswers(_ backend: TestBackend) async throws {
+        try await withServer(backend) { fixture in
+            let bytes = Self.blob(30_000, seed: 31)
+            let hash = Self.sha256(bytes)
+            let reference = try await fixture.upload(bytes, to: "/v1/collections/notes")
+            #expect(try await fixture.request("PUT", "/v1/collections/notes/records/n1", body: Array(#"{"photo":\#(reference)}"#.utf8)).status == 200)
+            let url = "/v1/collections/notes/attachments/\(hash)"
+            func fastAnswers() async throws -> Int {
+                let text = try await fixture.request("GET", "/metrics").text
+                return text.split(separator: "\n").first { $0.hasPrefix("deltasnap_fast_path_responses_total ") }.flatMap { Int($0.split(separator: " ")[1]) } ?? 0
+            }
+            func comparable(_ response: RawHTTPClient.Response) -> [String] {
+                response.headers.filter { !["date", "x-request-id"].contains($0.0.lowercased()) }.map { "\($0.0): \($0.1)" }
+            }
+            let routed = try await fixture.request("GET", url, as: nil)
+            let before = try await fastAnswers()
+            for (method, headers) in [("GET", [String: String]()), ("HEAD", [:]), ("GET", ["Range": "bytes=10-19"]), ("GET", ["If-None-Match": "\"\(hash)\""])] {
+                let fast = try await fixture.request(method, url, as: nil, headers: headers)
+                switch (method, headers.keys.first) {
+                case ("GET", nil):
+                    #expect(fast.status == 200 && fast.body == bytes && comparable(fast) == comparable(routed), "\(comparable(fast)) vs \(comparable(routed))")
+                case ("HEAD", _):
+                    #expect(fast.status == 200 && fast.body.isEmpty && comparable(fast) == comparable(routed))
+                case (_, "Range"):
+                    #expect(fast.status == 206 && fast.body == Array(bytes[10..<20]))
+                default:
+                    #expect(fast.status == 304)
+                }
+            }
+            #expect(try await fastAnswers() == before + 4, "not answered before the router")
+            let metrics = try await fixture.request("GET", "/metrics").text
+            #expect(metrics.contains(#"deltasnap_http_responses_total{route="/v1/collections/{name}/attachments/{hash}",status="200"}"#), "\(metrics)")
+        }
+    }
 }

@@ -4,24 +4,30 @@ import Hummingbird
 import HummingbirdCore
 import NIOCore
 
-/// Sends the `104 Upload Resumption Supported` that tells a client where a resumable upload
-/// it begins goes on (`Location: /v1/uploads/{token}`), before the route reads a byte of it:
-/// a client whose first request is cut then resumes instead of starting over. A route cannot
-/// send an informational response; the responder around the router can.
+/// The informational (`1xx`) answers a route cannot send, sent by the responder around the
+/// router before the route reads a byte of the request's content:
+///
+/// - `100 Continue` to a request with `Expect: 100-continue` (curl sends it with every large
+///   upload, and waits a second for it otherwise);
+/// - `104 Upload Resumption Supported` with `Location: /v1/uploads/{token}` to a request that
+///   begins a resumable upload of an attachment: a client whose first request is cut resumes
+///   there instead of starting over.
 ///
 /// ```swift
-/// HTTP1Channel(responder: ResumableUploadResponder.announcingUploads(responder))
+/// HTTP1Channel(responder: InformationalResponder.wrapping(responder, limit: { api.uploadLimit(version: $0) }))
 /// ```
-enum ResumableUploadResponder {
+enum InformationalResponder {
     /// The field that hands the announced token to the route (a client's own is dropped).
     static let tokenField = HTTPField.Name("DeltaSnap-Announced-Upload")!
 
-    /// `responder`, with a `104` first for every request that begins a resumable upload of
-    /// an attachment.
-    static func announcingUploads(
+    /// `responder`, with the informational answers first.
+    static func wrapping(
         _ responder: @escaping HTTPChannelHandler.Responder, limit: @escaping @Sendable (Int) -> String
     ) -> HTTPChannelHandler.Responder {
         { request, writer, channel in
+            if let expect = request.headers[.expect], expect.lowercased().trimmingSpaces == "100-continue" {
+                try await writer.writeInformationalHead(HTTPResponse(status: .continue))
+            }
             guard request.headers[tokenField] != nil || beginsUpload(request) else {
                 return try await responder(request, writer, channel)
             }

@@ -1,0 +1,125 @@
+import DeltaSnapCore
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// What the server remembers of the attachments it served: that a collection (or partition)
+/// refers to a blob, with its reference, and — for a store that keeps no files of its own
+/// (PostgreSQL) — the bytes of small blobs. A popular photo is then answered without a store
+/// read, and from a public collection before the router (``FastPathHandler``), as nginx
+/// answers a static file.
+///
+/// A reference is trusted for ``lifetime`` only: one that garbage collection dropped (in
+/// another process) stops being served within it. A blob's bytes never change (it is named by
+/// their hash), so only the reference can go stale.
+///
+/// ```swift
+/// if let reference = memory.reference(of: hash, in: "notes") { … }
+/// memory.remember(reference, in: "notes")
+/// ```
+final class AttachmentMemory: Sendable {
+    private struct Key: Hashable, Sendable {
+        var collection: String
+        var sha256: String
+    }
+
+    private struct Remembered: Sendable {
+        var reference: AttachmentReference
+        var since: ContinuousClock.Instant
+        /// The head of a public `200` of the whole blob, encoded once (``RawPollHandler``).
+        var encodedHead: ByteBuffer?
+    }
+
+    /// Blobs up to this size are answered whole from memory or read at once.
+    static let smallBlobBytes: UInt64 = 256 * 1024
+    static let maximumReferences = 100_000
+    /// The bytes of small blobs kept at most (for stores without files).
+    static let budgetBytes = 64 << 20
+    static let lifetime: Duration = .seconds(60)
+
+    private let references = NIOLockedValueBox(BoundedCache<Key, Remembered>(capacity: AttachmentMemory.maximumReferences))
+    private let bodies = NIOLockedValueBox(BoundedCache<String, ByteBuffer>(capacity: AttachmentMemory.maximumReferences, costLimit: AttachmentMemory.budgetBytes))
+
+    /// The reference `collection` makes to `sha256`, while it is fresh.
+    func reference(of sha256: String, in collection: String) -> AttachmentReference? {
+        guard let remembered = references.withLockedValue({ $0.value(forKey: Key(collection: collection, sha256: sha256)) }) else { return nil }
+        return ContinuousClock.now - remembered.since < Self.lifetime ? remembered.reference : nil
+    }
+
+    func remember(_ reference: AttachmentReference, in collection: String) {
+        let key = Key(collection: collection, sha256: reference.sha256)
+        references.withLockedValue { $0.set(Remembered(reference: reference, since: .now), forKey: key) }
+    }
+
+    /// The reference and the encoded head of a public `200` of the whole blob (`encode` makes
+    /// it the first time), while the reference is fresh.
+    func publicHead(of sha256: String, in collection: String, encode: (AttachmentReference) -> ByteBuffer) -> (AttachmentReference, ByteBuffer)? {
+        let key = Key(collection: collection, sha256: sha256)
+        let now = ContinuousClock.now
+        return references.withLockedValue { cache -> (AttachmentReference, ByteBuffer)? in
+            guard var remembered = cache.value(forKey: key), now - remembered.since < Self.lifetime else { return nil }
+            if let head = remembered.encodedHead { return (remembered.reference, head) }
+            let head = encode(remembered.reference)
+            remembered.encodedHead = head
+            cache.set(remembered, forKey: key)
+            return (remembered.reference, head)
+        }
+    }
+
+    /// Small blob files held open, as nginx's `open_file_cache`: a download is then one
+    /// `pread`. A blob file never changes (it is named by its bytes' hash), and one removed
+    /// by garbage collection stays readable through a descriptor opened before.
+    private let openFiles = NIOLockedValueBox(BoundedCache<String, OpenFile>(capacity: 256))
+
+    /// The whole file at `path`, `size` bytes (nil when it cannot be read whole).
+    func readSmallFile(_ path: String, size: UInt64) -> ByteBuffer? {
+        var file = openFiles.withLockedValue { $0.value(forKey: path) }
+        if file == nil {
+            guard let opened = OpenFile(path) else { return nil }
+            openFiles.withLockedValue { $0.set(opened, forKey: path) }
+            file = opened
+        }
+        return file!.read(size)
+    }
+
+    /// The whole bytes of the small blob `sha256`, when kept.
+    func body(of sha256: String) -> ByteBuffer? {
+        bodies.withLockedValue { $0.value(forKey: sha256) }
+    }
+
+    func keep(_ body: ByteBuffer, of sha256: String) {
+        bodies.withLockedValue { $0.set(body, forKey: sha256, cost: body.readableBytes) }
+    }
+}
+
+/// A file descriptor shared by the requests reading it; closed once the last of them and
+/// the cache let go of it (so evicting it never closes it under a reader).
+private final class OpenFile: Sendable {
+    let descriptor: Int32
+
+    init?(_ path: String) {
+        descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+    }
+
+    deinit {
+        close(descriptor)
+    }
+
+    /// `size` bytes from the start (nil when the file is shorter).
+    func read(_ size: UInt64) -> ByteBuffer? {
+        var buffer = ByteBuffer()
+        let count = Int(size)
+        let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { target in
+            var done = 0
+            while done < count {
+                let got = pread(descriptor, target.baseAddress! + done, count - done, off_t(done))
+                if got < 0 && errno == EINTR { continue }
+                guard got > 0 else { break }
+                done += got
+            }
+            return done
+        }
+        return read == count ? buffer : nil
+    }
+}

@@ -32,8 +32,7 @@ package final class CuttingProxy: @unchecked Sendable {
         self.upstreamPort = upstreamPort
         self.cutEvery = cutEvery
         self.bytesPerSecond = bytesPerSecond
-        listener = try Self.makeListener()
-        port = try Self.localPort(of: listener)
+        (listener, port) = try LoopbackSocket.listen()
         Thread { [self] in acceptLoop() }.start()
     }
 
@@ -62,7 +61,7 @@ package final class CuttingProxy: @unchecked Sendable {
                 if lock.withLock({ stopped }) { return }
                 continue
             }
-            guard let upstream = try? Self.dial(upstreamPort) else {
+            guard let upstream = try? LoopbackSocket.connect(to: upstreamPort) else {
                 close(client)
                 continue
             }
@@ -122,55 +121,5 @@ package final class CuttingProxy: @unchecked Sendable {
             sent += written
         }
         return true
-    }
-
-    private static func makeListener() throws -> Int32 {
-        #if canImport(Glibc)
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-        let listener = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        var yes: Int32 = 1
-        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0, listen(listener, 64) == 0 else {
-            close(listener)
-            throw RawHTTPClient.Failure(description: "the cutting proxy could not listen (errno \(errno))")
-        }
-        return listener
-    }
-
-    private static func localPort(of socket: Int32) throws -> Int {
-        var address = sockaddr_in()
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) }
-        }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
-    private static func dial(_ port: Int) throws -> Int32 {
-        #if canImport(Glibc)
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-        let descriptor = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else {
-            close(descriptor)
-            throw RawHTTPClient.Failure(description: "the cutting proxy could not reach 127.0.0.1:\(port)")
-        }
-        return descriptor
     }
 }

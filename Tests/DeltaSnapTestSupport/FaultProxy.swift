@@ -39,30 +39,7 @@ package final class FaultProxy: @unchecked Sendable {
     package init(upstreamPort: Int, script: @escaping @Sendable (_ index: Int, _ method: String, _ path: String) -> Fault) throws {
         self.upstreamPort = upstreamPort
         self.script = script
-        #if canImport(Glibc)
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-        let listener = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        self.listener = listener
-        var yes: Int32 = 1
-        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0, listen(listener, 64) == 0 else {
-            close(listener)
-            throw RawHTTPClient.Failure(description: "the proxy could not listen (errno \(errno))")
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
-        }
-        port = Int(UInt16(bigEndian: address.sin_port))
+        (listener, port) = try LoopbackSocket.listen()
         let thread = Thread { [self] in acceptLoop() }
         thread.start()
     }

@@ -44,25 +44,7 @@ package final class RawHTTPClient {
 
     package init(port: Int, timeoutSeconds: Int = 30) throws {
         self.port = port
-        #if canImport(Glibc)
-        socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-        socket = Darwin.socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        guard socket >= 0 else { throw Failure(description: "socket() failed") }
-        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
-        setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else {
-            close(socket)
-            throw Failure(description: "connect to 127.0.0.1:\(port) failed (errno \(errno))")
-        }
+        socket = try LoopbackSocket.connect(to: port, timeoutSeconds: timeoutSeconds)
     }
 
     deinit {

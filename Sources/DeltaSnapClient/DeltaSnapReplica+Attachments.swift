@@ -241,7 +241,7 @@ extension DeltaSnapReplica {
             headers["Content-Type"] = "application/partial-upload"
             let answer = try await send(SyncRequest(url: location, method: "PATCH", headers: headers, body: part, timeout: timeout))
             switch answer.status {
-            case 200, 201 where last:
+            case 200 where last, 201 where last:
                 try attachments.markUploaded(sha256)
                 return size
             case 201, 204:
@@ -257,6 +257,21 @@ extension DeltaSnapReplica {
                 // The upload went (expired); the next sync begins it again.
                 try attachments.setUploadLocation(nil, of: sha256)
                 throw AttachmentError.failed("the upload of \(sha256) expired; it begins again")
+            case 400:
+                let refusal = Self.readBody(answer)
+                guard Self.errorCode(refusal) == "attachment_mismatch" else {
+                    throw Self.uploadFailure(status: answer.status, body: refusal, "appending at \(offset)")
+                }
+                // The server received other bytes than the file's (something on the way changed
+                // them) and kept nothing: sent again, whole — unless the file here is what is
+                // damaged, which no retry mends.
+                try attachments.setUploadLocation(nil, of: sha256)
+                do {
+                    try LocalAttachments.prove(path, against: AttachmentReference(sha256: sha256, size: size, type: "application/octet-stream"))
+                } catch {
+                    throw AttachmentError.refused("the file attached here is damaged: \(error)")
+                }
+                throw AttachmentError.failed("the server received other bytes than \(sha256)'s; it is sent again")
             default:
                 throw Self.uploadFailure(answer, "appending at \(offset)")
             }
@@ -312,7 +327,7 @@ extension DeltaSnapReplica {
             if let body = response.bodyFile {
                 try FileManager.default.moveItem(atPath: body.path, toPath: partial)
             } else {
-                FileManager.default.createFile(atPath: partial, contents: nil)
+                _ = FileManager.default.createFile(atPath: partial, contents: nil)
             }
         case 206 where response.header("Content-Range")?.hasPrefix("bytes \(held)-") == true:
             guard let body = response.bodyFile, let output = FileHandle(forWritingAtPath: partial), let input = FileHandle(forReadingAtPath: body.path) else {
@@ -355,10 +370,18 @@ extension DeltaSnapReplica {
     /// What an unexpected upload answer means: a `4xx` other than `408`/`429` is the
     /// server's refusal (an over-limit file), anything else is worth trying again.
     private static func uploadFailure(_ response: SyncResponse, _ step: String) -> AttachmentError {
-        let body = readBody(response)
+        uploadFailure(status: response.status, body: readBody(response), step)
+    }
+
+    private static func uploadFailure(status: Int, body: [UInt8], _ step: String) -> AttachmentError {
         let message = (try? JSONReader(bytes: body).readValue())?["message"].flatMap { if case .string(let text) = $0 { text } else { nil } }
-        let why = "status \(response.status) \(step)\(message.map { ": \($0)" } ?? "")"
-        return (400...499).contains(response.status) && ![408, 429].contains(response.status) ? .refused(why) : .failed(why)
+        let why = "status \(status) \(step)\(errorCode(body).map { " \($0)" } ?? "")\(message.map { ": \($0)" } ?? "")"
+        return (400...499).contains(status) && ![408, 429].contains(status) ? .refused(why) : .failed(why)
+    }
+
+    /// The `error` code of a JSON error body.
+    private static func errorCode(_ body: [UInt8]) -> String? {
+        (try? JSONReader(bytes: body).readValue())?["error"].flatMap { if case .string(let text) = $0 { text } else { nil } }
     }
 }
 

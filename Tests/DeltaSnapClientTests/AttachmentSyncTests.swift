@@ -266,4 +266,75 @@ import Testing
             #expect(try Fixtures.export(world.store, "notes").contains(reference.sha256))
         }
     }
+
+    /// A proxy that flips one byte of an upload: the server refuses it and keeps nothing, the
+    /// write waits, and the file is sent again whole.
+    @Test func anUploadAProxyChangedIsRefusedAndSentAgainWhole() async throws {
+        try await withWorld { world in
+            let flipper = UploadFlipper()
+            let phone = try world.replica("phone", transport: flipper)
+            let bytes = Self.photo(100_000, seed: 12)
+            let reference = try await attach(bytes, to: phone, in: world.dir)
+            try await phone.put(id: "n1", json: #"{"photo":\#(reference)}"#)
+            await phone.sync(ignoringBackoff: true)
+            #expect(await phone.lastPushReport.refused.isEmpty, "the write was refused for a byte a proxy changed")
+            #expect(try await phone.pendingWrites().isEmpty)
+            #expect(flipper.patchBytes == 200_000, "not sent again whole: \(flipper.patchBytes) bytes")
+            let held = try SQLiteCollectionStore(path: world.dir.file("s.sqlite"), readOnly: true)
+            var stored: [UInt8] = []
+            try await held.readAttachment(reference.sha256, range: 0..<100_000) { stored += $0 }
+            #expect(stored == bytes)
+        }
+    }
+
+    /// The cache keeps at most its limit of downloaded files, the least recently used going
+    /// first; a file waiting for upload is never evicted.
+    @Test func theCacheLimitEvictsDownloadsButNeverAFileWaitingForUpload() async throws {
+        try await withWorld { world in
+            let phone = try world.replica("phone")
+            let (a, b) = (try await attach(Self.photo(100_000, seed: 13), to: phone, in: world.dir, name: "a.jpg"),
+                          try await attach(Self.photo(100_000, seed: 14), to: phone, in: world.dir, name: "b.jpg"))
+            try await phone.put(id: "n1", json: #"{"photos":[\#(a),\#(b)]}"#)
+            await phone.sync(ignoringBackoff: true)
+
+            let tablet = try world.replica("tablet")
+            await tablet.setAttachmentCacheLimit(150_000)
+            await tablet.sync(ignoringBackoff: true)
+            #expect(await tablet.lastAttachmentReport.downloaded == 2)
+            #expect(try await tablet.attachmentStatuses().map(\.state).sorted() == ["cached", "remote"], "the cache went over its limit")
+            // Waiting for upload: kept whatever the limit.
+            let local = try await attach(Self.photo(300_000, seed: 15), to: tablet, in: world.dir, name: "c.jpg")
+            try await tablet.put(id: "n2", json: #"{"photo":\#(local)}"#)
+            await tablet.setAttachmentCacheLimit(1)
+            #expect(try await tablet.attachmentStatuses().first { $0.sha256 == local.sha256 }?.state == "pending-upload")
+            #expect(try await tablet.attachment(local).path.hasSuffix(local.sha256))
+        }
+    }
+}
+
+/// A transport whose first `PATCH` body has one byte flipped (a bad proxy); counts the bytes
+/// of every `PATCH`.
+final class UploadFlipper: SyncTransport, @unchecked Sendable {
+    private let real = URLSessionTransport()
+    private let lock = NSLock()
+    private var flipped = false
+    private var sent = 0
+
+    var patchBytes: Int { lock.withLock { sent } }
+
+    func fetch(_ request: SyncRequest) async throws -> SyncResponse {
+        var request = request
+        if request.method == "PATCH", var body = request.body {
+            let flip = lock.withLock { () -> Bool in
+                sent += body.count
+                defer { flipped = true }
+                return !flipped && !body.isEmpty
+            }
+            if flip {
+                body[body.count / 2] ^= 0x01
+                request.body = body
+            }
+        }
+        return try await real.fetch(request)
+    }
 }

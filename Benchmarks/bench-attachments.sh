@@ -6,6 +6,7 @@
 #   BIG_MB=1024 Benchmarks/bench-attachments.sh        # the 1 GiB RSS check is always 1 GiB; BIG_MB sizes the speed case
 #   SMALL=2000 DURATION=5s RSS_GB=0 Benchmarks/bench-attachments.sh   # quicker
 #   BIN=/tmp/deltasnap-old Benchmarks/bench-attachments.sh
+#   SERVE_LOG=info Benchmarks/bench-attachments.sh     # serve as a user starts it: a request line per answer (nginx keeps access_log off)
 #
 # Cases (the issue's targets in brackets):
 #   download  GET of a BIG_MB blob with curl, REPEAT times each, median MB/s   [>= 0.9x nginx]
@@ -83,7 +84,7 @@ start_nginx_with "http://127.0.0.1:$NGINX_PORT/" <<NGINX
         location / { default_type application/octet-stream; }
     }
 NGINX
-start_serve "$BIN" "$DB" "$DS_PORT" --write-token "$TOKEN" --log-level warning --max-attachment-bytes $((4 << 30))
+start_serve "$BIN" "$DB" "$DS_PORT" --write-token "$TOKEN" --log-level "${SERVE_LOG:-warning}" --max-attachment-bytes $((4 << 30))
 NG="http://127.0.0.1:$NGINX_PORT/v1/collections/$COLLECTION/attachments"
 DS="http://127.0.0.1:$DS_PORT/v1/collections/$COLLECTION/attachments"
 

@@ -338,8 +338,9 @@ extension APIError {
 final class ActiveUploads: Sendable {
     private let tokens = NIOLockedValueBox<Set<String>>([])
     /// How long a request waits for another append of the same upload: an interrupted one
-    /// ends within milliseconds of its connection's cut on any healthy network.
-    static let patience: Duration = .seconds(3)
+    /// ends within milliseconds of its connection's cut, seconds on a loaded machine, and a
+    /// resumed part sent at a stale offset is sent again whole.
+    static let patience: Duration = .seconds(10)
 
     /// Marks `token` as being appended to, waiting up to ``patience`` for an append already
     /// running; false when it still runs then.

@@ -238,7 +238,7 @@ import Testing
     /// most 1.1 times the file.
     @Test(.timeLimit(.minutes(5))) func anUploadThroughAProxyThatCutsEveryFewMegabytesCompletes() async throws {
         let environment = ProcessInfo.processInfo.environment
-        let megabytes = environment["DELTASNAP_CUT_UPLOAD_MB"].flatMap(Int.init) ?? 24
+        let megabytes = environment["DELTASNAP_CUT_UPLOAD_MB"].flatMap(Int.init) ?? 16
         let cutEvery = (environment["DELTASNAP_CUT_EVERY_MB"].flatMap(Int.init) ?? 2) << 20
         try await withWorld { world in
             let size = megabytes << 20

@@ -58,7 +58,12 @@ package final class RawHTTPClient {
         if !body.isEmpty || method == "POST" || method == "PUT" { head += "Content-Length: \(body.count)\r\n" }
         head += "\r\n"
         try send(Array(head.utf8) + body)
-        return try readResponse(method: method)
+        do {
+            return try readResponse(method: method)
+        } catch let failure as Failure {
+            // Which request it was: a test names the failing step without prints.
+            throw Failure(description: "\(failure.description) (answering \(method) \(path))")
+        }
     }
 
     /// Sends `bytes` exactly as given (a hostile or broken request), optionally half-closes

@@ -81,12 +81,11 @@ import Testing
     /// postpones (exit 4).
     @Test(.timeLimit(.minutes(2)))
     func aPhotoAttachedOfflineTravelsThroughTheCLI() async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let db = dir.file("s.sqlite")
-        try Fixtures.importText(#"{"id":"n0","title":"first"}"#, into: try SQLiteDatabase(path: db), collection: "notes")
-        let server = try await offPool { try ServeProcess.start(["--db", db, "--write-token", "cli-token"]) }
-        defer { server.stop() }
+        let (dir, db, server) = try await Self.notesServer()
+        defer {
+            server.stop()
+            dir.remove()
+        }
         let url = "\(server.collectionsURL)/notes"
         func run(_ arguments: [String]) async throws -> CLI.Result { try await offPool { try CLI.run(arguments) } }
         let photo = dir.file("beach.png")
@@ -134,12 +133,11 @@ import Testing
     @Test(.timeLimit(.minutes(3)))
     func aSyncKilledDuringItsUploadResumesAndTheRecordLandsOnce() async throws {
         let kills = ProcessInfo.processInfo.environment["DELTASNAP_SYNC_KILLS"].flatMap(Int.init) ?? 3
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let db = dir.file("s.sqlite")
-        try Fixtures.importText(#"{"id":"n0","title":"first"}"#, into: try SQLiteDatabase(path: db), collection: "notes")
-        let server = try await offPool { try ServeProcess.start(["--db", db, "--write-token", "cli-token"]) }
-        defer { server.stop() }
+        let (dir, db, server) = try await Self.notesServer()
+        defer {
+            server.stop()
+            dir.remove()
+        }
         // Slowed to 24 MiB/s upstream, so each run is killed mid-upload.
         let proxy = try CuttingProxy(upstreamPort: server.port, bytesPerSecond: 24 << 20)
         defer { proxy.stop() }
@@ -177,5 +175,15 @@ import Testing
         let hash = try #require(AttachmentReference.references(in: Record(json: Array(export.split(separator: "\n")[1].utf8))).first?.sha256)
         #expect(hash == AttachmentVerifier.sha256(of: FileManager.default.contents(atPath: file)!))
         #expect(Double(proxy.bytesUpstream) < 1.5 * Double(size), "\(proxy.bytesUpstream) bytes for a \(size)-byte file: the runs did not resume")
+    }
+
+    /// A store with one note, served by a `deltasnap serve` child with the admin token
+    /// `cli-token`; the caller stops the server and removes the directory.
+    static func notesServer() async throws -> (dir: TemporaryDirectory, db: String, server: ServeProcess) {
+        let dir = try TemporaryDirectory()
+        let db = dir.file("s.sqlite")
+        try Fixtures.importText(#"{"id":"n0","title":"first"}"#, into: try SQLiteDatabase(path: db), collection: "notes")
+        let server = try await offPool { try ServeProcess.start(["--db", db, "--write-token", "cli-token"]) }
+        return (dir, db, server)
     }
 }

@@ -33,7 +33,7 @@ package final class CuttingProxy: @unchecked Sendable {
         self.cutEvery = cutEvery
         self.bytesPerSecond = bytesPerSecond
         (listener, port) = try LoopbackSocket.listen()
-        Thread { [self] in acceptLoop() }.start()
+        LoopbackSocket.acceptEach(on: listener, isStopped: { [self] in lock.withLock { stopped } }) { [self] client in connect(client) }
     }
 
     /// Bytes forwarded from clients to the server so far.
@@ -54,21 +54,15 @@ package final class CuttingProxy: @unchecked Sendable {
         }
     }
 
-    private func acceptLoop() {
-        while true {
-            let client = accept(listener, nil, nil)
-            if client < 0 {
-                if lock.withLock({ stopped }) { return }
-                continue
-            }
-            guard let upstream = try? LoopbackSocket.connect(to: upstreamPort) else {
-                close(client)
-                continue
-            }
-            lock.withLock { open.append((client, upstream)) }
-            Thread { [self] in pump(from: client, to: upstream, upstream: true) }.start()
-            Thread { [self] in pump(from: upstream, to: client, upstream: false) }.start()
+    /// Pairs an accepted client with a connection upstream, one pump each way.
+    private func connect(_ client: Int32) {
+        guard let upstream = try? LoopbackSocket.connect(to: upstreamPort) else {
+            close(client)
+            return
         }
+        lock.withLock { open.append((client, upstream)) }
+        Thread { [self] in pump(from: client, to: upstream, upstream: true) }.start()
+        pump(from: upstream, to: client, upstream: false)
     }
 
     private func pump(from source: Int32, to destination: Int32, upstream: Bool) {

@@ -40,8 +40,7 @@ package final class FaultProxy: @unchecked Sendable {
         self.upstreamPort = upstreamPort
         self.script = script
         (listener, port) = try LoopbackSocket.listen()
-        let thread = Thread { [self] in acceptLoop() }
-        thread.start()
+        LoopbackSocket.acceptEach(on: listener, isStopped: { [self] in lock.withLock { stopped } }) { [self] client in serve(client) }
     }
 
     /// Stops accepting; connections in flight finish on their own.
@@ -49,18 +48,6 @@ package final class FaultProxy: @unchecked Sendable {
         lock.withLock { stopped = true }
         shutdown(listener, Int32(SHUT_RDWR))
         close(listener)
-    }
-
-    private func acceptLoop() {
-        while true {
-            let client = accept(listener, nil, nil)
-            if client < 0 {
-                if lock.withLock({ stopped }) { return }
-                continue
-            }
-            let thread = Thread { [self] in serve(client) }
-            thread.start()
-        }
     }
 
     /// One request per connection: read it, then do what the script says.

@@ -52,6 +52,21 @@ package enum LoopbackSocket {
         return descriptor
     }
 
+    /// Accepts connections on `listener` until `isStopped` says so (after the listener was
+    /// closed), calling `handle` with each on a thread of its own.
+    package static func acceptEach(on listener: Int32, isStopped: @escaping @Sendable () -> Bool, _ handle: @escaping @Sendable (Int32) -> Void) {
+        Thread {
+            while true {
+                let client = accept(listener, nil, nil)
+                if client < 0 {
+                    if isStopped() { return }
+                    continue
+                }
+                Thread { handle(client) }.start()
+            }
+        }.start()
+    }
+
     private static func makeSocket() -> Int32 {
         #if canImport(Glibc)
         socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

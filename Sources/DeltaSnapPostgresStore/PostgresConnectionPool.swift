@@ -155,6 +155,15 @@ final class PostgresConnectionPool: Sendable {
         }
     }
 
+    /// A pool released without ``close()`` (its owner threw on the way) still closes its idle
+    /// connections rather than leak their sockets; each is kept alive until its close is done,
+    /// as PostgresNIO requires of a connection it releases.
+    deinit {
+        for connection in state.withLockedValue({ $0.idle }) {
+            connection.close().whenComplete { _ in withExtendedLifetime(connection) {} }
+        }
+    }
+
     /// Closes every idle connection (at shutdown).
     func close() async {
         let connections = state.withLockedValue { state in

@@ -131,6 +131,12 @@ package final class PostgresCluster: @unchecked Sendable {
         return text.split(separator: "\n").first.flatMap { pid_t($0) }
     }
 
+    /// A cluster its test forgot (it threw before ``stop()``) is asked to shut down all the same;
+    /// only while this start's process runs (a restart of the same directory is another's).
+    deinit {
+        if process.isRunning, let pid, kill(pid, 0) == 0 { kill(pid, SIGINT) }
+    }
+
     /// Fast shutdown (SIGINT to the postmaster, found by PID), waiting up to 30 s for it to go.
     package func stop() {
         if let pid, kill(pid, 0) == 0 {

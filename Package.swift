@@ -95,6 +95,18 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // `deltasnap follow`: a PostgreSQL database's tables published change by change
+        // (logical decoding with pgoutput), into any store.
+        .target(
+            name: "DeltaSnapFollow",
+            dependencies: [
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapPostgresStore",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ]
+        ),
         // Where `--db` points, and opening the store there: the one place that knows every
         // kind of store (SQLite or PostgreSQL).
         .target(
@@ -112,7 +124,7 @@ let package = Package(
             name: "deltasnap",
             dependencies: [
                 "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapSQLiteStore", "DeltaSnapStoreLocation", "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapSynthetic",
-                "DeltaSnapTrust",
+                "DeltaSnapTrust", "DeltaSnapFollow", "DeltaSnapPostgresStore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -132,6 +144,7 @@ let package = Package(
         ),
         .testTarget(name: "DeltaSnapCoreTests", dependencies: ["DeltaSnapCore", "DeltaSnapSynthetic"]),
         .testTarget(name: "DeltaSnapTrustTests", dependencies: ["DeltaSnapTrust", "DeltaSnapSynthetic"]),
+        .testTarget(name: "DeltaSnapFollowTests", dependencies: ["DeltaSnapFollow", "DeltaSnapPostgresStore", "DeltaSnapStore", "DeltaSnapStoreLocation", "DeltaSnapTestSupport"]),
         .testTarget(name: "DeltaSnapPostgresTests", dependencies: ["DeltaSnapPostgresStore", "DeltaSnapStore", "DeltaSnapStoreLocation", "DeltaSnapTestSupport"]),
         .testTarget(name: "DeltaSnapStoreTests", dependencies: ["DeltaSnapPostgresStore", "DeltaSnapStore", "DeltaSnapSQLite", "DeltaSnapSQLiteStore", "DeltaSnapStoreLocation", "DeltaSnapTestSupport"]),
         .testTarget(

@@ -60,6 +60,10 @@ public final class PostgresCollectionStore: CollectionStore {
         try await reader.collections()
     }
 
+    public func partitions(of collection: String) async throws -> [String] {
+        try await reader.partitionPaths(of: collection)
+    }
+
     public func head(of collection: String) async throws -> CollectionHead? {
         try await reader.head(of: collection)
     }
@@ -82,8 +86,16 @@ public final class PostgresCollectionStore: CollectionStore {
         try await primary.publishedState(of: names)
     }
 
-    public func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult] {
-        try await primary.importPartitions(partitions, replace: replace)
+    public func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
+        try await primary.importPartitions(partitions, replace: replace, recording: position)
+    }
+
+    public func sourcePosition(of follower: String) async throws -> String? {
+        try await primary.sourcePosition(of: follower)
+    }
+
+    public func forgetSourcePosition(of follower: String) async throws -> Bool {
+        try await primary.forgetSourcePosition(of: follower)
     }
 
     public func importRecords(

@@ -13,9 +13,9 @@ extension PostgresDatabase {
     /// by the write rule ``importRecords(from:into:replace:progress:)`` merges a collection
     /// with. One transaction a partition cost a round trip and a commit each: 386 records/s
     /// into 100,000 partitions.
-    package func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult] {
+    package func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition? = nil) async throws -> [WriteResult] {
         for partition in partitions { try CollectionPath.validate(partition.path) }
-        guard !partitions.isEmpty else { return [] }
+        guard !partitions.isEmpty || position != nil else { return [] }
         // Which partition refers to which blob; checked before anything is written.
         var referenced: [(path: String, reference: AttachmentReference, record: Record)] = []
         for partition in partitions {
@@ -24,6 +24,13 @@ extension PostgresDatabase {
             }
         }
         return try await transaction { connection in
+            if let position {
+                try await connection.query("""
+                    INSERT INTO deltasnap_source_positions(follower, position, recorded_at)
+                    VALUES (\(position.follower), \(position.position), \(Int64(Date().timeIntervalSince1970)))
+                    ON CONFLICT (follower) DO UPDATE SET position = excluded.position, recorded_at = excluded.recorded_at
+                    """, logger: logger)
+            }
             if !referenced.isEmpty {
                 let held = try await attachmentSizes(Array(Set(referenced.map(\.reference.sha256))), on: connection)
                 for (_, reference, record) in referenced { try AttachmentRule.check(reference, in: record, heldSize: held[reference.sha256]) }
@@ -145,6 +152,24 @@ extension PostgresDatabase {
             }
         }
     }
+
+    package func sourcePosition(of follower: String) async throws -> String? {
+        try await transaction { connection in
+            for try await position in try await connection.query(
+                "SELECT position FROM deltasnap_source_positions WHERE follower = \(follower)", logger: logger
+            ).decode(String.self) { return position }
+            return nil
+        }
+    }
+
+    package func forgetSourcePosition(of follower: String) async throws -> Bool {
+        try await transaction { connection in
+            for try await _ in try await connection.query(
+                "DELETE FROM deltasnap_source_positions WHERE follower = \(follower) RETURNING 1", logger: logger
+            ) { return true }
+            return false
+        }
+    }
 }
 
 extension CopyRows {
@@ -171,4 +196,5 @@ extension CopyRows {
         }
         buffer.append(last ? 0x0A : 0x09)
     }
+
 }

@@ -25,7 +25,7 @@ import PostgresNIO
 final class PostgresDatabase: Sendable {
     /// Version of the `deltasnap_*` tables this release creates and reads; recorded in
     /// `deltasnap_schema`, so a later release can migrate step by step.
-    package static let schemaVersion = 6
+    package static let schemaVersion = 7
 
     /// The channel every commit notifies (payload `NAME VERSION`), delivered at commit.
     package static let notificationChannel = "deltasnap_heads"
@@ -79,12 +79,17 @@ final class PostgresDatabase: Sendable {
             }
             guard found <= Self.schemaVersion else { throw StoreError.newerSchema(found: found, supported: Self.schemaVersion) }
             // Each step once, in order: a store made by an older release is brought forward.
-            for (version, statements) in [(1, Self.schemaV1), (2, Self.schemaV2), (3, Self.schemaV3), (4, Self.schemaV4), (5, Self.schemaV5), (6, Self.schemaV6)] where found < version {
+            for (version, statements) in [(1, Self.schemaV1), (2, Self.schemaV2), (3, Self.schemaV3), (4, Self.schemaV4), (5, Self.schemaV5), (6, Self.schemaV6), (7, Self.schemaV7)] where found < version {
                 for statement in statements { try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger) }
                 try await connection.query("INSERT INTO deltasnap_schema(version) VALUES (\(version))", logger: logger)
             }
         }
     }
+
+    /// Where each source follower stands, written with the versions it produced (as SQLite's v7).
+    private static let schemaV7 = [
+        "CREATE TABLE deltasnap_source_positions(follower TEXT PRIMARY KEY, position TEXT NOT NULL, recorded_at BIGINT NOT NULL)",
+    ]
 
     /// The same tables as the SQLite store's, with a `deltasnap_` prefix so they can live in
     /// an application's own database. Ids sort byte-wise (`COLLATE "C"`), as SQLite's do.
@@ -204,6 +209,18 @@ final class PostgresDatabase: Sendable {
     /// by one, ``head(of:)``), sorted by name (byte-wise).
     package func collections() async throws -> [CollectionHead] {
         try await pool.withConnection { try await Self.heads(on: $0, .unpartitioned, logger: logger) }
+    }
+
+    /// The partitions of `collection`, by the name index (`NAME/` up to `NAME0`: `0` follows `/`).
+    package func partitionPaths(of collection: String) async throws -> [String] {
+        try await pool.withConnection { connection in
+            var paths: [String] = []
+            for try await name in try await connection.query(
+                "SELECT name FROM deltasnap_collections WHERE name COLLATE \"C\" > \(collection + "/") AND name COLLATE \"C\" < \(collection + "0") ORDER BY name COLLATE \"C\"",
+                logger: logger
+            ).decode(String.self) { paths.append(name) }
+            return paths
+        }
     }
 
     /// The head of `name`, or nil when it was never committed.

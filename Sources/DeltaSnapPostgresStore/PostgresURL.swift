@@ -70,7 +70,7 @@ public struct PostgresURL: Sendable, Equatable, CustomStringConvertible {
     /// The URL without its password, for messages.
     public var description: String { "postgres://\(user)@\(host):\(port)/\(database)" }
 
-    var configuration: PostgresConnection.Configuration {
+    package var configuration: PostgresConnection.Configuration {
         get throws {
             PostgresConnection.Configuration(host: host, port: port, username: user, password: password, database: database, tls: try tls)
         }

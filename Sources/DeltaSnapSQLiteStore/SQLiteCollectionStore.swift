@@ -57,6 +57,10 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         try await reading { store in try store.read { try $0.unpartitionedCollections() } }
     }
 
+    public func partitions(of collection: String) async throws -> [String] {
+        try await reading { store in try store.read { try $0.partitionPaths(of: collection) } }
+    }
+
     public func head(of collection: String) async throws -> CollectionHead? {
         try await reading { try $0.head(of: collection) }
     }
@@ -77,8 +81,17 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         try await reading { store in try store.read { try $0.publishedState(of: names) } }
     }
 
-    public func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult] {
-        try await writing { store in try store.importPartitions(partitions, replace: replace) }
+    public func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
+        try await writing { store in try store.importPartitions(partitions, replace: replace, recording: position) }
+    }
+
+    public func sourcePosition(of follower: String) async throws -> String? {
+        // From the writer: a follower reads its own last commit, never a stale snapshot.
+        try await writing { try $0.sourcePosition(of: follower) }
+    }
+
+    public func forgetSourcePosition(of follower: String) async throws -> Bool {
+        try await writing { try $0.forgetSourcePosition(of: follower) }
     }
 
     public func importRecords(

@@ -2,6 +2,7 @@ import DeltaSnapCore
 import DeltaSnapSQLite
 import DeltaSnapStore
 import DeltaSnapTrust
+import Foundation
 
 extension SQLiteDatabase {
     /// Every partition's records in one transaction, one version per partition that
@@ -9,8 +10,9 @@ extension SQLiteDatabase {
     /// to the store — most of a first import — are written with three statements each (their
     /// row, their version, their records) and one publication for them all; existing ones
     /// merge as any write does (``CollectionWriter``).
-    package func importPartitions(_ partitions: [PartitionRecords], replace: Bool) throws -> [WriteResult] {
+    package func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition? = nil) throws -> [WriteResult] {
         try db.transaction(.immediate) {
+            if let position { try record(position) }
             var fresh = NewPartitions(db: db, statements: statements, configuration: configuration)
             let exists = try statements("SELECT 1 FROM collections WHERE name = ?")
             let results = try partitions.map { partition in
@@ -26,6 +28,34 @@ extension SQLiteDatabase {
             }
             return results
         }
+    }
+
+    /// Records where a source follower stands, in the caller's transaction.
+    private func record(_ position: SourcePosition) throws {
+        let statement = try statements("""
+            INSERT INTO source_positions(follower, position, recorded_at) VALUES (?, ?, ?)
+            ON CONFLICT(follower) DO UPDATE SET position = excluded.position, recorded_at = excluded.recorded_at
+            """)
+        try statement.bind(1, position.follower)
+        try statement.bind(2, position.position)
+        try statement.bind(3, Int64(Date().timeIntervalSince1970))
+        _ = try statement.step()
+        statement.reset()
+    }
+
+    package func sourcePosition(of follower: String) throws -> String? {
+        let statement = try statements("SELECT position FROM source_positions WHERE follower = ?")
+        defer { statement.reset() }
+        try statement.bind(1, follower)
+        return try statement.step() ? statement.string(0) : nil
+    }
+
+    package func forgetSourcePosition(of follower: String) throws -> Bool {
+        let statement = try statements("DELETE FROM source_positions WHERE follower = ?")
+        try statement.bind(1, follower)
+        _ = try statement.step()
+        statement.reset()
+        return db.changes > 0
     }
 }
 
@@ -102,4 +132,5 @@ private struct NewPartitions {
         published = (sequence, committedAt)
         return (sequence, committedAt)
     }
+
 }

@@ -25,7 +25,7 @@ package final class SQLiteDatabase {
     /// The blobs records may refer to, beside the file.
     package let blobs: BlobDirectory
 
-    static let schemaVersion: Int64 = 6
+    static let schemaVersion: Int64 = 7
 
     package init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false) throws {
         if let epoch = configuration.epochForNewCollections, !ServerToken.isEpoch(epoch) {
@@ -66,6 +66,10 @@ package final class SQLiteDatabase {
                     """)
             }
             if current < 6 { try db.execute(Self.schemaV6) }
+            // Where each source follower stands, written with the versions it produced.
+            if current < 7 {
+                try db.execute("CREATE TABLE IF NOT EXISTS source_positions(follower TEXT PRIMARY KEY, position TEXT NOT NULL, recorded_at INTEGER NOT NULL) WITHOUT ROWID")
+            }
             try db.execute("PRAGMA user_version = \(Self.schemaVersion)")
         }
     }

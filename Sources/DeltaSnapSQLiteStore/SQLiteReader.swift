@@ -15,6 +15,16 @@ package struct SQLiteReader {
         try heads(Self.headSQL + " ORDER BY c.name")
     }
 
+    /// The partitions of `collection`, by the name index (`NAME/` up to `NAME0`: `0` follows `/`).
+    package func partitionPaths(of collection: String) throws -> [String] {
+        let statement = try db.prepare("SELECT name FROM collections WHERE name > ? AND name < ? ORDER BY name")
+        try statement.bind(1, collection + "/")
+        try statement.bind(2, collection + "0")
+        var paths: [String] = []
+        while try statement.step() { paths.append(statement.string(0)) }
+        return paths
+    }
+
     /// Every collection's head but the partitions' (there may be millions: they are read
     /// one by one, ``head(of:)``), sorted by name.
     package func unpartitionedCollections() throws -> [CollectionHead] {

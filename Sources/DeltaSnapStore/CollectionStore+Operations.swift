@@ -13,6 +13,11 @@ extension CollectionStore {
         try await importRecords(from: RecordStream(records: records, name: "request"), into: collection, replace: false, progress: nil)
     }
 
+    /// Imports several partitions (or collections) in one transaction, recording no position.
+    public func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult] {
+        try await importPartitions(partitions, replace: replace, recording: nil)
+    }
+
     /// Imports NDJSON or a JSON array held in memory (a write API body) as one version.
     public func importBatch(_ body: [UInt8], into collection: String, replace: Bool = false) async throws -> WriteResult {
         try await importRecords(from: RecordStream(source: ChunkSources.bytes(body), name: "body"), into: collection, replace: replace, progress: nil)

@@ -21,10 +21,14 @@ import DeltaSnapTrust
 /// await store.close()
 /// ```
 public protocol CollectionStore: Sendable {
-    /// Every collection's head as committed now, sorted by name.
+    /// Every collection's head as committed now (partitions left out), sorted by name.
     func collections() async throws -> [CollectionHead]
     /// One collection's head, or nil when it does not exist.
     func head(of collection: String) async throws -> CollectionHead?
+    /// The paths (`NAME/KEY`) of the partitions of `collection` the store holds, sorted —
+    /// there may be millions: a caller that needs them all (a `TRUNCATE` followed) asks here,
+    /// never through ``collections()``, which leaves partitions out.
+    func partitions(of collection: String) async throws -> [String]
     /// A full body's records (`after` nil: the visible ones) or a delta's since `after`
     /// (tombstones included), in id order, from one read transaction.
     /// Throws ``StoreError/unknownCollection(_:)``.
@@ -45,9 +49,15 @@ public protocol CollectionStore: Sendable {
     func importRecords(
         from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?
     ) async throws -> WriteResult
-    /// Imports several partitions (grouped by ``PartitionRecords/group(_:collection:by:progress:progressInterval:)``),
-    /// one version per partition that changed; a bad record commits nothing of its partition.
-    func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult]
+    /// Imports several partitions (grouped by ``PartitionRecords/group(_:collection:by:progress:progressInterval:)``)
+    /// or collections, one version per path that changed, all in one transaction: a bad record
+    /// commits nothing. `position`, when given, is recorded in that same transaction (a source
+    /// follower resumes exactly after what it committed, whenever it stops).
+    func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult]
+    /// The position a source follower last recorded with its writes (nil: none yet).
+    func sourcePosition(of follower: String) async throws -> String?
+    /// Forgets a follower's position (`follow --drop-slot`); whether there was one.
+    func forgetSourcePosition(of follower: String) async throws -> Bool
     /// One client's batch of offline writes (two-way sync), idempotent by sequence number,
     /// merged by `merge` (``MergePolicy/fork``: conflict copies).
     func push(

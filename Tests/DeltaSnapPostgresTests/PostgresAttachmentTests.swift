@@ -75,7 +75,8 @@ import Testing
             ALTER TABLE deltasnap_blob_chunks ALTER COLUMN start TYPE INTEGER USING (start / 1048576)::integer;
             ALTER TABLE deltasnap_blob_chunks RENAME COLUMN start TO seq;
             DROP TABLE deltasnap_attachment_refs; DROP TABLE deltasnap_attachment_orphans; DROP TABLE deltasnap_uploads;
-            DELETE FROM deltasnap_schema WHERE version = 6;
+            DROP TABLE deltasnap_source_positions;
+            DELETE FROM deltasnap_schema WHERE version >= 6;
             """)
         let database = try await PostgresDatabase.connect(cluster.url)
         var read: [UInt8] = []

@@ -1,0 +1,221 @@
+import DeltaSnapCore
+import DeltaSnapStore
+import Foundation
+import NIOCore
+import PostgresNIO
+
+extension SourceFollower {
+    /// Reads the slot's changes, publishing each source transaction as it commits, until
+    /// the task is cancelled.
+    func stream(from start: FollowPosition, shapes initial: [String: TableShape], on connection: PostgresConnection) async throws {
+        var state = StreamState(position: start, shapes: initial)
+        var lastLagCheck = ContinuousClock.now - .seconds(3600)
+        var lastAdvanced: UInt64 = 0
+        while !Task.isCancelled {
+            // Everything up to `flushed` is in this read (or the batch was full).
+            let flushed = try await scalarLSN("SELECT pg_current_wal_flush_lsn()::text", on: connection)
+            var messages = 0
+            let query: PostgresQuery = """
+                SELECT data FROM pg_logical_slot_peek_binary_changes(\(options.slot), \(PgOutputMessage.lsnText(flushed))::pg_lsn, \(options.batchChanges)::int4,
+                    'proto_version', '1', 'publication_names', \(options.publication))
+                """
+            for try await data in try await connection.query(query, logger: logger).decode(ByteBuffer.self) {
+                messages += 1
+                let message = try PgOutputMessage(decoding: Array(buffer: data))
+                if let commit = try await state.take(message, follower: self, on: connection) { try await publish(commit, state: &state) }
+            }
+            // A full batch may have stopped short of `flushed`; the next read goes on from
+            // the last commit applied.
+            let safe = messages >= options.batchChanges ? state.position.applied : max(flushed, state.position.applied)
+            if safe > lastAdvanced, state.position.applied == safe || messages == 0 || safe - lastAdvanced > 16 << 20 {
+                try await connection.query("SELECT pg_replication_slot_advance(\(options.slot), \(PgOutputMessage.lsnText(safe))::pg_lsn)", logger: logger)
+                lastAdvanced = safe
+            }
+            if ContinuousClock.now - lastLagCheck > .seconds(10) {
+                lastLagCheck = .now
+                try await checkLag(on: connection)
+            }
+            if messages == 0 { try await Task.sleep(for: options.pollInterval) }
+        }
+    }
+
+    private func scalarLSN(_ sql: PostgresQuery, on connection: PostgresConnection) async throws -> UInt64 {
+        for try await text in try await connection.query(sql, logger: logger).decode(String.self) {
+            if let lsn = PgOutputMessage.lsn(text) { return lsn }
+        }
+        throw FollowError.source("the source did not give its WAL position")
+    }
+
+    /// Reports a slot that holds back more WAL than `--max-lag-bytes`.
+    private func checkLag(on connection: PostgresConnection) async throws {
+        for try await lag in try await connection.query(
+            "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::int8 FROM pg_replication_slots WHERE slot_name = \(options.slot)", logger: logger
+        ).decode(Int64?.self) {
+            guard let lag else { continue }
+            FollowMetrics.slotLagBytes.record(lag)
+            if lag > options.maxLagBytes {
+                logger.warning("slot \(options.slot) holds back \(lag) bytes of WAL, more than --max-lag-bytes \(options.maxLagBytes)")
+            }
+        }
+    }
+
+    /// Publishes one source transaction: one version per collection or partition it
+    /// changed, with the position after it, in one store transaction.
+    private func publish(_ commit: CommittedTransaction, state: inout StreamState) async throws {
+        var changes = commit.changes
+        for collection in commit.truncated.sorted() {
+            for path in try await paths(of: collection) {
+                var kept = changes[path] ?? [:]
+                try await forEachID(in: path) { id in if kept[id] == nil { kept[id] = .tombstone(id: id) } }
+                changes[path] = kept
+            }
+        }
+        let next = FollowPosition(applied: commit.endLSN, copy: state.position.copy.flatMap { $0.boundary > commit.endLSN ? $0 : nil })
+        let partitions = changes.keys.sorted { $0.utf8Precedes($1) }.map { PartitionRecords(path: $0, records: Array(changes[$0]!.values)) }
+        let results = try await store.importPartitions(partitions, replace: false, recording: SourcePosition(follower: options.followerName, position: next.text))
+        state.position = next
+        let lag = max(0, Date().timeIntervalSince1970 - (Double(commit.commitTime) / 1e6 + 946_684_800))
+        FollowMetrics.record(commitLag: lag, rows: changes.values.reduce(0) { $0 + $1.count })
+        for result in results where result.committed {
+            let rows = result.upserted + result.hidden
+            report("\(result.collection): version \(result.head?.version ?? 0), \(rows) row\(rows == 1 ? "" : "s"), lag \(Int(lag * 1000)) ms")
+        }
+    }
+
+    /// The collection itself, or every partition of it the store holds.
+    private func paths(of collection: String) async throws -> [String] {
+        guard options.tables.contains(where: { $0.collection == collection && $0.partitionBy != nil }) else { return [collection] }
+        return try await store.partitions(of: collection)
+    }
+
+    private func forEachID(in path: String, _ body: (String) -> Void) async throws {
+        guard try await store.head(of: path) != nil else { return }
+        let source = try await store.openRecords(in: path, after: nil)
+        do {
+            while try await source.next({ bytes in
+                if let record = try? Record.parse(Array(bytes)) { body(record.id) }
+            }) {}
+            await source.close()
+        } catch {
+            await source.close()
+            throw error
+        }
+    }
+}
+
+/// One source transaction, read whole: the last state of each row it changed, by path and id.
+struct CommittedTransaction {
+    var changes: [String: [String: Record]]
+    /// Collections a `TRUNCATE` emptied (before the rows the transaction then wrote).
+    var truncated: Set<String>
+    var endLSN: UInt64
+    var commitTime: Int64
+}
+
+/// The stream as a plain value: the tables' shapes by relation, the transaction being read,
+/// and the position published so far.
+struct StreamState {
+    var position: FollowPosition
+    var shapes: [String: TableShape]
+    var relations: [UInt32: PgRelation] = [:]
+    var open: OpenTransaction?
+
+    struct OpenTransaction {
+        var xid: UInt32
+        var finalLSN: UInt64
+        /// Already published (a restart) or already in the copy: read and dropped.
+        var skipped: Bool
+        var changes: [String: [String: Record]] = [:]
+        var truncated: Set<String> = []
+    }
+
+    init(position: FollowPosition, shapes: [String: TableShape]) {
+        self.position = position
+        self.shapes = shapes
+    }
+
+    /// Takes one message; the transaction it completes, when it is one to publish.
+    mutating func take(_ message: PgOutputMessage, follower: SourceFollower, on connection: PostgresConnection) async throws -> CommittedTransaction? {
+        switch message {
+        case .begin(let finalLSN, _, let xid):
+            let skipped = finalLSN < position.applied || (position.copy?.holds(xid: xid, commitLSN: finalLSN) ?? false)
+            open = OpenTransaction(xid: xid, finalLSN: finalLSN, skipped: skipped)
+        case .commit(_, let endLSN, let commitTime):
+            defer { open = nil }
+            guard let transaction = open, !transaction.skipped, endLSN > position.applied else { return nil }
+            return CommittedTransaction(changes: transaction.changes, truncated: transaction.truncated, endLSN: endLSN, commitTime: commitTime)
+        case .relation(let relation):
+            relations[relation.id] = relation
+            try await follower.adopt(relation, into: &shapes, on: connection)
+        case .insert(let relation, let new):
+            try change(relation, old: nil, new: new, follower: follower)
+        case .update(let relation, let old, let new):
+            try change(relation, old: old, new: new, follower: follower)
+        case .delete(let relation, let old):
+            try change(relation, old: old, new: nil, follower: follower)
+        case .truncate(let ids):
+            guard open?.skipped == false else { return nil }
+            for id in ids {
+                guard let name = relations[id]?.qualifiedName, let shape = shapes[name] else { continue }
+                open?.truncated.insert(shape.table.collection)
+                // Rows written before the TRUNCATE in this transaction go too.
+                guard var transaction = open else { continue }
+                for (path, records) in transaction.changes where path == shape.table.collection || path.hasPrefix(shape.table.collection + "/") {
+                    transaction.changes[path] = records.mapValues { .tombstone(id: $0.id) }
+                }
+                open = transaction
+            }
+        case .other:
+            break
+        }
+        return nil
+    }
+
+    private mutating func change(_ relationID: UInt32, old: [PgValue]?, new: [PgValue]?, follower: SourceFollower) throws {
+        guard open?.skipped == false, let relation = relations[relationID], let shape = shapes[relation.qualifiedName] else { return }
+        // A value the update left unsent (unchanged TOAST) is in the old row when the table
+        // sends whole old rows (REPLICA IDENTITY FULL).
+        var new = new
+        if let values = new, let old, old.count == values.count {
+            new = zip(values, old).map { value, previous in value == .unchangedToast ? previous : value }
+        }
+        var leaving: (path: String, id: String)?
+        if let old, case .success(let named) = shape.path(of: old) { leaving = named }
+        if let new {
+            switch shape.record(from: new) {
+            case .success(let (path, record)):
+                if let leaving, leaving.path != path || leaving.id != record.id {
+                    open?.changes[leaving.path, default: [:]][leaving.id] = .tombstone(id: leaving.id)
+                }
+                open?.changes[path, default: [:]][record.id] = record
+            case .failure(let problem):
+                follower.logger.error("\(relation.qualifiedName): a row is not published: \(problem)")
+            }
+        } else if let leaving {
+            open?.changes[leaving.path, default: [:]][leaving.id] = .tombstone(id: leaving.id)
+        } else {
+            follower.logger.error("\(relation.qualifiedName): a delete without its key is not published")
+        }
+    }
+}
+
+extension SourceFollower {
+    /// A `Relation` message: the table's columns now. A changed shape is logged; a table
+    /// that stops being followed is logged once.
+    func adopt(_ relation: PgRelation, into shapes: inout [String: TableShape], on connection: PostgresConnection) async throws {
+        guard let shape = shapes[relation.qualifiedName] else { return }
+        let columns = relation.columns.map { PgRelation.Column(name: $0.name, typeOID: $0.typeOID, isKey: false) }
+        let known = shape.columns.map { PgRelation.Column(name: $0.name, typeOID: $0.typeOID, isKey: false) }
+        guard columns != known else { return }
+        let fresh = try await self.shape(of: shape.table, on: connection)
+        let added = Set(columns.map(\.name)).subtracting(known.map(\.name)).sorted()
+        let dropped = Set(known.map(\.name)).subtracting(columns.map(\.name)).sorted()
+        logger.notice("\(relation.qualifiedName): columns changed (added \(added.isEmpty ? "none" : added.joined(separator: ", ")), dropped \(dropped.isEmpty ? "none" : dropped.joined(separator: ", ")))")
+        // The stream's order of columns is the one its tuples use.
+        shapes[relation.qualifiedName] = try TableShape(table: shape.table, columns: relation.columns, key: fresh.key)
+    }
+}
+
+extension String {
+    fileprivate func utf8Precedes(_ other: String) -> Bool { utf8.lexicographicallyPrecedes(other.utf8) }
+}

@@ -1,0 +1,19 @@
+/// Where a source follower (`deltasnap follow`) stands in its source, stored with the writes
+/// it produced so the two never disagree: a follower killed at any moment resumes after
+/// exactly what it committed. The position is opaque to the store.
+///
+/// ```swift
+/// try await store.importPartitions(changes, replace: false, recording: SourcePosition(follower: "pg:deltasnap_slot", position: text))
+/// let resumeAt = try await store.sourcePosition(of: "pg:deltasnap_slot")
+/// ```
+public struct SourcePosition: Sendable, Equatable {
+    /// Names the follower (one per source slot).
+    public var follower: String
+    /// The follower's own text (e.g. a log position and what its first copy saw).
+    public var position: String
+
+    public init(follower: String, position: String) {
+        self.follower = follower
+        self.position = position
+    }
+}

@@ -14,10 +14,15 @@ package struct FollowPosition: Sendable, Equatable {
     package var applied: UInt64
     /// The initial copy's snapshot, while transactions it already held may still arrive.
     package var copy: CopySnapshot?
+    /// Each table's columns as the published records have them (`schema.table` → name and
+    /// type), so a restart compares the stream's next `Relation` with what was published,
+    /// not with the catalog of now.
+    package var columns: [String: [PgRelation.Column]]
 
-    package init(applied: UInt64, copy: CopySnapshot?) {
+    package init(applied: UInt64, copy: CopySnapshot?, columns: [String: [PgRelation.Column]] = [:]) {
         self.applied = applied
         self.copy = copy
+        self.columns = columns
     }
 
     /// `{"applied":"0/16B3748","copy":{"snapshot":"100:104:101,102","boundary":"0/16B3700"}}`.
@@ -27,6 +32,11 @@ package struct FollowPosition: Sendable, Equatable {
             members.append(JSONMember("copy", .object([
                 JSONMember("boundary", .string(PgOutputMessage.lsnText(copy.boundary))), JSONMember("snapshot", .string(copy.snapshot)),
             ])))
+        }
+        if !columns.isEmpty {
+            members.append(JSONMember("columns", .object(columns.keys.sorted().map { table in
+                JSONMember(table, .array(columns[table]!.map { .array([.string($0.name), .number(String($0.typeOID))]) }))
+            })))
         }
         return CanonicalJSON.string(.object(members))
     }
@@ -43,6 +53,20 @@ package struct FollowPosition: Sendable, Equatable {
             copy = parsed
         } else {
             copy = nil
+        }
+        columns = [:]
+        if case .object(let tables)? = value["columns"] {
+            for table in tables {
+                guard case .array(let list) = table.value else { return nil }
+                var parsed: [PgRelation.Column] = []
+                for column in list {
+                    guard case .array(let pair) = column, pair.count == 2, case .string(let name) = pair[0], case .number(let oid) = pair[1],
+                          let type = UInt32(oid)
+                    else { return nil }
+                    parsed.append(PgRelation.Column(name: name, typeOID: type, isKey: false))
+                }
+                columns[table.key] = parsed
+            }
         }
     }
 }

@@ -63,14 +63,27 @@ extension SourceFollower {
     /// changed, with the position after it, in one store transaction.
     private func publish(_ commit: CommittedTransaction, state: inout StreamState) async throws {
         var changes = commit.changes
-        for collection in commit.truncated.sorted() {
+        for (collection, reshape) in commit.reshapes.sorted(by: { $0.key < $1.key }) {
+            // Every record of the table takes the new columns in this one version.
             for path in try await paths(of: collection) {
                 var kept = changes[path] ?? [:]
-                try await forEachID(in: path) { id in if kept[id] == nil { kept[id] = .tombstone(id: id) } }
+                try await forEachRecord(in: path) { record in
+                    guard kept[record.id] == nil, let reshaped = reshape.apply(to: record) else { return }
+                    kept[record.id] = reshaped
+                }
                 changes[path] = kept
             }
         }
-        let next = FollowPosition(applied: commit.endLSN, copy: state.position.copy.flatMap { $0.boundary > commit.endLSN ? $0 : nil })
+        for collection in commit.truncated.sorted() {
+            for path in try await paths(of: collection) {
+                var kept = changes[path] ?? [:]
+                try await forEachRecord(in: path) { record in if kept[record.id] == nil { kept[record.id] = .tombstone(id: record.id) } }
+                changes[path] = kept
+            }
+        }
+        let next = FollowPosition(
+            applied: commit.endLSN, copy: state.position.copy.flatMap { $0.boundary > commit.endLSN ? $0 : nil },
+            columns: state.shapes.mapValues { $0.columns.map { PgRelation.Column(name: $0.name, typeOID: $0.typeOID, isKey: false) } })
         let partitions = changes.keys.sorted { $0.utf8Precedes($1) }.map { PartitionRecords(path: $0, records: Array(changes[$0]!.values)) }
         let results = try await store.importPartitions(partitions, replace: false, recording: SourcePosition(follower: options.followerName, position: next.text))
         state.position = next
@@ -88,12 +101,13 @@ extension SourceFollower {
         return try await store.partitions(of: collection)
     }
 
-    private func forEachID(in path: String, _ body: (String) -> Void) async throws {
+    /// Every visible record of `path` (none when it does not exist).
+    private func forEachRecord(in path: String, _ body: (Record) -> Void) async throws {
         guard try await store.head(of: path) != nil else { return }
         let source = try await store.openRecords(in: path, after: nil)
         do {
             while try await source.next({ bytes in
-                if let record = try? Record.parse(Array(bytes)) { body(record.id) }
+                if let record = try? Record.parse(Array(bytes)) { body(record) }
             }) {}
             await source.close()
         } catch {
@@ -106,6 +120,8 @@ extension SourceFollower {
 /// One source transaction, read whole: the last state of each row it changed, by path and id.
 struct CommittedTransaction {
     var changes: [String: [String: Record]]
+    /// Collections whose table's columns changed before this transaction's rows.
+    var reshapes: [String: Reshape]
     /// Collections a `TRUNCATE` emptied (before the rows the transaction then wrote).
     var truncated: Set<String>
     var endLSN: UInt64
@@ -119,6 +135,8 @@ struct StreamState {
     var shapes: [String: TableShape]
     var relations: [UInt32: PgRelation] = [:]
     var open: OpenTransaction?
+    /// Column changes seen and not yet published (they go with the next transaction).
+    var reshapes: [String: Reshape] = [:]
 
     struct OpenTransaction {
         var xid: UInt32
@@ -143,10 +161,14 @@ struct StreamState {
         case .commit(_, let endLSN, let commitTime):
             defer { open = nil }
             guard let transaction = open, !transaction.skipped, endLSN > position.applied else { return nil }
-            return CommittedTransaction(changes: transaction.changes, truncated: transaction.truncated, endLSN: endLSN, commitTime: commitTime)
+            defer { reshapes = [:] }
+            return CommittedTransaction(
+                changes: transaction.changes, reshapes: reshapes, truncated: transaction.truncated, endLSN: endLSN, commitTime: commitTime)
         case .relation(let relation):
             relations[relation.id] = relation
-            try await follower.adopt(relation, into: &shapes, on: connection)
+            if let reshape = try await follower.adopt(relation, into: &shapes, on: connection) {
+                reshapes[reshape.collection] = reshapes[reshape.collection].map { $0.then(reshape) } ?? reshape
+            }
         case .insert(let relation, let new):
             try change(relation, old: nil, new: new, follower: follower)
         case .update(let relation, let old, let new):
@@ -200,22 +222,74 @@ struct StreamState {
 }
 
 extension SourceFollower {
-    /// A `Relation` message: the table's columns now. A changed shape is logged; a table
-    /// that stops being followed is logged once.
-    func adopt(_ relation: PgRelation, into shapes: inout [String: TableShape], on connection: PostgresConnection) async throws {
-        guard let shape = shapes[relation.qualifiedName] else { return }
+    /// A `Relation` message: the table's columns now. A change (columns added or dropped
+    /// since the records were published) is logged and returned, to be applied to every
+    /// record of the table in the next version.
+    func adopt(_ relation: PgRelation, into shapes: inout [String: TableShape], on connection: PostgresConnection) async throws -> Reshape? {
+        guard let shape = shapes[relation.qualifiedName] else { return nil }
         let columns = relation.columns.map { PgRelation.Column(name: $0.name, typeOID: $0.typeOID, isKey: false) }
         let known = shape.columns.map { PgRelation.Column(name: $0.name, typeOID: $0.typeOID, isKey: false) }
-        guard columns != known else { return }
+        guard columns != known else { return nil }
         let fresh = try await self.shape(of: shape.table, on: connection)
-        let added = Set(columns.map(\.name)).subtracting(known.map(\.name)).sorted()
-        let dropped = Set(known.map(\.name)).subtracting(columns.map(\.name)).sorted()
-        logger.notice("\(relation.qualifiedName): columns changed (added \(added.isEmpty ? "none" : added.joined(separator: ", ")), dropped \(dropped.isEmpty ? "none" : dropped.joined(separator: ", ")))")
+        let added = columns.filter { column in !known.contains { $0.name == column.name } }
+        let dropped = known.filter { column in !columns.contains { $0.name == column.name } }.map(\.name)
+        let retyped = columns.filter { column in known.contains { $0.name == column.name && $0.typeOID != column.typeOID } }.map(\.name)
+        logger.notice("""
+            \(relation.qualifiedName): columns changed (added \(added.isEmpty ? "none" : added.map(\.name).joined(separator: ", ")), \
+            dropped \(dropped.isEmpty ? "none" : dropped.joined(separator: ", "))); every record of \(shape.table.collection) takes them in its next version
+            """)
+        if !retyped.isEmpty {
+            logger.warning("\(relation.qualifiedName): the type of \(retyped.joined(separator: ", ")) changed; a record shows the new type once its row changes")
+        }
         // The stream's order of columns is the one its tuples use.
         shapes[relation.qualifiedName] = try TableShape(table: shape.table, columns: relation.columns, key: fresh.key)
+        guard !added.isEmpty || !dropped.isEmpty else { return nil }
+        return Reshape(collection: shape.table.collection, added: try await missingValues(of: added, in: shape.table, on: connection), dropped: Set(dropped))
+    }
+
+    /// What rows that existed before `ADD COLUMN` hold in the new columns: the default
+    /// PostgreSQL stored for them (`attmissingval`), else `NULL`.
+    private func missingValues(of columns: [PgRelation.Column], in table: FollowedTable, on connection: PostgresConnection) async throws -> [JSONMember] {
+        var values: [String: JSONValue] = [:]
+        for try await (name, missing) in try await connection.query("""
+            SELECT attname::text, attmissingval::text FROM pg_attribute
+            WHERE attrelid = to_regclass(quote_ident(\(table.schema)) || '.' || quote_ident(\(table.table))) AND atthasmissing AND attname = ANY(\(columns.map(\.name)))
+            """, logger: logger).decode((String, String?).self) {
+            guard let missing, let column = columns.first(where: { $0.name == name }) else { continue }
+            // A one-element array of the column's type: `{value}`.
+            let arrayType = PgType.arrayElement.first { $0.value == column.typeOID }?.key
+            if let arrayType, case .array(let items) = PgTextMapping.value(missing, type: arrayType), let first = items.first {
+                values[name] = first
+            } else if case .array(let items) = PgTextMapping.array(missing, element: 25), case .string(let text)? = items.first {
+                values[name] = PgTextMapping.value(text, type: column.typeOID)
+            }
+        }
+        return columns.map { JSONMember($0.name, values[$0.name] ?? .null) }
     }
 }
 
-extension String {
-    fileprivate func utf8Precedes(_ other: String) -> Bool { utf8.lexicographicallyPrecedes(other.utf8) }
+/// Columns added to (with the value existing rows take) and dropped from a table: applied
+/// to every record of its collection in one version.
+struct Reshape: Sendable {
+    var collection: String
+    var added: [JSONMember]
+    var dropped: Set<String>
+
+    /// This change, then `next` (two `Relation` changes before one commit).
+    func then(_ next: Reshape) -> Reshape {
+        var added = self.added.filter { !next.dropped.contains($0.key) }
+        added += next.added
+        return Reshape(collection: collection, added: added, dropped: dropped.union(next.dropped).subtracting(next.added.map(\.key)))
+    }
+
+    /// `record` with the columns changed; nil when that changes nothing.
+    func apply(to record: Record) -> Record? {
+        guard !record.isHidden, case .object(var members)? = try? JSONReader(bytes: record.bytes).readValue() else { return nil }
+        let before = members
+        members.removeAll { dropped.contains($0.key) }
+        for member in added where !members.contains(where: { $0.key == member.key }) { members.append(member) }
+        guard members != before else { return nil }
+        members.sort { $0.key.utf8Precedes($1.key) }
+        return try? Record(parsing: .object(members))
+    }
 }

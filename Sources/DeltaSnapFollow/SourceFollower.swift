@@ -134,6 +134,12 @@ package final class SourceFollower: Sendable {
         if created || position == nil {
             position = try await copy(shapes, on: connection)
         }
+        // The records have the columns last published; the stream's next `Relation` tells
+        // whether the table changed since.
+        for (name, columns) in position!.columns {
+            guard let shape = shapes[name] else { continue }
+            shapes[name] = try TableShape(table: shape.table, columns: columns, key: shape.key)
+        }
         try await stream(from: position!, shapes: shapes, on: connection)
     }
 
@@ -250,7 +256,7 @@ package final class SourceFollower: Sendable {
             for path in try await store.partitions(of: table.collection) where groups[path] == nil { groups[path] = [] }
         }
         for table in options.tables where table.partitionBy == nil && groups[table.collection] == nil { groups[table.collection] = [] }
-        let position = FollowPosition(applied: 0, copy: snapshot)
+        let position = FollowPosition(applied: 0, copy: snapshot, columns: shapes.mapValues { $0.columns.map { PgRelation.Column(name: $0.name, typeOID: $0.typeOID, isKey: false) } })
         let partitions = groups.keys.sorted { $0.utf8Precedes($1) }.map { PartitionRecords(path: $0, records: groups[$0]!) }
         let results = try await store.importPartitions(partitions, replace: true, recording: SourcePosition(follower: options.followerName, position: position.text))
         let seconds = (ContinuousClock.now - started) / .seconds(1)

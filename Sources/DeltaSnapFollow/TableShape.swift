@@ -54,6 +54,8 @@ package struct TableShape: Sendable, Equatable {
                 case .unchangedToast: return .failure(.unchangedValue(column.name))
                 }
             }
+            // Canonical bytes list members in key order (docs/PROTOCOL.md §2).
+            members.sort { $0.key.utf8Precedes($1.key) }
             do {
                 return .success((path, try Record(parsing: .object(members))))
             } catch {

@@ -144,7 +144,13 @@ let package = Package(
         ),
         .testTarget(name: "DeltaSnapCoreTests", dependencies: ["DeltaSnapCore", "DeltaSnapSynthetic"]),
         .testTarget(name: "DeltaSnapTrustTests", dependencies: ["DeltaSnapTrust", "DeltaSnapSynthetic"]),
-        .testTarget(name: "DeltaSnapFollowTests", dependencies: ["DeltaSnapFollow", "DeltaSnapPostgresStore", "DeltaSnapStore", "DeltaSnapStoreLocation", "DeltaSnapTestSupport"]),
+        .testTarget(
+            name: "DeltaSnapFollowTests",
+            dependencies: [
+                "DeltaSnapFollow", "DeltaSnapCore", "DeltaSnapPostgresStore", "DeltaSnapStore", "DeltaSnapStoreLocation", "DeltaSnapTestSupport",
+                .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .testTarget(name: "DeltaSnapPostgresTests", dependencies: ["DeltaSnapPostgresStore", "DeltaSnapStore", "DeltaSnapStoreLocation", "DeltaSnapTestSupport"]),
         .testTarget(name: "DeltaSnapStoreTests", dependencies: ["DeltaSnapPostgresStore", "DeltaSnapStore", "DeltaSnapSQLite", "DeltaSnapSQLiteStore", "DeltaSnapStoreLocation", "DeltaSnapTestSupport"]),
         .testTarget(

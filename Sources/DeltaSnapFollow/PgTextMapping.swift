@@ -72,8 +72,9 @@ package enum PgTextMapping {
 
     /// Whether PostgreSQL's text of a number is also a JSON number.
     static func isJSONNumber(_ text: String) -> Bool {
-        guard let first = text.utf8.first else { return false }
-        return first == UInt8(ascii: "-") || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first)
+        let digits = text.utf8.drop { $0 == UInt8(ascii: "-") }
+        guard let first = digits.first else { return false }
+        return (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first)
     }
 
     /// An array literal (`{1,2,NULL}`, `{"a b","c"}`, `{{1,2},{3,4}}`), its elements read by

@@ -1,0 +1,130 @@
+import DeltaSnapCore
+import DeltaSnapFollow
+import DeltaSnapPostgresStore
+import DeltaSnapStore
+import DeltaSnapStoreLocation
+import DeltaSnapTestSupport
+import Foundation
+import Logging
+import Testing
+
+/// `SourceFollower` against a real PostgreSQL source (`wal_level=logical`) publishing into
+/// each destination store: the SQLite file, and DeltaSnap's PostgreSQL store on the same
+/// server as the source.
+@Suite struct FollowTests {
+    static let logger = Logger(label: "follow-test")
+
+    /// A source with `countries` and `attempts` (partitioned by `user_id`), a destination
+    /// store, and a follower running in a task until `body` ends.
+    func withFollower(
+        _ backend: TestBackend, _ body: @Sendable (SourceDatabase, any CollectionStore) async throws -> Void
+    ) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let source = try await SourceDatabase.start(in: dir)
+        do {
+            try await source.run("CREATE TABLE countries(code text PRIMARY KEY, name text, population bigint, area numeric, tags text[], meta jsonb, founded timestamptz, flag bytea, ok bool)")
+            try await source.run("CREATE TABLE attempts(user_id text, id int, score int, PRIMARY KEY(user_id, id))")
+            try await source.transaction([
+                #"INSERT INTO countries VALUES ('AD', 'Andorra', 77000, 468.76, '{a,"b c"}', '{"x": 1}', '1278-09-08 00:00:00+00', '\x0102', true)"#,
+                "INSERT INTO countries(code, name) VALUES ('FR', 'France')",
+                "INSERT INTO attempts VALUES ('alice', 1, 3), ('bob', 1, 5)",
+            ])
+            let store = try await StoreLocation(backend == .sqlite ? dir.file("s.sqlite") : source.url).open(configuration: StoreConfiguration())
+            let options = FollowOptions(
+                source: try PostgresURL(source.url),
+                tables: [FollowedTable(schema: "public", table: "countries", collection: "countries"),
+                         FollowedTable(schema: "public", table: "attempts", collection: "attempts", partitionBy: "user_id")],
+                slot: "deltasnap", publication: "deltasnap", create: true, pollInterval: .milliseconds(10))
+            let follower = SourceFollower(options: options, store: store, logger: Self.logger) { _ in }
+            let task = Task { try await follower.run() }
+            do {
+                try await body(source, store)
+            } catch {
+                task.cancel()
+                _ = await task.result
+                await store.close()
+                throw error
+            }
+            task.cancel()
+            _ = await task.result
+            await store.close()
+        } catch {
+            await source.stop()
+            throw error
+        }
+        await source.stop()
+    }
+
+    /// Waits (up to 20 s) until `collection` is at `version`.
+    static func waitFor(_ collection: String, version: UInt64, in store: any CollectionStore) async throws {
+        for _ in 0..<2000 {
+            if let head = try await store.head(of: collection), head.version >= version { return }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        Issue.record("\(collection) never reached version \(version): \(String(describing: try await store.head(of: collection)))")
+        throw CancellationError()
+    }
+
+    static func export(_ collection: String, from store: any CollectionStore) async throws -> String {
+        var out: [UInt8] = []
+        try await store.export(collection) { out += $0 }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    @Test(arguments: TestBackend.allCases) func eachSourceTransactionIsOneVersionOfWhatItTouched(_ backend: TestBackend) async throws {
+        try await withFollower(backend) { source, store in
+            // The copy: one version per collection and partition, the source's types mapped.
+            try await Self.waitFor("countries", version: 1, in: store)
+            #expect(try await Self.export("countries", from: store) == """
+                {"area":468.76,"code":"AD","flag":"AQI=","founded":"1278-09-08T00:00:00Z","id":"AD","meta":{"x":1},"name":"Andorra","ok":true,"population":77000,"tags":["a","b c"]}
+                {"area":null,"code":"FR","flag":null,"founded":null,"id":"FR","meta":null,"name":"France","ok":null,"population":null,"tags":null}
+
+                """)
+            #expect(try await Self.export("attempts/alice", from: store) == #"{"id":"1","score":3,"user_id":"alice"}"# + "\n")
+
+            // One transaction over two partitions and a collection: visible together.
+            try await source.transaction([
+                "INSERT INTO attempts VALUES ('alice', 2, 9)", "UPDATE attempts SET score = 6 WHERE user_id = 'bob'",
+                "UPDATE countries SET population = 77001 WHERE code = 'AD'",
+            ])
+            try await Self.waitFor("attempts/alice", version: 2, in: store)
+            #expect(try await store.head(of: "attempts/bob")?.version == 2)
+            #expect(try await store.head(of: "countries")?.version == 2)
+
+            // A rolled-back transaction never appears; the next one does.
+            try await source.transaction(["INSERT INTO countries(code) VALUES ('ZZ')"], rollback: true)
+            try await source.run("INSERT INTO countries(code, area) VALUES ('MK', 12345678901234567890.123456789)")
+            try await Self.waitFor("countries", version: 3, in: store)
+            let afterInsert = try await Self.export("countries", from: store)
+            #expect(!afterInsert.contains(#""ZZ""#))
+            #expect(afterInsert.contains(#""area":12345678901234567890.123456789"#))
+
+            // A row moving between partitions leaves one and joins the other in one version each.
+            try await source.transaction(["UPDATE attempts SET user_id = 'carol' WHERE user_id = 'alice' AND id = 1", "DELETE FROM countries WHERE code = 'FR'"])
+            try await Self.waitFor("attempts/carol", version: 1, in: store)
+            #expect(try await Self.export("attempts/alice", from: store) == #"{"id":"2","score":9,"user_id":"alice"}"# + "\n")
+            #expect(try await store.head(of: "attempts/alice")?.version == 3)
+            #expect(try await store.head(of: "countries")?.count == 2)
+
+            // TRUNCATE hides every partition's rows, but those written after it.
+            try await source.transaction(["TRUNCATE attempts", "INSERT INTO attempts VALUES ('dave', 1, 1)"])
+            try await Self.waitFor("attempts/dave", version: 1, in: store)
+            for partition in ["attempts/alice", "attempts/bob", "attempts/carol"] {
+                #expect(try await store.head(of: partition)?.count == 0, "\(partition)")
+            }
+            #expect(try await store.partitions(of: "attempts") == ["attempts/alice", "attempts/bob", "attempts/carol", "attempts/dave"])
+
+            // Columns added and dropped reach every record in one version.
+            try await source.run("ALTER TABLE countries ADD COLUMN continent text DEFAULT 'EU'")
+            try await source.run("ALTER TABLE countries DROP COLUMN tags")
+            let before = try #require(try await store.head(of: "countries")).version
+            try await source.run("INSERT INTO countries(code, name) VALUES ('IT', 'Italy')")
+            try await Self.waitFor("countries", version: before + 1, in: store)
+            let reshaped = try await Self.export("countries", from: store)
+            #expect(reshaped.split(separator: "\n").count == 3)
+            #expect(reshaped.split(separator: "\n").allSatisfy { $0.contains(#""continent":"EU""#) && !$0.contains(#""tags""#) }, "\(reshaped)")
+            #expect(try await store.head(of: "countries")?.version == before + 1)
+        }
+    }
+}

@@ -12,6 +12,12 @@ extension SourceFollower {
         var lastLagCheck = ContinuousClock.now - .seconds(3600)
         var lastAdvanced: UInt64 = 0
         while !Task.isCancelled {
+            // First thing on start (a follower back from a stop sees how far behind it is),
+            // then every 10 s.
+            if ContinuousClock.now - lastLagCheck > .seconds(10) {
+                lastLagCheck = .now
+                try await checkLag(on: connection)
+            }
             // Everything up to `flushed` is in this read (or the batch was full).
             let flushed = try await scalarLSN("SELECT pg_current_wal_flush_lsn()::text", on: connection)
             var messages = 0
@@ -30,10 +36,6 @@ extension SourceFollower {
             if safe > lastAdvanced, state.position.applied == safe || messages == 0 || safe - lastAdvanced > 16 << 20 {
                 try await connection.query("SELECT pg_replication_slot_advance(\(options.slot), \(PgOutputMessage.lsnText(safe))::pg_lsn)", logger: logger)
                 lastAdvanced = safe
-            }
-            if ContinuousClock.now - lastLagCheck > .seconds(10) {
-                lastLagCheck = .now
-                try await checkLag(on: connection)
             }
             if messages == 0 { try await Task.sleep(for: options.pollInterval) }
         }

@@ -66,6 +66,15 @@ import Testing
         throw CancellationError()
     }
 
+    /// Waits (up to 20 s) for a file to appear (a store a child process creates).
+    static func waitForFile(_ path: String) async throws {
+        for _ in 0..<400 {
+            if FileManager.default.fileExists(atPath: path) { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        Issue.record("\(path) never appeared")
+    }
+
     static func export(_ collection: String, from store: any CollectionStore) async throws -> String {
         var out: [UInt8] = []
         try await store.export(collection) { out += $0 }

@@ -1,0 +1,199 @@
+import DeltaSnapCore
+import DeltaSnapStore
+import DeltaSnapStoreLocation
+import DeltaSnapTestSupport
+import Foundation
+import Testing
+
+/// `deltasnap follow` as an operator runs it: a child process against a real source,
+/// SIGKILLed at random moments, its slot reported and dropped.
+@Suite struct FollowCommandTests {
+    /// A running `deltasnap follow`, its output in files.
+    final class Follower: @unchecked Sendable {
+        let process = Process()
+        let output: String
+
+        init(_ arguments: [String], output: String) throws {
+            self.output = output
+            if !FileManager.default.fileExists(atPath: output) { FileManager.default.createFile(atPath: output, contents: nil) }
+            let log = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
+            log.seekToEndOfFile()
+            process.executableURL = URL(fileURLWithPath: CLI.binary)
+            process.arguments = ["follow"] + arguments
+            process.standardOutput = log
+            process.standardError = log
+            try process.run()
+            try? log.close()
+        }
+
+        func kill(_ signal: Int32) {
+            guard process.isRunning else { return }
+            Glibc.kill(process.processIdentifier, signal)
+            process.waitUntilExit()
+        }
+
+        var text: String { (try? String(contentsOfFile: output, encoding: .utf8)) ?? "" }
+
+        /// Waits (up to 30 s) for `line` in its output.
+        func waitFor(_ line: String) async throws {
+            for _ in 0..<600 {
+                if text.contains(line) { return }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            Issue.record("\(line) never came: \(text)")
+        }
+    }
+
+    static func number(_ name: String, default value: Int) -> Int {
+        ProcessInfo.processInfo.environment[name].flatMap(Int.init) ?? value
+    }
+
+    /// `id:v:note` per row, in id order: the table's state, however it was read.
+    static func state(of rows: [(id: Int, v: String, note: String)]) -> String {
+        rows.sorted { $0.id < $1.id }.map { "\($0.id):\($0.v):\($0.note)" }.joined(separator: "\n")
+    }
+
+    static func sourceState(_ source: SourceDatabase) async throws -> String {
+        state(of: try await source.rows("SELECT id::text, v::text, coalesce(note, 'null') FROM items").map { (Int($0[0]!)!, $0[1]!, $0[2]!) })
+    }
+
+    static func publishedState(_ store: any CollectionStore) async throws -> (version: UInt64, state: String)? {
+        guard let head = try await store.head(of: "items") else { return nil }
+        var out: [UInt8] = []
+        try await store.export("items") { out += $0 }
+        var rows: [(Int, String, String)] = []
+        for line in out.split(separator: UInt8(ascii: "\n")) {
+            let value = try JSONReader(bytes: Array(line)).readValue()
+            guard case .string(let id)? = value["id"], case .number(let v)? = value["v"] else { continue }
+            let note: String = if case .string(let text)? = value["note"] { text } else { "null" }
+            rows.append((Int(id)!, v, note))
+        }
+        return (head.version, state(of: rows))
+    }
+
+    @Test func aFollowerKilledAtAnyMomentPublishesOnlyStatesTheSourceHad() async throws {
+        let kills = Self.number("DELTASNAP_FOLLOW_KILLS", default: 8)
+        let transactions = Self.number("DELTASNAP_FOLLOW_TRANSACTIONS", default: 400)
+        let rows = Self.number("DELTASNAP_FOLLOW_ROWS", default: 2_000)
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let source = try await SourceDatabase.start(in: dir)
+        defer { Task { await source.stop() } }
+        try await source.run("CREATE TABLE items(id int PRIMARY KEY, v int NOT NULL, note text)")
+        try await source.run("INSERT INTO items SELECT i, i, 'row ' || i FROM generate_series(1, \(rows)) AS i")
+        try await source.run("CREATE TABLE scores(user_id text, id int, v int, PRIMARY KEY(user_id, id))")
+        try await source.run("INSERT INTO scores SELECT 'u' || (i % 7), i, 0 FROM generate_series(1, 200) AS i")
+        let db = dir.file("s.sqlite")
+        let arguments = ["--source", source.url, "--db", db, "--table", "public.items", "--table", "scores", "--partition-by", "user_id", "--create"]
+        let log = dir.file("follow.log")
+        // Every state the table had, each read right after its commit (one writer).
+        var sourceStates: Set<String> = [try await Self.sourceState(source)]
+        var follower = try Follower(arguments, output: log)
+        let written = Task {
+            var random = SystemRandomNumberGenerator()
+            var states: [String] = []
+            var next = rows + 1
+            for index in 0..<transactions {
+                let id = Int.random(in: 1...rows, using: &random)
+                var statements: [String]
+                switch index % 6 {
+                case 0: statements = ["UPDATE items SET v = v + 1 WHERE id = \(id)"]
+                case 1: statements = ["UPDATE items SET v = v * 2, note = 'n\(index)' WHERE id BETWEEN \(id) AND \(id + 9)"]
+                case 2: statements = ["INSERT INTO items VALUES (\(next), \(index), NULL)"]; next += 1
+                case 3: statements = ["DELETE FROM items WHERE id = \(id)", "UPDATE items SET note = NULL WHERE id = \(id + 1)"]
+                case 4: statements = ["UPDATE scores SET user_id = 'u\(index % 5)', v = \(index) WHERE id = \(id % 200 + 1)", "UPDATE items SET v = -v WHERE id = \(id)"]
+                default: statements = ["INSERT INTO items VALUES (\(next), 0, 'x') ON CONFLICT (id) DO NOTHING", "UPDATE items SET v = 7 WHERE id % 97 = \(index % 97)"]; next += 1
+                }
+                try await source.transaction(statements)
+                states.append(try await Self.sourceState(source))
+            }
+            return states
+        }
+        // Meanwhile: the follower killed at random moments (the copy included) and started
+        // again; the published states read as a client would, between kills.
+        try await follower.waitFor("replication slot deltasnap created")
+        let store = try await StoreLocation(db).open(configuration: StoreConfiguration(), readOnly: true)
+        var observed: [(UInt64, String)] = []
+        for _ in 0..<kills {
+            let deadline = Date().addingTimeInterval(Double.random(in: 0.05...0.6))
+            while Date() < deadline {
+                if let published = try? await Self.publishedState(store) { observed.append(published) }
+                try await Task.sleep(for: .milliseconds(15))
+            }
+            follower.kill(SIGKILL)
+            follower = try Follower(arguments, output: log)
+        }
+        sourceStates.formUnion(try await written.value)
+        let final = try await Self.sourceState(source)
+        var caughtUp = false
+        for _ in 0..<600 {
+            if let published = try? await Self.publishedState(store) {
+                observed.append(published)
+                if published.state == final { caughtUp = true; break }
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        follower.kill(SIGTERM)
+        #expect(caughtUp, "the follower never caught up: \(follower.text.suffix(2000))")
+        // Every version a client could read was the table at one source commit.
+        let strangers = observed.filter { !sourceStates.contains($0.1) }
+        #expect(strangers.isEmpty, "versions \(strangers.map(\.0)) were never a state of the source")
+        #expect(Set(observed.map(\.0)).count > 2)
+        // The partitioned table ends as the source's rows, each in its user's partition.
+        var expected: [String: Set<String>] = [:]
+        for row in try await source.rows("SELECT user_id, id::text, v::text FROM scores") { expected["scores/" + row[0]!, default: []].insert(row[1]! + ":" + row[2]!) }
+        for path in try await store.partitions(of: "scores") {
+            var out: [UInt8] = []
+            try await store.export(path) { out += $0 }
+            let got = Set(try out.split(separator: UInt8(ascii: "\n")).map { line -> String in
+                let value = try JSONReader(bytes: Array(line)).readValue()
+                guard case .string(let id)? = value["id"], case .number(let v)? = value["v"] else { return "?" }
+                return id + ":" + v
+            })
+            #expect(got == expected[path] ?? [], "\(path)")
+        }
+        await store.close()
+    }
+
+    @Test func aStoppedFollowersSlotReportsItsLagAndIsDropped() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let source = try await SourceDatabase.start(in: dir)
+        defer { Task { await source.stop() } }
+        try await source.run("CREATE TABLE items(id int PRIMARY KEY, v int)")
+        let db = dir.file("s.sqlite")
+        let arguments = ["--source", source.url, "--db", db, "--table", "items", "--max-lag-bytes", "100000"]
+        // Without --create nothing is made: the error says what to run.
+        let refused = try CLI.run(["follow"] + arguments)
+        #expect(refused.status == 1 && refused.stderr.contains("CREATE PUBLICATION"), "\(refused.stderr)")
+        var follower = try Follower(arguments + ["--create"], output: dir.file("a.log"))
+        try await follower.waitFor("copy: ")
+        follower.kill(SIGTERM)
+        // While it is stopped the source keeps writing: the slot holds that WAL back.
+        try await source.run("INSERT INTO items SELECT i, i FROM generate_series(1, 20000) AS i")
+        follower = try Follower(arguments, output: dir.file("b.log"))
+        var reported = false
+        for _ in 0..<200 where !reported {
+            reported = follower.text.contains("holds back")
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        follower.kill(SIGTERM)
+        #expect(reported, "\(follower.text)")
+        // --drop-slot removes it (and the position), and says so.
+        let dropped = try CLI.run(["follow", "--source", source.url, "--db", db, "--drop-slot"])
+        #expect(dropped.status == 0 && dropped.stdout == "slot deltasnap dropped\n", "\(dropped.stderr)")
+        #expect(try await source.rows("SELECT slot_name FROM pg_replication_slots").isEmpty)
+        let again = try CLI.run(["follow", "--source", source.url, "--db", db, "--drop-slot"])
+        #expect(again.stdout == "slot deltasnap did not exist\n")
+    }
+
+    @Test func badOptionsAreRefusedWithOneLine() throws {
+        let usage = try CLI.run(["follow", "--source", "postgres://u@127.0.0.1:1/db", "--db", "/tmp/x.sqlite", "--partition-by", "user_id", "--table", "t"])
+        #expect(usage.status == 2 && usage.stderr.contains("--partition-by user_id must follow the --table"), "\(usage.stderr)")
+        let noTable = try CLI.run(["follow", "--source", "postgres://u@127.0.0.1:1/db", "--db", "/tmp/x.sqlite"])
+        #expect(noTable.status == 2 && noTable.stderr.contains("--table"))
+        let unreachable = try CLI.run(["follow", "--source", "postgres://u@127.0.0.1:1/db", "--db", "/tmp/follow-unreachable.sqlite", "--table", "t"])
+        #expect(unreachable.status == 1 && unreachable.stderr.contains("cannot reach the source"), "\(unreachable.stderr)")
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: "/tmp/follow-unreachable.sqlite" + suffix) }
+    }
+}

@@ -5,6 +5,7 @@
 #
 #   make run-postgres                      # then: curl -si http://127.0.0.1:8080/v1/collections/countries
 #   DELTASNAP_WRITE_TOKEN=secret make run-postgres   # writes through either instance reach both
+#   deltasnap follow --source "$PG_URL" --db "$PG_URL" --table products --create   # a table of yours, served
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.build/release/deltasnap}
@@ -22,8 +23,9 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-start_postgres_cluster "$WORK"
-echo "run-postgres: PostgreSQL cluster in $PG_DIR on 127.0.0.1:$PG_PORT"
+# wal_level=logical: `deltasnap follow` can publish tables of this database too (README).
+start_postgres_cluster "$WORK" -c wal_level=logical
+echo "run-postgres: PostgreSQL cluster in $PG_DIR on 127.0.0.1:$PG_PORT ($PG_URL)"
 DB="$PG_URL"
 
 "$BIN" import --db "$DB" --collection countries Snapshots/sample/countries.ndjson

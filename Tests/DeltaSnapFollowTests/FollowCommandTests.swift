@@ -8,18 +8,18 @@ import Testing
 /// `deltasnap follow` as an operator runs it: a child process against a real source,
 /// SIGKILLed at random moments, its slot reported and dropped.
 @Suite struct FollowCommandTests {
-    /// A running `deltasnap follow`, its output in files.
+    /// A running `deltasnap follow` (or another long-running verb), its output in a file.
     final class Follower: @unchecked Sendable {
         let process = Process()
         let output: String
 
-        init(_ arguments: [String], output: String) throws {
+        init(_ arguments: [String], output: String, command: [String] = ["follow"]) throws {
             self.output = output
             if !FileManager.default.fileExists(atPath: output) { FileManager.default.createFile(atPath: output, contents: nil) }
             let log = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
             log.seekToEndOfFile()
             process.executableURL = URL(fileURLWithPath: CLI.binary)
-            process.arguments = ["follow"] + arguments
+            process.arguments = command + arguments
             process.standardOutput = log
             process.standardError = log
             try process.run()
@@ -185,6 +185,30 @@ import Testing
         #expect(try await source.rows("SELECT slot_name FROM pg_replication_slots").isEmpty)
         let again = try CLI.run(["follow", "--source", source.url, "--db", db, "--drop-slot"])
         #expect(again.stdout == "slot deltasnap did not exist\n")
+    }
+
+    @Test func aLiveClientSeesASourceCommit() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let source = try await SourceDatabase.start(in: dir)
+        defer { Task { await source.stop() } }
+        try await source.run("CREATE TABLE countries(code text PRIMARY KEY, name text)")
+        try await source.run("INSERT INTO countries VALUES ('AD', 'Andorra')")
+        let db = dir.file("s.sqlite")
+        let follower = try Follower(["--source", source.url, "--db", db, "--table", "countries", "--create"], output: dir.file("follow.log"))
+        defer { follower.kill(SIGTERM) }
+        try await follower.waitFor("copy: ")
+        let server = try ServeProcess.start(["--db", db])
+        defer { server.stop() }
+        let client = try Follower([], output: dir.file("client.log"), command: [
+            "sync", "--url", "\(server.collectionsURL)/countries", "--replica", dir.file("r.sqlite"), "--watch", "--live", "--wait", "20",
+        ])
+        defer { client.kill(SIGKILL) }
+        try await client.waitFor("pulled: full ")
+        try await source.run("INSERT INTO countries VALUES ('BE', 'Belgium')")
+        try await client.waitFor("pulled: delta ")
+        #expect(client.text.contains("changed=1"), "\(client.text)")
+        #expect(try CLI.run(["dump", "--replica", dir.file("r.sqlite")]).stdout.contains(#"{"code":"BE","id":"BE","name":"Belgium"}"#))
     }
 
     @Test func badOptionsAreRefusedWithOneLine() throws {

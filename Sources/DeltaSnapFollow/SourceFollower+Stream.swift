@@ -25,11 +25,30 @@ extension SourceFollower {
                 SELECT data FROM pg_logical_slot_peek_binary_changes(\(options.slot), \(PgOutputMessage.lsnText(flushed))::pg_lsn, \(options.batchChanges)::int4,
                     'proto_version', '1', 'publication_names', \(options.publication))
                 """
+            // Transactions read are published together, up to a bound; one that must read
+            // the store first goes alone, after those before it.
+            var batch: [CommittedTransaction] = []
+            var batchRows = 0
             for try await data in try await connection.query(query, logger: logger).decode(ByteBuffer.self) {
                 messages += 1
                 let message = try PgOutputMessage(decoding: Array(buffer: data))
-                if let commit = try await state.take(message, follower: self, on: connection) { try await publish(commit, state: &state) }
+                guard let commit = try await state.take(message, follower: self, on: connection) else { continue }
+                if commit.readsStore {
+                    try await publish(batch, state: &state)
+                    try await publish([commit], state: &state)
+                    batch = []
+                    batchRows = 0
+                    continue
+                }
+                batch.append(commit)
+                batchRows += commit.changes.values.reduce(0) { $0 + $1.count }
+                if batch.count >= Self.batchTransactions || batchRows >= Self.batchRows {
+                    try await publish(batch, state: &state)
+                    batch = []
+                    batchRows = 0
+                }
             }
+            try await publish(batch, state: &state)
             // A full batch may have stopped short of `flushed`; the next read goes on from
             // the last commit applied.
             let safe = messages >= options.batchChanges ? state.position.applied : max(flushed, state.position.applied)
@@ -63,7 +82,42 @@ extension SourceFollower {
 
     /// Publishes one source transaction: one version per collection or partition it
     /// changed, with the position after it, in one store transaction.
-    private func publish(_ commit: CommittedTransaction, state: inout StreamState) async throws {
+    /// Publishes source transactions, each one version of every collection or partition it
+    /// changed with the position after it, committed together where the store can
+    /// (``DeltaSnapStore/CollectionStore/importTransactions(_:)``). A transaction that must
+    /// read the store (a `TRUNCATE`, changed columns) is published alone.
+    private func publish(_ commits: [CommittedTransaction], state: inout StreamState) async throws {
+        guard let last = commits.last else { return }
+        var transactions: [StoreTransaction] = []
+        var rows = 0
+        for commit in commits {
+            let changes = commits.count == 1 ? try await expanded(commit) : commit.changes
+            rows += changes.values.reduce(0) { $0 + $1.count }
+            let position = FollowPosition(
+                applied: commit.endLSN, copy: state.position.copy.flatMap { $0.boundary > commit.endLSN ? $0 : nil },
+                columns: state.shapes.mapValues { $0.columns.map { PgRelation.Column(name: $0.name, typeOID: $0.typeOID, isKey: false) } })
+            transactions.append(StoreTransaction(
+                partitions: changes.keys.sorted { $0.utf8Precedes($1) }.map { PartitionRecords(path: $0, records: Array(changes[$0]!.values)) },
+                position: SourcePosition(follower: options.followerName, position: position.text)))
+            if commit.endLSN == last.endLSN { state.position = position }
+        }
+        let results = try await store.importTransactions(transactions)
+        let lag = max(0, Date().timeIntervalSince1970 - (Double(last.commitTime) / 1e6 + 946_684_800))
+        FollowMetrics.record(commitLag: lag, rows: rows)
+        // One line per collection or partition this batch published: its last version.
+        var published: [String: (version: UInt64, rows: Int)] = [:]
+        for result in results.joined() where result.committed {
+            let before = published[result.collection]?.rows ?? 0
+            published[result.collection] = (result.head?.version ?? 0, before + result.upserted + result.hidden)
+        }
+        for (path, batch) in published.sorted(by: { $0.key.utf8Precedes($1.key) }) {
+            report("\(path): version \(batch.version), \(batch.rows) row\(batch.rows == 1 ? "" : "s"), lag \(Int(lag * 1000)) ms")
+        }
+    }
+
+    /// A transaction's changes with what its `TRUNCATE` hides and its changed columns rewrite,
+    /// read from the store as it stands before it.
+    private func expanded(_ commit: CommittedTransaction) async throws -> [String: [String: Record]] {
         var changes = commit.changes
         for (collection, reshape) in commit.reshapes.sorted(by: { $0.key < $1.key }) {
             // Every record of the table takes the new columns in this one version.
@@ -83,18 +137,7 @@ extension SourceFollower {
                 changes[path] = kept
             }
         }
-        let next = FollowPosition(
-            applied: commit.endLSN, copy: state.position.copy.flatMap { $0.boundary > commit.endLSN ? $0 : nil },
-            columns: state.shapes.mapValues { $0.columns.map { PgRelation.Column(name: $0.name, typeOID: $0.typeOID, isKey: false) } })
-        let partitions = changes.keys.sorted { $0.utf8Precedes($1) }.map { PartitionRecords(path: $0, records: Array(changes[$0]!.values)) }
-        let results = try await store.importPartitions(partitions, replace: false, recording: SourcePosition(follower: options.followerName, position: next.text))
-        state.position = next
-        let lag = max(0, Date().timeIntervalSince1970 - (Double(commit.commitTime) / 1e6 + 946_684_800))
-        FollowMetrics.record(commitLag: lag, rows: changes.values.reduce(0) { $0 + $1.count })
-        for result in results where result.committed {
-            let rows = result.upserted + result.hidden
-            report("\(result.collection): version \(result.head?.version ?? 0), \(rows) row\(rows == 1 ? "" : "s"), lag \(Int(lag * 1000)) ms")
-        }
+        return changes
     }
 
     /// The collection itself, or every partition of it the store holds.
@@ -119,6 +162,13 @@ extension SourceFollower {
     }
 }
 
+extension SourceFollower {
+    /// Source transactions published in one store commit at most (each still its own version).
+    static let batchTransactions = 1_000
+    /// Rows published in one store commit at most (a large transaction goes alone).
+    static let batchRows = 50_000
+}
+
 /// One source transaction, read whole: the last state of each row it changed, by path and id.
 struct CommittedTransaction {
     var changes: [String: [String: Record]]
@@ -128,6 +178,10 @@ struct CommittedTransaction {
     var truncated: Set<String>
     var endLSN: UInt64
     var commitTime: Int64
+
+    /// Whether publishing it reads the store (what a `TRUNCATE` hides, what changed columns
+    /// rewrite): then it cannot share a commit with the transactions before it.
+    var readsStore: Bool { !truncated.isEmpty || !reshapes.isEmpty }
 }
 
 /// The stream as a plain value: the tables' shapes by relation, the transaction being read,

@@ -120,7 +120,7 @@ public final class PostgresCollectionStore: CollectionStore {
 
     /// Listens on the primary; on each commit reads that collection's head from the reader,
     /// asking a lagging replica again every 20 ms until it has the commit. On (re)connecting,
-    /// and every `10 × interval` regardless, it reads every head changed since it last looked
+    /// and every `10 × interval` (at least a second) regardless, it reads every head changed since it last looked
     /// (the safety net for a notification lost between a drop and the next LISTEN).
     public func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async {
         await withTaskGroup(of: Void.self) { group in
@@ -151,7 +151,7 @@ public final class PostgresCollectionStore: CollectionStore {
             group.addTask { [self] in
                 // The safety net: a notification lost between a drop and the next LISTEN.
                 while !Task.isCancelled {
-                    do { try await Task.sleep(for: interval * 10) } catch { return }
+                    do { try await Task.sleep(for: max(interval * 10, .seconds(1))) } catch { return }
                     await catchUp(onChange)
                 }
             }

@@ -85,6 +85,10 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         try await writing { store in try store.importPartitions(partitions, replace: replace, recording: position) }
     }
 
+    public func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
+        try await writing { try $0.importTransactions(transactions) }
+    }
+
     public func sourcePosition(of follower: String) async throws -> String? {
         // From the writer: a follower reads its own last commit, never a stale snapshot.
         try await writing { try $0.sourcePosition(of: follower) }

@@ -13,20 +13,34 @@ extension SQLiteDatabase {
     package func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition? = nil) throws -> [WriteResult] {
         try db.transaction(.immediate) {
             if let position { try record(position) }
-            var fresh = NewPartitions(db: db, statements: statements, configuration: configuration)
-            let exists = try statements("SELECT 1 FROM collections WHERE name = ?")
-            let results = try partitions.map { partition in
-                try CollectionPath.validate(partition.path)
-                try exists.bind(1, partition.path)
-                let existing = try exists.step()
-                exists.reset()
-                if !existing { return try fresh.write(partition) }
-                let writer = try CollectionWriter(db: db, statements: statements, collection: partition.path, configuration: configuration, blobs: blobs)
-                for record in partition.records { try writer.put(record) }
-                if replace { try writer.hideRecordsNotPut() }
-                return try writer.commit()
-            }
-            return results
+            return try writePartitions(partitions, replace: replace)
+        }
+    }
+
+    /// Several source transactions in one SQLite transaction, each its own version of every
+    /// path it names (a path named again gets the next version), with the last position:
+    /// what a follower publishes at once when its source runs ahead of it.
+    package func importTransactions(_ transactions: [StoreTransaction]) throws -> [[WriteResult]] {
+        try db.transaction(.immediate) {
+            if let position = transactions.last(where: { $0.position != nil })?.position { try record(position) }
+            return try transactions.map { try writePartitions($0.partitions, replace: false) }
+        }
+    }
+
+    /// The body of a partitioned import, in the caller's transaction.
+    private func writePartitions(_ partitions: [PartitionRecords], replace: Bool) throws -> [WriteResult] {
+        var fresh = NewPartitions(db: db, statements: statements, configuration: configuration)
+        let exists = try statements("SELECT 1 FROM collections WHERE name = ?")
+        return try partitions.map { partition in
+            try CollectionPath.validate(partition.path)
+            try exists.bind(1, partition.path)
+            let existing = try exists.step()
+            exists.reset()
+            if !existing { return try fresh.write(partition) }
+            let writer = try CollectionWriter(db: db, statements: statements, collection: partition.path, configuration: configuration, blobs: blobs)
+            for record in partition.records { try writer.put(record) }
+            if replace { try writer.hideRecordsNotPut() }
+            return try writer.commit()
         }
     }
 

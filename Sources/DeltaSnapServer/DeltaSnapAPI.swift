@@ -16,7 +16,9 @@ public struct DeltaSnapServerConfiguration: Sendable {
     /// Collections up to this many records keep their full gzip body in memory, built once
     /// per version; larger ones are streamed from SQLite so memory stays bounded.
     public var fullBodyCacheMaximumRecords: Int
-    /// How often to look for commits made by other processes (e.g. `deltasnap import`).
+    /// How often to look for commits made by other processes (`deltasnap import`, a
+    /// `deltasnap follow` publishing a source's commits): on SQLite one `data_version` read,
+    /// so often enough that a live client is not kept waiting by it.
     public var changePollInterval: Duration
     /// Per-user JWTs and private collections; its admin token is ``writeToken``.
     public var access: AccessPolicy
@@ -62,7 +64,7 @@ public struct DeltaSnapServerConfiguration: Sendable {
 
     public init(
         writeToken: String? = nil, maximumWriteBodyBytes: Int = 32 * 1024 * 1024,
-        fullBodyCacheMaximumRecords: Int = 100_000, changePollInterval: Duration = .milliseconds(100),
+        fullBodyCacheMaximumRecords: Int = 100_000, changePollInterval: Duration = .milliseconds(20),
         access: AccessPolicy = AccessPolicy(), maximumPushBodyBytes: Int = 1024 * 1024, pushRetention: PushRetention = PushRetention(),
         logNotModified: Bool = false, compaction: CompactionSchedule? = nil,
         signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30, indexLifetime: Int = 24 * 3600,

@@ -54,6 +54,12 @@ public protocol CollectionStore: Sendable {
     /// commits nothing. `position`, when given, is recorded in that same transaction (a source
     /// follower resumes exactly after what it committed, whenever it stops).
     func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult]
+    /// Several transactions of a source, in order: each is one version of every path it
+    /// names, as ``importPartitions(_:replace:recording:)`` would write it, with its
+    /// position. A store may commit them together (SQLite does: one commit for many small
+    /// source transactions) or one by one (the default); a follower that stops at any moment
+    /// finds the position of exactly what was committed.
+    func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]]
     /// The position a source follower last recorded with its writes (nil: none yet).
     func sourcePosition(of follower: String) async throws -> String?
     /// Forgets a follower's position (`follow --drop-slot`); whether there was one.

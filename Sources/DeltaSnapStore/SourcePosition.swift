@@ -17,3 +17,15 @@ public struct SourcePosition: Sendable, Equatable {
         self.position = position
     }
 }
+
+/// One source transaction as a store writes it: the partitions (or collections) it changed,
+/// and the follower's position once it is written (``CollectionStore/importTransactions(_:)``).
+public struct StoreTransaction: Sendable {
+    public var partitions: [PartitionRecords]
+    public var position: SourcePosition?
+
+    public init(partitions: [PartitionRecords], position: SourcePosition?) {
+        self.partitions = partitions
+        self.position = position
+    }
+}

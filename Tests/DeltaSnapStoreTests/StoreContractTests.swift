@@ -244,3 +244,35 @@ extension StoreContractTests {
         }
     }
 }
+
+extension StoreContractTests {
+    @Test(arguments: TestBackend.allCases)
+    func sourceTransactionsAreOneVersionEachAndTheirPositionIsCommittedWithThem(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            let store = database.store
+            func record(_ json: String) throws -> Record { try Record(json: Array(json.utf8)) }
+            func position(_ text: String) -> SourcePosition { SourcePosition(follower: "pg:slot", position: text) }
+            let results = try await store.importTransactions([
+                StoreTransaction(partitions: [PartitionRecords(path: "items", records: [try record(#"{"id":"a","v":1}"#)])], position: position("1")),
+                StoreTransaction(partitions: [
+                    PartitionRecords(path: "items", records: [try record(#"{"id":"b","v":1}"#)]),
+                    PartitionRecords(path: "scores/alice", records: [try record(#"{"id":"s","v":1}"#)]),
+                ], position: position("2")),
+                StoreTransaction(partitions: [PartitionRecords(path: "items", records: [try record(#"{"id":"a","v":2}"#), .tombstone(id: "b")])], position: position("3")),
+            ])
+            // A path named by three transactions has three versions, in their order.
+            #expect(results.map { $0.map { $0.head?.version ?? 0 } } == [[1], [2, 1], [3]])
+            #expect(try await database.export("items") == #"{"id":"a","v":2}"# + "\n")
+            #expect(try await database.changes(after: 2, in: "items") == [#"{"id":"a","v":2}"#, #"{"hidden":true,"id":"b"}"#])
+            #expect(try await store.sourcePosition(of: "pg:slot") == "3")
+            #expect(try await store.partitions(of: "scores") == ["scores/alice"])
+            #expect(try await store.partitions(of: "score").isEmpty)
+            // A position with nothing to write is recorded all the same; then forgotten.
+            _ = try await store.importPartitions([], replace: false, recording: position("4"))
+            #expect(try await store.sourcePosition(of: "pg:slot") == "4")
+            #expect(try await store.forgetSourcePosition(of: "pg:slot"))
+            #expect(try await store.sourcePosition(of: "pg:slot") == nil)
+            #expect(try await !store.forgetSourcePosition(of: "pg:slot"))
+        }
+    }
+}

@@ -5,7 +5,8 @@
 #
 #   Benchmarks/bench-source.sh                         # 1,000,000-row copy, 20,000 transactions, 100 latency samples
 #   ROWS=200000 TXNS=5000 SAMPLES=30 Benchmarks/bench-source.sh     # quicker
-#   DEST=postgres Benchmarks/bench-source.sh           # publish into DeltaSnap's PostgreSQL store (same server)
+#   DEST=postgres Benchmarks/bench-source.sh           # into DeltaSnap's PostgreSQL store (same server, its own database)
+#   DEST=postgres-same Benchmarks/bench-source.sh      # … in the source database itself
 #
 # Cases (the issue's targets in brackets):
 #   copy      the first run's copy of a ROWS-row table, rows/s                 [>= 100,000]
@@ -31,7 +32,13 @@ make_workspace bench-source
 trap 'stop_postgres_cluster; cleanup' EXIT
 start_postgres_cluster "$TMP" -c wal_level=logical -c fsync=off -c max_wal_size=4GB
 SRC="$PG_URL"
-DB=$([[ $DEST == postgres ]] && echo "$PG_URL" || echo "$TMP/store.sqlite")
+# DEST=postgres: DeltaSnap's PostgreSQL store in a database of its own on the source's server
+# (DEST=postgres-same: in the source database itself).
+case "$DEST" in
+    postgres) psql -qX "$PG_URL" -c "CREATE DATABASE deltasnap"; DB="${PG_URL%/*}/deltasnap" ;;
+    postgres-same) DB="$PG_URL" ;;
+    *) DB="$TMP/store.sqlite" ;;
+esac
 P=(psql -q -X -v ON_ERROR_STOP=1 "$SRC")
 now() { date +%s.%N; }
 
@@ -95,7 +102,7 @@ python3 - "$BIN" "http://127.0.0.1:$DS_PORT/v1/collections/pings" "$TMP/replica.
 import subprocess, sys, threading, time, queue
 binary, url, replica, source, samples = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 client = subprocess.Popen([binary, "sync", "--url", url, "--replica", replica, "--watch", "--live", "--wait", "20"],
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                          stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
 lines = queue.Queue()
 def read():
     for line in client.stdout:

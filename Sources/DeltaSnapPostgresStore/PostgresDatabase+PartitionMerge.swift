@@ -68,6 +68,9 @@ extension PostgresDatabase {
             }
         }
 
+        // Counted, so the join below looks records up by key rather than hashing whole
+        // partitions (see `merge`).
+        try await connection.query("ANALYZE deltasnap_merging", logger: logger)
         // What changes, with the values it replaces: each partition's checksum, count and
         // digest move by exactly these records.
         let changedWhere = "(r.id IS NULL AND NOT m.hidden) OR (r.id IS NOT NULL AND r.body <> m.body)"

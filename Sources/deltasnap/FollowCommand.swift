@@ -1,6 +1,7 @@
 import ArgumentParser
 import DeltaSnapFollow
 import DeltaSnapPostgresStore
+import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapStoreLocation
 import Foundation
@@ -31,7 +32,8 @@ struct FollowCommand: AsyncParsableCommand {
             needs to own them, to create the publication). One line per published batch goes to \
             standard output (attempts/alice: version 12, 3 rows, lag 4 ms). Stop it with SIGINT \
             or SIGTERM; --drop-slot removes the slot when the follower is retired (a forgotten \
-            slot keeps WAL on the source's disk: --max-lag-bytes reports one that holds back too much).
+            slot keeps WAL on the source's disk: --max-lag-bytes reports one that holds back too much; \
+            --metrics-listen serves deltasnap_follow_slot_lag_bytes and the other metrics at /metrics).
             """
     )
 
@@ -65,9 +67,15 @@ struct FollowCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel = "info"
 
+    @Option(name: .long, help: ArgumentHelp("Serve /metrics (slot lag, commit lag, rows) on this address, e.g. 127.0.0.1:9465.", valueName: "HOST:PORT"))
+    var metricsListen: String?
+
     func validate() throws {
         guard PostgresURL.isPostgresURL(source) else { throw ValidationError("--source must be a postgres:// URL") }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical") }
+        if let metricsListen, ServeCommand.hostAndPort(metricsListen) == nil {
+            throw ValidationError("--metrics-listen must be HOST:PORT (a port 0...65535), e.g. 127.0.0.1:9465")
+        }
         if !dropSlot && table.isEmpty { throw ValidationError("name at least one --table SCHEMA.TABLE[=COLLECTION] to follow") }
         do {
             let tables = try Self.tables(from: Array(CommandLine.arguments.dropFirst()))
@@ -114,6 +122,15 @@ struct FollowCommand: AsyncParsableCommand {
         LoggingSystem.bootstrap(StreamLogHandler.standardError)
         var logger = Logger(label: "deltasnap.follow")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
+        if let metricsListen, let (host, port) = ServeCommand.hostAndPort(metricsListen) {
+            let metrics = ProcessMetrics.bootstrap()
+            let address = DeltaSnapServer.MetricsAddress(host: host, port: port) { bound in
+                StandardOutput().write(Array("deltasnap: metrics on http://\(host.contains(":") ? "[\(host)]" : host):\(bound)/metrics\n".utf8))
+            }
+            // For the life of the process: any stop of a follower is safe to end it with.
+            let quietLogger = Logger(label: "deltasnap.metrics")
+            Task { try await metrics.serve(at: address, logger: quietLogger) }
+        }
         try await reportingErrors {
             let options = FollowOptions(
                 source: try PostgresURL(source), tables: try Self.tables(from: Array(CommandLine.arguments.dropFirst())), slot: slot,

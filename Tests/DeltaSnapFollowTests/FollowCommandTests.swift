@@ -26,9 +26,16 @@ import Testing
             try? log.close()
         }
 
+        /// Sends `signal`; a process still there 10 s later is killed outright (never a hung test).
         func kill(_ signal: Int32) {
             guard process.isRunning else { return }
             Glibc.kill(process.processIdentifier, signal)
+            let deadline = Date().addingTimeInterval(10)
+            while process.isRunning && Date() < deadline { usleep(10_000) }
+            if process.isRunning {
+                Issue.record("\(process.arguments ?? []) ignored signal \(signal)")
+                Glibc.kill(process.processIdentifier, SIGKILL)
+            }
             process.waitUntilExit()
         }
 
@@ -171,14 +178,20 @@ import Testing
         follower.kill(SIGTERM)
         // While it is stopped the source keeps writing: the slot holds that WAL back.
         try await source.run("INSERT INTO items SELECT i, i FROM generate_series(1, 20000) AS i")
-        follower = try Follower(arguments, output: dir.file("b.log"))
+        follower = try Follower(arguments + ["--metrics-listen", "127.0.0.1:0"], output: dir.file("b.log"))
         var reported = false
         for _ in 0..<200 where !reported {
             reported = follower.text.contains("holds back")
             try await Task.sleep(for: .milliseconds(50))
         }
-        follower.kill(SIGTERM)
         #expect(reported, "\(follower.text)")
+        // …and so does its gauge, on the metrics listener.
+        try await follower.waitFor("deltasnap: metrics on http://127.0.0.1:")
+        let line = try #require(follower.text.split(separator: "\n").first { $0.hasPrefix("deltasnap: metrics on http://127.0.0.1:") })
+        let port = try #require(Int(line.split(separator: ":").last!.prefix { $0.isNumber }))
+        let metrics = try RawHTTPClient(port: port).request("GET", "/metrics")
+        #expect(metrics.status == 200 && metrics.text.contains("deltasnap_follow_slot_lag_bytes"), "\(metrics.text)")
+        follower.kill(SIGTERM)
         // --drop-slot removes it (and the position), and says so.
         let dropped = try CLI.run(["follow", "--source", source.url, "--db", db, "--drop-slot"])
         #expect(dropped.status == 0 && dropped.stdout == "slot deltasnap dropped\n", "\(dropped.stderr)")

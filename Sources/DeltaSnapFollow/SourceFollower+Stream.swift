@@ -119,6 +119,17 @@ extension SourceFollower {
     /// read from the store as it stands before it.
     private func expanded(_ commit: CommittedTransaction) async throws -> [String: [String: Record]] {
         var changes = commit.changes
+        // Values an update did not send are the published record's.
+        for (path, rows) in commit.pending {
+            for (id, pending) in rows {
+                let published = try await store.record(pending.from.id, in: pending.from.path)
+                guard let record = pending.row.record(filling: published) else {
+                    logger.error("\(path): row \(id) is not published: \(TableShape.RowProblem.unchangedValue(pending.row.unchanged[0]))")
+                    continue
+                }
+                changes[path, default: [:]][id] = record
+            }
+        }
         for (collection, reshape) in commit.reshapes.sorted(by: { $0.key < $1.key }) {
             // Every record of the table takes the new columns in this one version.
             for path in try await paths(of: collection) {
@@ -172,6 +183,8 @@ extension SourceFollower {
 /// One source transaction, read whole: the last state of each row it changed, by path and id.
 struct CommittedTransaction {
     var changes: [String: [String: Record]]
+    /// Rows completed from the store's records when published.
+    var pending: [String: [String: PendingRow]]
     /// Collections whose table's columns changed before this transaction's rows.
     var reshapes: [String: Reshape]
     /// Collections a `TRUNCATE` emptied (before the rows the transaction then wrote).
@@ -181,7 +194,7 @@ struct CommittedTransaction {
 
     /// Whether publishing it reads the store (what a `TRUNCATE` hides, what changed columns
     /// rewrite): then it cannot share a commit with the transactions before it.
-    var readsStore: Bool { !truncated.isEmpty || !reshapes.isEmpty }
+    var readsStore: Bool { !truncated.isEmpty || !reshapes.isEmpty || !pending.isEmpty }
 }
 
 /// The stream as a plain value: the tables' shapes by relation, the transaction being read,
@@ -200,6 +213,8 @@ struct StreamState {
         /// Already published (a restart) or already in the copy: read and dropped.
         var skipped: Bool
         var changes: [String: [String: Record]] = [:]
+        /// Rows waiting for values their update did not send (by path and id).
+        var pending: [String: [String: PendingRow]] = [:]
         var truncated: Set<String> = []
     }
 
@@ -219,7 +234,8 @@ struct StreamState {
             guard let transaction = open, !transaction.skipped, endLSN > position.applied else { return nil }
             defer { reshapes = [:] }
             return CommittedTransaction(
-                changes: transaction.changes, reshapes: reshapes, truncated: transaction.truncated, endLSN: endLSN, commitTime: commitTime)
+                changes: transaction.changes, pending: transaction.pending, reshapes: reshapes, truncated: transaction.truncated, endLSN: endLSN,
+                commitTime: commitTime)
         case .relation(let relation):
             relations[relation.id] = relation
             if let reshape = try await follower.adopt(relation, into: &shapes, on: connection) {
@@ -238,8 +254,12 @@ struct StreamState {
                 open?.truncated.insert(shape.table.collection)
                 // Rows written before the TRUNCATE in this transaction go too.
                 guard var transaction = open else { continue }
-                for (path, records) in transaction.changes where path == shape.table.collection || path.hasPrefix(shape.table.collection + "/") {
+                let inTable = { (path: String) in path == shape.table.collection || path.hasPrefix(shape.table.collection + "/") }
+                for (path, records) in transaction.changes where inTable(path) {
                     transaction.changes[path] = records.mapValues { .tombstone(id: $0.id) }
+                }
+                for (path, rows) in transaction.pending where inTable(path) {
+                    for id in rows.keys { transaction.set(.tombstone(id: id), at: path) }
                 }
                 open = transaction
             }
@@ -250,7 +270,8 @@ struct StreamState {
     }
 
     private mutating func change(_ relationID: UInt32, old: [PgValue]?, new: [PgValue]?, follower: SourceFollower) throws {
-        guard open?.skipped == false, let relation = relations[relationID], let shape = shapes[relation.qualifiedName] else { return }
+        guard var transaction = open, !transaction.skipped, let relation = relations[relationID], let shape = shapes[relation.qualifiedName] else { return }
+        defer { open = transaction }
         // A value the update left unsent (unchanged TOAST) is in the old row when the table
         // sends whole old rows (REPLICA IDENTITY FULL).
         var new = new
@@ -259,22 +280,58 @@ struct StreamState {
         }
         var leaving: (path: String, id: String)?
         if let old, case .success(let named) = shape.path(of: old) { leaving = named }
-        if let new {
-            switch shape.record(from: new) {
-            case .success(let (path, record)):
-                if let leaving, leaving.path != path || leaving.id != record.id {
-                    open?.changes[leaving.path, default: [:]][leaving.id] = .tombstone(id: leaving.id)
+        guard let new else {
+            guard let leaving else { return follower.logger.error("\(relation.qualifiedName): a delete without its key is not published") }
+            transaction.set(.tombstone(id: leaving.id), at: leaving.path)
+            return
+        }
+        switch shape.row(from: new) {
+        case .failure(let problem):
+            follower.logger.error("\(relation.qualifiedName): a row is not published: \(problem)")
+        case .success(let row):
+            // Where the row stood before this change: its unsent values are there.
+            let from = leaving ?? (row.path, row.id)
+            if from.path != row.path || from.id != row.id { transaction.set(.tombstone(id: from.id), at: from.path) }
+            if row.unchanged.isEmpty {
+                transaction.set(row.record(filling: nil)!, at: row.path)
+            } else if let earlier = transaction.pending[from.path]?[from.id] {
+                // Changed before in this transaction and still waiting for the store's values.
+                var merged = row
+                let known = Set(row.members.map(\.key))
+                merged.members += earlier.row.members.filter { !known.contains($0.key) && row.unchanged.contains($0.key) }
+                merged.unchanged = row.unchanged.filter { name in !merged.members.contains { $0.key == name } }
+                transaction.wait(merged, from: earlier.from)
+            } else if let earlier = transaction.changes[from.path]?[from.id] {
+                guard let record = row.record(filling: earlier) else {
+                    return follower.logger.error("\(relation.qualifiedName): a row is not published: \(TableShape.RowProblem.unchangedValue(row.unchanged[0]))")
                 }
-                open?.changes[path, default: [:]][record.id] = record
-            case .failure(let problem):
-                follower.logger.error("\(relation.qualifiedName): a row is not published: \(problem)")
+                transaction.set(record, at: row.path)
+            } else {
+                transaction.wait(row, from: from)
             }
-        } else if let leaving {
-            open?.changes[leaving.path, default: [:]][leaving.id] = .tombstone(id: leaving.id)
-        } else {
-            follower.logger.error("\(relation.qualifiedName): a delete without its key is not published")
         }
     }
+}
+
+extension StreamState.OpenTransaction {
+    /// `record` is the row's state at `path` now.
+    mutating func set(_ record: Record, at path: String) {
+        changes[path, default: [:]][record.id] = record
+        pending[path]?[record.id] = nil
+    }
+
+    /// The row waits for the values its update did not send, read from the published record
+    /// at `from` when the transaction is published.
+    mutating func wait(_ row: TableShape.Row, from: (path: String, id: String)) {
+        changes[row.path]?[row.id] = nil
+        pending[row.path, default: [:]][row.id] = PendingRow(row: row, from: from)
+    }
+}
+
+/// A row an update changed without sending all its values, and where its published record is.
+struct PendingRow {
+    var row: TableShape.Row
+    var from: (path: String, id: String)
 }
 
 extension SourceFollower {

@@ -40,27 +40,57 @@ package struct TableShape: Sendable, Equatable {
     /// column when that is part of it (`attempts/alice`'s rows are named by `id` alone).
     package var identifying: [String]
 
-    /// Where a row lives and its record; nil with a reason when it cannot be published
-    /// (a `NULL` key, a partition value that is no partition key).
-    package func record(from values: [PgValue]) -> Result<(path: String, record: Record), RowProblem> {
-        switch path(of: values) {
-        case .failure(let problem): return .failure(problem)
-        case .success(let (path, id)):
-            var members: [JSONMember] = [JSONMember("id", .string(id))]
-            for (column, value) in zip(columns, values) where column.name != "id" {
-                switch value {
-                case .null: members.append(JSONMember(column.name, .null))
-                case .text(let text): members.append(JSONMember(column.name, PgTextMapping.value(text, type: column.typeOID)))
-                case .unchangedToast: return .failure(.unchangedValue(column.name))
+    /// A row as a record's members, with the columns an update left unsent (large values
+    /// it did not change: their values are the record's as published).
+    package struct Row: Sendable, Equatable {
+        package var path: String
+        package var id: String
+        package var members: [JSONMember]
+        package var unchanged: [String]
+
+        /// The record, once every member is known: those left unsent taken from `previous`
+        /// (the row as published, or as this transaction left it); nil when one is missing.
+        package func record(filling previous: Record?) -> Record? {
+            var members = members
+            if !unchanged.isEmpty {
+                guard let previous, !previous.isHidden, case .object(let old)? = try? JSONReader(bytes: previous.bytes).readValue() else { return nil }
+                for name in unchanged {
+                    guard let value = old.first(where: { $0.key == name }) else { return nil }
+                    members.append(value)
                 }
             }
             // Canonical bytes list members in key order (docs/PROTOCOL.md §2).
             members.sort { $0.key.utf8Precedes($1.key) }
-            do {
-                return .success((path, try Record(parsing: .object(members))))
-            } catch {
-                return .failure(.unpublishable("\(error)"))
+            return try? Record(parsing: .object(members))
+        }
+    }
+
+    /// Where a row lives and its members; a reason when it cannot be published (a `NULL`
+    /// key, a partition value that is no partition key).
+    package func row(from values: [PgValue]) -> Result<Row, RowProblem> {
+        switch path(of: values) {
+        case .failure(let problem): return .failure(problem)
+        case .success(let (path, id)):
+            var row = Row(path: path, id: id, members: [JSONMember("id", .string(id))], unchanged: [])
+            for (column, value) in zip(columns, values) where column.name != "id" {
+                switch value {
+                case .null: row.members.append(JSONMember(column.name, .null))
+                case .text(let text): row.members.append(JSONMember(column.name, PgTextMapping.value(text, type: column.typeOID)))
+                case .unchangedToast: row.unchanged.append(column.name)
+                }
             }
+            return .success(row)
+        }
+    }
+
+    /// Where a row lives and its record, when every value was sent (the copy's rows).
+    package func record(from values: [PgValue]) -> Result<(path: String, record: Record), RowProblem> {
+        switch row(from: values) {
+        case .failure(let problem): return .failure(problem)
+        case .success(let row):
+            if let column = row.unchanged.first { return .failure(.unchangedValue(column)) }
+            guard let record = row.record(filling: nil) else { return .failure(.unpublishable("not a record")) }
+            return .success((row.path, record))
         }
     }
 
@@ -100,7 +130,7 @@ package struct TableShape: Sendable, Equatable {
             case .missingKey(let column): "its key column \(column) is NULL or was not sent"
             case .missingPartition(let column): "its partition column \(column) is NULL or was not sent (the replica identity must include it: make it part of the primary key, or REPLICA IDENTITY FULL)"
             case .badPartition(let column, let value): "\(column) is \"\(value)\", not a partition key (1 to 128 of A-Z a-z 0-9 . _ : @ -)"
-            case .unchangedValue(let column): "the update left the large value of \(column) unchanged and unsent (REPLICA IDENTITY FULL sends it)"
+            case .unchangedValue(let column): "the update left the large value of \(column) unchanged and unsent, and no published record holds it"
             case .unpublishable(let reason): reason
             }
         }

@@ -72,6 +72,10 @@ public final class PostgresCollectionStore: CollectionStore {
         try await reader.openRecords(in: collection, after: version)
     }
 
+    public func record(_ id: String, in collection: String) async throws -> Record? {
+        try await reader.visibleRecord(id, in: collection)
+    }
+
     public func openPage(of collection: String, after id: String?, limit: Int) async throws -> any RecordSource {
         try await reader.openPage(of: collection, after: id, limit: limit)
     }

@@ -211,6 +211,17 @@ final class PostgresDatabase: Sendable {
         try await pool.withConnection { try await Self.heads(on: $0, .unpartitioned, logger: logger) }
     }
 
+    /// The visible record `id` of `collection` (nil: none).
+    package func visibleRecord(_ id: String, in collection: String) async throws -> Record? {
+        try await pool.withConnection { connection in
+            for try await body in try await connection.query("""
+                SELECT r.body FROM deltasnap_records r JOIN deltasnap_collections c ON c.cid = r.cid
+                WHERE c.name = \(collection) AND r.id = \(id) AND NOT r.hidden
+                """, logger: logger).decode(ByteBuffer.self) { return try Record.parse(Array(buffer: body)) }
+            return nil
+        }
+    }
+
     /// The partitions of `collection`, by the name index (`NAME/` up to `NAME0`: `0` follows `/`).
     package func partitionPaths(of collection: String) async throws -> [String] {
         try await pool.withConnection { connection in

@@ -73,6 +73,11 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         try await SQLiteRecordSource.open(pool: pool, on: reads, collection: collection, selecting: .page(after: id ?? "", limit: limit))
     }
 
+    public func record(_ id: String, in collection: String) async throws -> Record? {
+        let bytes = try await reading { store in try store.read { try $0.visibleRecord(id, in: collection) } }
+        return try bytes.map { try Record.parse($0) }
+    }
+
     public func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
         try await reading { store in try store.read { try $0.firstVersion(in: collection, committedAtOrAfter: seconds) } }
     }

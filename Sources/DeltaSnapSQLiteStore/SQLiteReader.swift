@@ -91,6 +91,16 @@ package struct SQLiteReader {
         return RecordCursor(statement: statement)
     }
 
+    /// The canonical bytes of the visible record `id` of `collection` (nil: none).
+    package func visibleRecord(_ id: String, in collection: String) throws -> [UInt8]? {
+        let statement = try db.prepare("""
+            SELECT body FROM records WHERE cid = (SELECT cid FROM collections WHERE name = ?) AND id = ? AND hidden = 0
+            """)
+        try statement.bind(1, collection)
+        try statement.bind(2, id)
+        return try statement.step() ? statement.blob(0) : nil
+    }
+
     /// A cursor over up to `limit` visible records whose ids sort after `id`, sorted by id
     /// (a range of the primary key).
     package func visibleRecords(in collection: String, after id: String, limit: Int) throws -> RecordCursor {

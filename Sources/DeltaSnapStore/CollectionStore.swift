@@ -25,6 +25,8 @@ public protocol CollectionStore: Sendable {
     func collections() async throws -> [CollectionHead]
     /// One collection's head, or nil when it does not exist.
     func head(of collection: String) async throws -> CollectionHead?
+    /// The visible record `id` of `collection` as committed now (nil: none, or hidden).
+    func record(_ id: String, in collection: String) async throws -> Record?
     /// The paths (`NAME/KEY`) of the partitions of `collection` the store holds, sorted —
     /// there may be millions: a caller that needs them all (a `TRUNCATE` followed) asks here,
     /// never through ``collections()``, which leaves partitions out.

@@ -124,6 +124,23 @@ import Testing
             }
             #expect(try await store.partitions(of: "attempts") == ["attempts/alice", "attempts/bob", "attempts/carol", "attempts/dave"])
 
+            // A large value an update leaves alone is not sent (TOAST): the record keeps it.
+            try await source.run("ALTER TABLE countries ADD COLUMN notes text")
+            try await source.run("ALTER TABLE countries ALTER COLUMN notes SET STORAGE EXTERNAL")
+            let long = String(repeating: "Andorra la Vella. ", count: 2_000)
+            let withNotes = try #require(try await store.head(of: "countries")).version
+            try await source.run("UPDATE countries SET notes = '\(long)' WHERE code = 'AD'")
+            try await Self.waitFor("countries", version: withNotes + 1, in: store)
+            try await source.run("UPDATE countries SET population = 80000 WHERE code = 'AD'")
+            try await Self.waitFor("countries", version: withNotes + 2, in: store)
+            #expect(try #require(try await store.record("AD", in: "countries")).text.contains(long))
+            // …also when the row changes twice in one transaction without it.
+            try await source.transaction(["UPDATE countries SET population = 80001 WHERE code = 'AD'", "UPDATE countries SET name = 'Andorra!' WHERE code = 'AD'"])
+            try await Self.waitFor("countries", version: withNotes + 3, in: store)
+            let andorra = try #require(try await store.record("AD", in: "countries")).text
+            #expect(andorra.contains(#""name":"Andorra!""#) && andorra.contains(#""population":80001"#) && andorra.contains(long), "\(andorra.prefix(300))")
+            try await source.run("ALTER TABLE countries DROP COLUMN notes")
+
             // Columns added and dropped reach every record in one version.
             try await source.run("ALTER TABLE countries ADD COLUMN continent text DEFAULT 'EU'")
             try await source.run("ALTER TABLE countries DROP COLUMN tags")

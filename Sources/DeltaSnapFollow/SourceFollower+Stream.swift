@@ -11,12 +11,14 @@ extension SourceFollower {
         var state = StreamState(position: start, shapes: initial)
         var lastLagCheck = ContinuousClock.now - .seconds(3600)
         var lastAdvanced: UInt64 = 0
+        var unpublished: Set<String> = []
         while !Task.isCancelled {
             // First thing on start (a follower back from a stop sees how far behind it is),
-            // then every 10 s.
-            if ContinuousClock.now - lastLagCheck > .seconds(10) {
+            // then every `checkInterval`.
+            if ContinuousClock.now - lastLagCheck > options.checkInterval {
                 lastLagCheck = .now
                 try await checkLag(on: connection)
+                try await checkPublication(on: connection, reported: &unpublished)
             }
             // Everything up to `flushed` is in this read (or the batch was full).
             let flushed = try await scalarLSN("SELECT pg_current_wal_flush_lsn()::text", on: connection)
@@ -29,9 +31,14 @@ extension SourceFollower {
             // the store first goes alone, after those before it.
             var batch: [CommittedTransaction] = []
             var batchRows = 0
+            // Read whole before anything else runs on this connection: a column change asks
+            // the catalog, which would wait behind a result still streaming in.
+            var read: [PgOutputMessage] = []
             for try await data in try await connection.query(query, logger: logger).decode(ByteBuffer.self) {
-                messages += 1
-                let message = try PgOutputMessage(decoding: Array(buffer: data))
+                read.append(try PgOutputMessage(decoding: Array(buffer: data)))
+            }
+            messages = read.count
+            for message in read {
                 guard let commit = try await state.take(message, follower: self, on: connection) else { continue }
                 if commit.readsStore {
                     try await publish(batch, state: &state)
@@ -80,8 +87,27 @@ extension SourceFollower {
         }
     }
 
-    /// Publishes one source transaction: one version per collection or partition it
-    /// changed, with the position after it, in one store transaction.
+    /// Logs, once, a followed table that left the publication (removed from it, or dropped):
+    /// no change of it arrives any more, and its collection keeps its last version.
+    private func checkPublication(on connection: PostgresConnection, reported: inout Set<String>) async throws {
+        var published: Set<String> = []
+        for try await name in try await connection.query(
+            "SELECT schemaname::text || '.' || tablename::text FROM pg_publication_tables WHERE pubname = \(options.publication)", logger: logger
+        ).decode(String.self) { published.insert(name) }
+        for table in options.tables {
+            let isPublished = published.contains(table.qualifiedName)
+            if !isPublished, reported.insert(table.qualifiedName).inserted {
+                logger.error("""
+                    \(table.qualifiedName) is no longer in publication \(options.publication) (removed from it, or dropped): it is not followed \
+                    any more, and \(table.collection) keeps its last version. Changes made while it is out are never sent: to follow it again, \
+                    add it back, then drop the slot (--drop-slot) and start afresh (a new copy)
+                    """)
+            } else if isPublished, reported.remove(table.qualifiedName) != nil {
+                logger.warning("\(table.qualifiedName) is in publication \(options.publication) again; changes made while it was out are missing until a new copy")
+            }
+        }
+    }
+
     /// Publishes source transactions, each one version of every collection or partition it
     /// changed with the position after it, committed together where the store can
     /// (``DeltaSnapStore/CollectionStore/importTransactions(_:)``). A transaction that must

@@ -20,10 +20,12 @@ package struct FollowOptions: Sendable {
     package var pollInterval: Duration
     /// Changes asked for at once (whole transactions are always read whole).
     package var batchChanges: Int
+    /// How often the slot's lag and the publication's tables are checked.
+    package var checkInterval: Duration
 
     package init(
         source: PostgresURL, tables: [FollowedTable], slot: String, publication: String, create: Bool = false, maxLagBytes: UInt64 = 1 << 30,
-        pollInterval: Duration = .milliseconds(20), batchChanges: Int = 10_000
+        pollInterval: Duration = .milliseconds(20), batchChanges: Int = 10_000, checkInterval: Duration = .seconds(10)
     ) {
         self.source = source
         self.tables = tables
@@ -33,6 +35,7 @@ package struct FollowOptions: Sendable {
         self.maxLagBytes = maxLagBytes
         self.pollInterval = pollInterval
         self.batchChanges = batchChanges
+        self.checkInterval = checkInterval
     }
 
     /// The name the store keeps this follower's position under: one per slot.

@@ -17,7 +17,8 @@ import Testing
     /// A source with `countries` and `attempts` (partitioned by `user_id`), a destination
     /// store, and a follower running in a task until `body` ends.
     func withFollower(
-        _ backend: TestBackend, _ body: @Sendable (SourceDatabase, any CollectionStore) async throws -> Void
+        _ backend: TestBackend, logs: CapturingLogHandler.Lines = CapturingLogHandler.Lines([]),
+        _ body: @Sendable (SourceDatabase, any CollectionStore) async throws -> Void
     ) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
@@ -35,8 +36,9 @@ import Testing
                 source: try PostgresURL(source.url),
                 tables: [FollowedTable(schema: "public", table: "countries", collection: "countries"),
                          FollowedTable(schema: "public", table: "attempts", collection: "attempts", partitionBy: "user_id")],
-                slot: "deltasnap", publication: "deltasnap", create: true, pollInterval: .milliseconds(10))
-            let follower = SourceFollower(options: options, store: store, logger: Self.logger) { _ in }
+                slot: "deltasnap", publication: "deltasnap", create: true, pollInterval: .milliseconds(10), checkInterval: .milliseconds(100))
+            let logger = Logger(label: "follow-test") { _ in CapturingLogHandler(lines: logs) }
+            let follower = SourceFollower(options: options, store: store, logger: logger) { _ in }
             let task = Task { try await follower.run() }
             do {
                 try await body(source, store)
@@ -82,7 +84,8 @@ import Testing
     }
 
     @Test(arguments: TestBackend.allCases) func eachSourceTransactionIsOneVersionOfWhatItTouched(_ backend: TestBackend) async throws {
-        try await withFollower(backend) { source, store in
+        let logs = CapturingLogHandler.Lines([])
+        try await withFollower(backend, logs: logs) { source, store in
             // The copy: one version per collection and partition, the source's types mapped.
             try await Self.waitFor("countries", version: 1, in: store)
             #expect(try await Self.export("countries", from: store) == """
@@ -151,6 +154,16 @@ import Testing
             #expect(reshaped.split(separator: "\n").count == 3)
             #expect(reshaped.split(separator: "\n").allSatisfy { $0.contains(#""continent":"EU""#) && !$0.contains(#""tags""#) }, "\(reshaped)")
             #expect(try await store.head(of: "countries")?.version == before + 1)
+
+            // A table taken out of the publication is said to be no longer followed, once.
+            try await source.run("ALTER PUBLICATION deltasnap DROP TABLE attempts")
+            var said: [String] = []
+            for _ in 0..<100 where said.isEmpty {
+                try await Task.sleep(for: .milliseconds(50))
+                said = logs.withLock { $0 }.map(\.message).filter { $0.contains("public.attempts is no longer in publication deltasnap") }
+            }
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(logs.withLock { $0 }.filter { $0.message.contains("public.attempts is no longer in publication") }.count == 1)
         }
     }
 }

@@ -152,7 +152,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "DeltaSnapPostgresTests", dependencies: ["DeltaSnapPostgresStore", "DeltaSnapStore", "DeltaSnapStoreLocation", "DeltaSnapTestSupport"]),
-        .testTarget(name: "DeltaSnapStoreTests", dependencies: ["DeltaSnapPostgresStore", "DeltaSnapStore", "DeltaSnapSQLite", "DeltaSnapSQLiteStore", "DeltaSnapStoreLocation", "DeltaSnapTestSupport"]),
+        .testTarget(name: "DeltaSnapStoreTests", dependencies: ["DeltaSnapPostgresStore", "DeltaSnapStore", "DeltaSnapSQLite", "DeltaSnapSQLiteStore", "DeltaSnapStoreLocation", "DeltaSnapTestSupport", "DeltaSnapTrust"]),
         .testTarget(
             name: "DeltaSnapServerTests",
             dependencies: [

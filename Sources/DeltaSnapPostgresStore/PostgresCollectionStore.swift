@@ -94,6 +94,10 @@ public final class PostgresCollectionStore: CollectionStore {
         try await primary.importPartitions(partitions, replace: replace, recording: position)
     }
 
+    public func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
+        try await primary.importTransactions(transactions)
+    }
+
     public func sourcePosition(of follower: String) async throws -> String? {
         try await primary.sourcePosition(of: follower)
     }

@@ -24,13 +24,7 @@ extension PostgresDatabase {
             }
         }
         return try await transaction { connection in
-            if let position {
-                try await connection.query("""
-                    INSERT INTO deltasnap_source_positions(follower, position, recorded_at)
-                    VALUES (\(position.follower), \(position.position), \(Int64(Date().timeIntervalSince1970)))
-                    ON CONFLICT (follower) DO UPDATE SET position = excluded.position, recorded_at = excluded.recorded_at
-                    """, logger: logger)
-            }
+            if let position { try await record(position, on: connection) }
             if !referenced.isEmpty {
                 let held = try await attachmentSizes(Array(Set(referenced.map(\.reference.sha256))), on: connection)
                 for (_, reference, record) in referenced { try AttachmentRule.check(reference, in: record, heldSize: held[reference.sha256]) }
@@ -151,6 +145,32 @@ extension PostgresDatabase {
                 rows.buffer.removeAll(keepingCapacity: true)
             }
         }
+    }
+
+    /// Records where a source follower stands, in the caller's transaction.
+    private func record(_ position: SourcePosition, on connection: PostgresConnection) async throws {
+        try await connection.query("""
+            INSERT INTO deltasnap_source_positions(follower, position, recorded_at)
+            VALUES (\(position.follower), \(position.position), \(Int64(Date().timeIntervalSince1970)))
+            ON CONFLICT (follower) DO UPDATE SET position = excluded.position, recorded_at = excluded.recorded_at
+            """, logger: logger)
+    }
+
+    /// Several source transactions, each one version of every path it names: set-based in
+    /// one PostgreSQL transaction when every path exists and no record refers to an
+    /// attachment (``mergeTransactions(_:on:)``), else one by one — with the last position.
+    package func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
+        let merged: [[WriteResult]]? = try await transaction { connection in
+            guard let results = try await mergeTransactions(transactions, on: connection) else { return nil }
+            if let position = transactions.last(where: { $0.position != nil })?.position { try await record(position, on: connection) }
+            return results
+        }
+        if let merged { return merged }
+        var results: [[WriteResult]] = []
+        for transaction in transactions {
+            results.append(try await importPartitions(transaction.partitions, replace: false, recording: transaction.position))
+        }
+        return results
     }
 
     package func sourcePosition(of follower: String) async throws -> String? {

@@ -2,6 +2,7 @@ import DeltaSnapCore
 import DeltaSnapStore
 import DeltaSnapSynthetic
 import DeltaSnapTestSupport
+import DeltaSnapTrust
 import Foundation
 import Testing
 
@@ -265,6 +266,33 @@ extension StoreContractTests {
             #expect(try await database.export("items") == #"{"id":"a","v":2}"# + "\n")
             #expect(try await database.changes(after: 2, in: "items") == [#"{"id":"a","v":2}"#, #"{"hidden":true,"id":"b"}"#])
             #expect(try await store.sourcePosition(of: "pg:slot") == "3")
+            // Every path held now (PostgreSQL merges such a batch set-based): the same rule.
+            let many = (0..<50).map { index in
+                StoreTransaction(partitions: [
+                    PartitionRecords(path: "items", records: [try! record(#"{"id":"k\#(index % 7)","v":\#(index)}"#), .tombstone(id: "k\((index + 3) % 7)")]),
+                    PartitionRecords(path: "scores/alice", records: index % 10 == 0 ? [try! record(#"{"id":"s","v":\#(index)}"#)] : []),
+                ], position: position("m\(index)"))
+            }
+            let merged = try await store.importTransactions(many)
+            #expect(merged.count == 50 && merged[49][0].head?.version == 53 && merged[49][0].committed)
+            #expect(merged.map { $0[1].committed } == (0..<50).map { $0 % 10 == 0 })
+            #expect(try await store.sourcePosition(of: "pg:slot") == "m49")
+            // One version per transaction: the changes since version 50 are those of 51–53.
+            var expected: [String: String] = [:]
+            for index in 47..<50 {
+                expected["k\(index % 7)"] = #"{"id":"k\#(index % 7)","v":\#(index)}"#
+                expected["k\((index + 3) % 7)"] = #"{"hidden":true,"id":"k\#((index + 3) % 7)"}"#
+            }
+            #expect(Set(try await database.changes(after: 50, in: "items")).isSuperset(of: Set(expected.values.filter { $0.contains("hidden") == false })))
+            let (checksum, count) = try await recomputed(database, "items")
+            let head = try #require(try await store.head(of: "items"))
+            #expect(head.checksum == checksum && head.count == count)
+            var digest = StateDigest.empty
+            for line in try await database.export("items").split(separator: "\n") {
+                let parsed = try Record.parse(Array(line.utf8))
+                digest.add(collection: "items", id: parsed.id, canonical: parsed.bytes)
+            }
+            #expect(try await store.publishedState(of: ["items"]).entries.first?.digest == digest.fingerprint)
             #expect(try await store.partitions(of: "scores") == ["scores/alice"])
             #expect(try await store.partitions(of: "score").isEmpty)
             // A position with nothing to write is recorded all the same; then forgotten.

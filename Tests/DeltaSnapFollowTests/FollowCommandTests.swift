@@ -78,7 +78,9 @@ import Testing
         return (head.version, state(of: rows))
     }
 
-    @Test func aFollowerKilledAtAnyMomentPublishesOnlyStatesTheSourceHad() async throws {
+    /// Into each store: the SQLite file, and DeltaSnap's PostgreSQL store in a database of its
+    /// own on the source's server (its batches merged set-based).
+    @Test(arguments: TestBackend.allCases) func aFollowerKilledAtAnyMomentPublishesOnlyStatesTheSourceHad(_ backend: TestBackend) async throws {
         let kills = Self.number("DELTASNAP_FOLLOW_KILLS", default: 8)
         let transactions = Self.number("DELTASNAP_FOLLOW_TRANSACTIONS", default: 400)
         let rows = Self.number("DELTASNAP_FOLLOW_ROWS", default: 2_000)
@@ -90,7 +92,13 @@ import Testing
         try await source.run("INSERT INTO items SELECT i, i, 'row ' || i FROM generate_series(1, \(rows)) AS i")
         try await source.run("CREATE TABLE scores(user_id text, id int, v int, PRIMARY KEY(user_id, id))")
         try await source.run("INSERT INTO scores SELECT 'u' || (i % 7), i, 0 FROM generate_series(1, 200) AS i")
-        let db = dir.file("s.sqlite")
+        let db: String
+        if backend == .sqlite {
+            db = dir.file("s.sqlite")
+        } else {
+            try await source.run("CREATE DATABASE store")
+            db = source.url.replacingOccurrences(of: "/postgres", with: "/store")
+        }
         let arguments = ["--source", source.url, "--db", db, "--table", "public.items", "--table", "scores", "--partition-by", "user_id", "--create"]
         let log = dir.file("follow.log")
         // Every state the table had, each read right after its commit (one writer).
@@ -119,7 +127,7 @@ import Testing
         // Meanwhile: the follower killed at random moments (the copy included) and started
         // again; the published states read as a client would, between kills.
         try await follower.waitFor("replication slot deltasnap created")
-        let store = try await StoreLocation(db).open(configuration: StoreConfiguration(), readOnly: true)
+        let store = try await StoreLocation(db).open(configuration: StoreConfiguration(), readOnly: backend == .sqlite)
         var observed: [(UInt64, String)] = []
         for _ in 0..<kills {
             let deadline = Date().addingTimeInterval(Double.random(in: 0.05...0.6))

@@ -148,15 +148,7 @@ extension PostgresDatabase {
             """, logger: logger)
         try await connection.query(
             "INSERT INTO deltasnap_versions(cid, version, committed_at) SELECT cid, version, committed_at FROM deltasnap_merged", logger: logger)
-        try await connection.query("""
-            UPDATE deltasnap_collections c
-            SET head = v.version, checksum = v.checksum, visible = v.visible, digest = v.digest, published = \(sequence)
-            FROM deltasnap_merged v WHERE c.cid = v.cid
-            """, logger: logger)
-        // Delivered when (and only if) this transaction commits: one head by name, or the
-        // change feed for many (see PostgresCollectionStore.watchForChanges).
-        let payload = changed.count == 1 ? "\(changed[0].name) \(changed[0].head + 1)" : Self.manyChangedPayload
-        try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \(payload))", logger: logger)
+        try await publishHeads(staged: "deltasnap_merged", changed: changed.map { ($0.name, $0.head + 1) }, sequence: sequence, on: connection)
         return results
     }
 
@@ -292,18 +284,26 @@ extension PostgresDatabase {
                 rows.appendText(String(Int64(bitPattern: partition.state.checksum.value)))
                 rows.appendText(String(partition.state.count))
                 rows.appendBytes((partition.state.digest ?? .empty).bytes, last: true)
+                if rows.isFull { try await emit(&rows) }
             }
             try await emit(&rows)
         }
-        try await connection.query("""
+        try await publishHeads(staged: "deltasnap_batch_heads", changed: changedPaths.map { ($0.name, $0.head) }, sequence: sequence, on: connection)
+        return results
+    }
+
+    /// Moves the heads staged in the temporary table `staged` (`cid`, `version`, `checksum`,
+    /// `visible`, `digest`) under publication `sequence`, and tells every instance — delivered
+    /// when (and only if) the transaction commits: one head by name, or the change feed for
+    /// many (see PostgresCollectionStore.watchForChanges).
+    private func publishHeads(staged: String, changed: [(name: String, version: Int64)], sequence: Int64, on connection: PostgresConnection) async throws {
+        try await connection.query(PostgresQuery(unsafeSQL: """
             UPDATE deltasnap_collections c
             SET head = v.version, checksum = v.checksum, visible = v.visible, digest = v.digest, published = \(sequence)
-            FROM deltasnap_batch_heads v WHERE c.cid = v.cid
-            """, logger: logger)
-        // Delivered when (and only if) this transaction commits, as a merge's.
-        let payload = changedPaths.count == 1 ? "\(changedPaths[0].name) \(changedPaths[0].head)" : Self.manyChangedPayload
+            FROM \(staged) v WHERE c.cid = v.cid
+            """), logger: logger)
+        let payload = changed.count == 1 ? "\(changed[0].name) \(changed[0].version)" : Self.manyChangedPayload
         try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \(payload))", logger: logger)
-        return results
     }
 
     /// Locks the rows of `names` (in `cid` order, as every writer does, so two never wait on

@@ -29,6 +29,7 @@ public struct ProcessMetrics: Sendable {
     /// Serves `/metrics` at `address` until the task is cancelled; any other path is `404`.
     public func serve(at address: DeltaSnapServer.MetricsAddress, logger: Logger) async throws {
         let router = Router()
+        router.middlewares.add(JSONErrors())
         let registry = registry
         @Sendable func response() -> Response {
             Response(
@@ -43,5 +44,20 @@ public struct ProcessMetrics: Sendable {
             logger: logger)
         // No signal handlers of its own: SIGTERM and SIGINT stop the process, not this listener.
         try await application.runService(gracefulShutdownSignals: [])
+    }
+}
+
+/// Any other path or method gets the API's JSON error body (``APIError/jsonResponse``), as
+/// every DeltaSnap listener answers, not Hummingbird's empty one.
+private struct JSONErrors<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let error as HTTPError {
+            let code = error.status == .notFound ? "not_found" : "http_\(error.status.code)"
+            return APIError.jsonResponse(
+                status: error.status, headers: error.headers, code: code,
+                message: error.status == .notFound ? "no such resource: \(request.uri.path) (this listener serves /metrics only)" : error.status.reasonPhrase)
+        }
     }
 }

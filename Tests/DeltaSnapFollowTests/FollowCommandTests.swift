@@ -199,6 +199,9 @@ import Testing
         let port = try #require(Int(line.split(separator: ":").last!.prefix { $0.isNumber }))
         let metrics = try RawHTTPClient(port: port).request("GET", "/metrics")
         #expect(metrics.status == 200 && metrics.text.contains("deltasnap_follow_slot_lag_bytes"), "\(metrics.text)")
+        // Nothing else is there, and it says so as the API does.
+        let other = try RawHTTPClient(port: port).request("GET", "/v1/collections/items")
+        #expect(other.status == 404 && other.text.contains(#""error":"not_found""#), "\(other.text)")
         follower.kill(SIGTERM)
         // --drop-slot removes it (and the position), and says so.
         let dropped = try CLI.run(["follow", "--source", source.url, "--db", db, "--drop-slot"])

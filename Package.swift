@@ -100,7 +100,7 @@ let package = Package(
         .target(
             name: "DeltaSnapFollow",
             dependencies: [
-                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapPostgresStore",
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapPostgresStore", "DeltaSnapSQLite",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

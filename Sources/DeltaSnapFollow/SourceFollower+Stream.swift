@@ -7,7 +7,9 @@ import PostgresNIO
 extension SourceFollower {
     /// Reads the slot's changes, publishing each source transaction as it commits, until
     /// the task is cancelled.
-    func stream(from start: FollowPosition, shapes initial: [String: TableShape], on connection: PostgresConnection) async throws {
+    /// `catalog` is a second connection to the source, for what a change makes the follower
+    /// ask the catalog while the slot's changes are still streaming in on `connection`.
+    func stream(from start: FollowPosition, shapes initial: [String: TableShape], on connection: PostgresConnection, catalog: PostgresConnection) async throws {
         var state = StreamState(position: start, shapes: initial)
         var lastLagCheck = ContinuousClock.now - .seconds(3600)
         var lastAdvanced: UInt64 = 0
@@ -31,15 +33,12 @@ extension SourceFollower {
             // the store first goes alone, after those before it.
             var batch: [CommittedTransaction] = []
             var batchRows = 0
-            // Read whole before anything else runs on this connection: a column change asks
-            // the catalog, which would wait behind a result still streaming in.
-            var read: [PgOutputMessage] = []
+            // Taken as they stream in (a transaction of a million rows is never read whole);
+            // what a change asks the catalog goes on the other connection.
             for try await data in try await connection.query(query, logger: logger).decode(ByteBuffer.self) {
-                read.append(try PgOutputMessage(decoding: Array(buffer: data)))
-            }
-            messages = read.count
-            for message in read {
-                guard let commit = try await state.take(message, follower: self, on: connection) else { continue }
+                messages += 1
+                let message = try PgOutputMessage(decoding: Array(buffer: data))
+                guard let commit = try await state.take(message, follower: self, on: catalog) else { continue }
                 if commit.readsStore {
                     try await publish(batch, state: &state)
                     try await publish([commit], state: &state)
@@ -111,34 +110,48 @@ extension SourceFollower {
     /// Publishes source transactions, each one version of every collection or partition it
     /// changed with the position after it, committed together where the store can
     /// (``DeltaSnapStore/CollectionStore/importTransactions(_:)``). A transaction that must
-    /// read the store (a `TRUNCATE`, changed columns) is published alone.
+    /// read the store (a `TRUNCATE`, changed columns) or that is staged in a file is published alone.
     private func publish(_ commits: [CommittedTransaction], state: inout StreamState) async throws {
         guard let last = commits.last else { return }
         var transactions: [StoreTransaction] = []
         var rows = 0
-        for commit in commits {
-            let changes = commits.count == 1 ? try await expanded(commit) : commit.changes
-            rows += changes.values.reduce(0) { $0 + $1.count }
-            let position = FollowPosition(
-                applied: commit.endLSN, copy: state.position.copy.flatMap { $0.boundary > commit.endLSN ? $0 : nil },
-                columns: state.shapes.mapValues { $0.columns.map { PgRelation.Column(name: $0.name, typeOID: $0.typeOID, isKey: false) } })
-            transactions.append(StoreTransaction(
-                partitions: changes.keys.sorted { $0.utf8Precedes($1) }.map { PartitionRecords(path: $0, records: Array(changes[$0]!.values)) },
-                position: SourcePosition(follower: options.followerName, position: position.text)))
-            if commit.endLSN == last.endLSN { state.position = position }
+        let results: [WriteResult]
+        if let spill = last.spill {
+            try await expand(last, into: spill)
+            let position = position(after: last, state: state)
+            results = try await store.importStreams(try spill.streams(), replace: false, recording: SourcePosition(follower: options.followerName, position: position.text))
+            rows = results.reduce(0) { $0 + $1.upserted + $1.hidden + $1.unchanged }
+            state.position = position
+        } else {
+            for commit in commits {
+                let changes = commits.count == 1 ? try await expanded(commit) : commit.changes
+                rows += changes.values.reduce(0) { $0 + $1.count }
+                let position = position(after: commit, state: state)
+                transactions.append(StoreTransaction(
+                    partitions: changes.keys.sorted { $0.utf8Precedes($1) }.map { PartitionRecords(path: $0, records: Array(changes[$0]!.values)) },
+                    position: SourcePosition(follower: options.followerName, position: position.text)))
+                if commit.endLSN == last.endLSN { state.position = position }
+            }
+            results = Array(try await store.importTransactions(transactions).joined())
         }
-        let results = try await store.importTransactions(transactions)
         let lag = max(0, Date().timeIntervalSince1970 - (Double(last.commitTime) / 1e6 + 946_684_800))
         FollowMetrics.record(commitLag: lag, rows: rows)
         // One line per collection or partition this batch published: its last version.
         var published: [String: (version: UInt64, rows: Int)] = [:]
-        for result in results.joined() where result.committed {
+        for result in results where result.committed {
             let before = published[result.collection]?.rows ?? 0
             published[result.collection] = (result.head?.version ?? 0, before + result.upserted + result.hidden)
         }
         for (path, batch) in published.sorted(by: { $0.key.utf8Precedes($1.key) }) {
             report("\(path): version \(batch.version), \(batch.rows) row\(batch.rows == 1 ? "" : "s"), lag \(Int(lag * 1000)) ms")
         }
+    }
+
+    /// Where the follower stands once `commit` is published.
+    private func position(after commit: CommittedTransaction, state: StreamState) -> FollowPosition {
+        FollowPosition(
+            applied: commit.endLSN, copy: state.position.copy.flatMap { $0.boundary > commit.endLSN ? $0 : nil },
+            columns: state.shapes.mapValues { $0.columns.map { PgRelation.Column(name: $0.name, typeOID: $0.typeOID, isKey: false) } })
     }
 
     /// A transaction's changes with what its `TRUNCATE` hides and its changed columns rewrite,
@@ -148,33 +161,60 @@ extension SourceFollower {
         // Values an update did not send are the published record's.
         for (path, rows) in commit.pending {
             for (id, pending) in rows {
-                let published = try await store.record(pending.from.id, in: pending.from.path)
-                guard let record = pending.row.record(filling: published) else {
-                    logger.error("\(path): row \(id) is not published: \(TableShape.RowProblem.unchangedValue(pending.row.unchanged[0]))")
-                    continue
-                }
+                guard let record = try await completed(pending) else { continue }
                 changes[path, default: [:]][id] = record
+            }
+        }
+        try await addStoreDerived(commit) { record, path in
+            if changes[path]?[record.id] == nil { changes[path, default: [:]][record.id] = record }
+        }
+        return changes
+    }
+
+    /// ``expanded(_:)`` for a transaction staged in a file, done in the file: its waiting rows
+    /// a page at a time, the records its reshape or `TRUNCATE` rewrites one by one.
+    private func expand(_ commit: CommittedTransaction, into spill: TransactionSpill) async throws {
+        while case let page = try spill.someWaiting(limit: 1_000), !page.isEmpty {
+            for pending in page {
+                if let record = try await completed(pending) {
+                    try spill.set(record, at: pending.row.path)
+                } else {
+                    try spill.dropWaiting(at: pending.row.path, id: pending.row.id)
+                }
+            }
+        }
+        try await addStoreDerived(commit) { record, path in try spill.setIfAbsent(record, at: path) }
+    }
+
+    /// The row with the values its update did not send taken from the published record; nil
+    /// (logged) when that record does not have them.
+    private func completed(_ pending: PendingRow) async throws -> Record? {
+        let published = try await store.record(pending.from.id, in: pending.from.path)
+        guard let record = pending.row.record(filling: published) else {
+            logger.error("\(pending.row.path): row \(pending.row.id) is not published: \(TableShape.RowProblem.unchangedValue(pending.row.unchanged[0]))")
+            return nil
+        }
+        return record
+    }
+
+    /// Hands `add` every record the transaction's changed columns rewrite and its `TRUNCATE`
+    /// hides, as the store holds them before it; `add` keeps a record only where the
+    /// transaction did not write that row itself.
+    private func addStoreDerived(_ commit: CommittedTransaction, _ add: (Record, String) throws -> Void) async throws {
+        // A `TRUNCATE` first: what it hid takes no new columns.
+        for collection in commit.truncated.sorted() {
+            for path in try await paths(of: collection) {
+                try await forEachRecord(in: path) { record in try add(.tombstone(id: record.id), path) }
             }
         }
         for (collection, reshape) in commit.reshapes.sorted(by: { $0.key < $1.key }) {
             // Every record of the table takes the new columns in this one version.
             for path in try await paths(of: collection) {
-                var kept = changes[path] ?? [:]
                 try await forEachRecord(in: path) { record in
-                    guard kept[record.id] == nil, let reshaped = reshape.apply(to: record) else { return }
-                    kept[record.id] = reshaped
+                    if let reshaped = reshape.apply(to: record) { try add(reshaped, path) }
                 }
-                changes[path] = kept
             }
         }
-        for collection in commit.truncated.sorted() {
-            for path in try await paths(of: collection) {
-                var kept = changes[path] ?? [:]
-                try await forEachRecord(in: path) { record in if kept[record.id] == nil { kept[record.id] = .tombstone(id: record.id) } }
-                changes[path] = kept
-            }
-        }
-        return changes
     }
 
     /// The collection itself, or every partition of it the store holds.
@@ -184,12 +224,12 @@ extension SourceFollower {
     }
 
     /// Every visible record of `path` (none when it does not exist).
-    private func forEachRecord(in path: String, _ body: (Record) -> Void) async throws {
+    private func forEachRecord(in path: String, _ body: (Record) throws -> Void) async throws {
         guard try await store.head(of: path) != nil else { return }
         let source = try await store.openRecords(in: path, after: nil)
         do {
             while try await source.next({ bytes in
-                if let record = try? Record.parse(Array(bytes)) { body(record) }
+                if let record = try? Record.parse(Array(bytes)) { try body(record) }
             }) {}
             await source.close()
         } catch {
@@ -206,9 +246,12 @@ extension SourceFollower {
     static let batchRows = 50_000
 }
 
-/// One source transaction, read whole: the last state of each row it changed, by path and id.
+/// One source transaction, read whole: the last state of each row it changed, by path and id
+/// — in memory, or in a file once it grew past ``FollowOptions/spillRows`` (`spill`).
 struct CommittedTransaction {
     var changes: [String: [String: Record]]
+    /// Where its rows are when they were too many to hold (then `changes` and `pending` are empty).
+    var spill: TransactionSpill?
     /// Rows completed from the store's records when published.
     var pending: [String: [String: PendingRow]]
     /// Collections whose table's columns changed before this transaction's rows.
@@ -220,7 +263,7 @@ struct CommittedTransaction {
 
     /// Whether publishing it reads the store (what a `TRUNCATE` hides, what changed columns
     /// rewrite): then it cannot share a commit with the transactions before it.
-    var readsStore: Bool { !truncated.isEmpty || !reshapes.isEmpty || !pending.isEmpty }
+    var readsStore: Bool { !truncated.isEmpty || !reshapes.isEmpty || !pending.isEmpty || spill != nil }
 }
 
 /// The stream as a plain value: the tables' shapes by relation, the transaction being read,
@@ -242,6 +285,10 @@ struct StreamState {
         /// Rows waiting for values their update did not send (by path and id).
         var pending: [String: [String: PendingRow]] = [:]
         var truncated: Set<String> = []
+        /// Rows changed so far (a row changed twice counts twice: a bound, not a count).
+        var rows = 0
+        /// Where the rows go once there are more than ``FollowOptions/spillRows``.
+        var spill: TransactionSpill?
     }
 
     init(position: FollowPosition, shapes: [String: TableShape]) {
@@ -260,8 +307,8 @@ struct StreamState {
             guard let transaction = open, !transaction.skipped, endLSN > position.applied else { return nil }
             defer { reshapes = [:] }
             return CommittedTransaction(
-                changes: transaction.changes, pending: transaction.pending, reshapes: reshapes, truncated: transaction.truncated, endLSN: endLSN,
-                commitTime: commitTime)
+                changes: transaction.changes, spill: transaction.spill, pending: transaction.pending, reshapes: reshapes,
+                truncated: transaction.truncated, endLSN: endLSN, commitTime: commitTime)
         case .relation(let relation):
             relations[relation.id] = relation
             if let reshape = try await follower.adopt(relation, into: &shapes, on: connection) {
@@ -279,15 +326,7 @@ struct StreamState {
                 guard let name = relations[id]?.qualifiedName, let shape = shapes[name] else { continue }
                 open?.truncated.insert(shape.table.collection)
                 // Rows written before the TRUNCATE in this transaction go too.
-                guard var transaction = open else { continue }
-                let inTable = { (path: String) in path == shape.table.collection || path.hasPrefix(shape.table.collection + "/") }
-                for (path, records) in transaction.changes where inTable(path) {
-                    transaction.changes[path] = records.mapValues { .tombstone(id: $0.id) }
-                }
-                for (path, rows) in transaction.pending where inTable(path) {
-                    for id in rows.keys { transaction.set(.tombstone(id: id), at: path) }
-                }
-                open = transaction
+                try open?.hideAll(in: shape.table.collection)
             }
         case .other:
             break
@@ -296,8 +335,17 @@ struct StreamState {
     }
 
     private mutating func change(_ relationID: UInt32, old: [PgValue]?, new: [PgValue]?, follower: SourceFollower) throws {
-        guard var transaction = open, !transaction.skipped, let relation = relations[relationID], let shape = shapes[relation.qualifiedName] else { return }
+        guard open?.skipped == false, let relation = relations[relationID], let shape = shapes[relation.qualifiedName] else { return }
+        // Taken out while it changes: a copy left in `open` would make every change copy the
+        // transaction's dictionaries (a 250,000-row transaction took 25 s).
+        var transaction = open!
+        open = nil
         defer { open = transaction }
+        transaction.rows += 1
+        if transaction.spill == nil, transaction.rows > follower.options.spillRows {
+            try transaction.moveToSpill()
+            follower.logger.notice("transaction \(transaction.xid): more than \(follower.options.spillRows) rows, staged in a temporary file until its commit")
+        }
         // A value the update left unsent (unchanged TOAST) is in the old row when the table
         // sends whole old rows (REPLICA IDENTITY FULL).
         var new = new
@@ -308,7 +356,7 @@ struct StreamState {
         if let old, case .success(let named) = shape.path(of: old) { leaving = named }
         guard let new else {
             guard let leaving else { return follower.logger.error("\(relation.qualifiedName): a delete without its key is not published") }
-            transaction.set(.tombstone(id: leaving.id), at: leaving.path)
+            try transaction.set(.tombstone(id: leaving.id), at: leaving.path)
             return
         }
         switch shape.row(from: new) {
@@ -317,40 +365,77 @@ struct StreamState {
         case .success(let row):
             // Where the row stood before this change: its unsent values are there.
             let from = leaving ?? (row.path, row.id)
-            if from.path != row.path || from.id != row.id { transaction.set(.tombstone(id: from.id), at: from.path) }
+            if from.path != row.path || from.id != row.id { try transaction.set(.tombstone(id: from.id), at: from.path) }
             if row.unchanged.isEmpty {
-                transaction.set(row.record(filling: nil)!, at: row.path)
-            } else if let earlier = transaction.pending[from.path]?[from.id] {
+                try transaction.set(row.record(filling: nil)!, at: row.path)
+            } else if let earlier = try transaction.pending(at: from.path, id: from.id) {
                 // Changed before in this transaction and still waiting for the store's values.
                 var merged = row
                 let known = Set(row.members.map(\.key))
                 merged.members += earlier.row.members.filter { !known.contains($0.key) && row.unchanged.contains($0.key) }
                 merged.unchanged = row.unchanged.filter { name in !merged.members.contains { $0.key == name } }
-                transaction.wait(merged, from: earlier.from)
-            } else if let earlier = transaction.changes[from.path]?[from.id] {
+                try transaction.wait(PendingRow(row: merged, from: earlier.from))
+            } else if let earlier = try transaction.record(at: from.path, id: from.id) {
                 guard let record = row.record(filling: earlier) else {
                     return follower.logger.error("\(relation.qualifiedName): a row is not published: \(TableShape.RowProblem.unchangedValue(row.unchanged[0]))")
                 }
-                transaction.set(record, at: row.path)
+                try transaction.set(record, at: row.path)
             } else {
-                transaction.wait(row, from: from)
+                try transaction.wait(PendingRow(row: row, from: from))
             }
         }
     }
 }
 
+/// The transaction's rows, in memory or in its spill: one set of operations for both.
 extension StreamState.OpenTransaction {
     /// `record` is the row's state at `path` now.
-    mutating func set(_ record: Record, at path: String) {
+    mutating func set(_ record: Record, at path: String) throws {
+        if let spill { return try spill.set(record, at: path) }
         changes[path, default: [:]][record.id] = record
         pending[path]?[record.id] = nil
     }
 
     /// The row waits for the values its update did not send, read from the published record
-    /// at `from` when the transaction is published.
-    mutating func wait(_ row: TableShape.Row, from: (path: String, id: String)) {
-        changes[row.path]?[row.id] = nil
-        pending[row.path, default: [:]][row.id] = PendingRow(row: row, from: from)
+    /// at `pending.from` when the transaction is published.
+    mutating func wait(_ pending: PendingRow) throws {
+        if let spill { return try spill.wait(pending) }
+        changes[pending.row.path]?[pending.row.id] = nil
+        self.pending[pending.row.path, default: [:]][pending.row.id] = pending
+    }
+
+    func record(at path: String, id: String) throws -> Record? {
+        if let spill { return try spill.record(at: path, id: id) }
+        return changes[path]?[id]
+    }
+
+    func pending(at path: String, id: String) throws -> PendingRow? {
+        if let spill { return try spill.pending(at: path, id: id) }
+        return pending[path]?[id]
+    }
+
+    /// Every row written (or waiting) in `collection`'s table so far becomes a tombstone.
+    mutating func hideAll(in collection: String) throws {
+        if let spill { return try spill.hideAll(in: collection) }
+        let inTable = { (path: String) in path == collection || path.hasPrefix(collection + "/") }
+        for (path, records) in changes where inTable(path) {
+            changes[path] = records.mapValues { .tombstone(id: $0.id) }
+        }
+        for (path, rows) in pending where inTable(path) {
+            for id in rows.keys { try set(.tombstone(id: id), at: path) }
+        }
+    }
+
+    /// From now on the rows go to a file: what is held so far moves there.
+    mutating func moveToSpill() throws {
+        let spill = try TransactionSpill()
+        for (path, records) in changes {
+            for record in records.values { try spill.set(record, at: path) }
+        }
+        for rows in pending.values {
+            for row in rows.values { try spill.wait(row) }
+        }
+        (changes, pending, self.spill) = ([:], [:], spill)
     }
 }
 

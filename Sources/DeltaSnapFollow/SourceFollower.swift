@@ -22,10 +22,13 @@ package struct FollowOptions: Sendable {
     package var batchChanges: Int
     /// How often the slot's lag and the publication's tables are checked.
     package var checkInterval: Duration
+    /// Rows of one source transaction held in memory; past them it is staged in a temporary
+    /// file until its commit (``TransactionSpill``).
+    package var spillRows: Int
 
     package init(
         source: PostgresURL, tables: [FollowedTable], slot: String, publication: String, create: Bool = false, maxLagBytes: UInt64 = 1 << 30,
-        pollInterval: Duration = .milliseconds(20), batchChanges: Int = 10_000, checkInterval: Duration = .seconds(10)
+        pollInterval: Duration = .milliseconds(20), batchChanges: Int = 10_000, checkInterval: Duration = .seconds(10), spillRows: Int = 50_000
     ) {
         self.source = source
         self.tables = tables
@@ -36,6 +39,7 @@ package struct FollowOptions: Sendable {
         self.pollInterval = pollInterval
         self.batchChanges = batchChanges
         self.checkInterval = checkInterval
+        self.spillRows = spillRows
     }
 
     /// The name the store keeps this follower's position under: one per slot.
@@ -74,12 +78,22 @@ package final class SourceFollower: Sendable {
     /// Copies (first run) then follows until cancelled. Throws ``FollowError`` for what the
     /// operator must change, and the source's or store's errors when they fail.
     package func run() async throws {
+        TransactionSpill.removeAbandoned()
         let connection = try await Self.connect(options.source, logger: logger)
+        let catalog: PostgresConnection
         do {
-            try await follow(on: connection)
-            try? await connection.close()
+            catalog = try await Self.connect(options.source, logger: logger)
         } catch {
             try? await connection.close()
+            throw error
+        }
+        do {
+            try await follow(on: connection, catalog: catalog)
+            try? await connection.close()
+            try? await catalog.close()
+        } catch {
+            try? await connection.close()
+            try? await catalog.close()
             throw Self.sourceError(error)
         }
     }
@@ -123,7 +137,7 @@ package final class SourceFollower: Sendable {
 
     // MARK: - Setting up
 
-    private func follow(on connection: PostgresConnection) async throws {
+    private func follow(on connection: PostgresConnection, catalog: PostgresConnection) async throws {
         var walLevel = ""
         for try await level in try await connection.query("SHOW wal_level", logger: logger).decode(String.self) { walLevel = level }
         guard walLevel == "logical" else {
@@ -143,7 +157,7 @@ package final class SourceFollower: Sendable {
             guard let shape = shapes[name] else { continue }
             shapes[name] = try TableShape(table: shape.table, columns: columns, key: shape.key)
         }
-        try await stream(from: position!, shapes: shapes, on: connection)
+        try await stream(from: position!, shapes: shapes, on: connection, catalog: catalog)
     }
 
     /// A table's columns and primary key from the catalog; checks what following it needs.
@@ -221,12 +235,14 @@ package final class SourceFollower: Sendable {
     // MARK: - The initial copy
 
     /// Every table as of one snapshot, published in one store transaction with the
-    /// snapshot (``CopySnapshot``) as the position.
+    /// snapshot (``CopySnapshot``) as the position. Past ``FollowOptions/spillRows`` rows the
+    /// copy is staged in a file (``TransactionSpill``), as a large source transaction is.
     private func copy(_ shapes: [String: TableShape], on connection: PostgresConnection) async throws -> FollowPosition {
         let started = ContinuousClock.now
         try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
         var snapshot: CopySnapshot?
         var groups: [String: [Record]] = [:]
+        var spill: TransactionSpill?
         var rows = 0
         do {
             for try await (text, boundary) in try await connection.query(
@@ -241,10 +257,17 @@ package final class SourceFollower: Sendable {
                 for try await row in try await connection.query(query, logger: logger) {
                     let values = row.map { cell in cell.bytes.map { PgValue.text(String(buffer: $0)) } ?? .null }
                     switch shape.record(from: values) {
-                    case .success(let (path, record)): groups[path, default: []].append(record)
+                    case .success(let (path, record)):
+                        if let spill { try spill.set(record, at: path) } else { groups[path, default: []].append(record) }
                     case .failure(let problem): logger.warning("\(table.qualifiedName): a row is not published: \(problem)")
                     }
                     rows += 1
+                    if spill == nil, rows > options.spillRows {
+                        spill = try TransactionSpill()
+                        for (path, records) in groups { for record in records { try spill!.set(record, at: path) } }
+                        groups = [:]
+                        logger.notice("copy: more than \(options.spillRows) rows, staged in a temporary file until it is published")
+                    }
                     if rows % 100_000 == 0 { report("copy: \(rows) rows read") }
                 }
             }
@@ -255,13 +278,22 @@ package final class SourceFollower: Sendable {
         }
         guard let snapshot else { throw FollowError.source("the source did not give its snapshot") }
         // Partitions the store holds that the copy no longer has rows for are emptied too.
+        let copied = { (path: String) throws -> Bool in try spill?.contains(path: path) ?? (groups[path] != nil) }
+        var emptied: [String] = []
         for table in options.tables where table.partitionBy != nil {
-            for path in try await store.partitions(of: table.collection) where groups[path] == nil { groups[path] = [] }
+            for path in try await store.partitions(of: table.collection) where try !copied(path) { emptied.append(path) }
         }
-        for table in options.tables where table.partitionBy == nil && groups[table.collection] == nil { groups[table.collection] = [] }
+        for table in options.tables where try table.partitionBy == nil && !copied(table.collection) { emptied.append(table.collection) }
         let position = FollowPosition(applied: 0, copy: snapshot, columns: shapes.mapValues { $0.columns.map { PgRelation.Column(name: $0.name, typeOID: $0.typeOID, isKey: false) } })
-        let partitions = groups.keys.sorted { $0.utf8Precedes($1) }.map { PartitionRecords(path: $0, records: groups[$0]!) }
-        let results = try await store.importPartitions(partitions, replace: true, recording: SourcePosition(follower: options.followerName, position: position.text))
+        let recorded = SourcePosition(follower: options.followerName, position: position.text)
+        let results: [WriteResult]
+        if let spill {
+            results = try await store.importStreams(try spill.streams(then: emptied), replace: true, recording: recorded)
+        } else {
+            for path in emptied { groups[path] = [] }
+            let partitions = groups.keys.sorted { $0.utf8Precedes($1) }.map { PartitionRecords(path: $0, records: groups[$0]!) }
+            results = try await store.importPartitions(partitions, replace: true, recording: recorded)
+        }
         let seconds = (ContinuousClock.now - started) / .seconds(1)
         report("copy: \(rows) rows from \(options.tables.count) table\(options.tables.count == 1 ? "" : "s") into \(results.filter(\.committed).count) collection\(results.count == 1 ? "" : "s") or partitions [\(String(format: "%.2f", seconds)) s, \(Int(Double(rows) / max(seconds, 0.001))) rows/s]")
         return position

@@ -98,6 +98,10 @@ public final class PostgresCollectionStore: CollectionStore {
         try await primary.importTransactions(transactions)
     }
 
+    public func importStreams(_ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
+        try await primary.importStreams(next, replace: replace, recording: position)
+    }
+
     public func sourcePosition(of follower: String) async throws -> String? {
         try await primary.sourcePosition(of: follower)
     }

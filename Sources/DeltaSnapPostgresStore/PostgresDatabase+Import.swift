@@ -92,6 +92,8 @@ extension PostgresDatabase {
             ON COMMIT DROP
             """, logger: logger)
         var seen = Set<String>()
+        // Ids in ascending order need no memory of them: a repeat is one out of order.
+        var lastAscending: String?
         var absentCount = 0
         // A collection with no version yet holds no record: everything in the input is new, so
         // the write rule runs while the input streams and no row has to come back.
@@ -104,7 +106,12 @@ extension PostgresDatabase {
         var referenced: [String: (reference: AttachmentReference, record: Record, line: Int)] = [:]
         try await copy(into: connection) { rows in
             while let record = try stream.next() {
-                guard seen.insert(record.id).inserted else { throw stream.failure(StoreError.duplicateID(record.id).description) }
+                if stream.idsAscend {
+                    if let last = lastAscending, !last.utf8Precedes(record.id) { throw stream.failure(StoreError.duplicateID(record.id).description) }
+                    lastAscending = record.id
+                } else {
+                    guard seen.insert(record.id).inserted else { throw stream.failure(StoreError.duplicateID(record.id).description) }
+                }
                 do {
                     for reference in try AttachmentRule.references(in: record) where referenced[reference.sha256] == nil {
                         referenced[reference.sha256] = (reference, record, stream.line)

@@ -148,6 +148,24 @@ extension PostgresDatabase {
     }
 
     /// Records where a source follower stands, in the caller's transaction.
+    /// Paths streamed one after the other into one transaction, each merged as an import
+    /// merges a collection (``merge(_:into:replace:progress:on:)``: `COPY` into a staging
+    /// table, then set-based), with the position: a source transaction too large to hold.
+    package func importStreams(_ next: () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
+        try await transaction { connection in
+            if let position { try await record(position, on: connection) }
+            var results: [WriteResult] = []
+            while let part = try next() {
+                try CollectionPath.validate(part.path)
+                let locked = try await lock(part.path, on: connection)
+                results.append(try await merge(part.records, into: locked, replace: replace, progress: nil, on: connection))
+                // Its staging table goes now rather than at the commit: the next path makes its own.
+                try await connection.query("DROP TABLE deltasnap_incoming", logger: logger)
+            }
+            return results
+        }
+    }
+
     private func record(_ position: SourcePosition, on connection: PostgresConnection) async throws {
         try await connection.query("""
             INSERT INTO deltasnap_source_positions(follower, position, recorded_at)

@@ -19,6 +19,8 @@ package final class CollectionWriter {
     private var previous: CollectionHead?
     private var state: StateAccumulator
     private var seen = Set<String>()
+    /// In ``putAscending(_:replacing:)``'s mode: the last id put, instead of every id seen.
+    private var lastAscending: String?
 
     private let statements: StatementCache
     private let lookup: SQLiteStatement
@@ -75,6 +77,45 @@ package final class CollectionWriter {
     /// when the same id was already put in this write.
     package func put(_ record: Record) throws {
         guard seen.insert(record.id).inserted else { throw StoreError.duplicateID(record.id) }
+        try apply(record)
+    }
+
+    /// ``put(_:)`` for records in strictly ascending id order (``DeltaSnapStore/RecordStream/idsAscend``),
+    /// holding no id in memory; with `replacing`, the visible records between the previous id
+    /// and this one are hidden first (finish with ``hideRecordsAfterLastAscending()``).
+    package func putAscending(_ record: Record, replacing: Bool) throws {
+        if let last = lastAscending, !last.utf8Precedes(record.id) { throw StoreError.duplicateID(record.id) }
+        if replacing { try hideVisible(after: lastAscending, before: record.id) }
+        lastAscending = record.id
+        try apply(record)
+    }
+
+    /// The end of an ascending replace: hides every visible record after the last one put.
+    package func hideRecordsAfterLastAscending() throws {
+        try hideVisible(after: lastAscending, before: nil)
+    }
+
+    /// Hides the visible records whose ids lie strictly between `after` and `before` (nil:
+    /// unbounded), a page at a time.
+    private func hideVisible(after: String?, before: String?) throws {
+        guard previous != nil else { return }
+        let page = try statements(
+            "SELECT id FROM records WHERE cid = ? AND hidden = 0 AND id > ? AND (? IS NULL OR id < ?) ORDER BY id LIMIT 1000")
+        var from = after ?? ""
+        while true {
+            try page.bind(1, cid)
+            try page.bind(2, from)
+            if let before { try page.bind(3, before); try page.bind(4, before) } else { try page.bindNull(3); try page.bindNull(4) }
+            var ids: [String] = []
+            while try page.step() { ids.append(page.string(0)) }
+            page.reset()
+            guard let last = ids.last else { return }
+            for id in ids { try apply(Record.tombstone(id: id)) }
+            from = last
+        }
+    }
+
+    private func apply(_ record: Record) throws {
         let hash = record.isHidden ? 0 : record.hash
         // A collection created by this write holds no record yet: nothing to look up.
         var found = false

@@ -35,20 +35,30 @@ package struct Importer {
     /// Reads every record `stream` yields and commits them.
     package func run(stream: RecordStream) throws -> WriteResult {
         try store.write(to: collection) { writer in
-            while let record = try stream.next() {
-                do {
-                    try writer.put(record)
-                } catch let error as RecordError {
-                    throw stream.failure(error.description)
-                } catch let error as StoreError {
-                    throw stream.failure(error)
-                }
-                if stream.count % progressInterval == 0 { progress?(stream.count) }
-            }
+            try Self.put(stream, into: writer, progress: progress, every: progressInterval)
             if replace {
                 try stream.refuseEmptyReplace()
                 try writer.hideRecordsNotPut()
             }
+        }
+    }
+
+    /// Every record of `stream` into `writer`; a refusal names the line.
+    static func put(_ stream: RecordStream, into writer: CollectionWriter, progress: ((Int) -> Void)? = nil, every interval: Int = 100_000) throws {
+        try each(stream, progress: progress, every: interval) { try writer.put($0) }
+    }
+
+    /// Calls `put` with every record of `stream`; a refusal names the line.
+    static func each(_ stream: RecordStream, progress: ((Int) -> Void)? = nil, every interval: Int = 100_000, _ put: (Record) throws -> Void) throws {
+        while let record = try stream.next() {
+            do {
+                try put(record)
+            } catch let error as RecordError {
+                throw stream.failure(error.description)
+            } catch let error as StoreError {
+                throw stream.failure(error)
+            }
+            if stream.count % interval == 0 { progress?(stream.count) }
         }
     }
 }

@@ -94,6 +94,10 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         try await writing { try $0.importTransactions(transactions) }
     }
 
+    public func importStreams(_ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
+        try await writing { try $0.importStreams(next, replace: replace, recording: position) }
+    }
+
     public func sourcePosition(of follower: String) async throws -> String? {
         // From the writer: a follower reads its own last commit, never a stale snapshot.
         try await writing { try $0.sourcePosition(of: follower) }

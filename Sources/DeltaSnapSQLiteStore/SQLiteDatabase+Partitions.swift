@@ -27,6 +27,37 @@ extension SQLiteDatabase {
         }
     }
 
+    /// Paths streamed one after the other into one SQLite transaction, each merged as an
+    /// import merges it (``CollectionWriter``), with the position: a source transaction too
+    /// large to hold.
+    package func importStreams(_ next: () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) throws -> [WriteResult] {
+        try db.transaction(.immediate) {
+            if let position { try record(position) }
+            var results: [WriteResult] = []
+            while let part = try next() {
+                try CollectionPath.validate(part.path)
+                let writer = try CollectionWriter(db: db, statements: statements, collection: part.path, configuration: configuration, blobs: blobs)
+                let stream = part.records
+                if stream.idsAscend {
+                    // No id held: a million-row path costs no memory per row.
+                    try Importer.each(stream) { try writer.putAscending($0, replacing: replace) }
+                    if replace {
+                        try stream.refuseEmptyReplace()
+                        try writer.hideRecordsAfterLastAscending()
+                    }
+                } else {
+                    try Importer.put(stream, into: writer)
+                    if replace {
+                        try stream.refuseEmptyReplace()
+                        try writer.hideRecordsNotPut()
+                    }
+                }
+                results.append(try writer.commit())
+            }
+            return results
+        }
+    }
+
     /// The body of a partitioned import, in the caller's transaction.
     private func writePartitions(_ partitions: [PartitionRecords], replace: Bool) throws -> [WriteResult] {
         var fresh = NewPartitions(db: db, statements: statements, configuration: configuration)

@@ -205,7 +205,7 @@ public final class DeltaSnapAPI: Sendable {
         HTTPServerBuilder { [self] responder in
             PollingHTTP1Channel(
                 http1: HTTP1Channel(
-                    responder: InformationalResponder.wrapping(responder, limit: { self.uploadLimit(version: $0) }),
+                    responder: InformationalResponder.wrapping(responder, limit: { self.uploadLimit(version: $0) }, logger: logger),
                     configuration: .init(additionalChannelHandlers: self.channelHandlers(logger: logger))),
                 service: self, requestLogger: logger)
         }

@@ -2,7 +2,9 @@ import DeltaSnapStore
 import HTTPTypes
 import Hummingbird
 import HummingbirdCore
+import Logging
 import NIOCore
+import Foundation
 
 /// The informational (`1xx`) answers a route cannot send, sent by the responder around the
 /// router before the route reads a byte of the request's content:
@@ -14,7 +16,7 @@ import NIOCore
 ///   there instead of starting over.
 ///
 /// ```swift
-/// HTTP1Channel(responder: InformationalResponder.wrapping(responder, limit: { api.uploadLimit(version: $0) }))
+/// HTTP1Channel(responder: InformationalResponder.wrapping(responder, limit: { api.uploadLimit(version: $0) }, logger: logger))
 /// ```
 enum InformationalResponder {
     /// The field that hands the announced token to the route (a client's own is dropped).
@@ -22,14 +24,19 @@ enum InformationalResponder {
 
     /// `responder`, with the informational answers first.
     static func wrapping(
-        _ responder: @escaping HTTPChannelHandler.Responder, limit: @escaping @Sendable (Int) -> String
+        _ responder: @escaping HTTPChannelHandler.Responder, limit: @escaping @Sendable (Int) -> String, logger: Logger
     ) -> HTTPChannelHandler.Responder {
         { request, writer, channel in
             if let expect = request.headers[.expect], expect.lowercased().trimmingSpaces == "100-continue" {
                 try await writer.writeInformationalHead(HTTPResponse(status: .continue))
             }
             guard request.headers[tokenField] != nil || beginsUpload(request) else {
-                return try await responder(request, writer, channel)
+                do {
+                    return try await responder(request, writer, channel)
+                } catch {
+                    logFailure(error, answering: request, logger: logger)
+                    throw error
+                }
             }
             var head = request.head
             head.headerFields[tokenField] = nil
@@ -43,8 +50,27 @@ enum InformationalResponder {
                 try await writer.writeInformationalHead(HTTPResponse(status: ResumableUploadFields.resumptionSupported, headerFields: informational))
                 head.headerFields[tokenField] = token
             }
-            try await responder(Request(head: head, body: request.body), writer, channel)
+            do {
+                try await responder(Request(head: head, body: request.body), writer, channel)
+            } catch {
+                logFailure(error, answering: request, logger: logger)
+                throw error
+            }
         }
+    }
+
+    /// An error out of the responder closes the connection with whatever of the answer was
+    /// not yet sent — for a client, an empty or cut reply. A client that went away is
+    /// routine (debug); anything else is the server's failure, said with the request.
+    private static func logFailure(_ error: any Error, answering request: Request, logger: Logger) {
+        let clientLeft: Bool = switch error {
+        case ChannelError.ioOnClosedChannel, ChannelError.outputClosed, ChannelError.alreadyClosed, ChannelError.eof: true
+        case let error as IOError: [EPIPE, ECONNRESET].contains(error.errnoCode)
+        default: false
+        }
+        logger.log(
+            level: clientLeft ? .debug : .error, "answering \(request.method) \(request.uri.path) failed; the connection is closed",
+            metadata: ["error": "\(String(reflecting: error))"])
     }
 
     /// The token the `104` announced for `request`, if one was sent.

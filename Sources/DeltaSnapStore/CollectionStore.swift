@@ -62,6 +62,17 @@ public protocol CollectionStore: Sendable {
     /// source transactions) or one by one (the default); a follower that stops at any moment
     /// finds the position of exactly what was committed.
     func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]]
+    /// Collections or partitions too large to hold in memory — a source transaction of a
+    /// million rows — each read once from the stream `next` hands over (nil: no more), in
+    /// one transaction: one version per path that changed, `position` recorded with them,
+    /// and a bad record commits nothing. With `replace`, each path's records its stream does
+    /// not list are hidden. `next` is called from the store's writer (for SQLite, its own
+    /// thread), one path after the other, once the previous path's records were all read.
+    ///
+    /// ```swift
+    /// let results = try await store.importStreams(spill.streams(), replace: false, recording: position)
+    /// ```
+    func importStreams(_ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult]
     /// The position a source follower last recorded with its writes (nil: none yet).
     func sourcePosition(of follower: String) async throws -> String?
     /// Forgets a follower's position (`follow --drop-slot`); whether there was one.

@@ -22,6 +22,14 @@ public final class RecordStream: @unchecked Sendable {
     private var state = State.start
     /// Records returned so far.
     public private(set) var count = 0
+    /// No records means an empty collection (a source table copied empty), not an input
+    /// that lost them on the way: a replacing import of it hides everything.
+    public var emptyIsIntended = false
+    /// The records come in strictly ascending id order (UTF-8 bytes), as read from a keyed
+    /// table: a store then needs no memory of the ids it was given — a repeated id is one
+    /// out of order, and the records a replacing import leaves out lie between two given
+    /// ones. Checked as the records come (``StoreError/duplicateID(_:)``).
+    public var idsAscend = false
     /// The record ``next()`` returned last, as the input wrote it (for a record already
     /// parsed: its canonical bytes). A tombstone's canonical form keeps only its id, so what
     /// else its line said — the partition it belongs to — is read from these.
@@ -128,7 +136,7 @@ extension RecordStream {
     /// An input that lost its records on the way (a failed export, a dropped body) must not
     /// read as "the collection is now empty" and hide everything.
     public func refuseEmptyReplace() throws {
-        guard count == 0 else { return }
+        guard count == 0, !emptyIsIntended else { return }
         var error = failure(
             "a replacing import with no records would hide every record; nothing was committed (to empty a collection, hide its records explicitly)",
             at: 1)

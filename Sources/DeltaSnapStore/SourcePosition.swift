@@ -29,3 +29,17 @@ public struct StoreTransaction: Sendable {
         self.position = position
     }
 }
+
+/// One collection or partition of a streamed import: its path and its records, read once
+/// (``CollectionStore/importStreams(_:replace:recording:)``).
+public struct PathRecords: Sendable {
+    /// `NAME` or `NAME/KEY`.
+    public var path: String
+    /// Each id at most once.
+    public var records: RecordStream
+
+    public init(path: String, records: RecordStream) {
+        self.path = path
+        self.records = records
+    }
+}

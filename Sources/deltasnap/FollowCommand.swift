@@ -61,6 +61,10 @@ struct FollowCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Report the slot (log line and metric) when it holds back more than this many bytes of WAL.")
     var maxLagBytes: UInt64 = 1 << 30
 
+    @Option(name: .long, help: ArgumentHelp(
+        "Rows of one source transaction held in memory; a larger one is staged in a temporary file until its commit.", valueName: "ROWS"))
+    var spillRows = 50_000
+
     @Flag(name: .long, help: "Remove the replication slot (and the position the store keeps for it), then exit.")
     var dropSlot = false
 
@@ -76,6 +80,7 @@ struct FollowCommand: AsyncParsableCommand {
         if let metricsListen, ServeCommand.hostAndPort(metricsListen) == nil {
             throw ValidationError("--metrics-listen must be HOST:PORT (a port 0...65535), e.g. 127.0.0.1:9465")
         }
+        guard spillRows > 0 else { throw ValidationError("--spill-rows must be at least 1") }
         if !dropSlot && table.isEmpty { throw ValidationError("name at least one --table SCHEMA.TABLE[=COLLECTION] to follow") }
         do {
             let tables = try Self.tables(from: Array(CommandLine.arguments.dropFirst()))
@@ -134,7 +139,7 @@ struct FollowCommand: AsyncParsableCommand {
         try await reportingErrors {
             let options = FollowOptions(
                 source: try PostgresURL(source), tables: try Self.tables(from: Array(CommandLine.arguments.dropFirst())), slot: slot,
-                publication: publication, create: create, maxLagBytes: maxLagBytes)
+                publication: publication, create: create, maxLagBytes: maxLagBytes, spillRows: spillRows)
             try await StoreLocation.withStore(db) { store in
                 if dropSlot {
                     let dropped = try await SourceFollower.dropSlot(options, store: store, logger: logger)

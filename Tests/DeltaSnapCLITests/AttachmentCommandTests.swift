@@ -8,12 +8,12 @@ import Testing
 /// `deltasnap attachment add` as a data owner runs it: one reference line, the blob kept
 /// under its hash beside the store, one-line errors.
 @Suite struct AttachmentCommandTests {
-    @Test func addStoresTheFileAndPrintsItsReference() throws {
+    @Test func addStoresTheFileAndPrintsItsReference() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let photo = try dir.write("photo.JPG", "test")
         let db = dir.file("s.sqlite")
-        let added = try CLI.run(["attachment", "add", "--db", db, "--collection", "notes", photo])
+        let added = try await CLI.run(["attachment", "add", "--db", db, "--collection", "notes", photo])
         let sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
         #expect(added.status == 0, "\(added.stderr)")
         #expect(added.stdout == #"{"$attachment":"\#(sha256)","size":4,"type":"image/jpeg"}"# + "\n")
@@ -23,57 +23,57 @@ import Testing
         let record = try Record(json: Array(#"{"id":"n1","photo":\#(added.stdout.dropLast())}"#.utf8))
         #expect(try AttachmentReference.references(in: record).map(\.sha256) == [sha256])
 
-        let typed = try CLI.run(["attachment", "add", "--db", db, "--collection", "notes/alice", "--type", "text/plain; charset=utf-8", photo])
+        let typed = try await CLI.run(["attachment", "add", "--db", db, "--collection", "notes/alice", "--type", "text/plain; charset=utf-8", photo])
         #expect(typed.status == 0 && typed.stdout.contains(#""type":"text/plain; charset=utf-8""#), "\(typed.stdout)\(typed.stderr)")
     }
 
-    @Test func badInputIsOneLineAndAnExitCode() throws {
+    @Test func badInputIsOneLineAndAnExitCode() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let file = try dir.write("a.bin", "x")
         let db = dir.file("s.sqlite")
-        let missing = try CLI.run(["attachment", "add", "--db", db, "--collection", "notes", dir.file("nope.bin")])
+        let missing = try await CLI.run(["attachment", "add", "--db", db, "--collection", "notes", dir.file("nope.bin")])
         #expect(missing.status == 1 && missing.stderr.hasPrefix("deltasnap: ") && missing.stderr.split(separator: "\n").count == 1, "\(missing.stderr)")
         for arguments in [["--collection", "no such/name/at/all"], ["--collection", "notes", "--type", "jpeg"]] {
-            let refused = try CLI.run(["attachment", "add", "--db", db] + arguments + [file])
+            let refused = try await CLI.run(["attachment", "add", "--db", db] + arguments + [file])
             #expect(refused.status == 2, "\(arguments): \(refused.stderr)")
         }
-        #expect(try CLI.run(["attachment", "add", "--help"]).stdout.contains("reference"))
+        #expect(try await CLI.run(["attachment", "add", "--help"]).stdout.contains("reference"))
     }
 
     /// The data owner's loop: add a file, import a record that refers to it, bake with the
     /// files for the app bundle; a record naming a file the store lacks is refused naming its
     /// line; `compact` reports the files it collected.
-    @Test func importChecksFilesAndBakeBundlesThem() throws {
+    @Test func importChecksFilesAndBakeBundlesThem() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
         let photo = try dir.write("photo.png", "a small picture")
-        let added = try CLI.run(["attachment", "add", "--db", db, "--collection", "notes", photo])
+        let added = try await CLI.run(["attachment", "add", "--db", db, "--collection", "notes", photo])
         #expect(added.status == 0, "\(added.stderr)")
         let reference = added.stdout.trimmingCharacters(in: .newlines)
         let missing = #"{"$attachment":"\#(String(repeating: "b", count: 64))","size":3,"type":"image/png"}"#
         let bad = try dir.write("bad.ndjson", #"{"id":"n1","photo":\#(reference)}"# + "\n" + #"{"id":"n2","photo":\#(missing)}"# + "\n")
-        let refused = try CLI.run(["import", "--db", db, "--collection", "notes", bad])
+        let refused = try await CLI.run(["import", "--db", db, "--collection", "notes", bad])
         #expect(refused.status != 0 && refused.stderr.contains("bad.ndjson:2") && refused.stderr.contains("does not hold"), "\(refused.stderr)")
         let good = try dir.write("good.ndjson", #"{"id":"n1","photo":\#(reference)}"# + "\n")
-        let imported = try CLI.run(["import", "--db", db, "--collection", "notes", good])
+        let imported = try await CLI.run(["import", "--db", db, "--collection", "notes", good])
         #expect(imported.status == 0, "\(imported.stderr)")
 
         let out = dir.file("Snapshots")
-        let baked = try CLI.run(["bake", "--db", db, "--collection", "notes", "--out", out, "--attachments"])
+        let baked = try await CLI.run(["bake", "--db", db, "--collection", "notes", "--out", out, "--attachments"])
         #expect(baked.status == 0 && baked.stdout.contains("attachments: 1 file, 15 bytes"), "\(baked.stdout)\(baked.stderr)")
         let sha256 = try #require(AttachmentReference.references(in: Record(json: Array(#"{"id":"x","p":\#(reference)}"#.utf8))).first?.sha256)
         #expect(try String(contentsOfFile: "\(out)/attachments/\(sha256)", encoding: .utf8) == "a small picture")
 
         // A file no record refers to: kept through its grace period, then removed.
         let stray = try dir.write("stray.txt", "nobody refers to me")
-        #expect(try CLI.run(["attachment", "add", "--db", db, "--collection", "notes", stray]).status == 0)
-        let kept = try CLI.run(["compact", "--db", db, "--collection", "notes", "--keep-versions", "10"])
+        #expect(try await CLI.run(["attachment", "add", "--db", db, "--collection", "notes", stray]).status == 0)
+        let kept = try await CLI.run(["compact", "--db", db, "--collection", "notes", "--keep-versions", "10"])
         #expect(kept.status == 0 && kept.stdout.hasSuffix("attachments: 0 removed (0 bytes), 1 unreferenced kept until their grace period ends\n"), "\(kept.stdout)\(kept.stderr)")
-        let compacted = try CLI.run(["compact", "--db", db, "--collection", "notes", "--keep-versions", "10", "--attachment-grace-days", "0"])
+        let compacted = try await CLI.run(["compact", "--db", db, "--collection", "notes", "--keep-versions", "10", "--attachment-grace-days", "0"])
         #expect(compacted.status == 0 && compacted.stdout.hasSuffix("attachments: 1 removed (19 bytes), 0 unreferenced kept until their grace period ends\n"), "\(compacted.stdout)\(compacted.stderr)")
-        #expect(try CLI.run(["attachments", "--help"]).status == 0)
+        #expect(try await CLI.run(["attachments", "--help"]).status == 0)
     }
 
     /// The notes-with-photos walk through the CLI, against a `deltasnap serve` child: attach
@@ -87,7 +87,7 @@ import Testing
             dir.remove()
         }
         let url = "\(server.collectionsURL)/notes"
-        func run(_ arguments: [String]) async throws -> CLI.Result { try await offPool { try CLI.run(arguments) } }
+        func run(_ arguments: [String]) async throws -> CLI.Result { try await offPool { try CLI.runBlocking(arguments) } }
         let photo = dir.file("beach.png")
         let bytes = (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ $0 >> 7) }
         FileManager.default.createFile(atPath: photo, contents: Data(bytes))
@@ -146,7 +146,7 @@ import Testing
         let file = dir.file("video.bin")
         FileManager.default.createFile(atPath: file, contents: Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 5 &+ $0 >> 13) }))
         let phone = dir.file("phone.sqlite")
-        let put = try CLI.run(["local", "put", "--replica", phone, "--attach", "video=\(file)", "n1", #"{"title":"Clip"}"#])
+        let put = try await CLI.run(["local", "put", "--replica", phone, "--attach", "video=\(file)", "n1", #"{"title":"Clip"}"#])
         #expect(put.status == 0, "\(put.stderr)")
         let before = try SQLiteDatabase(path: db).head(of: "notes")!.version
 
@@ -167,11 +167,11 @@ import Testing
         }
         // The last run goes to the end (again, as a person would, if the server was still
         // noticing the last kill: exit 4 says "try later").
-        var finished = try CLI.run(["sync", "--url", url, "--replica", phone, "--token", "cli-token"])
-        for _ in 0..<3 where finished.status == 4 { finished = try CLI.run(["sync", "--url", url, "--replica", phone, "--token", "cli-token"]) }
+        var finished = try await CLI.run(["sync", "--url", url, "--replica", phone, "--token", "cli-token"])
+        for _ in 0..<3 where finished.status == 4 { finished = try await CLI.run(["sync", "--url", url, "--replica", phone, "--token", "cli-token"]) }
         #expect(finished.status == 0 && finished.stdout.contains("pushed 1\n"), "\(finished.stdout)\(finished.stderr)")
         #expect(try SQLiteDatabase(path: db).head(of: "notes")!.version == before + 1, "the record landed more than once")
-        let export = try CLI.run(["export", "--db", db, "--collection", "notes"]).stdout
+        let export = try await CLI.run(["export", "--db", db, "--collection", "notes"]).stdout
         let hash = try #require(AttachmentReference.references(in: Record(json: Array(export.split(separator: "\n")[1].utf8))).first?.sha256)
         #expect(hash == AttachmentVerifier.sha256(of: FileManager.default.contents(atPath: file)!))
         #expect(Double(proxy.bytesUpstream) < 1.5 * Double(size), "\(proxy.bytesUpstream) bytes for a \(size)-byte file: the runs did not resume")

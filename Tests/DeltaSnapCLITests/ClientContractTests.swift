@@ -22,7 +22,7 @@ import Testing
             "http://127.0.0.1:\(port ?? server.port)/v1/collections/\(collection)"
         }
 
-        func run(_ arguments: [String]) async throws -> CLI.Result { try await offPool { try CLI.run(arguments) } }
+        func run(_ arguments: [String]) async throws -> CLI.Result { try await offPool { try CLI.runBlocking(arguments) } }
     }
 
     func withWorld(_ body: (World) async throws -> Void) async throws {
@@ -197,7 +197,7 @@ import Testing
     /// `deltasnap token` mints `exp` in whole seconds.
     @Test func mintedTokensExpireOnAWholeSecond() async throws {
         let before = Int(Date().timeIntervalSince1970)
-        let minted = try await offPool { try CLI.run(["token", "--secret", "s", "--subject", "alice", "--expires-in", "600"]) }
+        let minted = try await offPool { try CLI.runBlocking(["token", "--secret", "s", "--subject", "alice", "--expires-in", "600"]) }
         let after = Int(Date().timeIntervalSince1970.rounded(.up))
         #expect(minted.status == 0)
         let payload = try #require(minted.stdout.split(separator: ".").dropFirst().first)

@@ -16,69 +16,69 @@ import Testing
         ("[{\"id\":\"a\"},\n 7]\n", 2, "must be a JSON object"),
         ("{\"id\":\"a\"}\n{\"id\":\"b\\u0000c\"}\n", 2, "must not contain U+0000"),
     ])
-    func badInputAbortsWithFileAndLine(_ input: String, _ line: Int, _ reason: String) throws {
+    func badInputAbortsWithFileAndLine(_ input: String, _ line: Int, _ reason: String) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let file = try dir.write("in.ndjson", input)
-        let result = try CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "c", file])
+        let result = try await CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "c", file])
         #expect(result.status == 1)
         #expect(result.stderr.hasPrefix("deltasnap: \(file):\(line): "), "\(result.stderr)")
         #expect(result.stderr.contains(reason), "\(result.stderr)")
         #expect(result.stderr.split(separator: "\n").count == 1)
     }
 
-    @Test func badLineAtTheEndOfALargeFileLeavesTheStoreExactlyAsItWas() throws {
+    @Test func badLineAtTheEndOfALargeFileLeavesTheStoreExactlyAsItWas() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
         let seed = try dir.write("seed.ndjson", Fixtures.ndjson(0..<1000))
-        #expect(try CLI.run(["import", "--db", db, "--collection", "c", seed]).status == 0)
-        let before = try CLI.run(["export", "--db", db, "--collection", "c"]).stdoutBytes
+        #expect(try await CLI.run(["import", "--db", db, "--collection", "c", seed]).status == 0)
+        let before = try await CLI.run(["export", "--db", db, "--collection", "c"]).stdoutBytes
         let headBefore = try SQLiteDatabase(path: db).head(of: "c")
 
         let bad = try dir.write("bad.ndjson", Fixtures.ndjson(0..<100_000, revision: 1) + "{\"id\": oops}\n")
-        let result = try CLI.run(["import", "--db", db, "--collection", "c", "--replace", "--quiet", bad])
+        let result = try await CLI.run(["import", "--db", db, "--collection", "c", "--replace", "--quiet", bad])
         #expect(result.status == 1)
         #expect(result.stderr.hasPrefix("deltasnap: \(bad):100001: "), "\(result.stderr)")
-        #expect(try CLI.run(["export", "--db", db, "--collection", "c"]).stdoutBytes == before)
+        #expect(try await CLI.run(["export", "--db", db, "--collection", "c"]).stdoutBytes == before)
         #expect(try SQLiteDatabase(path: db).head(of: "c") == headBefore)
     }
 
     /// A replacing import whose input lost its records (an empty export, a truncated
     /// download) would hide the whole collection: refused, nothing committed.
     @Test(arguments: ["", "\n\n", "[]", " [ ]\n"])
-    func replacingWithNoRecordsIsRefused(_ input: String) throws {
+    func replacingWithNoRecordsIsRefused(_ input: String) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        #expect(try CLI.run(["import", "--db", db, "--collection", "c", "-"], stdin: Fixtures.ndjson(0..<3)).status == 0)
+        #expect(try await CLI.run(["import", "--db", db, "--collection", "c", "-"], stdin: Fixtures.ndjson(0..<3)).status == 0)
         let headBefore = try SQLiteDatabase(path: db).head(of: "c")
-        let result = try CLI.run(["import", "--db", db, "--collection", "c", "--replace", "-"], stdin: input)
+        let result = try await CLI.run(["import", "--db", db, "--collection", "c", "--replace", "-"], stdin: input)
         #expect(result.status == 1)
         #expect(result.stderr.contains("would hide every record") && result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
         #expect(try SQLiteDatabase(path: db).head(of: "c") == headBefore)
         // Without --replace an empty input is an empty import, as before.
-        #expect(try CLI.run(["import", "--db", db, "--collection", "c", "-"], stdin: input).status == 0)
+        #expect(try await CLI.run(["import", "--db", db, "--collection", "c", "-"], stdin: input).status == 0)
     }
 
-    @Test func importsAJSONArrayFromStandardInput() throws {
+    @Test func importsAJSONArrayFromStandardInput() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let result = try CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "c", "-"],
+        let result = try await CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "c", "-"],
                                  stdin: #"[{"id":"b","x":1},{"id":"a"}]"#)
         #expect(result.status == 0, "\(result.stderr)")
-        let export = try CLI.run(["export", "--db", dir.file("s.sqlite"), "--collection", "c"])
+        let export = try await CLI.run(["export", "--db", dir.file("s.sqlite"), "--collection", "c"])
         #expect(export.stdout == "{\"id\":\"a\"}\n{\"id\":\"b\",\"x\":1}\n")
     }
 
-    @Test func usageErrorsAreOneLineAndNonZero() throws {
+    @Test func usageErrorsAreOneLineAndNonZero() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let badName = try CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "Bad Name", "-"], stdin: "")
+        let badName = try await CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "Bad Name", "-"], stdin: "")
         #expect(badName.status == 1 && badName.stderr.contains("invalid collection name"))
-        let missing = try CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "c", dir.file("nope.ndjson")])
+        let missing = try await CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "c", dir.file("nope.ndjson")])
         #expect(missing.status == 1 && missing.stderr.contains("does not exist"))
-        let unknown = try CLI.run(["export", "--db", dir.file("s.sqlite"), "--collection", "nope"])
+        let unknown = try await CLI.run(["export", "--db", dir.file("s.sqlite"), "--collection", "nope"])
         #expect(unknown.status == 1 && unknown.stderr.contains("does not exist"))
     }
 
@@ -99,7 +99,7 @@ import Testing
         for files in results {
             DispatchQueue.global().async(group: group) {
                 for file in files {
-                    let result = try? CLI.run(["import", "--db", db, "--collection", "c", "--quiet", file])
+                    let result = try? CLI.runBlocking(["import", "--db", db, "--collection", "c", "--quiet", file])
                     outputs.withLock { $0.append(result ?? CLI.Result(status: -1, stdout: "", stderr: "spawn failed", stdoutBytes: [])) }
                 }
             }
@@ -123,7 +123,7 @@ import Testing
 extension ImportCommandTests {
     /// `import --rules FILE` into the memberships collection: every record that would grant
     /// nothing is named (FILE:LINE), and nothing is imported; other collections pass as before.
-    @Test func membershipsThatGrantNothingAreRefusedWithTheirLines() throws {
+    @Test func membershipsThatGrantNothingAreRefusedWithTheirLines() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
@@ -135,11 +135,11 @@ extension ImportCommandTests {
             ["import", "--db", db, "--rules", rules, "--collection", "members/alice", file],
             ["import", "--db", db, "--rules", rules, "--collection", "members", "--partition-by", "user", try dir.write("by-user.ndjson", #"{"id":"sets/9","user":"bob","role":"Write"}"# + "\n")],
         ] {
-            let result = try CLI.run(arguments)
+            let result = try await CLI.run(arguments)
             #expect(result.status == 1, "\(result.stderr)")
             #expect(!result.stderr.contains("deltasnap: ") || result.stderr.hasSuffix("nothing was imported\n"), "\(result.stderr)")
         }
-        let refused = try CLI.run(["import", "--db", db, "--rules", rules, "--collection", "members/alice", file])
+        let refused = try await CLI.run(["import", "--db", db, "--rules", rules, "--collection", "members/alice", file])
         let lines = refused.stderr.split(separator: "\n").map(String.init)
         #expect(lines.count == 4, "\(refused.stderr)")
         #expect(lines[0].hasPrefix("\(file):2: record \"sets/2\": role \"none\" grants nothing"), "\(lines[0])")
@@ -149,25 +149,25 @@ extension ImportCommandTests {
         #expect(try SQLiteDatabase(path: db).head(of: "members/alice") == nil)
 
         // From standard input too; good records import; other collections are not checked.
-        let good = try CLI.run(["import", "--db", db, "--rules", rules, "--collection", "members/alice", "-"], stdin: #"{"id":"sets/1","role":"read"}"#)
+        let good = try await CLI.run(["import", "--db", db, "--rules", rules, "--collection", "members/alice", "-"], stdin: #"{"id":"sets/1","role":"read"}"#)
         #expect(good.status == 0, "\(good.stderr)")
-        let stdinBad = try CLI.run(["import", "--db", db, "--rules", rules, "--collection", "members/alice", "-"], stdin: #"{"id":"sets/1","role":1}"#)
+        let stdinBad = try await CLI.run(["import", "--db", db, "--rules", rules, "--collection", "members/alice", "-"], stdin: #"{"id":"sets/1","role":1}"#)
         #expect(stdinBad.status == 1 && stdinBad.stderr.hasPrefix("<stdin>:1: record \"sets/1\": role 1 grants nothing"), "\(stdinBad.stderr)")
-        let other = try CLI.run(["import", "--db", db, "--rules", rules, "--collection", "sets/1", "-"], stdin: #"{"id":"q","role":"none"}"#)
+        let other = try await CLI.run(["import", "--db", db, "--rules", rules, "--collection", "sets/1", "-"], stdin: #"{"id":"q","role":"none"}"#)
         #expect(other.status == 0, "\(other.stderr)")
     }
 
     /// PROTOCOL §10.1: `--partition-by` keeps the field in each record; `export` of a
     /// partition that does not exist fails with one line.
-    @Test func partitionByKeepsTheFieldAndExportOfAMissingPartitionFails() throws {
+    @Test func partitionByKeepsTheFieldAndExportOfAMissingPartitionFails() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
         let file = try dir.write("a.ndjson", #"{"id":"a1","owner":"alice","score":3}"# + "\n")
-        #expect(try CLI.run(["import", "--db", db, "--collection", "attempts", "--partition-by", "owner", file]).status == 0)
-        let exported = try CLI.run(["export", "--db", db, "--collection", "attempts/alice"])
+        #expect(try await CLI.run(["import", "--db", db, "--collection", "attempts", "--partition-by", "owner", file]).status == 0)
+        let exported = try await CLI.run(["export", "--db", db, "--collection", "attempts/alice"])
         #expect(exported.stdout == #"{"id":"a1","owner":"alice","score":3}"# + "\n")
-        let missing = try CLI.run(["export", "--db", db, "--collection", "attempts/zed"])
+        let missing = try await CLI.run(["export", "--db", db, "--collection", "attempts/zed"])
         #expect(missing.status == 1 && missing.stderr == "deltasnap: collection \"attempts/zed\" does not exist\n", "\(missing.stderr)")
     }
 }

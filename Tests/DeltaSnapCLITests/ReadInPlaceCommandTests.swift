@@ -14,9 +14,9 @@ import Testing
         _ = try await Fixtures.bakedReplica(in: dir, count: 20)
         let path = dir.file("app.sqlite")
         let bundle = dir.file("items.replica")
-        let pulled = try CLI.run(["pull", "--url", "http://127.0.0.1:9/v1/collections/items", "--replica", path, "--snapshot", bundle, "--timeout", "1"])
+        let pulled = try await CLI.run(["pull", "--url", "http://127.0.0.1:9/v1/collections/items", "--replica", path, "--snapshot", bundle, "--timeout", "1"])
         #expect(pulled.status == 4 && !FileManager.default.fileExists(atPath: path))
-        let patched = try CLI.run(["local", "patch", "--replica", path, "--snapshot", bundle, "r0000003", #"{"note":"offline"}"#])
+        let patched = try await CLI.run(["local", "patch", "--replica", path, "--snapshot", bundle, "r0000003", #"{"note":"offline"}"#])
         #expect(patched.status == 0 && patched.stdout == "queued patch r0000003 (seq 1)\n", "\(patched.stdout)\(patched.stderr)")
         #expect(try Fixtures.dumpReplica(path).contains(#""note":"offline""#))
         #expect(try Fixtures.dumpReplica(path).split(separator: "\n").count == 20)
@@ -32,7 +32,7 @@ import Testing
         let path = dir.file("app.sqlite")
         let bundle = dir.file("items.replica")
         let dead = "http://127.0.0.1:9/v1/collections/items"
-        let pulled = try CLI.run(["pull", "--url", dead, "--replica", path, "--snapshot", bundle, "--timeout", "1"])
+        let pulled = try await CLI.run(["pull", "--url", dead, "--replica", path, "--snapshot", bundle, "--timeout", "1"])
         #expect(pulled.status == 4 && !FileManager.default.fileExists(atPath: path))
         #expect(BundledReplica.isReadInPlace(path))
 
@@ -47,7 +47,7 @@ import Testing
             ["revert", "--url", dead, "--replica", path, "--to", "1", "r0000003"],
         ]
         for arguments in refusals {
-            let result = try CLI.run(arguments)
+            let result = try await CLI.run(arguments)
             let verb = arguments.prefix(2).joined(separator: " ")
             #expect(result.status == 1, "\(verb): \(result.status) \(result.stdout)\(result.stderr)")
             #expect(result.stderr.contains("read in place"), "\(verb): \(result.stderr)")
@@ -55,14 +55,14 @@ import Testing
             #expect(!FileManager.default.fileExists(atPath: path), "\(verb) created a replica in the bundle's place")
         }
         // Nothing can be queued in a replica read in place (a write copies it first).
-        let pending = try CLI.run(["pending", "--replica", path, "--all"])
+        let pending = try await CLI.run(["pending", "--replica", path, "--all"])
         #expect(pending.status == 0 && pending.stdout.isEmpty, "\(pending.stdout)\(pending.stderr)")
         #expect(!FileManager.default.fileExists(atPath: path))
 
         // With the bundle, the same write goes through and copies it.
-        let patched = try CLI.run(["local", "patch", "--replica", path, "--snapshot", bundle, "r0000003", #"{"note":"offline"}"#])
+        let patched = try await CLI.run(["local", "patch", "--replica", path, "--snapshot", bundle, "r0000003", #"{"note":"offline"}"#])
         #expect(patched.status == 0, "\(patched.stderr)")
-        let listed = try CLI.run(["pending", "--replica", path])
+        let listed = try await CLI.run(["pending", "--replica", path])
         #expect(listed.status == 0 && listed.stdout == #"1 patch r0000003 {"note":"offline"}"# + "\n", "\(listed.stdout)\(listed.stderr)")
     }
 }

@@ -48,7 +48,7 @@ import Glibc
     @Test func anIndexLifetimeUnderAMinuteIsAUsageError() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let short = try await offPool { try CLI.run(["serve", "--db", dir.file("s.sqlite"), "--port", "0", "--index-lifetime", "59"]) }
+        let short = try await offPool { try CLI.runBlocking(["serve", "--db", dir.file("s.sqlite"), "--port", "0", "--index-lifetime", "59"]) }
         #expect(short.status == 2 && short.stderr.contains("at least 60 seconds"), "\(short.stderr)")
     }
 
@@ -56,7 +56,7 @@ import Glibc
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let server = try await ScriptedServer.start { _, _ in .init() }
-        let result = try await offPool { try CLI.run(["serve", "--db", dir.file("s.sqlite"), "--port", String(server.port)]) }
+        let result = try await offPool { try CLI.runBlocking(["serve", "--db", dir.file("s.sqlite"), "--port", String(server.port)]) }
         await server.stop()
         #expect(result.status == 1)
         #expect(result.stderr.split(separator: "\n").last?.hasPrefix("deltasnap: ") == true, "\(result.stderr)")

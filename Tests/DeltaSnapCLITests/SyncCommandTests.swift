@@ -21,12 +21,12 @@ import Testing
         let server = try await offPool { try ServeProcess.start(["--db", db, "--jwt-secret", Self.secret]) }
         defer { server.stop() }
         let url = "\(server.collectionsURL)/notes"
-        let token = try await offPool { try CLI.run(["token", "--secret", Self.secret, "--subject", "alice", "--write", "notes", "--expires-in", "600"]) }
+        let token = try await offPool { try CLI.runBlocking(["token", "--secret", Self.secret, "--subject", "alice", "--write", "notes", "--expires-in", "600"]) }
         #expect(token.status == 0 && token.stdout.split(separator: ".").count == 3, "\(token.stderr)")
         let jwt = token.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         let a = dir.file("a.sqlite")
         let b = dir.file("b.sqlite")
-        func run(_ arguments: [String]) async throws -> CLI.Result { try await offPool { try CLI.run(arguments) } }
+        func run(_ arguments: [String]) async throws -> CLI.Result { try await offPool { try CLI.runBlocking(arguments) } }
 
         for replica in [a, b] { #expect(try await run(["pull", "--url", url, "--replica", replica]).status == 0) }
         #expect(try await run(["pending", "--replica", a]).stdout.isEmpty)
@@ -85,19 +85,19 @@ import Testing
         let replica = dir.file("r.sqlite")
         let environment = ["TMPDIR": dir.path]
         let sync = ["sync", "--url", url, "--replica", replica, "--token", TestServer.writeToken]
-        _ = try await offPool { try CLI.run(["pull", "--url", url, "--replica", replica], environment: environment) }
+        _ = try await offPool { try CLI.runBlocking(["pull", "--url", url, "--replica", replica], environment: environment) }
 
         var queued = 0
         func queueRound(_ round: Int) async throws {
             let lines = (0..<120).map { #"{"id":"r\#(round)-\#($0)","n":\#($0)}"# }.joined(separator: "\n")
             try Data(lines.utf8).write(to: URL(fileURLWithPath: dir.file("round.ndjson")))
-            let result = try await offPool { try CLI.run(["local", "insert", "--replica", replica, "--file", dir.file("round.ndjson")], environment: environment) }
+            let result = try await offPool { try CLI.runBlocking(["local", "insert", "--replica", replica, "--file", dir.file("round.ndjson")], environment: environment) }
             #expect(result.status == 0, "\(result.stderr)")
             queued += 120
         }
         try await queueRound(0)
         let started = Date()
-        _ = try await offPool { try CLI.run(sync, environment: environment) }
+        _ = try await offPool { try CLI.runBlocking(sync, environment: environment) }
         let syncSeconds = Date().timeIntervalSince(started)
 
         var kills = 0
@@ -109,7 +109,7 @@ import Testing
             attempt += 1
             try await queueRound(attempt)
             let delay = attempt % 5 == 0 ? nil : Double.random(in: 0.005...max(0.01, window))
-            let killed = try await offPool { try CLI.runAndKill(sync, after: delay, environment: environment) }
+            let killed = try await CLI.runAndKill(sync, after: delay, environment: environment)
             if killed {
                 kills += 1
                 window *= 1.1
@@ -122,10 +122,10 @@ import Testing
         }
         #expect(kills >= 20, "only \(kills) syncs were killed mid-way")
         for _ in 0..<20 {
-            _ = try await offPool { try CLI.run(sync, environment: environment) }
-            if try await offPool({ try CLI.run(["pending", "--replica", replica, "--all"]) }).stdout.isEmpty { break }
+            _ = try await offPool { try CLI.runBlocking(sync, environment: environment) }
+            if try await offPool({ try CLI.runBlocking(["pending", "--replica", replica, "--all"]) }).stdout.isEmpty { break }
         }
-        #expect(try await offPool { try CLI.run(["pending", "--replica", replica, "--all"]) }.stdout.isEmpty)
+        #expect(try await offPool { try CLI.runBlocking(["pending", "--replica", replica, "--all"]) }.stdout.isEmpty)
 
         // Exactly once: every write number has one result, an applied one. A create-only insert
         // applied twice would have been refused ("exists").
@@ -135,7 +135,7 @@ import Testing
         #expect(try ledger.scalarInt("SELECT last_seq FROM push_clients") == Int64(queued))
         let store = try SQLiteDatabase(path: db)
         #expect(try store.head(of: "notes")?.count == 1 + queued)
-        let dump = try await offPool { try CLI.run(["dump", "--replica", replica]) }
+        let dump = try await offPool { try CLI.runBlocking(["dump", "--replica", replica]) }
         #expect(dump.stdout == (try Fixtures.export(store, "notes")))
         await server.stop()
     }

@@ -40,7 +40,7 @@ import Testing
             #expect(try delta.status == 200 && kind(delta) == .delta)
         }
 
-        let compact = try CLI.run(["compact", "--db", db, "--collection", "items", "--keep-versions", "1"])
+        let compact = try await CLI.run(["compact", "--db", db, "--collection", "items", "--keep-versions", "1"])
         #expect(compact.status == 0, "\(compact.stderr)")
         #expect(compact.stdout == "items: floor raised from version 0 to 3; 1 tombstone removed; tokens below version 3 now get a full body\n")
         #expect(try store.head(of: "items")?.floor == 3)

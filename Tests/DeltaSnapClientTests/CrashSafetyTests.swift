@@ -29,9 +29,9 @@ import Glibc
         let environment = ["TMPDIR": dir.path]
 
         // An uninterrupted pull (a full replace) measures how long one takes on this build.
-        _ = try await offPool { try CLI.run(["pull", "--url", urls[1], "--replica", replica], environment: environment) }
+        _ = try await offPool { try CLI.runBlocking(["pull", "--url", urls[1], "--replica", replica], environment: environment) }
         let started = Date()
-        let first = try await offPool { try CLI.run(["pull", "--url", urls[0], "--replica", replica], environment: environment) }
+        let first = try await offPool { try CLI.runBlocking(["pull", "--url", urls[0], "--replica", replica], environment: environment) }
         #expect(first.status == 0, "\(first.stderr)")
         let pullSeconds = Date().timeIntervalSince(started)
 
@@ -49,7 +49,7 @@ import Glibc
             attempt += 1
             let url = urls[attempt % 2]
             let delay = attempt % 5 == 0 ? nil : Double.random(in: 0.01...latest)
-            let killed = try await offPool { try CLI.runAndKill(["pull", "--url", url, "--replica", replica], after: delay, environment: environment) }
+            let killed = try await CLI.runAndKill(["pull", "--url", url, "--replica", replica], after: delay, environment: environment)
             if killed { kills += 1 } else { completed += 1 }
             if !killed, delay != nil { latest = max(0.02, latest * 0.7) }
 

@@ -100,7 +100,7 @@ import Testing
             _ = await watcher.sync()
             let path = world.dir.file("cli.sqlite")
             let url = world.url.absoluteString
-            func run(_ arguments: [String]) async throws -> CLI.Result { try await offPool { try CLI.run(arguments) } }
+            func run(_ arguments: [String]) async throws -> CLI.Result { try await offPool { try CLI.runBlocking(arguments) } }
             #expect(try await run(["pull", "--url", url, "--replica", path, "--max-bytes", "1000"]).status == 4)  // a full body: nothing held
             #expect(try await run(["pull", "--url", url, "--replica", path]).status == 0)
             try Fixtures.importText(Fixtures.ndjson(0..<600, revision: 1), into: world.store, collection: "items")

@@ -108,8 +108,8 @@ import Testing
             #expect(await replica.token == (try store.head(of: "items"))?.token.description)
         }
         // The CLI's dump prints the same bytes as the server's export.
-        let cliDump = try await offPool { try CLI.run(["dump", "--replica", dir.file("r.sqlite")]) }
-        let cliExport = try await offPool { try CLI.run(["export", "--db", dir.file("s.sqlite"), "--collection", "items"]) }
+        let cliDump = try await offPool { try CLI.runBlocking(["dump", "--replica", dir.file("r.sqlite")]) }
+        let cliExport = try await offPool { try CLI.runBlocking(["export", "--db", dir.file("s.sqlite"), "--collection", "items"]) }
         #expect(cliDump.status == 0 && cliDump.stdoutBytes == cliExport.stdoutBytes)
         await server.stop()
     }

@@ -50,7 +50,7 @@ import Testing
         try await TwoWaySyncTests().withWorld { world in
             let replica = world.dir.file("cli.sqlite")
             let url = world.url.absoluteString
-            func run(_ arguments: [String]) async throws -> CLI.Result { try await offPool { try CLI.run(arguments) } }
+            func run(_ arguments: [String]) async throws -> CLI.Result { try await offPool { try CLI.runBlocking(arguments) } }
             let token = ["--token", TestServer.writeToken]
             #expect(try await run(["pull", "--url", url, "--replica", replica]).status == 0)
             #expect(try await run(["local", "patch", "--replica", replica, "n2", #"{"title":"B"}"#]).status == 0)

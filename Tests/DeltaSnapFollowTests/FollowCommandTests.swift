@@ -99,7 +99,10 @@ import Testing
             try await source.run("CREATE DATABASE store")
             db = source.url.replacingOccurrences(of: "/postgres", with: "/store")
         }
-        let arguments = ["--source", source.url, "--db", db, "--table", "public.items", "--table", "scores", "--partition-by", "user_id", "--create"]
+        // Transactions of more than 10 rows are staged in a file: killed then too.
+        let arguments = [
+            "--source", source.url, "--db", db, "--table", "public.items", "--table", "scores", "--partition-by", "user_id", "--create", "--spill-rows", "10",
+        ]
         let log = dir.file("follow.log")
         // Every state the table had, each read right after its commit (one writer).
         var sourceStates: Set<String> = [try await Self.sourceState(source)]
@@ -150,6 +153,8 @@ import Testing
         }
         follower.kill(SIGTERM)
         #expect(caughtUp, "the follower never caught up: \(follower.text.suffix(2000))")
+        #expect(follower.text.contains("copy: more than 10 rows, staged in a temporary file"))
+        #expect(follower.text.contains("rows, staged in a temporary file until its commit"))
         // Every version a client could read was the table at one source commit.
         let strangers = observed.filter { !sourceStates.contains($0.1) }
         #expect(strangers.isEmpty, "versions \(strangers.map(\.0)) were never a state of the source")
@@ -179,7 +184,7 @@ import Testing
         let db = dir.file("s.sqlite")
         let arguments = ["--source", source.url, "--db", db, "--table", "items", "--max-lag-bytes", "100000"]
         // Without --create nothing is made: the error says what to run.
-        let refused = try CLI.run(["follow"] + arguments)
+        let refused = try await CLI.run(["follow"] + arguments)
         #expect(refused.status == 1 && refused.stderr.contains("CREATE PUBLICATION"), "\(refused.stderr)")
         var follower = try Follower(arguments + ["--create"], output: dir.file("a.log"))
         try await follower.waitFor("copy: ")
@@ -204,10 +209,10 @@ import Testing
         #expect(other.status == 404 && other.text.contains(#""error":"not_found""#), "\(other.text)")
         follower.kill(SIGTERM)
         // --drop-slot removes it (and the position), and says so.
-        let dropped = try CLI.run(["follow", "--source", source.url, "--db", db, "--drop-slot"])
+        let dropped = try await CLI.run(["follow", "--source", source.url, "--db", db, "--drop-slot"])
         #expect(dropped.status == 0 && dropped.stdout == "slot deltasnap dropped\n", "\(dropped.stderr)")
         #expect(try await source.rows("SELECT slot_name FROM pg_replication_slots").isEmpty)
-        let again = try CLI.run(["follow", "--source", source.url, "--db", db, "--drop-slot"])
+        let again = try await CLI.run(["follow", "--source", source.url, "--db", db, "--drop-slot"])
         #expect(again.stdout == "slot deltasnap did not exist\n")
     }
 
@@ -232,15 +237,15 @@ import Testing
         try await source.run("INSERT INTO countries VALUES ('BE', 'Belgium')")
         try await client.waitFor("pulled: delta ")
         #expect(client.text.contains("changed=1"), "\(client.text)")
-        #expect(try CLI.run(["dump", "--replica", dir.file("r.sqlite")]).stdout.contains(#"{"code":"BE","id":"BE","name":"Belgium"}"#))
+        #expect(try await CLI.run(["dump", "--replica", dir.file("r.sqlite")]).stdout.contains(#"{"code":"BE","id":"BE","name":"Belgium"}"#))
     }
 
-    @Test func badOptionsAreRefusedWithOneLine() throws {
-        let usage = try CLI.run(["follow", "--source", "postgres://u@127.0.0.1:1/db", "--db", "/tmp/x.sqlite", "--partition-by", "user_id", "--table", "t"])
+    @Test func badOptionsAreRefusedWithOneLine() async throws {
+        let usage = try await CLI.run(["follow", "--source", "postgres://u@127.0.0.1:1/db", "--db", "/tmp/x.sqlite", "--partition-by", "user_id", "--table", "t"])
         #expect(usage.status == 2 && usage.stderr.contains("--partition-by user_id must follow the --table"), "\(usage.stderr)")
-        let noTable = try CLI.run(["follow", "--source", "postgres://u@127.0.0.1:1/db", "--db", "/tmp/x.sqlite"])
+        let noTable = try await CLI.run(["follow", "--source", "postgres://u@127.0.0.1:1/db", "--db", "/tmp/x.sqlite"])
         #expect(noTable.status == 2 && noTable.stderr.contains("--table"))
-        let unreachable = try CLI.run(["follow", "--source", "postgres://u@127.0.0.1:1/db", "--db", "/tmp/follow-unreachable.sqlite", "--table", "t"])
+        let unreachable = try await CLI.run(["follow", "--source", "postgres://u@127.0.0.1:1/db", "--db", "/tmp/follow-unreachable.sqlite", "--table", "t"])
         #expect(unreachable.status == 1 && unreachable.stderr.contains("cannot reach the source"), "\(unreachable.stderr)")
         for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: "/tmp/follow-unreachable.sqlite" + suffix) }
     }

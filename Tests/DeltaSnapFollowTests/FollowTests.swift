@@ -17,7 +17,7 @@ import Testing
     /// A source with `countries` and `attempts` (partitioned by `user_id`), a destination
     /// store, and a follower running in a task until `body` ends.
     func withFollower(
-        _ backend: TestBackend, logs: CapturingLogHandler.Lines = CapturingLogHandler.Lines([]),
+        _ backend: TestBackend, logs: CapturingLogHandler.Lines = CapturingLogHandler.Lines([]), spillRows: Int = 50_000,
         _ body: @Sendable (SourceDatabase, any CollectionStore) async throws -> Void
     ) async throws {
         let dir = try TemporaryDirectory()
@@ -36,7 +36,8 @@ import Testing
                 source: try PostgresURL(source.url),
                 tables: [FollowedTable(schema: "public", table: "countries", collection: "countries"),
                          FollowedTable(schema: "public", table: "attempts", collection: "attempts", partitionBy: "user_id")],
-                slot: "deltasnap", publication: "deltasnap", create: true, pollInterval: .milliseconds(10), checkInterval: .milliseconds(100))
+                slot: "deltasnap", publication: "deltasnap", create: true, pollInterval: .milliseconds(10), checkInterval: .milliseconds(100),
+                spillRows: spillRows)
             let logger = Logger(label: "follow-test") { _ in CapturingLogHandler(lines: logs) }
             let follower = SourceFollower(options: options, store: store, logger: logger) { _ in }
             let task = Task { try await follower.run() }
@@ -164,6 +165,59 @@ import Testing
             }
             try await Task.sleep(for: .milliseconds(300))
             #expect(logs.withLock { $0 }.filter { $0.message.contains("public.attempts is no longer in publication") }.count == 1)
+        }
+    }
+
+    /// A transaction larger than `spillRows` is staged in a file, not held: still one version
+    /// of each path it touched, a row changed twice is its last state, a row leaving a
+    /// partition is hidden there, a TOASTed value it left alone is kept, and a `TRUNCATE`
+    /// hides what came before it.
+    @Test(arguments: TestBackend.allCases) func aTransactionLargerThanMemoryIsStagedAndStillOneVersion(_ backend: TestBackend) async throws {
+        let logs = CapturingLogHandler.Lines([])
+        try await withFollower(backend, logs: logs, spillRows: 100) { source, store in
+            try await Self.waitFor("countries", version: 1, in: store)
+            try await source.run("ALTER TABLE countries ADD COLUMN notes text")
+            try await source.run("ALTER TABLE countries ALTER COLUMN notes SET STORAGE EXTERNAL")
+            let long = String(repeating: "Andorra la Vella. ", count: 2_000)
+            try await source.run("UPDATE countries SET notes = '\(long)' WHERE code = 'AD'")
+            try await Self.waitFor("countries", version: 2, in: store)
+
+            try await source.transaction([
+                "INSERT INTO attempts SELECT CASE WHEN n % 2 = 0 THEN 'erin' ELSE 'alice' END, n + 10, n FROM generate_series(1, 400) AS n",
+                "UPDATE attempts SET score = -score WHERE user_id = 'erin' AND id <= 60",
+                "UPDATE attempts SET score = score * 10 WHERE user_id = 'erin' AND id <= 30",
+                "DELETE FROM attempts WHERE user_id = 'alice' AND id = 11",
+                "UPDATE attempts SET user_id = 'frank' WHERE user_id = 'bob'",
+                "UPDATE countries SET population = 78000 WHERE code = 'AD'",
+            ])
+            try await Self.waitFor("attempts/erin", version: 1, in: store)
+            #expect(logs.withLock { $0 }.contains { $0.message.contains("staged in a temporary file") })
+            #expect(try await store.head(of: "attempts/alice")?.version == 2)
+            #expect(try await store.head(of: "attempts/bob")?.version == 2)
+            #expect(try await store.head(of: "attempts/frank")?.version == 1)
+            #expect(try await store.head(of: "countries")?.version == 3)
+            // Alice: her first attempt and 199 new ones, less the one deleted.
+            #expect(try await store.head(of: "attempts/alice")?.count == 200)
+            #expect(try await store.head(of: "attempts/erin")?.count == 200)
+            #expect(try await store.head(of: "attempts/bob")?.count == 0)
+            #expect(try await store.record("11", in: "attempts/alice") == nil)
+            #expect(try #require(try await store.record("12", in: "attempts/erin")).text == #"{"id":"12","score":-20,"user_id":"erin"}"#)
+            #expect(try #require(try await store.record("42", in: "attempts/erin")).text == #"{"id":"42","score":-32,"user_id":"erin"}"#)
+            #expect(try #require(try await store.record("1", in: "attempts/frank")).text == #"{"id":"1","score":5,"user_id":"frank"}"#)
+            let andorra = try #require(try await store.record("AD", in: "countries")).text
+            #expect(andorra.contains(#""population":78000"#) && andorra.contains(long), "\(andorra.prefix(200))")
+
+            // A TRUNCATE inside a large transaction hides what it did not write again.
+            try await source.transaction([
+                "TRUNCATE attempts",
+                "INSERT INTO attempts SELECT 'gina', n, n FROM generate_series(1, 150) AS n",
+                "INSERT INTO attempts VALUES ('alice', 12, 1)",
+            ])
+            try await Self.waitFor("attempts/gina", version: 1, in: store)
+            #expect(try await store.head(of: "attempts/erin")?.count == 0)
+            #expect(try await store.head(of: "attempts/erin")?.version == 2)
+            #expect(try await store.head(of: "attempts/alice")?.count == 1)
+            #expect(try await store.head(of: "attempts/gina")?.count == 150)
         }
     }
 }

@@ -133,17 +133,17 @@ import Testing
     @Test func theCLIImportsAndExportsThroughAURL() async throws {
         try await withCluster { cluster, dir in
             let input = try dir.write("in.ndjson", Fixtures.ndjson(0..<50))
-            let imported = try CLI.run(["import", "--db", cluster.url, "--collection", "items", input])
+            let imported = try await CLI.run(["import", "--db", cluster.url, "--collection", "items", input])
             #expect(imported.status == 0, "\(imported.stderr)")
             #expect(imported.stdout.contains("items: version 1"))
             let sqlite = dir.file("s.sqlite")
-            _ = try CLI.run(["import", "--db", sqlite, "--collection", "items", input])
-            let fromPostgres = try CLI.run(["export", "--db", cluster.url, "--collection", "items"])
-            let fromSQLite = try CLI.run(["export", "--db", sqlite, "--collection", "items"])
+            _ = try await CLI.run(["import", "--db", sqlite, "--collection", "items", input])
+            let fromPostgres = try await CLI.run(["export", "--db", cluster.url, "--collection", "items"])
+            let fromSQLite = try await CLI.run(["export", "--db", sqlite, "--collection", "items"])
             #expect(fromPostgres.status == 0 && fromPostgres.stdout == fromSQLite.stdout && !fromSQLite.stdout.isEmpty)
-            let unknown = try CLI.run(["export", "--db", cluster.url, "--collection", "nope"])
+            let unknown = try await CLI.run(["export", "--db", cluster.url, "--collection", "nope"])
             #expect(unknown.status == 1 && unknown.stderr.contains("does not exist"))
-            let unreachable = try CLI.run(["import", "--db", "postgres://u@127.0.0.1:1/db", "--collection", "items", input])
+            let unreachable = try await CLI.run(["import", "--db", "postgres://u@127.0.0.1:1/db", "--collection", "items", input])
             #expect(unreachable.status == 1 && unreachable.stderr.hasPrefix("deltasnap: cannot reach PostgreSQL"))
         }
     }

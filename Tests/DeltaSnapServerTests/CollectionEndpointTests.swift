@@ -250,7 +250,7 @@ import Testing
             let dir = try TemporaryDirectory()
             defer { dir.remove() }
             let file = try dir.write("more.ndjson", #"{"id":"from-cli","x":1}"#)
-            let result = try await offPool { try CLI.run(["import", "--db", db, "--collection", "items", file]) }
+            let result = try await offPool { try CLI.runBlocking(["import", "--db", db, "--collection", "items", file]) }
             #expect(result.status == 0)
             try await waitForHead(server, version: 2)
             let list = try await get(server, "/v1/collections")

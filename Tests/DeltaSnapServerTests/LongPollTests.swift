@@ -188,7 +188,7 @@ import Testing
             try await Task.sleep(for: .milliseconds(300))
             let url = store.url
             let imported = try await offPool {
-                try CLI.run(["import", "--db", url, "--collection", "countries", "-"], stdin: #"{"id":"BE","name":"Belgium"}"# + "\n")
+                try CLI.runBlocking(["import", "--db", url, "--collection", "countries", "-"], stdin: #"{"id":"BE","name":"Belgium"}"# + "\n")
             }
             #expect(imported.status == 0, "\(imported.stderr)")
             let woken = try await held

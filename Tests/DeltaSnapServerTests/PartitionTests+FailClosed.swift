@@ -89,7 +89,7 @@ extension PartitionTests {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
-        _ = try CLI.run(["import", "--db", db, "--collection", "countries", "-"], stdin: #"{"id":"AD","name":"Andorra"}"#)
+        _ = try await CLI.run(["import", "--db", db, "--collection", "countries", "-"], stdin: #"{"id":"AD","name":"Andorra"}"#)
         let serve = try ServeProcess.start(["--db", db, "--metrics-listen", "127.0.0.1:0"], awaiting: ["deltasnap: metrics on "])
         defer { serve.stop() }
         let metricsLine = try #require(serve.lines.first { $0.hasPrefix("deltasnap: metrics on http://127.0.0.1:") })
@@ -102,7 +102,7 @@ extension PartitionTests {
         #expect(other.status == 404 && other.text.contains(#""error""#))
         #expect(try RawHTTPClient(port: serve.port).request("GET", "/metrics").status == 401)
 
-        let bad = try CLI.run(["serve", "--db", db, "--metrics-listen", "nowhere"])
+        let bad = try await CLI.run(["serve", "--db", db, "--metrics-listen", "nowhere"])
         #expect(bad.status == 2 && bad.stderr.contains("--metrics-listen must be HOST:PORT"), "\(bad.stderr)")
     }
 

@@ -68,7 +68,7 @@ import Testing
 
         // bake: the same snapshot and manifest bytes.
         for (database, out) in [(sqlite, "a"), (postgres, "b")] {
-            let baked = try CLI.run(["bake", "--db", database.url, "--collection", "items", "--out", dir.file(out)])
+            let baked = try await CLI.run(["bake", "--db", database.url, "--collection", "items", "--out", dir.file(out)])
             #expect(baked.status == 0, "\(baked.stderr)")
         }
         for file in ["items.snapshot", "manifest.json"] {
@@ -225,7 +225,7 @@ import Testing
         #expect(await replica.token == latest.token.description)
         #expect(try await replica.verify())
 
-        let compacted = try CLI.run(["compact", "--db", database.url, "--collection", "items", "--keep-versions", "1"])
+        let compacted = try await CLI.run(["compact", "--db", database.url, "--collection", "items", "--keep-versions", "1"])
         #expect(compacted.status == 0, "\(compacted.stderr)")
         #expect(compacted.stdout.contains("1 tombstone removed"), "\(compacted.stdout)")
         // The new floor reaches the instance (the compaction notifies): below it, a full body.

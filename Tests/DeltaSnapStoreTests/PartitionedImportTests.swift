@@ -27,24 +27,24 @@ import Testing
             {"id":"q1","set":42,"text":"one"}
             {"id":"q9","set":"alice@example.com","text":"x"}
             """)
-        let first = try CLI.run(["import", "--db", store.url, "--collection", "sets", "--partition-by", "set", "--quiet", input])
+        let first = try await CLI.run(["import", "--db", store.url, "--collection", "sets", "--partition-by", "set", "--quiet", input])
         #expect(first.status == 0, "\(first.stderr)")
         #expect(first.stdout.hasPrefix("sets: 3 partitions, 3 new versions: 4 upserted, 0 hidden, 0 unchanged"), "\(first.stdout)")
         #expect(try await store.head(of: "sets/8271")?.count == 2)
         #expect(try await store.head(of: "sets/42")?.version == 1)
         #expect(try await store.head(of: "sets/alice@example.com")?.count == 1)
-        let exported = try CLI.run(["export", "--db", store.url, "--collection", "sets/8271"])
+        let exported = try await CLI.run(["export", "--db", store.url, "--collection", "sets/8271"])
         #expect(exported.stdout == #"{"id":"q1","set":"8271","text":"2+2"}"# + "\n" + #"{"id":"q2","set":"8271","text":"3+3"}"# + "\n")
         // Again with one change: only that partition gets a version.
         let changed = try dir.write("changed.ndjson", #"{"id":"q2","set":"8271","text":"3+4"}"# + "\n" + #"{"id":"q1","set":42,"text":"one"}"#)
-        let second = try CLI.run(["import", "--db", store.url, "--collection", "sets", "--partition-by", "set", "--quiet", changed])
+        let second = try await CLI.run(["import", "--db", store.url, "--collection", "sets", "--partition-by", "set", "--quiet", changed])
         #expect(second.stdout.hasPrefix("sets: 2 partitions, 1 new versions: 1 upserted, 0 hidden, 1 unchanged"), "\(second.stdout)")
         #expect(try await store.head(of: "sets/8271")?.version == 2)
         #expect(try await store.head(of: "sets/42")?.version == 1)
         // One partition by name, and its snapshot baked into a directory of its collection.
         let one = try dir.write("one.ndjson", #"{"id":"a1","score":3}"#)
-        #expect(try CLI.run(["import", "--db", store.url, "--collection", "attempts/alice", "--quiet", one]).status == 0)
-        let baked = try CLI.run(["bake", "--db", store.url, "--collection", "attempts/alice", "--out", dir.file("out")])
+        #expect(try await CLI.run(["import", "--db", store.url, "--collection", "attempts/alice", "--quiet", one]).status == 0)
+        let baked = try await CLI.run(["bake", "--db", store.url, "--collection", "attempts/alice", "--out", dir.file("out")])
         #expect(baked.status == 0, "\(baked.stderr)")
         let header = try Snapshot.read(path: dir.file("out/attempts/alice.snapshot"))
         #expect(header.collection == "attempts/alice" && header.count == 1)
@@ -56,11 +56,11 @@ import Testing
         (#"{"id":"a","set":"has space"}"#, "not a partition key"),
         (#"{"id":"a","set":".."}"#, "not a partition key"),
     ])
-    func aRecordThatNamesNoPartitionCommitsNothing(_ bad: String, _ reason: String) throws {
+    func aRecordThatNamesNoPartitionCommitsNothing(_ bad: String, _ reason: String) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let input = try dir.write("in.ndjson", #"{"id":"ok","set":"1"}"# + "\n" + bad + "\n")
-        let result = try CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "sets", "--partition-by", "set", "--quiet", input])
+        let result = try await CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "sets", "--partition-by", "set", "--quiet", input])
         #expect(result.status == 1)
         #expect(result.stderr.hasPrefix("deltasnap: \(input):2: ") && result.stderr.contains(reason), "\(result.stderr)")
         #expect(try SQLiteDatabase(path: dir.file("s.sqlite")).head(of: "sets/1") == nil)
@@ -168,10 +168,10 @@ import Testing
         await store.stop()
     }
 
-    @Test func partitionByNeedsACollectionName() throws {
+    @Test func partitionByNeedsACollectionName() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let result = try CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "sets/1", "--partition-by", "set", "-"], stdin: "")
+        let result = try await CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "sets/1", "--partition-by", "set", "-"], stdin: "")
         #expect(result.status == 2 && result.stderr.contains("--partition-by needs --collection NAME"), "\(result.stderr)")
     }
 }

@@ -304,3 +304,68 @@ extension StoreContractTests {
         }
     }
 }
+
+extension StoreContractTests {
+    /// Paths streamed one after the other into one transaction: one version each, the position
+    /// with them; in ascending-id mode a replace hides what lies between the given ids and a
+    /// repeated id is refused with nothing committed; checksum, count and digest as recomputed.
+    @Test(arguments: TestBackend.allCases)
+    func streamedPathsAreOneTransactionAndAscendingIdsNeedNoMemory(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            let store = database.store
+            try await database.importText((0..<10).map { #"{"id":"k\#($0)","v":0}"# }.joined(separator: "\n"), collection: "items")
+            /// `next` for `importStreams`: each path's NDJSON, in order.
+            func streams(_ parts: [(String, [String], ascending: Bool)]) -> @Sendable () throws -> PathRecords? {
+                let remaining = Locked(parts)
+                return {
+                    try remaining.withLock { parts in
+                        guard !parts.isEmpty else { return nil }
+                        let (path, lines, ascending) = parts.removeFirst()
+                        let stream = RecordStream(source: ChunkSources.bytes(Array(lines.map { $0 + "\n" }.joined().utf8)), name: path)
+                        stream.idsAscend = ascending
+                        stream.emptyIsIntended = lines.isEmpty
+                        return PathRecords(path: path, records: stream)
+                    }
+                }
+            }
+            let position = SourcePosition(follower: "pg:slot", position: "s1")
+            // Replace, ascending: k0 changes, k1–k4 and k6–k9 are left out (hidden), k5 kept as it was.
+            let replaced = try await store.importStreams(streams([
+                ("items", [#"{"id":"k0","v":1}"#, #"{"id":"k5","v":0}"#], ascending: true),
+                ("scores/alice", [#"{"id":"a","v":1}"#, #"{"id":"b","v":1}"#], ascending: true),
+                ("scores/bob", [], ascending: true),
+            ]), replace: true, recording: position)
+            #expect(replaced.map(\.committed) == [true, true, false])
+            #expect(try await database.export("items") == #"{"id":"k0","v":1}"# + "\n" + #"{"id":"k5","v":0}"# + "\n")
+            #expect(try await store.head(of: "items")?.version == 2)
+            #expect(try await store.sourcePosition(of: "pg:slot") == "s1")
+            // Not replacing, in any order: a row changed, one hidden, nothing else touched.
+            let merged = try await store.importStreams(streams([
+                ("items", [#"{"id":"k9","v":9}"#, #"{"hidden":true,"id":"k0"}"#], ascending: false),
+            ]), replace: false, recording: SourcePosition(follower: "pg:slot", position: "s2"))
+            #expect(merged.first?.head?.version == 3)
+            #expect(try await database.export("items") == #"{"id":"k5","v":0}"# + "\n" + #"{"id":"k9","v":9}"# + "\n")
+            // A repeated id in ascending mode: refused, and nothing of the transaction stays.
+            await #expect(throws: (any Error).self) {
+                try await store.importStreams(streams([
+                    ("scores/carol", [#"{"id":"x","v":1}"#], ascending: true),
+                    ("items", [#"{"id":"k1","v":1}"#, #"{"id":"k1","v":2}"#], ascending: true),
+                ]), replace: false, recording: SourcePosition(follower: "pg:slot", position: "s3"))
+            }
+            #expect(try await store.head(of: "scores/carol") == nil)
+            #expect(try await store.head(of: "items")?.version == 3)
+            #expect(try await store.sourcePosition(of: "pg:slot") == "s2")
+            for path in ["items", "scores/alice"] {
+                let (checksum, count) = try await recomputed(database, path)
+                let head = try #require(try await store.head(of: path))
+                #expect(head.checksum == checksum && head.count == count, "\(path)")
+                var digest = StateDigest.empty
+                for line in try await database.export(path).split(separator: "\n") {
+                    let parsed = try Record.parse(Array(line.utf8))
+                    digest.add(collection: path, id: parsed.id, canonical: parsed.bytes)
+                }
+                #expect(try await store.publishedState(of: [path]).entries.first?.digest == digest.fingerprint, "\(path)")
+            }
+        }
+    }
+}

@@ -29,9 +29,17 @@ package enum CLI {
         }
     }
 
-    /// Runs `deltasnap ARGUMENTS` to completion, with `environment` added to the test's.
+    /// Runs `deltasnap ARGUMENTS` to completion, with `environment` added to the test's, on a
+    /// thread of its own: waiting for a child on one of the cooperative pool's threads (two on
+    /// this machine) stalls every in-process server of every test running meanwhile.
     @discardableResult
-    package static func run(_ arguments: [String], environment: [String: String] = [:], stdin: String? = nil) throws -> Result {
+    package static func run(_ arguments: [String], environment: [String: String] = [:], stdin: String? = nil) async throws -> Result {
+        try await offPool { try runBlocking(arguments, environment: environment, stdin: stdin) }
+    }
+
+    /// ``run(_:environment:stdin:)`` on the calling thread (one that may block).
+    @discardableResult
+    package static func runBlocking(_ arguments: [String], environment: [String: String] = [:], stdin: String? = nil) throws -> Result {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
@@ -60,7 +68,11 @@ package enum CLI {
 
     /// Starts `deltasnap ARGUMENTS`, sends SIGKILL after `delay` seconds unless it has
     /// exited (nil: lets it finish); true when it was killed.
-    package static func runAndKill(_ arguments: [String], after delay: Double?, environment: [String: String]) throws -> Bool {
+    package static func runAndKill(_ arguments: [String], after delay: Double?, environment: [String: String]) async throws -> Bool {
+        try await offPool { try runAndKillBlocking(arguments, after: delay, environment: environment) }
+    }
+
+    private static func runAndKillBlocking(_ arguments: [String], after delay: Double?, environment: [String: String]) throws -> Bool {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: CLI.binary)
         process.arguments = arguments

@@ -6,8 +6,7 @@ import PostgresNIO
 
 extension SourceFollower {
     /// Reads the slot's changes, publishing each source transaction as it commits, until
-    /// the task is cancelled.
-    /// `catalog` is a second connection to the source, for what a change makes the follower
+    /// the task is cancelled. `catalog` is a second connection to the source, for what a change makes the follower
     /// ask the catalog while the slot's changes are still streaming in on `connection`.
     func stream(from start: FollowPosition, shapes initial: [String: TableShape], on connection: PostgresConnection, catalog: PostgresConnection) async throws {
         var state = StreamState(position: start, shapes: initial)

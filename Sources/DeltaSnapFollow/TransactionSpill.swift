@@ -64,19 +64,18 @@ final class TransactionSpill: @unchecked Sendable {
 
     /// `record` is the row's state at `path` now.
     func set(_ record: Record, at path: String) throws {
-        let insert = try statements("INSERT OR REPLACE INTO changes(path, id, hidden, body) VALUES (?, ?, ?, ?)")
-        try insert.bind(1, path)
-        try insert.bind(2, record.id)
-        try insert.bind(3, record.isHidden)
-        try insert.bind(4, blob: record.isHidden ? [] : record.bytes)
-        try insert.run()
+        try insert(record, at: path, onConflict: "REPLACE")
         if waiting > 0 { try remove(from: "waiting", path: path, id: record.id) }
     }
 
     /// `record` at `path` unless the transaction changed that row itself (what a `TRUNCATE`
     /// hides, what changed columns rewrite, around the rows the transaction wrote).
     func setIfAbsent(_ record: Record, at path: String) throws {
-        let insert = try statements("INSERT OR IGNORE INTO changes(path, id, hidden, body) VALUES (?, ?, ?, ?)")
+        try insert(record, at: path, onConflict: "IGNORE")
+    }
+
+    private func insert(_ record: Record, at path: String, onConflict: String) throws {
+        let insert = try statements("INSERT OR \(onConflict) INTO changes(path, id, hidden, body) VALUES (?, ?, ?, ?)")
         try insert.bind(1, path)
         try insert.bind(2, record.id)
         try insert.bind(3, record.isHidden)

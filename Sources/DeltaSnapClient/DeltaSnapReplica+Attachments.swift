@@ -168,6 +168,8 @@ extension DeltaSnapReplica {
     static let interopVersion = "9"
     /// Bytes per append: a cut costs at most this much again.
     static let uploadPartBytes: UInt64 = 8 << 20
+    /// How long a cut upload waits before asking where it stands (see ``uploadResuming(_:)``).
+    static let resumeDelay: Duration = .milliseconds(250)
 
     /// ``upload(_:)``, resumed at once after a cut connection as long as each attempt moved
     /// the upload on (a network that drops every few megabytes still finishes in one sync);
@@ -189,6 +191,11 @@ extension DeltaSnapReplica {
                 stalled = reached > seen ? 0 : stalled + 1
                 seen = reached
                 if stalled >= 2 { throw AttachmentError.failed(why) }
+                // The bytes of the cut part that reached the server count only once the server
+                // has taken them in (its HEAD waits for an append it knows of, not for one it
+                // has yet to start): asked at once on a loaded server, the offset is a part
+                // behind, and the whole part is sent again.
+                try? await Task.sleep(for: Self.resumeDelay)
             }
         }
     }

@@ -51,6 +51,11 @@ final class AttachmentMemory: Sendable {
         references.withLockedValue { $0.set(Remembered(reference: reference, since: .now), forKey: key) }
     }
 
+    /// Forgets what `collection` refers to: its blob turned out to be gone (collected).
+    func forget(_ sha256: String, in collection: String) {
+        _ = references.withLockedValue { $0.removeValue(forKey: Key(collection: collection, sha256: sha256)) }
+    }
+
     /// The reference and the encoded head of a public `200` of the whole blob (`encode` makes
     /// it the first time), while the reference is fresh.
     func publicHead(of sha256: String, in collection: String, encode: (AttachmentReference) -> ByteBuffer) -> (AttachmentReference, ByteBuffer)? {

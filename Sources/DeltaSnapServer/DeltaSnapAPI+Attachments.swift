@@ -43,7 +43,16 @@ extension DeltaSnapAPI {
             return Response(status: answer.status, headers: answer.headers, body: .init(byteBuffer: body))
         }
         let (store, metrics) = (self.store, self.metrics)
-        if let files = store as? any AttachmentFiles, let file = files.attachmentFile(hash), FileManager.default.isReadableFile(atPath: file) {
+        // Whether the blob is still there, asked before the head is sent: once it is, a failed
+        // read can only cut the connection — a client would see an empty reply, not a 404.
+        let files = store as? any AttachmentFiles
+        let present = if let file = files?.attachmentFile(hash) { FileManager.default.isReadableFile(atPath: file) } else { try await store.attachmentSize(hash) != nil }
+        guard present else {
+            // Collected since the reference was remembered (a record stopped referring to it).
+            attachmentMemory.forget(hash, in: name)
+            throw APIError.unknownAttachment(hash, in: path)
+        }
+        if let files, let file = files.attachmentFile(hash) {
             // Straight from the file into network buffers (NIO's thread pool), as nginx would.
             metrics.attachmentBytesSent.increment(by: served.count)
             let body = try await FileIO().loadFile(

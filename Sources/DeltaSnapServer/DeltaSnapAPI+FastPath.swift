@@ -40,9 +40,17 @@ extension DeltaSnapAPI {
               let (reference, head) = attachmentMemory.publicHead(of: hash, in: name, encode: Self.encodedPublicHead),
               let file = files.attachmentFile(hash)
         else { return nil }
-        metrics.countFastPathAttachmentAnswer(status: 200)
-        metrics.attachmentBytesSent.increment(by: Int(reference.size))
         return (head, file, reference.size)
+    }
+
+    /// Counts a download answered before the router. One sent from the store's file
+    /// (``plainDownload(collection:sha256:)``, a file region of
+    /// ``attachmentFromMemory(collection:sha256:ifNoneMatch:range:ifRange:sendsBody:allowsFile:)``)
+    /// is counted once the file is open: a blob removed meanwhile goes to the router, which
+    /// counts its own answer.
+    func countDownload(status: HTTPResponse.Status = .ok, bytes: UInt64) {
+        metrics.countFastPathAttachmentAnswer(status: status.code)
+        metrics.attachmentBytesSent.increment(by: Int(bytes))
     }
 
     /// The status line and fields of a public `200` of the whole blob, as NIO's encoder
@@ -77,7 +85,8 @@ extension DeltaSnapAPI {
     /// The answer to a download of `sha256` from the public collection `name`, when memory has
     /// its reference (and, for the body, the store's file or memory its bytes); nil sends the
     /// request to the router. `allowsFile`: the caller sends a file region (`sendfile`);
-    /// otherwise a small blob's bytes are read. Counted here.
+    /// otherwise a small blob's bytes are read. Counted here — but a file region, which its
+    /// sender counts once the file is open (``countDownload(status:bytes:)``).
     func attachmentFromMemory(
         collection name: String, sha256 hash: String, ifNoneMatch: String?, range: String?, ifRange: String?, sendsBody: Bool, allowsFile: Bool
     ) -> (status: HTTPResponse.Status, headers: HTTPFields, body: AttachmentBody)? {
@@ -91,18 +100,12 @@ extension DeltaSnapAPI {
             return (answer.status, answer.headers, .none)
         }
         let file = (store as? any AttachmentFiles)?.attachmentFile(hash)
-        let body: AttachmentBody
-        if allowsFile, let file {
-            body = .file(path: file, range: served)
-        } else {
-            guard reference.size <= AttachmentMemory.smallBlobBytes,
-                  let whole = file.flatMap({ attachmentMemory.readSmallFile($0, size: reference.size) }) ?? attachmentMemory.body(of: hash)
-            else { return nil }
-            body = .bytes(whole.getSlice(at: whole.readerIndex + Int(served.lowerBound), length: served.count)!)
-        }
-        metrics.countFastPathAttachmentAnswer(status: answer.status.code)
-        metrics.attachmentBytesSent.increment(by: served.count)
-        return (answer.status, answer.headers, body)
+        if allowsFile, let file { return (answer.status, answer.headers, .file(path: file, range: served)) }
+        guard reference.size <= AttachmentMemory.smallBlobBytes,
+              let whole = file.flatMap({ attachmentMemory.readSmallFile($0, size: reference.size) }) ?? attachmentMemory.body(of: hash)
+        else { return nil }
+        countDownload(status: answer.status, bytes: UInt64(served.count))
+        return (answer.status, answer.headers, .bytes(whole.getSlice(at: whole.readerIndex + Int(served.lowerBound), length: served.count)!))
     }
 
     /// `"TAG"` → `TAG` when the header is exactly one strong entity tag; nil otherwise.

@@ -102,6 +102,7 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     private func downloadAnswer(collection name: String, sha256: String, ifNoneMatch: String) -> Answer? {
         if ifNoneMatch.isEmpty, let plain = service.plainDownload(collection: name, sha256: sha256) {
             guard let handle = try? NIOFileHandle(_deprecatedPath: plain.file) else { return nil }
+            service.countDownload(bytes: plain.size)
             return .plainFile(plain.head, FileRegion(fileHandle: handle, readerIndex: 0, endIndex: Int(plain.size)))
         }
         guard let answer = service.attachmentFromMemory(
@@ -114,6 +115,7 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
         case .file(let path, let range):
             // Opened here, on the event loop, as nginx opens a static file; closed once sent.
             guard let handle = try? NIOFileHandle(_deprecatedPath: path) else { return nil }
+            service.countDownload(status: answer.status, bytes: UInt64(range.count))
             return .attachmentFile(answer.status, answer.headers, FileRegion(fileHandle: handle, readerIndex: Int(range.lowerBound), endIndex: Int(range.upperBound)))
         }
     }

@@ -62,7 +62,7 @@ struct FollowCommand: AsyncParsableCommand {
     var maxLagBytes: UInt64 = 1 << 30
 
     @Option(name: .long, help: ArgumentHelp(
-        "Rows of one source transaction held in memory; a larger one is staged in a temporary file until its commit.", valueName: "ROWS"))
+        "Rows of one source transaction (or of the first copy) held in memory; more are staged in a temporary file until published.", valueName: "ROWS"))
     var spillRows = 50_000
 
     @Flag(name: .long, help: "Remove the replication slot (and the position the store keeps for it), then exit.")

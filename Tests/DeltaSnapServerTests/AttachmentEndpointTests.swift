@@ -396,4 +396,31 @@ import Testing
             #expect(metrics.contains(#"deltasnap_http_responses_total{route="/v1/collections/{name}/attachments/{hash}",status="200"}"#), "\(metrics)")
         }
     }
+
+    /// A large blob's file gone under the reference the server remembers (the SQLite store
+    /// keeps blobs as files; garbage collection removes them): the fast path, which sends it by
+    /// `sendfile`, cannot open it and leaves the request to the router — counting nothing.
+    @Test func aFileGoneUnderTheFastPathIsLeftToTheRouterUncounted() async throws {
+        try await withServer(.sqlite) { fixture in
+            let bytes = Self.blob(300_000, seed: 7)
+            let hash = Self.sha256(bytes)
+            let reference = try await fixture.upload(bytes, to: "/v1/collections/notes")
+            #expect(try await fixture.request("PUT", "/v1/collections/notes/records/n1", body: Array(#"{"photo":\#(reference)}"#.utf8)).status == 200)
+            let url = "/v1/collections/notes/attachments/\(hash)"
+            func counter(_ name: String) async throws -> Int {
+                let text = try await fixture.request("GET", "/metrics").text
+                return text.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { Int($0.split(separator: " ")[1]) } ?? 0
+            }
+            #expect(try await fixture.request("GET", url, as: nil).body == bytes)  // the router's, which remembers the reference
+            let fast = try await counter("deltasnap_fast_path_responses_total")
+            #expect(try await fixture.request("GET", url, as: nil).body == bytes)
+            #expect(try await counter("deltasnap_fast_path_responses_total") == fast + 1)
+            let sent = try await counter("deltasnap_attachment_bytes_sent_total")
+            try FileManager.default.removeItem(atPath: "\(fixture.store.url).attachments/\(hash.prefix(2))/\(hash)")
+            let gone = try await fixture.request("GET", url, as: nil)
+            #expect(gone.status != 200 && gone.status < 500, "\(gone.status) \(gone.text)")
+            #expect(try await counter("deltasnap_fast_path_responses_total") == fast + 1)
+            #expect(try await counter("deltasnap_attachment_bytes_sent_total") == sent)
+        }
+    }
 }

@@ -99,13 +99,16 @@ package final class CollectionWriter {
     /// unbounded), a page at a time.
     private func hideVisible(after: String?, before: String?) throws {
         guard previous != nil else { return }
-        let page = try statements(
-            "SELECT id FROM records WHERE cid = ? AND hidden = 0 AND id > ? AND (? IS NULL OR id < ?) ORDER BY id LIMIT 1000")
+        // Two statements, not `(? IS NULL OR id < ?)`: an upper bound inside an OR is no bound
+        // of the index range, and each put would scan the rest of the collection.
+        let page = try statements(before == nil
+            ? "SELECT id FROM records WHERE cid = ? AND hidden = 0 AND id > ? ORDER BY id LIMIT 1000"
+            : "SELECT id FROM records WHERE cid = ? AND hidden = 0 AND id > ? AND id < ? ORDER BY id LIMIT 1000")
         var from = after ?? ""
         while true {
             try page.bind(1, cid)
             try page.bind(2, from)
-            if let before { try page.bind(3, before); try page.bind(4, before) } else { try page.bindNull(3); try page.bindNull(4) }
+            if let before { try page.bind(3, before) }
             var ids: [String] = []
             while try page.step() { ids.append(page.string(0)) }
             page.reset()

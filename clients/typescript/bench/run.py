@@ -53,7 +53,8 @@ def main():
         shutil.copy(os.path.join(REPO, "clients/typescript/dist/deltasnap.js"), static)
         sh(BIN, "bake", "--db", db, "--collection", "ten", "--out", static)
         out = open(os.path.join(tmp, "serve.out"), "w")
-        server = subprocess.Popen([BIN, "serve", "--db", db, "--port", "0", "--write-token", ADMIN, "--static", static, "--log-level", "error"], stdout=out, stderr=subprocess.STDOUT)
+        # As a user starts it: default logging (a request line per answer, into serve.out).
+        server = subprocess.Popen([BIN, "serve", "--db", db, "--port", "0", "--write-token", ADMIN, "--static", static], stdout=out, stderr=subprocess.STDOUT)
         port = None
         for _ in range(150):
             match = re.search(r"http://127\.0\.0\.1:(\d+)", open(out.name).read())

@@ -12,14 +12,18 @@
  * ```
  */
 export { DeltaSnapReplica, collectionPath } from "./runtime/replica.js";
-export type { JsonRecord, ReplicaOptions, ReplicaStatus, StorageLoss, SyncResult } from "./runtime/replica.js";
+export type { AttachmentRef, JsonRecord, ReplicaOptions, ReplicaStatus, StorageLoss, SyncResult } from "./runtime/replica.js";
+export type { AttachmentPolicy, AttachmentProgress, AttachmentReport, AttachmentStatus } from "./runtime/attachments.js";
+export { attachmentReportLine } from "./runtime/attachments.js";
+export { AttachmentFiles, openAttachmentFiles } from "./runtime/attachment-files.js";
+export type { AttachmentEntry, FileBytes, FileLedger, FileWriter } from "./runtime/attachment-files.js";
 export { DeltaSnapView, jwtSubject } from "./runtime/view.js";
 export type { ViewOptions, ViewSyncReport } from "./runtime/view.js";
 export { LiveLoop } from "./runtime/live.js";
 export type { LiveOptions, LiveStep } from "./runtime/live.js";
 export type { PullOutcome, PushReport, RefusedWrite, SyncPhase, WaitPolicy } from "./runtime/sync-engine.js";
 export type { RetryPolicy } from "./protocol/retry.js";
-export { BodyError, BundleError, DeltaSnapError, JSONParseError, StorageError, TrustError, WriteRefusedError } from "./protocol/errors.js";
+export { AttachmentError, BodyError, BundleError, DeltaSnapError, JSONParseError, StorageError, TrustError, WriteRefusedError } from "./protocol/errors.js";
 // Storage: the interface the sync engine uses, the IndexedDB store and the in-memory one.
 export { EMPTY_STATE, StateMovedError, TableStore, TABLES, newClientId } from "./runtime/store.js";
 export type {

@@ -23,4 +23,7 @@ export { decideAfterUnusableBody, decidePullAnswer, decidePushAnswer, isUnavaila
 export type { PullDecision, PullStep, PushDecision } from "./protocol/ladder.js";
 export { DEFAULT_RETRY_POLICY, retryDelay, serverDelay } from "./protocol/retry.js";
 export type { RetryPolicy } from "./protocol/retry.js";
-export { BodyError, BundleError, DeltaSnapError, JSONParseError, StorageError, TrustError, WriteRefusedError } from "./protocol/errors.js";
+export { isMediaType, isSHA256, parseReference, referenceJSON, referencesIn } from "./protocol/attachment.js";
+export type { AttachmentReference } from "./protocol/attachment.js";
+export { HASH_IN_MEMORY_UP_TO, SHA256Stream, sha256OfBlob } from "./protocol/sha256.js";
+export { AttachmentError, BodyError, BundleError, DeltaSnapError, JSONParseError, StorageError, TrustError, WriteRefusedError } from "./protocol/errors.js";

@@ -61,3 +61,21 @@ export class BundleError extends DeltaSnapError {
     super("bundle_error", message);
   }
 }
+
+/**
+ * An attachment (PROTOCOL.md §12) that could not be had, kept or sent. `code`:
+ * `attachment_mismatch` (the bytes are not what the reference names: nothing was kept),
+ * `attachment_unavailable` (the server answers `404`: not held, or not readable by this
+ * caller), `attachment_postponed` (over this sync's byte budget), `quota_exceeded` (the
+ * browser's storage is full: records and queues are untouched), `attachment_refused` (the
+ * server refused the upload for good, e.g. over its size limit), `attachment_failed` (a
+ * network or server problem: a later try can succeed).
+ */
+export class AttachmentError extends DeltaSnapError {
+  constructor(
+    code: "attachment_mismatch" | "attachment_unavailable" | "attachment_postponed" | "quota_exceeded" | "attachment_refused" | "attachment_failed",
+    message: string, readonly sha256: string | null = null,
+  ) {
+    super(code, message);
+  }
+}

@@ -1,4 +1,5 @@
 import { StorageError } from "../protocol/errors.js";
+import { deleteAttachmentFiles, openAttachmentFiles } from "./attachment-files.js";
 import { MarkerStore, ReplicaStorage, TableKey, TableName, Tables, TABLES, TableStore } from "./store.js";
 
 function request<T>(r: IDBRequest<T>): Promise<T> {
@@ -103,15 +104,20 @@ export class IndexedDBStore extends TableStore {
 }
 
 /**
- * The browser's storage, the default: IndexedDB databases, and markers in `localStorage`.
+ * The browser's storage, the default: IndexedDB databases, markers in `localStorage`, and
+ * each replica's files in the Origin Private File System (IndexedDB blobs where it is missing).
  */
 export const indexedDBStorage: ReplicaStorage = {
   open: (name) => IndexedDBStore.open(name),
-  delete: (name) => new Promise<void>((resolve) => {
-    if (typeof indexedDB === "undefined") return resolve();
-    const request = indexedDB.deleteDatabase(name);
-    request.onsuccess = request.onerror = request.onblocked = () => resolve();
-  }),
+  delete: async (name) => {
+    await new Promise<void>((resolve) => {
+      if (typeof indexedDB === "undefined") return resolve();
+      const request = indexedDB.deleteDatabase(name);
+      request.onsuccess = request.onerror = request.onblocked = () => resolve();
+    });
+    await deleteAttachmentFiles(name);
+  },
+  openFiles: (name) => openAttachmentFiles(name),
   get markers(): MarkerStore | null {
     return (globalThis as { localStorage?: MarkerStore }).localStorage ?? null;
   },

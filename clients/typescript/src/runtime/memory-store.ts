@@ -1,4 +1,5 @@
 import { StorageError } from "../protocol/errors.js";
+import { AttachmentFiles, MemoryFilesByName } from "./attachment-files.js";
 import { MarkerStore, ReplicaStorage, TableKey, TableName, Tables, TABLES, TableStore } from "./store.js";
 
 /** IndexedDB's key order: numbers (ascending) before strings (by UTF-16 code units). */
@@ -159,6 +160,7 @@ class MemoryMarkers implements MarkerStore {
  */
 export class MemoryStorage implements ReplicaStorage {
   private readonly databases = new Map<string, MemoryDatabase>();
+  private readonly files = new MemoryFilesByName();
   readonly markers: MarkerStore = new MemoryMarkers();
 
   async open(name: string): Promise<{ store: MemoryStore; created: boolean }> {
@@ -175,6 +177,11 @@ export class MemoryStorage implements ReplicaStorage {
     const database = this.databases.get(name);
     if (database) database.deleted = true;
     this.databases.delete(name);
+    await this.files.delete(name);
+  }
+
+  async openFiles(name: string): Promise<AttachmentFiles> {
+    return this.files.open(name);
   }
 
   /** The names of the databases held, sorted. */

@@ -1,6 +1,9 @@
 import { loadBundledSnapshot } from "./bundle.js";
+import { AttachmentReference, parseReference, referenceJSON, referencesIn } from "../protocol/attachment.js";
+import { AttachmentPolicy, AttachmentProgress, AttachmentReport, AttachmentStatus, emptyAttachmentReport, ReplicaAttachments } from "./attachments.js";
+import { MemoryFilesByName } from "./attachment-files.js";
 import { StateChecksum } from "../protocol/checksum.js";
-import { BundleError, DeltaSnapError, WriteRefusedError } from "../protocol/errors.js";
+import { AttachmentError, BundleError, DeltaSnapError, WriteRefusedError } from "../protocol/errors.js";
 import { canonicalString, fromPlain } from "../protocol/json.js";
 import { Operation } from "../protocol/merge.js";
 import { LiveLoop, LiveOptions, LiveStep } from "./live.js";
@@ -56,12 +59,25 @@ export interface ReplicaOptions {
    * not evicted under pressure. Browsers may refuse quietly; see `replica.persisted`.
    */
   persist?: boolean;
+  /** When files the records refer to are downloaded: `eager` (the default), `lazy` or `none`. */
+  attachments?: AttachmentPolicy;
+  /** The most bytes of downloaded files kept, least recently used going first. Default: no limit. */
+  attachmentCacheLimit?: number;
+  /** The most bytes of files one sync downloads (a metered network); the rest waits. Default: no limit. */
+  attachmentBudget?: number;
 }
 
-/** What one `sync()` did: the push step, then the pull. */
+/**
+ * A record's reference to a file, as it stands in the record (PROTOCOL.md §12.1):
+ * `{"$attachment": "<sha256>", "size": N, "type": "<media type>"}`.
+ */
+export type AttachmentRef = { $attachment: string; size: number; type: string };
+
+/** What one `sync()` did: the push step, then the pull, and the files. */
 export interface SyncResult {
   push: PushReport;
   pull: PullOutcome;
+  attachments: AttachmentReport;
 }
 
 /**
@@ -114,7 +130,9 @@ const FAILING_AFTER_MS = 3600_000;
  * writes, already rolled back, in every tab), `storage-lost` (`detail`: {@link StorageLoss}),
  * `progress` (`detail.phase`: `push`, `request`, `verify`, `commit`, in the syncing tab),
  * `leader` / `resign` (this tab starts / stops being the syncing one),
- * `error` (`detail`: a `DeltaSnapError`, e.g. an unusable bundle).
+ * `attachment-progress` (`detail`: an {@link AttachmentProgress}, in every tab),
+ * `error` (`detail`: a `DeltaSnapError`, e.g. an unusable bundle, or a full storage quota
+ * while storing files: an `AttachmentError` with code `quota_exceeded`).
  *
  * ```ts
  * import { DeltaSnapReplica } from "./deltasnap.js";
@@ -137,6 +155,7 @@ export class DeltaSnapReplica extends EventTarget {
   private liveIndex: { etag: string | null; cursor: string | null } = { etag: null, cursor: null };
   private closed = false;
   private readonly earlyEvents: Event[] = [];
+  private readonly files: ReplicaAttachments;
 
   private constructor(
     readonly collection: string, private readonly store: ReplicaStore, private readonly storage: ReplicaStorage,
@@ -144,6 +163,11 @@ export class DeltaSnapReplica extends EventTarget {
   ) {
     super();
     this.tabs = new TabCoordinator(store.name, () => this.becameSyncingTab(), (m) => this.onTabMessage(m), (wasLeader, freezing) => this.suspended(wasLeader, freezing), () => this.store.resume());
+    const openFiles = storage.openFiles ? () => storage.openFiles!(store.name) : async () => new MemoryFilesByName().open(store.name);
+    this.files = new ReplicaAttachments(openFiles, ctx, (progress) => this.transferMoved(progress), {
+      policy: options.attachments, cacheLimit: options.attachmentCacheLimit, budget: options.attachmentBudget,
+    });
+    ctx.beforePush = (batch) => this.files.uploadFor(batch);
   }
 
   /** Opens (or creates) the replica; at first start, loads the bundled snapshot before returning. */
@@ -220,6 +244,8 @@ export class DeltaSnapReplica extends EventTarget {
     let text: string | null = null;
     if (value !== null) {
       try { text = canonicalString(fromPlain(value)); } catch (error) { throw new WriteRefusedError("invalid_record", `the value for "${id}" is not JSON: ${(error as Error).message}`, id); }
+      // The server refuses a write with a malformed reference (§12.1): refused here, before it is queued.
+      try { referencesIn(text); } catch (error) { throw new WriteRefusedError("invalid_attachment", `the value for "${id}": ${(error as Error).message}`, id); }
     }
     const write = await this.store.enqueue({ op, id, value: text }, Date.now());
     await this.rememberPending();
@@ -253,6 +279,92 @@ export class DeltaSnapReplica extends EventTarget {
     return this.store.pendingWrites(includeAccepted);
   }
 
+  // MARK: - Files (PROTOCOL.md §12)
+
+  /**
+   * Keeps `file` in this browser (OPFS, or IndexedDB blobs) and returns the reference to
+   * put in a local write. Its upload is queued with the write and goes before the write is
+   * pushed (resumable: a reload or a closed tab resumes from the server's offset); the file
+   * is never evicted until the server holds it. Throws `AttachmentError` (`quota_exceeded`:
+   * nothing changed) or `DeltaSnapError("invalid_attachment")` for a bad media type.
+   *
+   * ```ts
+   * const photo = await notes.attach(input.files[0]);               // offline too
+   * await notes.put("n1", { title: "Beach", photo });
+   * img.src = await notes.attachmentURL(photo);                     // at once
+   * ```
+   */
+  async attach(file: Blob, type?: string): Promise<AttachmentRef> {
+    return referenceJSON(await this.files.attach(file, type || file.type || "application/octet-stream"));
+  }
+
+  /**
+   * The proven bytes of a file a record refers to: held here, else downloaded now (whatever
+   * the policy: `lazy` downloads here, once), resumed after a cut and checked against the
+   * reference's SHA-256 before it is kept. Throws `AttachmentError`.
+   */
+  attachment(reference: AttachmentRef | AttachmentReference): Promise<Blob> {
+    return this.files.blob(toReference(reference));
+  }
+
+  /** An object URL of the file (for an `<img src>`), the same one until the file goes or the replica closes. */
+  attachmentURL(reference: AttachmentRef | AttachmentReference): Promise<string> {
+    return this.files.objectURL(toReference(reference));
+  }
+
+  /** Every file the records (and queued writes) refer to and every file waiting for upload: `pending-upload`, `cached` or `remote`. */
+  async attachmentStatuses(): Promise<AttachmentStatus[]> {
+    return this.files.statuses(await this.referencedAttachments());
+  }
+
+  /** Sets when files are downloaded, from the next sync on. */
+  setAttachmentPolicy(policy: AttachmentPolicy): void {
+    this.files.policy = policy;
+    this.files.needScan = true;
+  }
+
+  /** Sets the most bytes of downloaded files kept (null: no limit); applied now. */
+  async setAttachmentCacheLimit(bytes: number | null): Promise<void> {
+    this.files.cacheLimit = bytes;
+    await this.files.release(await this.referencedAttachments());
+  }
+
+  /** Sets the most bytes of files one sync downloads (null: no limit), from the next sync on. */
+  setAttachmentBudget(bytes: number | null): void {
+    this.files.budget = bytes;
+    this.files.needScan = true;
+  }
+
+  /** What the last sync did with files. */
+  get lastAttachmentReport(): AttachmentReport {
+    return { ...this.files.report, failures: [...this.files.report.failures] };
+  }
+
+  /**
+   * Asks the browser to keep this origin's storage under pressure
+   * (`navigator.storage.persist()`); true when it agreed. Ask after a user action (a
+   * browser may refuse otherwise, quietly).
+   */
+  async requestPersistentStorage(): Promise<boolean> {
+    try { this.persisted = (await globalThis.navigator?.storage?.persist?.()) ?? false; } catch { this.persisted = false; }
+    return this.persisted;
+  }
+
+  /** The references the records as the app sees them (queued writes included) make. */
+  private async referencedAttachments(): Promise<Map<string, AttachmentReference>> {
+    const found = new Map<string, AttachmentReference>();
+    for (const [, body] of await this.store.all()) {
+      if (!body.includes('"$attachment"')) continue;
+      try { for (const r of referencesIn(body)) found.set(r.sha256, r); } catch { /* not a reference: plain data */ }
+    }
+    return found;
+  }
+
+  private transferMoved(progress: AttachmentProgress): void {
+    this.dispatchEvent(new CustomEvent("attachment-progress", { detail: progress }));
+    this.tabs.post({ type: "attachment-progress", progress });
+  }
+
   // MARK: - Syncing
 
   /**
@@ -277,9 +389,10 @@ export class DeltaSnapReplica extends EventTarget {
   private async runSync(waits: WaitPolicy): Promise<SyncResult> {
     const emptyPush: PushReport = { accepted: 0, refused: [], copied: [], batches: 0, failure: null, stillQueued: 0 };
     let result: SyncResult;
+    this.files.report = emptyAttachmentReport();
     const wait = await waitingUntil(this.ctx, waits, "pull");
     if (wait !== null) {
-      result = { push: { ...emptyPush, stillQueued: (await this.store.pendingWrites(false)).length }, pull: { kind: "deferred", until: wait } };
+      result = { push: { ...emptyPush, stillQueued: (await this.store.pendingWrites(false)).length }, pull: { kind: "deferred", until: wait }, attachments: this.files.report };
     } else {
       const pushed = await push(this.ctx, waits);
       // Writes accepted so far are in the state the pull brings: they leave the queue in the
@@ -288,7 +401,9 @@ export class DeltaSnapReplica extends EventTarget {
       // A wait the push's answer asked for holds the pull too.
       const serverWait = await waitingUntil(this.ctx, waits === "none" ? "none" : "serverRequested", "pull");
       const pulled: PullOutcome = serverWait !== null ? { kind: "deferred", until: serverWait } : await pull(this.ctx, settleThrough);
-      result = { push: pushed, pull: pulled };
+      if (pulled.kind === "applied" || pulled.kind === "reset") this.files.needScan = true;
+      if (pulled.kind !== "failed" && pulled.kind !== "deferred") await this.settleFiles();
+      result = { push: pushed, pull: pulled, attachments: this.files.report };
     }
     await this.rememberPending();
     if (result.push.refused.length) {
@@ -298,6 +413,18 @@ export class DeltaSnapReplica extends EventTarget {
     if (result.push.batches || result.pull.kind !== "deferred") this.changed("sync");
     this.dispatchEvent(new CustomEvent("sync", { detail: result }));
     return result;
+  }
+
+  /** Downloads (eager) and releases files after a pull; a storage failure is reported, never thrown: the records stand. */
+  private async settleFiles(): Promise<void> {
+    try {
+      await this.files.settle(() => this.referencedAttachments());
+    } catch (error) {
+      this.files.report.failures.push((error as Error).message);
+      this.files.needScan = true;
+    }
+    const quota = this.files.report.failures.find((f) => f.includes("quota is exhausted"));
+    if (quota) this.dispatchEvent(new CustomEvent("error", { detail: new AttachmentError("quota_exceeded", quota) }));
   }
 
   /** How things stand, for the status dot and the queue view. */
@@ -342,6 +469,7 @@ export class DeltaSnapReplica extends EventTarget {
   /** Stops syncing in this tab (another tab takes over) and closes the database. */
   close(): void {
     this.closed = true;
+    this.files.close();
     this.stopLive();
     if (this.timer) clearTimeout(this.timer);
     globalThis.removeEventListener?.("online", this.onOnline);
@@ -473,6 +601,9 @@ export class DeltaSnapReplica extends EventTarget {
       case "refused":
         this.dispatchEvent(new CustomEvent("refused", { detail: message.writes }));
         break;
+      case "attachment-progress":
+        this.dispatchEvent(new CustomEvent("attachment-progress", { detail: message.progress }));
+        break;
     }
   }
 
@@ -523,6 +654,14 @@ export class DeltaSnapReplica extends EventTarget {
   private markerKey(): string {
     return markerKey(this.store.name);
   }
+}
+
+/** A reference as a record holds it (or as the protocol module reads it). Throws `DeltaSnapError("invalid_attachment")`. */
+function toReference(reference: AttachmentRef | AttachmentReference): AttachmentReference {
+  if ("sha256" in reference) return reference;
+  const parsed = parseReference(reference);
+  if (!parsed) throw new DeltaSnapError("invalid_attachment", "not an attachment reference: it has no $attachment");
+  return parsed;
 }
 
 /** The storage-loss marker's key of database `name`. */

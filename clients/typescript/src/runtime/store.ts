@@ -1,6 +1,7 @@
 import { fold } from "../protocol/fold.js";
 import { applyLenient, applyStrict, Mutation, Operation } from "../protocol/merge.js";
 import { RecordPages } from "./record-pages.js";
+import type { AttachmentFiles } from "./attachment-files.js";
 
 /**
  * The replica's storage (PROTOCOL.md §6): the verified server state (records + state), the
@@ -149,8 +150,13 @@ export interface MarkerStore {
 export interface ReplicaStorage {
   /** Opens the database `name`, creating it when missing (`created`: it did not exist). */
   open(name: string): Promise<{ store: ReplicaStore; created: boolean }>;
-  /** Deletes the database `name` (nothing when it does not exist). */
+  /** Deletes the database `name` and its files (nothing when it does not exist). */
   delete(name: string): Promise<void>;
+  /**
+   * Opens the files (attachments) of database `name`. Optional for a storage of the app's
+   * own: without it a replica keeps its files in memory.
+   */
+  openFiles?(name: string): Promise<AttachmentFiles>;
   /** Where markers are kept, or null when there is no such place (loss then goes unreported). */
   readonly markers: MarkerStore | null;
 }

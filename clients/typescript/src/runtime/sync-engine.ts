@@ -58,6 +58,11 @@ export interface SyncContext {
   now: () => number;
   /** Told when a pull reaches its next phase (for a progress indicator). */
   onPhase?: (phase: SyncPhase) => void;
+  /**
+   * Runs before each push batch is sent (the uploads of the files its writes refer to);
+   * returns why the batch must wait (its writes stay queued), or null.
+   */
+  beforePush?: (batch: PendingWrite[]) => Promise<string | null>;
 }
 
 /** Where a sync stands: pushing, requesting, verifying a body, committing it. */
@@ -388,6 +393,8 @@ export async function push(ctx: SyncContext, waits: WaitPolicy = "all"): Promise
       batch = batch.slice(0, Math.ceil(batch.length / 2));
       body = pushBody(clientId, batch);
     }
+    const held = (await ctx.beforePush?.(batch)) ?? null;
+    if (held !== null) { report.failure = `${held}; the writes stay queued`; break; }
     const init = await initFor(ctx, "no-store", { method: "POST", headers: { "Content-Type": "application/json" }, body });
     const response = await request(ctx, ctx.collectionURL + "/mutations", init);
     if (!response) { report.failure = "no answer from the server; the writes stay queued"; break; }

@@ -1,3 +1,5 @@
+import type { AttachmentProgress } from "./attachments.js";
+
 /**
  * One syncing tab per replica (PROTOCOL.md has one writer per store; a browser has many
  * tabs). The tab that holds the Web Lock `deltasnap-sync:<db>` is the leader: it pushes
@@ -17,7 +19,9 @@ export type TabMessage =
   /** The leader's writes refused by the server, for every tab to show. */
   | { type: "refused"; writes: unknown[] }
   /** A tab took the lock. */
-  | { type: "leader"; tab: string };
+  | { type: "leader"; tab: string }
+  /** The syncing tab's file transfer moved on (every tab can show the progress). */
+  | { type: "attachment-progress"; progress: AttachmentProgress };
 
 interface LockManagerLike {
   request(name: string, options: { mode: "exclusive"; signal?: AbortSignal }, callback: () => Promise<void>): Promise<void>;

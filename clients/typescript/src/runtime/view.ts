@@ -7,6 +7,7 @@ import { PendingWrite, ReplicaStorage } from "./store.js";
 import { LiveLoop, LiveOptions, LiveStep } from "./live.js";
 import { fetchTextWithTimeout, PullOutcome, PushReport, requestInit } from "./sync-engine.js";
 import { TabCoordinator, TabMessage } from "./tabs.js";
+import type { AttachmentPolicy } from "./attachments.js";
 
 /** Options of {@link DeltaSnapView.open}. */
 export interface ViewOptions {
@@ -24,6 +25,10 @@ export interface ViewOptions {
   fetch?: typeof fetch;
   /** Where the partitions and the bookkeeping are kept: `indexedDBStorage` (the default) or a `MemoryStorage`. */
   storage?: ReplicaStorage;
+  /** Each partition's file policy, cache limit and budget (see `ReplicaOptions`). */
+  attachments?: AttachmentPolicy;
+  attachmentCacheLimit?: number;
+  attachmentBudget?: number;
 }
 
 /** What one {@link DeltaSnapView.sync} did. */
@@ -110,6 +115,7 @@ export class DeltaSnapView extends EventTarget {
       collection: partition, serverURL: this.serverURL, accessToken: () => this.options.accessToken,
       trustedKeys: this.options.trustedKeys, databaseName: this.databaseName(partition), autoSync: false, pollInterval: 0,
       requestTimeout: this.options.requestTimeout, fetch: this.fetcher, storage: this.storage,
+      attachments: this.options.attachments, attachmentCacheLimit: this.options.attachmentCacheLimit, attachmentBudget: this.options.attachmentBudget,
     });
     this.replicas.set(partition, replica);
     return replica;

@@ -9,6 +9,7 @@ import { createHash } from "node:crypto";
 import { lib } from "./fixtures.mjs";
 import { startServer } from "./support/server.mjs";
 import { installFakeBrowserStorage } from "./support/fake-indexeddb.mjs";
+import { installFakeOPFS, removeFakeOPFS } from "./support/fake-opfs.mjs";
 
 const { DeltaSnapReplica } = await lib("runtime/replica");
 const { DeltaSnapView } = await lib("runtime/view");
@@ -330,4 +331,42 @@ test("IndexedDB blobs (no OPFS): attach, upload, download and release round-trip
   assert.equal(hex(new Uint8Array(await (await reader.attachment(ref)).arrayBuffer())), ref.$attachment);
   reader.close();
   await indexedDBStorage.delete(name + "-r");
+});
+
+test("OPFS: the bytes in the replica's own folder, the entries in IndexedDB; a cut download kept for Range; a dropped partition's folder goes", async () => {
+  installFakeBrowserStorage();
+  const root = installFakeOPFS();
+  try {
+    const name = `files-opfs-${Date.now()}`;
+    const writer = await open({ collection: "notes", storage: indexedDBStorage, databaseName: name, accessToken: server.tokens.alice });
+    const data = bytesOf(2_500_000, 61);
+    const ref = await writer.attach(new Blob([data]), "image/png");
+    const folder = (await root.getDirectoryHandle("deltasnap-files")).entries.get(encodeURIComponent(name));
+    assert.ok(folder.entries.has(ref.$attachment), "the pending file is in OPFS");
+    await writer.put("opfs1", { photo: ref });
+    assert.equal((await writer.sync()).push.accepted, 1);
+    let cut = true;
+    const f = recorder(async (url, init) => {
+      if (!url.includes("/attachments/") || !cut) return null;
+      cut = false;
+      const response = await fetch(url, init);
+      const reader = response.body.getReader();
+      const first = await reader.read();
+      let pulls = 0;
+      return new Response(new ReadableStream({ pull(c) { if (pulls++ === 0) c.enqueue(first.value); else c.error(new TypeError("cut")); } }), { status: 200, headers: response.headers });
+    });
+    const reader = await open({ collection: "notes", storage: indexedDBStorage, databaseName: name + "-r", fetch: f, attachments: "lazy" });
+    await reader.sync();
+    await assert.rejects(reader.attachment(ref), (e) => e.code === "attachment_failed");
+    const readerFolder = (await root.getDirectoryHandle("deltasnap-files")).entries.get(encodeURIComponent(name + "-r"));
+    assert.ok(readerFolder.entries.get(ref.$attachment + ".partial").bytes.length > 0, "what arrived is kept");
+    assert.equal(hex(new Uint8Array(await (await reader.attachment(ref)).arrayBuffer())), ref.$attachment);
+    assert.match(f.files()[1].range, /^bytes=[1-9]\d*-$/);
+    assert.ok(readerFolder.entries.has(ref.$attachment) && !readerFolder.entries.has(ref.$attachment + ".partial"));
+    reader.close();
+    await indexedDBStorage.delete(name + "-r");
+    assert.ok(!(await root.getDirectoryHandle("deltasnap-files")).entries.has(encodeURIComponent(name + "-r")), "deleting the replica deletes its files");
+  } finally {
+    removeFakeOPFS();
+  }
 });

@@ -33,7 +33,7 @@ E2E_TMP="$ROOT/.build/browser-tmp"
 SELENIUM_VERSION=4.51.0
 XXHASH_VERSION=4.1.0
 # Bounds, so CI fails rather than hangs (the whole run takes about a minute on 2 cores).
-E2E_TIMEOUT="${E2E_TIMEOUT:-210}"
+E2E_TIMEOUT="${E2E_TIMEOUT:-360}"
 UNIT_TIMEOUT="${UNIT_TIMEOUT:-300}"
 # Line coverage each runtime module must reach from the node tests alone.
 MIN_COVERAGE="${MIN_COVERAGE:-80}"

@@ -12,7 +12,11 @@ const replica = await DeltaSnapReplica.open({
   pollInterval: Number(params.get("poll") ?? 0),
   autoSync: params.get("sync") !== "0",
   requestTimeout: 120_000,
+  accessToken: params.get("token") ?? undefined,
+  attachments: params.get("attachments") ?? undefined,
 });
+window.progress = [];
+replica.addEventListener("attachment-progress", (e) => window.progress.push(e.detail));
 replica.addEventListener("progress", (e) => { window.phase = e.detail.phase; });
 replica.addEventListener("sync", (e) => window.deltasnapLog.push({ type: "sync", detail: e.detail }));
 window.replica = replica;

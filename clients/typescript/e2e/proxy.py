@@ -12,6 +12,9 @@ It serves the page's static files itself (so a page still loads while the API is
   forge-body     change a record of every full body and fix its XXH64 checksum, so only
                  the signed digest can tell
   retry-after    answer every /v1/ request 503 with Retry-After: 30
+  slow-uploads   take file uploads in at about 20 MiB/s (a slow uplink)
+  flip-attachment
+                 flip one byte of the next attachment download (GET …/attachments/…): once
   old-cache-control
                  give private answers (Cache-Control: private, …) the headers an older
                  server gave: `private, max-age=31536000, immutable` on the token-named
@@ -19,7 +22,8 @@ It serves the page's static files itself (so a page still loads while the API is
                  keeps in its HTTP cache unless the request says `cache: "no-store"`
 
 `GET /__proxy/log` returns the API requests seen (method, path, If-None-Match, status,
-body kind, the Cache-Control answered) and `POST /__proxy/log?clear=1` clears it. It
+body kind, the Cache-Control answered) and `uploaded`, the bytes of file uploads received
+from the browser (cut parts included); `POST /__proxy/log?clear=1` clears both. It
 prints its port on stdout.
 """
 import argparse
@@ -32,6 +36,7 @@ import re
 import socketserver
 import sys
 import threading
+import time
 import urllib.parse
 
 import xxhash
@@ -60,6 +65,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self): self.handle_any()
     def do_PUT(self): self.handle_any()
     def do_DELETE(self): self.handle_any()
+    def do_PATCH(self): self.handle_any()
+    def do_OPTIONS(self): self.handle_any()
 
     def reply(self, status, body, headers=()):
         try:
@@ -77,12 +84,38 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def handle_any(self):
         url = urllib.parse.urlsplit(self.path)
         length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
+        body = self.read_body(url, length) if length else None
+        if body is False:
+            return
         if url.path.startswith("/__proxy/"):
             return self.control(url, body)
         if url.path.startswith("/v1/"):
             return self.forward(url, body)
         return self.serve_static(url.path)
+
+    def read_body(self, url, length):
+        """The request body, counting file bytes as they arrive (a reload cuts an upload
+        mid-part: what was sent still counts); False when the browser went before the end
+        (nothing is forwarded, as a cut connection delivers nothing whole)."""
+        counted = "/attachments/" in url.path or "/uploads/" in url.path
+        parts = []
+        got = 0
+        while got < length:
+            try:
+                chunk = self.rfile.read(min(1 << 20, length - got))
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.close_connection = True
+                return False
+            parts.append(chunk)
+            got += len(chunk)
+            if counted and STATE["mode"] == "slow-uploads":
+                time.sleep(0.05)
+            if counted:
+                with LOCK:
+                    STATE["uploaded"] = STATE.get("uploaded", 0) + len(chunk)
+        return b"".join(parts)
 
     def control(self, url, body):
         query = urllib.parse.parse_qs(url.query)
@@ -91,7 +124,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 STATE["mode"] = query["set"][0]
             if url.path == "/__proxy/log" and "clear" in query:
                 STATE["log"] = []
-            answer = json.dumps({"mode": STATE["mode"], "log": STATE["log"]}).encode()
+                STATE["uploaded"] = 0
+            answer = json.dumps({"mode": STATE["mode"], "log": STATE["log"], "uploaded": STATE.get("uploaded", 0)}).encode()
         self.reply(200, answer, [("Content-Type", "application/json"), ("Cache-Control", "no-store")])
 
     def serve_static(self, path):
@@ -143,6 +177,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(2)
             return
+        if mode == "flip-attachment" and status == 200 and "/attachments/" in url.path and self.command == "GET" and len(data) > 10:
+            data = data[:10] + bytes([data[10] ^ 0x40]) + data[11:]
+            entry["damaged"] = True
+            with LOCK:
+                STATE["mode"] = "normal"
         text = None
         if status == 200 and data.startswith(b"{"):
             text = data.decode("utf-8")

@@ -6,6 +6,7 @@ The page under test is clients/typescript/example/ (the example app), served thr
 e2e/proxy.py, which injects faults into the API on demand. Tests run in order (they share
 one server); each uses its own IndexedDB database (?db=…) unless it tests continuity.
 """
+import hashlib
 import json
 import re
 import os
@@ -31,6 +32,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ADMIN = "e2e-admin-token"
 SECRET = "e2e-jwt-secret"
 WAIT = 20
+
+
+def http_bytes(method, url, body=None, headers=None, timeout=10):
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
 
 
 def http(method, url, body=None, headers=None, timeout=10):
@@ -72,6 +82,7 @@ class Env:
         with open(self.rules, "w") as f:
             f.write("collections:\n"
                     "  countries: { read: public, write: claims }\n"
+                    "  notes: { read: public, write: claims }\n"
                     "  attempts: { partitioned: true, read: owner, write: owner }\n"
                     "  sets: { partitioned: true, read: member, write: member }\n"
                     "memberships: members\n")
@@ -82,6 +93,9 @@ class Env:
                            input=json.dumps(record) + "\n", check=True, capture_output=True, text=True)
         self.tokens = {who: subprocess.run([BIN, "token", "--secret", SECRET, "--subject", who], check=True, capture_output=True,
                                            text=True).stdout.strip() for who in ("alice", "bob")}
+        # A writer of notes (with photos), for the attachment tests and the example app.
+        self.notes_jwt = subprocess.run([BIN, "token", "--secret", SECRET, "--subject", "alice", "--write", "notes"],
+                                        check=True, capture_output=True, text=True).stdout.strip()
         self.server = None
         self.server_port = 0
         self.start_server()
@@ -150,8 +164,23 @@ class Env:
         http("POST", f"{self.url}/__proxy/mode?set={mode}")
 
     def log(self, clear=False):
+        return self.proxy_state(clear)["log"]
+
+    def proxy_state(self, clear=False):
         status, _, body = http("POST" if clear else "GET", f"{self.url}/__proxy/log" + ("?clear=1" if clear else ""))
-        return json.loads(body)["log"]
+        return json.loads(body)
+
+    def put_file(self, base, data, media="image/png"):
+        """Stores a file on the server as the admin; returns its reference."""
+        status, _, text = http("PUT", f"{self.server_url}{base}/attachments/{hashlib.sha256(data).hexdigest()}", data,
+                               {"Authorization": f"Bearer {ADMIN}", "Content-Type": media})
+        assert status == 201, (status, text)
+        return json.loads(text)
+
+    def harness(self, query, base=None):
+        """Loads the bare replica (harness.html) and waits until it is open."""
+        self.driver.get(f"{base or self.url}/harness.html?{query}")
+        WebDriverWait(self.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready"))
 
     def admin(self, method, record_id, value=None):
         body = json.dumps(value).encode() if value is not None else None
@@ -162,6 +191,14 @@ class Env:
     def head_token(self):
         status, headers, _ = http("HEAD", f"{self.server_url}/v1/collections/countries")
         return headers["ETag"].strip('"')
+
+    def server_record_in(self, collection, record_id):
+        _, _, body = http("GET", f"{self.server_url}/v1/collections/{collection}")
+        for line in body.splitlines()[1:]:
+            line = line.rstrip(",")
+            if line.startswith("{") and json.loads(line)["id"] == record_id:
+                return json.loads(line)
+        return None
 
     def server_record(self, record_id):
         _, _, body = http("GET", f"{self.server_url}/v1/collections/countries")
@@ -692,6 +729,125 @@ class BrowserClient(unittest.TestCase):
         sizes = ENV.wait(lambda: (lambda s: s if all(len(x) == 2 for x in s) else None)(ENV.js(transfer_sizes, urls[:3])), "the timing entries")
         self.assertTrue(all(min(s) > 0 for s in sizes), sizes)
         ENV.js("for (const v of Object.values(window.views)) v.close();")
+
+    # -- files (attachments, PROTOCOL.md §12) ------------------------------------------------
+
+    MAKE_FILE = """
+        const [size, seed] = args;
+        const bytes = new Uint8Array(size); let x = seed;
+        for (let i = 0; i < size; i += 4) { x ^= x << 13; x ^= x >>> 17; x ^= x << 5; bytes[i] = x; bytes[i + 1] = x >> 8; bytes[i + 2] = x >> 16; bytes[i + 3] = x >> 24; }
+        const file = new Blob([bytes]);
+    """
+
+    def expected_file(self, size, seed):
+        """The bytes MAKE_FILE makes in the page (the same xorshift), for the server-side check."""
+        out = bytearray(size)
+        x = seed
+        for i in range(0, size, 4):
+            x ^= (x << 13) & 0xFFFFFFFF; x ^= x >> 17; x ^= (x << 5) & 0xFFFFFFFF
+            out[i:i + 4] = x.to_bytes(4, "little")[: min(4, size - i)]
+        return bytes(out)
+
+    def test_14_a_200_mib_file_attached_offline_resumes_from_the_servers_offset_after_a_reload(self):
+        size = 200 << 20
+        ENV.mode("offline")
+        query = f"collection=notes&db=e2e-files-big&sync=0&token={ENV.notes_jwt}"
+        ENV.harness(query)
+        ref = ENV.js(self.MAKE_FILE + """
+            const ref = await window.replica.attach(file, "application/octet-stream");
+            await window.replica.put("big", { title: "Big", file: ref });
+            const offline = await window.replica.sync({ waits: "none" });
+            if (offline.push.accepted !== 0) throw new Error("pushed while offline");
+            return ref;""", size, 2463534242)
+        self.assertEqual(ref["size"], size)
+        states = ENV.js("return await window.replica.attachmentStatuses();")
+        self.assertEqual([s["state"] for s in states], ["pending-upload"])
+        ENV.proxy_state(clear=True)
+        ENV.mode("slow-uploads")
+        ENV.js("window.replica.sync({ waits: 'none' }); return null;")
+        ENV.wait(lambda: ENV.proxy_state()["uploaded"] >= size // 2, "half of the file sent", timeout=60)
+        ENV.driver.refresh()   # the page goes mid-part; the upload's Location is in IndexedDB
+        WebDriverWait(ENV.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready"))
+        ENV.mode("normal")
+        result = ENV.js("return await window.replica.sync({ waits: 'none' });")
+        self.assertEqual(result["push"]["accepted"], 1, result)
+        sent = ENV.proxy_state()["uploaded"]
+        self.assertLessEqual(sent, size * 1.1, f"sent {sent} bytes for a {size}-byte file")
+        self.assertGreater(result["attachments"]["uploadedBytes"], 0)
+        self.assertLess(result["attachments"]["uploadedBytes"], size * 0.6, "the reloaded page sent only the rest")
+        self.assertEqual(ENV.server_record_in("notes", "big")["file"], ref)
+        status, _, body = http_bytes("GET", f"{ENV.server_url}/v1/collections/notes/attachments/{ref['$attachment']}", timeout=60)
+        self.assertEqual(status, 200)
+        self.assertEqual(hashlib.sha256(body).hexdigest(), ref["$attachment"])
+        self.assertEqual(body[:4096], self.expected_file(4096, 2463534242))
+        self.assertEqual(ENV.js("return (await window.replica.pendingWrites()).length;"), 0)
+
+    def test_15_two_tabs_one_uploads_the_other_shows_progress_and_takes_over(self):
+        size = 48 << 20
+        query = f"collection=notes&db=e2e-files-tabs&poll=0&token={ENV.notes_jwt}"
+        ENV.harness(query)
+        first = ENV.driver.current_window_handle
+        ENV.wait(lambda: ENV.js("return window.replica.isSyncingTab;"), "the first tab to lead")
+        ENV.driver.switch_to.new_window("tab")
+        ENV.harness(query)
+        second = ENV.driver.current_window_handle
+        self.assertFalse(ENV.js("return window.replica.isSyncingTab;"))
+        ENV.proxy_state(clear=True)
+        ENV.mode("slow-uploads")
+        ref = ENV.js(self.MAKE_FILE + """
+            const ref = await window.replica.attach(file, "image/png");
+            await window.replica.put("tabs", { title: "Two tabs", photo: ref });
+            return ref;""", size, 88172645)
+        # The write was made here; the leading tab uploads it, and this one sees the progress.
+        ENV.wait(lambda: any(p["direction"] == "upload" and 0 < p["done"] < size for p in ENV.js("return window.progress;")),
+                 "upload progress shown in the other tab", timeout=60)
+        ENV.driver.switch_to.window(first)
+        ENV.driver.close()
+        ENV.driver.switch_to.window(second)
+        ENV.wait(lambda: ENV.js("return window.replica.isSyncingTab;"), "the second tab to take over")
+        ENV.mode("normal")
+        ENV.wait(lambda: ENV.js("return (await window.replica.pendingWrites()).length === 0;"), "the write to land", timeout=90)
+        self.assertEqual(ENV.server_record_in("notes", "tabs")["photo"], ref)
+        self.assertLessEqual(ENV.proxy_state()["uploaded"], size * 1.1 + (8 << 20))
+
+    def test_16_lazy_files_a_flipped_byte_and_another_users_file(self):
+        refs = [ENV.put_file("/v1/collections/notes", self.expected_file(30_000 + i, 1000 + i)) for i in range(3)]
+        for i, ref in enumerate(refs):
+            http("PUT", f"{ENV.server_url}/v1/collections/notes/records/lazy{i}", json.dumps({"title": f"Lazy {i}", "photo": ref}).encode(),
+                 {"Authorization": f"Bearer {ADMIN}"})
+        ENV.harness("collection=notes&db=e2e-files-lazy&sync=0&attachments=lazy")
+        ENV.log(clear=True)
+        ENV.js("await window.replica.sync({ waits: 'none' }); return null;")
+        gets = lambda: [e for e in ENV.log() if "/attachments/" in e["path"] and e["method"] == "GET"]
+        self.assertEqual(gets(), [], "opening the list downloads no file")
+        shown = ENV.js("""
+            const note = await window.replica.get("lazy1");
+            const url = await window.replica.attachmentURL(note.photo);
+            const again = await window.replica.attachmentURL(note.photo);
+            const bytes = new Uint8Array(await (await fetch(url)).arrayBuffer());
+            const hash = [...new Uint8Array(await crypto.subtle.digest("SHA-256", bytes))].map((b) => b.toString(16).padStart(2, "0")).join("");
+            return { same: url === again, hash };""")
+        self.assertTrue(shown["same"])
+        self.assertEqual(shown["hash"], refs[1]["$attachment"])
+        self.assertEqual([e["path"].rsplit("/", 1)[1] for e in gets()], [refs[1]["$attachment"]], "exactly its file, once")
+
+        ENV.log(clear=True)
+        ENV.mode("flip-attachment")
+        flipped = ENV.js("""
+            const note = await window.replica.get("lazy2");
+            const bytes = new Uint8Array(await (await window.replica.attachment(note.photo)).arrayBuffer());
+            return [...new Uint8Array(await crypto.subtle.digest("SHA-256", bytes))].map((b) => b.toString(16).padStart(2, "0")).join("");""")
+        self.assertEqual(flipped, refs[2]["$attachment"], "the damaged copy was refused and fetched again")
+        self.assertEqual([e.get("damaged", False) for e in gets()], [True, False])
+
+        # Alice's partition file, asked for with Bob's token: the server's 404, nothing kept.
+        ref = ENV.put_file("/v1/collections/attempts/partitions/alice", self.expected_file(5000, 77))
+        http("PUT", f"{ENV.server_url}/v1/collections/attempts/partitions/alice/records/p1", json.dumps({"score": 1, "photo": ref}).encode(),
+             {"Authorization": f"Bearer {ADMIN}"})
+        ENV.harness(f"collection=attempts/alice&db=e2e-files-bob&sync=0&attachments=lazy&token={ENV.tokens['bob']}")
+        refused = ENV.js("try { await window.replica.attachment(arguments[0]); return 'read'; } catch (e) { return e.code; }", ref)
+        self.assertEqual(refused, "attachment_unavailable")
+        self.assertEqual(ENV.js("return (await window.replica.attachmentStatuses()).length;"), 0)
 
     def test_13_live_mode_applies_a_commit_within_moments(self):
         """Live mode: a replica's syncing tab and a view wait on /v1/index?wait=; a commit lands without polling."""

@@ -380,7 +380,10 @@ export class ReplicaAttachments {
   }
 
   private async send(url: string, method: string, headers: Record<string, string>, body?: Blob): Promise<Response> {
-    const init = requestInit(await this.ctx.accessToken(), "no-store", { method, headers: { "Upload-Draft-Interop-Version": INTEROP_VERSION, ...headers }, body });
+    // `fetch` never shows a 1xx answer: the upload begins with an empty request and no interop
+    // version, so the server sends no `104` (§12.5 step 1) and `Location` comes in the `201`.
+    const versioned = method === "POST" ? headers : { "Upload-Draft-Interop-Version": INTEROP_VERSION, ...headers };
+    const init = requestInit(await this.ctx.accessToken(), "no-store", { method, headers: versioned, body });
     const response = await fetchWithTimeout(this.ctx.fetch, url, init, this.ctx.timeoutMs);
     if (!response) throw new AttachmentError("attachment_failed", `no answer to ${method} ${url} (network error or timeout)`);
     return response;

@@ -83,6 +83,7 @@ class Env:
             f.write("collections:\n"
                     "  countries: { read: public, write: claims }\n"
                     "  notes: { read: public, write: claims }\n"
+                    "  album: { read: public, write: claims }\n"
                     "  attempts: { partitioned: true, read: owner, write: owner }\n"
                     "  sets: { partitioned: true, read: member, write: member }\n"
                     "memberships: members\n")
@@ -94,7 +95,7 @@ class Env:
         self.tokens = {who: subprocess.run([BIN, "token", "--secret", SECRET, "--subject", who], check=True, capture_output=True,
                                            text=True).stdout.strip() for who in ("alice", "bob")}
         # A writer of notes (with photos), for the attachment tests and the example app.
-        self.notes_jwt = subprocess.run([BIN, "token", "--secret", SECRET, "--subject", "alice", "--write", "notes"],
+        self.notes_jwt = subprocess.run([BIN, "token", "--secret", SECRET, "--subject", "alice", "--write", "notes,album"],
                                         check=True, capture_output=True, text=True).stdout.strip()
         self.server = None
         self.server_port = 0
@@ -848,6 +849,41 @@ class BrowserClient(unittest.TestCase):
         refused = ENV.js("try { await window.replica.attachment(arguments[0]); return 'read'; } catch (e) { return e.code; }", ref)
         self.assertEqual(refused, "attachment_unavailable")
         self.assertEqual(ENV.js("return (await window.replica.attachmentStatuses()).length;"), 0)
+
+    def test_17_the_notes_example_opens_offline_from_its_service_worker_with_its_photos(self):
+        # On the server's own origin: nothing else answers there once the server is stopped.
+        page = f"{ENV.server_url}/notes.html?collection=album&db=e2e-notes&poll=0&token={ENV.notes_jwt}"
+        ENV.driver.get(page)
+        WebDriverWait(ENV.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready"))
+        ENV.js("""
+            for (const [title, hue] of [["Beach", 200], ["Forest", 120], ["Sunset", 20]]) {
+              const canvas = new OffscreenCanvas(320, 200);
+              const g = canvas.getContext("2d");
+              const sky = g.createLinearGradient(0, 0, 0, 200);
+              sky.addColorStop(0, `hsl(${hue}, 70%, 75%)`); sky.addColorStop(1, `hsl(${hue}, 60%, 35%)`);
+              g.fillStyle = sky; g.fillRect(0, 0, 320, 200);
+              g.fillStyle = `hsl(${(hue + 180) % 360}, 80%, 60%)`; g.beginPath(); g.arc(240, 60, 30, 0, 7); g.fill();
+              await window.addNote(title, await canvas.convertToBlob({ type: "image/png" }));
+            }
+            await window.replica.sync({ waits: "none" });
+            return null;""")
+        ENV.wait(lambda: ENV.js("return (await window.replica.pendingWrites()).length === 0;"), "the notes to be pushed")
+        self.assertEqual(len([r for r in [ENV.server_record_in("album", n["id"]) for n in ENV.js("return await window.replica.all();")] if r and "photo" in r]), 3)
+        ENV.wait(lambda: ENV.js("return !!navigator.serviceWorker.controller || (await navigator.serviceWorker.ready, location.reload(), false);"),
+                 "the service worker to control the page")
+        WebDriverWait(ENV.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready"))
+        ENV.stop_server()
+        try:
+            ENV.driver.get(page)
+            WebDriverWait(ENV.driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready"))
+            ENV.wait(lambda: ENV.js("""return [...document.querySelectorAll('#notes img')].filter((i) => i.complete && i.naturalWidth > 0).length === 3;"""),
+                     "the three photos shown offline")
+            titles = ENV.js("return [...document.querySelectorAll('#notes .title')].map((e) => e.textContent).sort();")
+            self.assertEqual(titles, ["Beach", "Forest", "Sunset"])
+            os.makedirs(ARTIFACTS, exist_ok=True)
+            ENV.driver.save_screenshot(os.path.join(ARTIFACTS, "notes-offline.png"))
+        finally:
+            ENV.start_server()
 
     def test_13_live_mode_applies_a_commit_within_moments(self):
         """Live mode: a replica's syncing tab and a view wait on /v1/index?wait=; a commit lands without polling."""

@@ -14,7 +14,8 @@
 #      (clients/typescript/e2e/test_browser.py) starts `deltasnap serve --static
 #      clients/typescript/example` on a free loopback port, a fault-injecting proxy in front
 #      of it, and Chromium; it stops and restarts the server itself (the offline-edit test).
-#      A screenshot of the example page lands in .build/browser-artifacts/example.png.
+#      A screenshot of the example page lands in .build/browser-artifacts/example.png, one of
+#      the notes example (photos, opened offline from its service worker) in notes-offline.png.
 # Missing tools are installed: apt (nodejs, node-typescript, esbuild, chromium,
 # chromium-driver, python3-venv, and npm where nodejs does not bring it) and PyPI
 # (selenium, xxhash) into a venv under .build/.
@@ -112,7 +113,7 @@ done
 [ "$under" -eq 0 ] || { echo "browser-tests: FAILED: a runtime module has under ${MIN_COVERAGE}% line coverage from node --test" >&2; exit 1; }
 
 echo "browser-tests: headless Chromium against deltasnap serve ($BIN)"
-rm -f "$ARTIFACTS/example.png"
+rm -f "$ARTIFACTS/example.png" "$ARTIFACTS/notes-offline.png"
 rm -rf "$E2E_TMP" && mkdir -p "$E2E_TMP"
 set +e
 BIN="$BIN" REPO="$ROOT" ARTIFACTS="$ARTIFACTS" TMPDIR="$E2E_TMP" setsid timeout "$E2E_TIMEOUT" \
@@ -128,4 +129,5 @@ if [ "$status" -ne 0 ]; then
     exit "$status"
 fi
 [ -s "$ARTIFACTS/example.png" ] || { echo "browser-tests: no screenshot was taken" >&2; exit 1; }
+[ -s "$ARTIFACTS/notes-offline.png" ] || { echo "browser-tests: no screenshot of the notes example offline was taken" >&2; exit 1; }
 echo "browser-tests: passed; screenshot in ${ARTIFACTS#$ROOT/}/example.png"

@@ -63,6 +63,30 @@ window.bench = {
     // From the body received to the transaction committed: what the client itself spends.
     return { ms: end - t0, applyMs: end - window.benchMarks.verify, kind: result.pull.kind, changed: result.pull.changedIds?.length };
   },
+  /**
+   * The reference for files: a plain `fetch` of the same file piped into an OPFS file (the
+   * least a page does to keep a download), in the same page.
+   */
+  async plainFileIntoOPFS(url) {
+    const t0 = performance.now();
+    const response = await fetch(url, { cache: "no-store" });
+    const root = await navigator.storage.getDirectory();
+    const handle = await root.getFileHandle(fresh("plain"), { create: true });
+    await response.body.pipeTo(await handle.createWritable());
+    const ms = performance.now() - t0;
+    const size = (await handle.getFile()).size;
+    await root.removeEntry(handle.name);
+    return { ms, size };
+  },
+  /** A file downloaded by the client (`attachment(ref)`): fetched into OPFS, its SHA-256 checked, kept. */
+  async attachmentDownload(collection, ref) {
+    const replica = await open(collection, { attachments: "lazy" });
+    const t0 = performance.now();
+    const blob = await replica.attachment(ref);
+    const ms = performance.now() - t0;
+    replica.close();
+    return { ms, size: blob.size };
+  },
   /** First start from a bundled snapshot, until the first query answers. */
   async firstStart(collection, bundle, id) {
     const t0 = performance.now();

@@ -10,6 +10,7 @@ floor`), the time of a sync that applies a 1-record
 delta, and a first start from a 10,000-record bundle until the first query answers; writes
 them to .build/browser-artifacts/bench.json as well.
 """
+import hashlib
 import json
 import os
 import re
@@ -32,6 +33,7 @@ ADMIN = "bench-admin"
 FULL = int(os.environ.get("FULL_RECORDS", "100000"))
 BUNDLE = int(os.environ.get("BUNDLE_RECORDS", "10000"))
 RUNS = int(os.environ.get("RUNS", "3"))
+FILE_MB = int(os.environ.get("FILE_MB", "100"))
 
 
 def sh(*args, **kw):
@@ -79,6 +81,25 @@ def main():
                 raise RuntimeError(result["error"])
             return result["ok"]
 
+        # A 100 MiB file a record refers to (public collection `files`).
+        blob = os.urandom(FILE_MB << 20)
+        sha = hashlib.sha256(blob).hexdigest()
+        req = urllib.request.Request(f"{url}/v1/collections/files/attachments/{sha}", data=blob, method="PUT",
+                                     headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/octet-stream"})
+        ref = json.loads(urllib.request.urlopen(req, timeout=120).read())
+        req = urllib.request.Request(f"{url}/v1/collections/files/records/f1", data=json.dumps({"file": ref}).encode(), method="PUT",
+                                     headers={"Authorization": f"Bearer {ADMIN}"})
+        urllib.request.urlopen(req, timeout=10).read()
+        del blob
+        plain_file, client_file = [], []
+        for run in range(RUNS):
+            r = call(f"window.bench.plainFileIntoOPFS('/v1/collections/files/attachments/{sha}')")
+            assert r["size"] == FILE_MB << 20, r
+            plain_file.append(r["ms"])
+            r = call(f"window.bench.attachmentDownload('files', {json.dumps(ref)})")
+            assert r["size"] == FILE_MB << 20, r
+            client_file.append(r["ms"])
+
         full, floor, floor_rows, delta, delta_apply, start, phases = [], [], [], [], [], [], []
         for run in range(RUNS):
             # The floors and the client alternate in one page, so all see the same machine.
@@ -112,6 +133,8 @@ def main():
             "oneRecordDeltaSync": {"medianMs": statistics.median(delta), "maxMs": max(delta),
                                    "applyMedianMs": statistics.median(delta_apply), "applyMaxMs": max(delta_apply)},
             "firstStartFromBundle": {"records": BUNDLE, "medianMs": statistics.median(start)},
+            "attachment": {"bytes": FILE_MB << 20, "plainFetchIntoOPFSMedianMs": statistics.median(plain_file), "clientMedianMs": statistics.median(client_file),
+                           "rateOverPlain": round(statistics.median(plain_file) / statistics.median(client_file), 2)},
             "chromium": driver.capabilities.get("browserVersion"),
             "runs": RUNS,
         }
@@ -128,7 +151,11 @@ def main():
         print(f"| a 1-record delta: apply (body received → transaction committed) | median {d['applyMedianMs']:.1f} ms, max {d['applyMaxMs']:.1f} ms |")
         print(f"| first start from a {BUNDLE:,}-record bundle until the first query answers | {results['firstStartFromBundle']['medianMs']:.0f} ms |")
         print(f"Chromium {results['chromium']}, {RUNS} runs, medians; full apply phases (ms): {results['fullApply']['phasesMs']}")
+        a = results["attachment"]
+        print(f"| a {FILE_MB} MiB file: plain fetch piped into OPFS (the reference, same page) | {a['plainFetchIntoOPFSMedianMs']:.0f} ms, {FILE_MB / (a['plainFetchIntoOPFSMedianMs'] / 1000):.0f} MiB/s |")
+        print(f"| a {FILE_MB} MiB file: `attachment(ref)` — downloaded into OPFS, SHA-256 checked, kept | {a['clientMedianMs']:.0f} ms, {FILE_MB / (a['clientMedianMs'] / 1000):.0f} MiB/s |")
         print(f"full apply: {results['fullApplyOverFloor']:.2f}× floor")
+        print(f"attachment download: {a['rateOverPlain']:.2f}× plain fetch into OPFS (rate)")
     finally:
         if driver:
             driver.quit()

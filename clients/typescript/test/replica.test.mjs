@@ -100,12 +100,12 @@ for (const [backend, storage] of Object.entries(forStorage)) {
     assert.ok(status.lastSuccessfulSync > 0);
     await server.set("countries", id, { name: "Zedland" });
     const delta = await replica.sync();
-    assert.deepEqual(delta.pull, { kind: "applied", full: false, changedIds: [id], count: 250 });
+    assert.deepEqual(delta.pull, { kind: "applied", full: false, changedIds: [id], count: 250, mentionsFiles: false });
     assert.ok(phases.includes("verify") && phases.includes("commit"));
     assert.equal((await replica.get(id)).name, "Zedland");
     await server.set("countries", id, null);
     const tombstone = await replica.sync();
-    assert.deepEqual(tombstone.pull, { kind: "applied", full: false, changedIds: [id], count: 249 });
+    assert.deepEqual(tombstone.pull, { kind: "applied", full: false, changedIds: [id], count: 249, mentionsFiles: false });
     assert.equal(await replica.get(id), undefined);
     assert.ok(changes >= 3);
     const verified = await replica.verify();

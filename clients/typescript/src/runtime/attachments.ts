@@ -82,8 +82,14 @@ export class ReplicaAttachments {
   budget: number | null;
   /** The last sync's report. */
   report: AttachmentReport = emptyAttachmentReport();
-  /** A pull brought something, or a file failed or waited: the next sync looks at the records again. */
-  needScan = true;
+  /**
+   * The next sync looks at the records again: a pull brought a reference, files are held
+   * (one may have lost its last reference), the policy changed, or a file failed or waited.
+   * A replica that never meets a file never reads its records for references.
+   */
+  needScan = false;
+  /** The first sync of this page has not looked yet (files held from an earlier visit). */
+  private looked = false;
   private opened: Promise<AttachmentFiles> | null = null;
   private readonly downloads = new Map<string, Promise<Blob>>();
   private readonly urls = new Map<string, string>();
@@ -97,6 +103,18 @@ export class ReplicaAttachments {
     this.policy = options.policy ?? "eager";
     this.cacheLimit = options.cacheLimit ?? null;
     this.budget = options.budget ?? null;
+  }
+
+  /** Whether this replica holds any file (pending, cached or partial). */
+  async holdsFiles(): Promise<boolean> {
+    return (await (await this.files()).ledger.all()).length > 0;
+  }
+
+  /** After a pull that got an answer: decides whether {@link settle} must look at the records. */
+  async notePull(applied: boolean, mentionsFiles: boolean): Promise<void> {
+    if (mentionsFiles) this.needScan = true;
+    else if ((applied || !this.looked) && !this.needScan) this.needScan = await this.holdsFiles();
+    this.looked = true;
   }
 
   /** The files, opened on first use (a replica without attachments never opens them). */

@@ -401,8 +401,11 @@ export class DeltaSnapReplica extends EventTarget {
       // A wait the push's answer asked for holds the pull too.
       const serverWait = await waitingUntil(this.ctx, waits === "none" ? "none" : "serverRequested", "pull");
       const pulled: PullOutcome = serverWait !== null ? { kind: "deferred", until: serverWait } : await pull(this.ctx, settleThrough);
-      if (pulled.kind === "applied" || pulled.kind === "reset") this.files.needScan = true;
-      if (pulled.kind !== "failed" && pulled.kind !== "deferred") await this.settleFiles();
+      if (pulled.kind !== "failed" && pulled.kind !== "deferred") {
+        const applied = pulled.kind === "applied" || pulled.kind === "reset";
+        await this.files.notePull(applied, applied && pulled.mentionsFiles).catch(() => { this.files.needScan = true; });
+        await this.settleFiles();
+      }
       result = { push: pushed, pull: pulled, attachments: this.files.report };
     }
     await this.rememberPending();

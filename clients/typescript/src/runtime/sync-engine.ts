@@ -12,10 +12,13 @@ import { Operation } from "../protocol/merge.js";
 /** What a pull did. */
 export type PullOutcome =
   | { kind: "not-modified" }
-  /** A delta or full body was applied; `changedIds` lists a delta's ids (empty for a full body). */
-  | { kind: "applied"; full: boolean; changedIds: string[]; count: number }
+  /**
+   * A delta or full body was applied; `changedIds` lists a delta's ids (empty for a full
+   * body); `mentionsFiles`: a record it brought refers to an attachment.
+   */
+  | { kind: "applied"; full: boolean; changedIds: string[]; count: number; mentionsFiles: boolean }
   /** The answer could not be applied; a full fetch replaced the collection. */
-  | { kind: "reset"; reason: string; count: number }
+  | { kind: "reset"; reason: string; count: number; mentionsFiles: boolean }
   /** Nothing changed; the data held is kept. `retryAt`: the earliest next attempt (ms). */
   | { kind: "failed"; reason: string; code: string; unavailable: boolean; retryAt: number | null }
   /** Not tried: a wait (the server's, or the backoff) runs until `until` (ms). */
@@ -248,8 +251,10 @@ async function commit(ctx: SyncContext, verified: VerifiedApply, settleThrough: 
     if (error instanceof StateMovedError) return { kind: "failed", reason: "another tab applied a body meanwhile; the next sync continues from it", code: "state_moved", unavailable: false, retryAt: null };
     throw error;
   }
-  if (resetReason !== null) return { kind: "reset", reason: resetReason, count: verified.count };
-  return { kind: "applied", full: verified.prepared.replaceAll, changedIds: verified.changedIds, count: verified.count };
+  // Records are in memory here: finding a reference costs a substring search, not a re-read.
+  const mentionsFiles = verified.prepared.upserts.some(([, body]) => body.includes('"$attachment"'));
+  if (resetReason !== null) return { kind: "reset", reason: resetReason, count: verified.count, mentionsFiles };
+  return { kind: "applied", full: verified.prepared.replaceAll, changedIds: verified.changedIds, count: verified.count, mentionsFiles };
 }
 
 // MARK: - Signed data (§8.4)

@@ -53,6 +53,7 @@ def main():
         static = os.path.join(tmp, "static")
         shutil.copytree(HERE, static, ignore=shutil.ignore_patterns("*.py"))
         shutil.copy(os.path.join(REPO, "clients/typescript/dist/deltasnap.js"), static)
+        shutil.copy(os.path.join(REPO, "clients/typescript/dist/download-worker.js"), static)
         sh(BIN, "bake", "--db", db, "--collection", "ten", "--out", static)
         out = open(os.path.join(tmp, "serve.out"), "w")
         # As a user starts it: default logging (a request line per answer, into serve.out).

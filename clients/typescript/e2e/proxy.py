@@ -15,6 +15,7 @@ It serves the page's static files itself (so a page still loads while the API is
   slow-uploads   take file uploads in at about 20 MiB/s (a slow uplink)
   flip-attachment
                  flip one byte of the next attachment download (GET …/attachments/…): once
+  cut-attachment drop the connection halfway through the next attachment download: once
   old-cache-control
                  give private answers (Cache-Control: private, …) the headers an older
                  server gave: `private, max-age=31536000, immutable` on the token-named
@@ -146,7 +147,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with LOCK:
             mode = STATE["mode"]
         entry = {"method": self.command, "path": url.path, "query": url.query, "ifNoneMatch": self.headers.get("If-None-Match"),
-                 "status": None, "kind": None}
+                 "range": self.headers.get("Range"), "status": None, "kind": None}
         if mode == "offline":
             with LOCK:
                 STATE["log"].append({**entry, "status": "dropped"})
@@ -174,6 +175,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
             # The server is stopped: the browser sees a network error, as it would offline.
             with LOCK:
                 STATE["log"].append({**entry, "status": "refused"})
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        if mode == "cut-attachment" and status == 200 and "/attachments/" in url.path and self.command == "GET":
+            # Half the body, then the connection drops (Content-Length promised the whole).
+            with LOCK:
+                STATE["mode"] = "normal"
+                STATE["log"].append({**entry, "status": status, "cut": len(data) // 2})
+            try:
+                self.send_response(status)
+                for k, v in out_headers:
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 2])
+                self.wfile.flush()
+            except OSError:
+                pass
             self.close_connection = True
             self.connection.shutdown(2)
             return

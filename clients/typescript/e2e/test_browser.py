@@ -830,7 +830,7 @@ class BrowserClient(unittest.TestCase):
             return { same: url === again, hash };""")
         self.assertTrue(shown["same"])
         self.assertEqual(shown["hash"], refs[1]["$attachment"])
-        self.assertEqual([e["path"].rsplit("/", 1)[1] for e in gets()], [refs[1]["$attachment"]], "exactly its file, once")
+        self.assertEqual([e["path"].rsplit("/", 1)[1] for e in gets()], [refs[1]["$attachment"]], f"exactly its file, once: {gets()}")
 
         ENV.log(clear=True)
         ENV.mode("flip-attachment")
@@ -839,7 +839,24 @@ class BrowserClient(unittest.TestCase):
             const bytes = new Uint8Array(await (await window.replica.attachment(note.photo)).arrayBuffer());
             return [...new Uint8Array(await crypto.subtle.digest("SHA-256", bytes))].map((b) => b.toString(16).padStart(2, "0")).join("");""")
         self.assertEqual(flipped, refs[2]["$attachment"], "the damaged copy was refused and fetched again")
-        self.assertEqual([e.get("damaged", False) for e in gets()], [True, False])
+        self.assertEqual([e.get("damaged", False) for e in gets()], [True, False], gets())
+
+        # A download cut halfway: what arrived is kept; the next try asks for the rest only.
+        ENV.log(clear=True)
+        ENV.mode("cut-attachment")
+        cut = ENV.js("""
+            const note = await window.replica.get("lazy0");
+            try { await window.replica.attachment(note.photo); return "read"; } catch (e) { return e.code; }""")
+        self.assertEqual(cut, "attachment_failed", gets())
+        resumed = ENV.js("""
+            const note = await window.replica.get("lazy0");
+            const bytes = new Uint8Array(await (await window.replica.attachment(note.photo)).arrayBuffer());
+            return [...new Uint8Array(await crypto.subtle.digest("SHA-256", bytes))].map((b) => b.toString(16).padStart(2, "0")).join("");""")
+        self.assertEqual(resumed, refs[0]["$attachment"])
+        first, *rest = gets()
+        self.assertEqual(first["cut"], refs[0]["size"] // 2)
+        # Every later request asks from where the cut left off (Chromium's cache may split it in two).
+        self.assertTrue(rest and all((e["range"] or "").startswith(f"bytes={first['cut']}-") for e in rest), rest)
 
         # Alice's partition file, asked for with Bob's token: the server's 404, nothing kept.
         ref = ENV.put_file("/v1/collections/attempts/partitions/alice", self.expected_file(5000, 77))

@@ -34,6 +34,8 @@ export interface FileWriter {
 /** The bytes of one replica's files, by key (`<sha256>` for whole files, `<sha256>.partial`). */
 export interface FileBytes {
   readonly kind: "opfs" | "indexeddb" | "memory";
+  /** Where OPFS bytes are (`root`/`folder`/key): a worker opens them by name. */
+  readonly opfs?: { root: string; folder: string };
   read(key: string): Promise<Blob | null>;
   size(key: string): Promise<number>;
   writer(key: string, append: boolean): Promise<FileWriter>;
@@ -265,7 +267,10 @@ type WritableHandle = FileSystemFileHandle & { createWritable(options?: { keepEx
 
 class OPFSBytes implements FileBytes {
   readonly kind = "opfs";
-  constructor(private readonly parent: FileSystemDirectoryHandle, private readonly folder: string, private dir: FileSystemDirectoryHandle) {}
+  readonly opfs: { root: string; folder: string };
+  constructor(private readonly parent: FileSystemDirectoryHandle, private readonly folder: string, private dir: FileSystemDirectoryHandle) {
+    this.opfs = { root: OPFS_FOLDER, folder };
+  }
 
   private async handle(key: string, create = false): Promise<FileSystemFileHandle | null> {
     try { return await this.dir.getFileHandle(key, { create }); } catch (error) {

@@ -4,6 +4,7 @@ import { sha256OfBlob } from "../protocol/sha256.js";
 import { AttachmentFiles, storageFailure } from "./attachment-files.js";
 import { PendingWrite } from "./store.js";
 import { fetchWithTimeout, requestInit } from "./sync-engine.js";
+import { DownloadWorker } from "../worker/download-client.js";
 
 /**
  * When a replica downloads the files its records refer to: `eager` (each sync fetches what
@@ -305,33 +306,98 @@ export class ReplicaAttachments {
       headers.Range = `bytes=${held}-`;
       headers["If-Range"] = `"${sha256}"`;
     }
-    const response = await fetchWithTimeout(this.ctx.fetch, this.url(sha256), requestInit(await this.ctx.accessToken(), cache, { headers }), this.ctx.timeoutMs);
+    try {
+      if (!(await files.ledger.get(sha256))) await files.ledger.put({ sha256, size, type: reference.type, area: "partial", used: this.ctx.now() });
+    } catch (error) {
+      throw storageFailure(error, `storing attachment ${sha256}`);
+    }
+    const init = requestInit(await this.ctx.accessToken(), cache, { headers });
+    const proven = (await this.transferInWorker(files, reference, held, init)) ?? (await this.transferInPage(files, reference, held, init));
+    if (!proven) {
+      await files.evict(sha256);
+      throw new AttachmentError("attachment_mismatch", `the bytes received for attachment ${sha256} are not the file (another size or SHA-256): refused, nothing kept`, sha256);
+    }
+    try {
+      await files.bytes.move(partial, sha256);
+      await files.ledger.put({ sha256, size, type: reference.type, area: "cached", used: this.ctx.now() });
+    } catch (error) {
+      throw storageFailure(error, `storing attachment ${sha256}`);
+    }
+    this.report.downloaded++;
+    this.onProgress({ direction: "download", sha256, done: size, size });
+  }
+
+  /** What an answer other than `200` or the `206` asked for means; throws. */
+  private async refuseStatus(files: AttachmentFiles, sha256: string, status: number): Promise<never> {
+    if (status === 404) throw new AttachmentError("attachment_unavailable", `attachment ${sha256} is not available to this replica (404: not held, or not readable here)`, sha256);
+    if (status === 416) await files.bytes.remove(sha256 + ".partial");
+    throw new AttachmentError("attachment_failed", `status ${status} for attachment ${sha256}`, sha256);
+  }
+
+  private brokeOff(sha256: string, at: number, size: number): AttachmentError {
+    return new AttachmentError("attachment_failed", `the download of attachment ${sha256} broke off at ${at} of ${size} bytes; it resumes there`, sha256);
+  }
+
+  /**
+   * The transfer in the page's download worker (OPFS only): whether the bytes are the file,
+   * or null when there is no worker (the page then transfers itself). Throws {@link AttachmentError}.
+   */
+  private async transferInWorker(files: AttachmentFiles, reference: AttachmentReference, held: number, init: RequestInit): Promise<boolean | null> {
+    const { sha256, size } = reference;
+    const location = files.bytes.opfs;
+    const worker = location ? await DownloadWorker.get() : null;
+    if (!location || !worker) return null;
+    const reply = await worker.run({
+      root: location.root, folder: location.folder, key: sha256 + ".partial", url: this.url(sha256), headers: init.headers as Record<string, string>,
+      cache: init.cache ?? "default", held, size, timeoutMs: this.ctx.timeoutMs,
+    }, (done) => this.onProgress({ direction: "download", sha256, done, size }));
+    switch (reply.kind) {
+      case "unsupported": return null;
+      case "no-answer": throw new AttachmentError("attachment_failed", `no answer for attachment ${sha256} (network error or timeout)`, sha256);
+      case "status": return this.refuseStatus(files, sha256, reply.status);
+      case "failed": throw storageFailure({ name: reply.name, message: reply.message }, `storing attachment ${sha256}`);
+      case "cut":
+        this.report.downloadedBytes += reply.received;
+        throw this.brokeOff(sha256, reply.at, size);
+      case "too-long":
+        this.report.downloadedBytes += reply.received;
+        return false;
+      case "done":
+        this.report.downloadedBytes += reply.received;
+        return reply.size === size && reply.sha256 === sha256;
+    }
+  }
+
+  /** The transfer in the page: the body piped into the partial file, then hashed. Whether the bytes are the file. */
+  private async transferInPage(files: AttachmentFiles, reference: AttachmentReference, held: number, init: RequestInit): Promise<boolean> {
+    const { sha256, size } = reference;
+    const partial = sha256 + ".partial";
+    const response = await fetchWithTimeout(this.ctx.fetch, this.url(sha256), init, this.ctx.timeoutMs);
     if (!response) throw new AttachmentError("attachment_failed", `no answer for attachment ${sha256} (network error or timeout)`, sha256);
-    let append: boolean;
-    if (response.status === 200) append = false;
-    else if (response.status === 206 && (response.headers.get("Content-Range") ?? "").startsWith(`bytes ${held}-`)) append = true;
-    else {
+    const append = response.status === 206 && (response.headers.get("Content-Range") ?? "").startsWith(`bytes ${held}-`);
+    if (response.status !== 200 && !append) {
       await response.body?.cancel().catch(() => undefined);
-      if (response.status === 404) throw new AttachmentError("attachment_unavailable", `attachment ${sha256} is not available to this replica (404: not held, or not readable here)`, sha256);
-      if (response.status === 416) await files.bytes.remove(partial);
-      throw new AttachmentError("attachment_failed", `status ${response.status} for attachment ${sha256}`, sha256);
+      return this.refuseStatus(files, sha256, response.status);
     }
     const start = append ? held : 0;
     let received = 0;
     let writer;
     try {
-      if (!(await files.ledger.get(sha256))) await files.ledger.put({ sha256, size, type: reference.type, area: "partial", used: this.ctx.now() });
       writer = await files.bytes.writer(partial, append);
     } catch (error) {
       await response.body?.cancel().catch(() => undefined);
       throw storageFailure(error, `storing attachment ${sha256}`);
     }
     let lastReport = 0;
+    let tooLong = false;
     const counter = new TransformStream<Uint8Array, Uint8Array>({
       transform: (chunk, controller) => {
         received += chunk.byteLength;
         // A body longer than the file is no body of it: stop before storing the excess.
-        if (start + received > size) return controller.error(new AttachmentError("attachment_mismatch", `attachment ${sha256} came with more than its ${size} bytes`, sha256));
+        if (start + received > size) {
+          tooLong = true;
+          return controller.error(new Error("longer than the file"));
+        }
         controller.enqueue(chunk);
         if (received - lastReport >= 1 << 20) {
           lastReport = received;
@@ -348,26 +414,13 @@ export class ReplicaAttachments {
     // What arrived is kept (closed), also after a cut: the next try asks for the rest.
     try { await writer.close(); } catch (error) { throw storageFailure(error, `storing attachment ${sha256}`); }
     this.report.downloadedBytes += received;
+    if (tooLong) return false;
     if (cut !== null) {
-      if (cut instanceof AttachmentError) { await files.evict(sha256); throw cut; }
-      const name = (cut as { name?: string })?.name;
-      if (name === "QuotaExceededError") throw storageFailure(cut, `storing attachment ${sha256}`);
-      throw new AttachmentError("attachment_failed", `the download of attachment ${sha256} broke off at ${start + received} of ${size} bytes; it resumes there`, sha256);
+      if ((cut as { name?: string })?.name === "QuotaExceededError") throw storageFailure(cut, `storing attachment ${sha256}`);
+      throw this.brokeOff(sha256, start + received, size);
     }
     const blob = await files.bytes.read(partial);
-    const proven = blob !== null && blob.size === size && (await sha256OfBlob(blob)) === sha256;
-    if (!proven) {
-      await files.evict(sha256);
-      throw new AttachmentError("attachment_mismatch", `the bytes received for attachment ${sha256} are not the file (${blob?.size ?? 0} bytes, another SHA-256): refused, nothing kept`, sha256);
-    }
-    try {
-      await files.bytes.move(partial, sha256);
-      await files.ledger.put({ sha256, size, type: reference.type, area: "cached", used: this.ctx.now() });
-    } catch (error) {
-      throw storageFailure(error, `storing attachment ${sha256}`);
-    }
-    this.report.downloaded++;
-    this.onProgress({ direction: "download", sha256, done: size, size });
+    return blob !== null && blob.size === size && (await sha256OfBlob(blob)) === sha256;
   }
 
   // MARK: - Uploading (PROTOCOL.md §12.5)

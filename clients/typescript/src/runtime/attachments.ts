@@ -106,9 +106,17 @@ export class ReplicaAttachments {
     this.budget = options.budget ?? null;
   }
 
-  /** Whether this replica holds any file (pending, cached or partial). */
+  /** Whether this replica holds any file: read once, then kept up to date by what this page (and its other tabs) do. */
+  private holds: boolean | null = null;
+
   async holdsFiles(): Promise<boolean> {
-    return (await (await this.files()).ledger.all()).length > 0;
+    this.holds ??= (await (await this.files()).ledger.all()).length > 0;
+    return this.holds;
+  }
+
+  /** A file came to this replica (here, or in another tab): syncs look at the records from now on. */
+  heardOfFiles(): void {
+    this.holds = true;
   }
 
   /** After a pull that got an answer: decides whether {@link settle} must look at the records. */
@@ -134,6 +142,7 @@ export class ReplicaAttachments {
     const held = await files.ledger.get(sha256);
     if (held?.area === "pending") return { sha256, size: blob.size, type };
     await files.store({ sha256, size: blob.size, type, area: "pending", used: this.ctx.now(), uploadLocation: null }, blob);
+    this.holds = true;
     return { sha256, size: blob.size, type };
   }
 
@@ -277,12 +286,14 @@ export class ReplicaAttachments {
   }
 
   private async fetchProven(files: AttachmentFiles, reference: AttachmentReference, budget: number | null): Promise<Blob> {
+    // `no-store`: the replica's own copy is the cache; the browser's HTTP cache would keep a
+    // second copy of every public file (and could hand back a damaged one).
     try {
-      await this.download(files, reference, budget, "default");
+      await this.download(files, reference, budget, "no-store");
     } catch (error) {
       if (!(error instanceof AttachmentError) || error.code !== "attachment_mismatch") throw error;
-      // From the network this time: a public file's bytes may sit in the browser's cache.
-      await this.download(files, reference, budget, "reload");
+      // Damaged on the way (or by a cache in between): once more, from the start.
+      await this.download(files, reference, budget, "no-store");
     }
     const blob = await files.read(reference.sha256);
     if (!blob) throw new AttachmentError("attachment_failed", `attachment ${reference.sha256} went while it was being stored`, reference.sha256);
@@ -324,6 +335,7 @@ export class ReplicaAttachments {
       throw storageFailure(error, `storing attachment ${sha256}`);
     }
     this.report.downloaded++;
+    this.holds = true;
     this.onProgress({ direction: "download", sha256, done: size, size });
   }
 

@@ -605,6 +605,7 @@ export class DeltaSnapReplica extends EventTarget {
         this.dispatchEvent(new CustomEvent("refused", { detail: message.writes }));
         break;
       case "attachment-progress":
+        this.files.heardOfFiles();
         this.dispatchEvent(new CustomEvent("attachment-progress", { detail: message.progress }));
         break;
     }

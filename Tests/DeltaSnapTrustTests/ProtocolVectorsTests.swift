@@ -27,12 +27,19 @@ import Testing
         }
         struct Bodies: Decodable { var fullBody: String; var deltaBody: String; var fullBodyAfterDelta: String }
         struct Signed: Decodable { var trustedKey: String; var documents: [String] }
+        struct Attachments: Decodable {
+            struct Reference: Decodable { var record: String; var verdict: String; var sha256: [String]? }
+            struct File: Decodable { var bytesMod256: Int; var sha256: String }
+            var references: [Reference]
+            var sha256: [File]
+        }
         var canonicalJSON: Canonical
         var xxh64: [HashVector]
         var stateChecksum: [Checksum]
         var ltHash16: LtHash
         var bodies: Bodies
         var signedIndex: Signed
+        var attachments: Attachments
     }
 
     static let vectors: Vectors = {
@@ -156,5 +163,20 @@ import Testing
         }
         let forged = Self.vectors.signedIndex.documents[0].replacingOccurrences(of: #""floor":0"#, with: #""floor":1"#)
         #expect(throws: TrustError.self) { try SignedIndex.parse(Array(forged.utf8)).verify(trusting: [key], now: nil, heldSequence: nil) }
+    }
+
+    /// What a record refers to (PROTOCOL.md §12.1) and files' SHA-256, as the browser client reads them too.
+    @Test func attachmentReferencesAndHashes() throws {
+        for vector in Self.vectors.attachments.references {
+            let value = try JSONReader(bytes: Array(vector.record.utf8)).readValue()
+            if vector.verdict == "invalid" {
+                #expect(throws: AttachmentReferenceError.self, "\(vector.record)") { _ = try AttachmentReference.references(in: value) }
+            } else {
+                #expect(try AttachmentReference.references(in: value).map(\.sha256) == vector.sha256 ?? [], "\(vector.record)")
+            }
+        }
+        for file in Self.vectors.attachments.sha256 {
+            #expect(AttachmentVerifier.sha256(of: (0..<file.bytesMod256).map { UInt8($0 % 256) }) == file.sha256)
+        }
     }
 }

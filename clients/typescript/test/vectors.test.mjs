@@ -125,3 +125,18 @@ test("a trusted key line is checked", async () => {
   assert.match(key.id, /^[0-9a-f]{16}$/);
   assert.equal(parseSignedIndex(vectors.signedIndex.documents[0]).signatures[0].key, key.id);
 });
+
+test("attachment references and files' SHA-256 match the Swift server's reading (PROTOCOL.md §12.1)", async () => {
+  const { referencesIn } = await lib("protocol/attachment");
+  const { SHA256Stream, sha256OfBlob } = await lib("protocol/sha256");
+  for (const { record, verdict, sha256 } of vectors.attachments.references) {
+    if (verdict === "invalid") assert.throws(() => referencesIn(record), { code: "invalid_attachment" }, record);
+    else assert.deepEqual(referencesIn(record).map((r) => r.sha256), sha256, record);
+  }
+  for (const { bytesMod256, sha256 } of vectors.attachments.sha256) {
+    const bytes = Uint8Array.from({ length: bytesMod256 }, (_, i) => i % 256);
+    assert.equal(new SHA256Stream().update(bytes).hex(), sha256);
+    assert.equal(await sha256OfBlob(new Blob([bytes])), sha256);
+    assert.equal(await sha256OfBlob(new Blob([bytes]), 0), sha256);
+  }
+});

@@ -10,6 +10,7 @@ checksums from the bodies `deltasnap serve` sends, LtHash16 digests from its sig
 Usage: BIN=.build/debug/deltasnap python3 clients/typescript/tools/make-protocol-vectors.py
 (run from the repository root; stdlib only).
 """
+import hashlib
 import json
 import os
 import re
@@ -63,6 +64,61 @@ def request(base, method, path, body=None, headers=None):
             return resp.status, dict(resp.headers), resp.read().decode("utf-8")
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers), error.read().decode("utf-8")
+
+
+def attachment_vectors(base, auth):
+    """References (PROTOCOL.md §12.1) as the Swift server reads them, and files' SHA-256 as it
+    checks them. A record's verdict comes from the write API: `invalid` (400
+    invalid_attachment), `references` (409 missing_attachment while no file is held, then
+    accepted once the files listed are), `plain` (accepted with no file held)."""
+    files = [bytes(i % 256 for i in range(n)) for n in (0, 1, 64, 1000, 70001)]
+    hashes = [hashlib.sha256(f).hexdigest() for f in files]
+    sha = [{"bytesMod256": len(f), "sha256": h} for f, h in zip(files, hashes)]
+
+    def ref(i, media="image/png"):
+        return {"$attachment": hashes[i], "size": len(files[i]), "type": media}
+
+    cases = [
+        ({"id": "r1", "photo": ref(3)}, [3]),
+        ({"gallery": [ref(3), 3, ref(4), ref(3)], "id": "r2"}, [3, 4]),
+        ({"deep": {"photo": ref(3)}, "id": "r3"}, None),
+        ({"id": "r4", "note": {"x": 1}, "tags": [{"a": 1}, "b"]}, None),
+        ({"id": "r5", "photo": ref(2, "text/plain; charset=utf-8")}, [2]),
+        ({"empty": ref(0, "application/octet-stream"), "id": "r6"}, [0]),
+        ({"id": "r7", "photo": {"$attachment": hashes[3].upper(), "size": 1000, "type": "image/png"}}, "invalid"),
+        ({"id": "r8", "photo": {**ref(3), "extra": 1}}, "invalid"),
+        ({"id": "r9", "photo": {"$attachment": hashes[3], "size": -1, "type": "image/png"}}, "invalid"),
+        ({"id": "r10", "photo": {"$attachment": hashes[3], "size": 1000, "type": "not a type"}}, "invalid"),
+        ({"id": "r11", "photo": {"$attachment": hashes[3], "size": 1000}}, "invalid"),
+        ({"gallery": [ref(3), {"$attachment": "nope", "size": 1, "type": "a/b"}], "id": "r12"}, "invalid"),
+    ]
+    out = []
+    for record, expected in cases:
+        text = json.dumps(record, separators=(",", ":"), sort_keys=True)
+        path = f"/v1/collections/files-{record['id']}/records/{record['id']}"
+        status, _, answer = request(base, "PUT", path, text.encode(), auth)
+        if expected == "invalid":
+            assert status == 400 and json.loads(answer)["error"] == "invalid_attachment", (text, status, answer)
+            out.append({"record": text, "verdict": "invalid"})
+        elif expected is None:
+            assert status == 200, (text, status, answer)
+            out.append({"record": text, "verdict": "plain", "sha256": []})
+        else:
+            assert status == 409 and json.loads(answer)["error"] == "missing_attachment", (text, status, answer)
+            for i in expected:
+                put = request(base, "PUT", f"/v1/collections/files-{record['id']}/attachments/{hashes[i]}", files[i],
+                              {**auth, "Content-Type": "application/octet-stream"})
+                assert put[0] == 201, put
+            status, _, answer = request(base, "PUT", path, text.encode(), auth)
+            assert status == 200, (text, status, answer)
+            out.append({"record": text, "verdict": "references", "sha256": [hashes[i] for i in expected]})
+    return {
+        "about": "references: a record and what the server reads in it (PROTOCOL.md §12.1) — `sha256` lists each file it refers to once, "
+                 "in member order; `invalid` is refused invalid_attachment. sha256: files of bytesMod256 bytes (byte i = i % 256) "
+                 "whose upload the server checked under that hash.",
+        "references": out,
+        "sha256": sha,
+    }
 
 
 def main():
@@ -123,6 +179,8 @@ def main():
         _, _, index2 = request(base, "GET", "/v1/index")
         _, _, full_after = request(base, "GET", "/v1/collections/vectors")
 
+        attachments = attachment_vectors(base, auth)
+
         digest_before = json.loads(index1)["index"]["collections"]["vectors"]["digest"]
         digest_after = json.loads(index2)["index"]["collections"]["vectors"]["digest"]
 
@@ -153,6 +211,7 @@ def main():
                 "fullBodyAfterDelta": full_after,
                 "about": "deltaBody applies on fullBody (its base is fullBody's token) and leads to the state of fullBodyAfterDelta",
             },
+            "attachments": attachments,
             "signedIndex": {
                 "trustedKey": public_key,
                 "documents": [index1, index2],

@@ -51,9 +51,10 @@ export function parseReference(value: unknown): AttachmentReference | null {
 }
 
 /**
- * The references a record makes: each top-level member whose value is a reference, and each
- * reference among a top-level array's elements (deeper objects are plain data, §12.1).
- * `record` is the record's JSON text or the parsed object. Throws like {@link parseReference}.
+ * The references a record makes, each file once, in member order: each top-level member
+ * whose value is a reference, and each reference among a top-level array's elements (deeper
+ * objects are plain data, §12.1). `record` is the record's JSON text or the parsed object.
+ * Throws like {@link parseReference}.
  */
 export function referencesIn(record: string | Record<string, unknown>): AttachmentReference[] {
   if (typeof record === "string") {
@@ -61,14 +62,14 @@ export function referencesIn(record: string | Record<string, unknown>): Attachme
     if (!record.includes('"$attachment"')) return [];
     record = JSON.parse(record) as Record<string, unknown>;
   }
-  const found: AttachmentReference[] = [];
+  const found = new Map<string, AttachmentReference>();
   for (const value of Object.values(record)) {
     for (const element of Array.isArray(value) ? value : [value]) {
       const reference = parseReference(element);
-      if (reference) found.push(reference);
+      if (reference && !found.has(reference.sha256)) found.set(reference.sha256, reference);
     }
   }
-  return found;
+  return [...found.values()];
 }
 
 /** The reference as the plain object a record carries. */

@@ -370,3 +370,29 @@ test("OPFS: the bytes in the replica's own folder, the entries in IndexedDB; a c
     removeFakeOPFS();
   }
 });
+
+test("bundled files (bake --attachments): taken from the app's files, checked, without a server download; a damaged one is fetched from the server", async () => {
+  const good = bytesOf(40_000, 71);
+  const other = bytesOf(40_000, 72);
+  const refs = [];
+  for (const [i, data] of [good, other].entries()) {
+    const put = await fetch(`${server.url}/v1/collections/notes/attachments/${hex(data)}`, { method: "PUT", body: data, headers: { Authorization: `Bearer ${server.tokens.alice}` } });
+    refs.push(await put.json());
+    await server.set("notes", `bundled${i}`, { id: `bundled${i}`, photo: refs[i] });
+  }
+  // The app bundles the first file as it is and a damaged copy of the second.
+  const damaged = other.slice();
+  damaged[5] ^= 1;
+  const f = recorder(async (url) => {
+    if (!url.startsWith("bundle:")) return null;
+    const name = url.split("/").pop();
+    if (name === refs[0].$attachment) return new Response(good);
+    if (name === refs[1].$attachment) return new Response(damaged);
+    return new Response("missing", { status: 404 });
+  });
+  const replica = await open({ collection: "notes", fetch: f, attachments: "lazy", bundledAttachments: "bundle:attachments/" });
+  assert.equal(hex(new Uint8Array(await (await replica.attachment(refs[0])).arrayBuffer())), refs[0].$attachment);
+  assert.equal(hex(new Uint8Array(await (await replica.attachment(refs[1])).arrayBuffer())), refs[1].$attachment);
+  const server_ = f.seen.filter((r) => r.url.startsWith(server.url) && r.url.includes("/attachments/")).map((r) => r.url.split("/").pop());
+  assert.deepEqual(server_, [refs[1].$attachment], "only the damaged one came from the server");
+});

@@ -92,6 +92,8 @@ export class ReplicaAttachments {
   /** The first sync of this page has not looked yet (files held from an earlier visit). */
   private looked = false;
   private opened: Promise<AttachmentFiles> | null = null;
+  /** The URL of the app's bundled files (`bake --attachments`'s `attachments/`), tried before the server. */
+  private readonly bundled: string | null;
   private readonly downloads = new Map<string, Promise<Blob>>();
   private readonly urls = new Map<string, string>();
 
@@ -99,8 +101,9 @@ export class ReplicaAttachments {
     private readonly openFiles: () => Promise<AttachmentFiles>,
     private readonly ctx: TransferContext,
     private readonly onProgress: (progress: AttachmentProgress) => void,
-    options: { policy?: AttachmentPolicy; cacheLimit?: number | null; budget?: number | null } = {},
+    options: { policy?: AttachmentPolicy; cacheLimit?: number | null; budget?: number | null; bundled?: string | null } = {},
   ) {
+    this.bundled = options.bundled?.replace(/\/+$/, "") ?? null;
     this.policy = options.policy ?? "eager";
     this.cacheLimit = options.cacheLimit ?? null;
     this.budget = options.budget ?? null;
@@ -286,6 +289,16 @@ export class ReplicaAttachments {
   }
 
   private async fetchProven(files: AttachmentFiles, reference: AttachmentReference, budget: number | null): Promise<Blob> {
+    if (this.bundled !== null) {
+      // The app's own copy first (static files, or a service worker's cache): checked like any.
+      try {
+        await this.download(files, reference, null, "default", `${this.bundled}/${reference.sha256}`);
+        const blob = await files.read(reference.sha256);
+        if (blob) return blob;
+      } catch {
+        // Not bundled, or not these bytes: from the server.
+      }
+    }
     // `no-store`: the replica's own copy is the cache; the browser's HTTP cache would keep a
     // second copy of every public file (and could hand back a damaged one).
     try {
@@ -301,7 +314,8 @@ export class ReplicaAttachments {
   }
 
   /** Downloads into `<sha256>.partial` (resuming with `Range`), proves it, and keeps it as cached. */
-  private async download(files: AttachmentFiles, reference: AttachmentReference, budget: number | null, cache: RequestCache): Promise<void> {
+  /** `source`: another URL than the server's (the bundle), asked without the token. */
+  private async download(files: AttachmentFiles, reference: AttachmentReference, budget: number | null, cache: RequestCache, source: string | null = null): Promise<void> {
     const { sha256, size } = reference;
     const partial = sha256 + ".partial";
     let held = await files.bytes.size(partial);
@@ -322,8 +336,9 @@ export class ReplicaAttachments {
     } catch (error) {
       throw storageFailure(error, `storing attachment ${sha256}`);
     }
-    const init = requestInit(await this.ctx.accessToken(), cache, { headers });
-    const proven = (await this.transferInWorker(files, reference, held, init)) ?? (await this.transferInPage(files, reference, held, init));
+    const init = requestInit(source === null ? await this.ctx.accessToken() : null, cache, { headers });
+    const url = source ?? this.url(sha256);
+    const proven = (await this.transferInWorker(files, reference, held, url, init)) ?? (await this.transferInPage(files, reference, held, url, init));
     if (!proven) {
       await files.evict(sha256);
       throw new AttachmentError("attachment_mismatch", `the bytes received for attachment ${sha256} are not the file (another size or SHA-256): refused, nothing kept`, sha256);
@@ -354,13 +369,13 @@ export class ReplicaAttachments {
    * The transfer in the page's download worker (OPFS only): whether the bytes are the file,
    * or null when there is no worker (the page then transfers itself). Throws {@link AttachmentError}.
    */
-  private async transferInWorker(files: AttachmentFiles, reference: AttachmentReference, held: number, init: RequestInit): Promise<boolean | null> {
+  private async transferInWorker(files: AttachmentFiles, reference: AttachmentReference, held: number, url: string, init: RequestInit): Promise<boolean | null> {
     const { sha256, size } = reference;
     const location = files.bytes.opfs;
     const worker = location ? await DownloadWorker.get() : null;
     if (!location || !worker) return null;
     const reply = await worker.run({
-      root: location.root, folder: location.folder, key: sha256 + ".partial", url: this.url(sha256), headers: init.headers as Record<string, string>,
+      root: location.root, folder: location.folder, key: sha256 + ".partial", url, headers: init.headers as Record<string, string>,
       cache: init.cache ?? "default", held, size, timeoutMs: this.ctx.timeoutMs,
     }, (done) => this.onProgress({ direction: "download", sha256, done, size }));
     switch (reply.kind) {
@@ -381,10 +396,10 @@ export class ReplicaAttachments {
   }
 
   /** The transfer in the page: the body piped into the partial file, then hashed. Whether the bytes are the file. */
-  private async transferInPage(files: AttachmentFiles, reference: AttachmentReference, held: number, init: RequestInit): Promise<boolean> {
+  private async transferInPage(files: AttachmentFiles, reference: AttachmentReference, held: number, url: string, init: RequestInit): Promise<boolean> {
     const { sha256, size } = reference;
     const partial = sha256 + ".partial";
-    const response = await fetchWithTimeout(this.ctx.fetch, this.url(sha256), init, this.ctx.timeoutMs);
+    const response = await fetchWithTimeout(this.ctx.fetch, url, init, this.ctx.timeoutMs);
     if (!response) throw new AttachmentError("attachment_failed", `no answer for attachment ${sha256} (network error or timeout)`, sha256);
     const append = response.status === 206 && (response.headers.get("Content-Range") ?? "").startsWith(`bytes ${held}-`);
     if (response.status !== 200 && !append) {

@@ -65,6 +65,12 @@ export interface ReplicaOptions {
   attachmentCacheLimit?: number;
   /** The most bytes of files one sync downloads (a metered network); the rest waits. Default: no limit. */
   attachmentBudget?: number;
+  /**
+   * URL of the files bundled with the app (`deltasnap bake --attachments` writes them into
+   * `attachments/`, each named by its SHA-256): a file is taken from there — checked like any
+   * download — before it is asked of the server.
+   */
+  bundledAttachments?: string;
 }
 
 /**
@@ -165,7 +171,7 @@ export class DeltaSnapReplica extends EventTarget {
     this.tabs = new TabCoordinator(store.name, () => this.becameSyncingTab(), (m) => this.onTabMessage(m), (wasLeader, freezing) => this.suspended(wasLeader, freezing), () => this.store.resume());
     const openFiles = storage.openFiles ? () => storage.openFiles!(store.name) : async () => new MemoryFilesByName().open(store.name);
     this.files = new ReplicaAttachments(openFiles, ctx, (progress) => this.transferMoved(progress), {
-      policy: options.attachments, cacheLimit: options.attachmentCacheLimit, budget: options.attachmentBudget,
+      policy: options.attachments, cacheLimit: options.attachmentCacheLimit, budget: options.attachmentBudget, bundled: options.bundledAttachments,
     });
     ctx.beforePush = (batch) => this.files.uploadFor(batch);
   }

@@ -65,28 +65,35 @@ public struct AccessPolicy: Sendable {
     }
 }
 
-/// The claims of a DeltaSnap access token: `sub`, `exp` (required), and the collections the
-/// holder may `write` and `read` (`"*"` means every collection).
+/// The claims of a DeltaSnap access token: `sub`, `exp` (required), the collections the
+/// holder may `write` and `read` (`"*"` means every collection), the `roles` a reviewed
+/// collection's rule names (editors, reviewers), and `preview`.
 ///
 /// ```json
-/// {"sub":"alice","exp":1767229200,"write":["notes","answers"],"read":["notes"]}
+/// {"sub":"alice","exp":1767229200,"write":["notes","answers"],"read":["notes"],"roles":["editor"]}
 /// ```
 public struct AccessClaims: JWTPayload, Equatable {
     public var sub: SubjectClaim
     public var exp: ExpirationClaim
     public var write: [String]?
     public var read: [String]?
+    /// Roles a rule's `review` names (`editor`, `reviewer`, as the app's auth service calls them).
+    public var roles: [String]?
+    /// A preview device's token: it reads reviewed collections' workspaces as if published.
+    public var preview: Bool?
 
     /// `expires` is rounded down to a whole second: RFC 7519 allows a fractional `exp`, but
     /// many JWT libraries read only integers.
-    public init(subject: String, expires: Date, write: [String], read: [String]) {
+    public init(subject: String, expires: Date, write: [String], read: [String], roles: [String] = [], preview: Bool = false) {
         sub = SubjectClaim(value: subject)
         exp = ExpirationClaim(value: Date(timeIntervalSince1970: expires.timeIntervalSince1970.rounded(.down)))
         self.write = write.isEmpty ? nil : write
         self.read = read.isEmpty ? nil : read
+        self.roles = roles.isEmpty ? nil : roles
+        self.preview = preview ? true : nil
     }
 
-    private enum CodingKeys: String, CodingKey { case sub, exp, write, read }
+    private enum CodingKeys: String, CodingKey { case sub, exp, write, read, roles, preview }
 
     /// `write` and `read` may also be one string of names separated by spaces or commas
     /// (how OAuth-style `scope` claims are often written by auth services).
@@ -96,7 +103,12 @@ public struct AccessClaims: JWTPayload, Equatable {
         exp = try container.decode(ExpirationClaim.self, forKey: .exp)
         write = try Self.names(container, .write)
         read = try Self.names(container, .read)
+        roles = try Self.names(container, .roles)
+        preview = try? container.decodeIfPresent(Bool.self, forKey: .preview)
     }
+
+    /// Whether the holder has `role` (the `roles` claim).
+    func has(role: String) -> Bool { roles?.contains(role) ?? false }
 
     private static func names(_ container: KeyedDecodingContainer<CodingKeys>, _ key: CodingKeys) throws -> [String]? {
         if let list = try? container.decodeIfPresent([String].self, forKey: key) { return list }
@@ -222,6 +234,11 @@ final class AccessControl: Sendable {
         }
         let principal = try await verify(token)
         if principal.isAdmin { return principal }
+        if right == .write, let review = rule.review {
+            // A reviewed collection's writers are its editors: their writes go to its workspace.
+            if principal.claims?.has(role: review.editors) == true { return principal }
+            throw APIError(.forbidden, "forbidden", "\"\(path)\" is reviewed: only its editors (JWT role \"\(review.editors)\") and the admin token write it")
+        }
         if try await grants(audience, right, on: path, to: principal, memberships: memberships) { return principal }
         // A writer who may read it knows it exists: 403. Anyone else learns nothing.
         if hidden {

@@ -1,4 +1,5 @@
 import DeltaSnapCore
+import DeltaSnapStore
 import Foundation
 import Yams
 
@@ -11,6 +12,15 @@ import Yams
 ///   attempts:  { partitioned: true, read: owner,  write: owner }
 ///   sets:      { partitioned: true, read: member, write: member }
 /// memberships: members   # members/<sub> holds {"id":"sets/8271","role":"write"} per partition
+/// ```
+///
+/// A collection marked `review` is written by its editors (and the admin token) into a
+/// workspace no reader sees; a reviewer publishes it (docs/PROTOCOL.md §13). Roles come from
+/// the JWT's `roles` claim:
+///
+/// ```yaml
+/// collections:
+///   catalogue: { read: public, review: { editors: editor, reviewers: reviewer, self-approve: false } }
 /// ```
 ///
 /// ```swift
@@ -40,13 +50,22 @@ public struct AccessRules: Sendable, Equatable {
         /// Whether the collection exists only as partitions `NAME/KEY`.
         public var partitioned: Bool
         public var read: Audience
+        /// Who writes; in a reviewed collection, the editors write (its workspace) and this is `.admin`.
         public var write: Audience
+        /// Review before publish: who edits and who reviews (nil: writes publish at once).
+        public var review: ReviewSettings?
 
-        public init(partitioned: Bool = false, read: Audience, write: Audience) {
+        public init(partitioned: Bool = false, read: Audience, write: Audience, review: ReviewSettings? = nil) {
             self.partitioned = partitioned
             self.read = read
             self.write = write
+            self.review = review
         }
+    }
+
+    /// The review settings of every reviewed collection, by name.
+    public var reviewed: [String: ReviewSettings] {
+        collections.compactMapValues(\.review)
     }
 
     /// The rules by collection name.
@@ -106,9 +125,13 @@ public struct AccessRules: Sendable, Equatable {
     private static func rule(named name: String, _ value: Any) throws(AccessRulesError) -> Rule {
         guard CollectionName.isValid(name) else { throw .unreadable(InvalidCollectionName(name: name).description) }
         guard let fields = value as? [String: Any] else { throw .unreadable("the rule of \"\(name)\" must be a mapping like { read: public, write: admin }") }
-        for key in fields.keys where !["partitioned", "read", "write"].contains(key) {
-            throw .unreadable("unknown key \"\(key)\" in the rule of \"\(name)\": use partitioned, read and write")
+        for key in fields.keys where !["partitioned", "read", "write", "review"].contains(key) {
+            throw .unreadable("unknown key \"\(key)\" in the rule of \"\(name)\": use partitioned, read, write and review")
         }
+        guard !ReviewPaths.isReserved(name) else {
+            throw .unreadable("\"\(name)\" starts with \"\(ReviewPaths.reservedPrefix)\", which DeltaSnap keeps for review workspaces")
+        }
+        let review = try Self.review(named: name, fields["review"])
         var partitioned = false
         if let flag = fields["partitioned"] {
             guard let bool = flag as? Bool else { throw .unreadable("\"partitioned\" of \"\(name)\" must be true or false") }
@@ -121,11 +144,39 @@ public struct AccessRules: Sendable, Equatable {
             }
             return audience
         }
-        let rule = Rule(partitioned: partitioned, read: try audience("read"), write: try audience("write"))
+        if review != nil, fields["write"] != nil {
+            throw .unreadable("\"\(name)\" is reviewed: its editors write (review: { editors: ROLE }), so it takes no \"write\"")
+        }
+        let rule = Rule(partitioned: partitioned, read: try audience("read"), write: review == nil ? try audience("write") : .admin, review: review)
         if !partitioned && (rule.read == .owner || rule.read == .member || rule.write == .owner || rule.write == .member) {
             throw .unreadable("\"\(name)\" uses owner or member, which need a partition key: add \"partitioned: true\"")
         }
         return rule
+    }
+}
+
+extension AccessRules {
+    /// `review: { editors: ROLE, reviewers: ROLE, self-approve: BOOL }`, or nil when absent.
+    fileprivate static func review(named name: String, _ value: Any?) throws(AccessRulesError) -> ReviewSettings? {
+        guard let value else { return nil }
+        guard let fields = value as? [String: Any] else {
+            throw .unreadable("\"review\" of \"\(name)\" must be a mapping like { editors: editor, reviewers: reviewer, self-approve: false }")
+        }
+        for key in fields.keys where !["editors", "reviewers", "self-approve"].contains(key) {
+            throw .unreadable("unknown key \"\(key)\" in the review of \"\(name)\": use editors, reviewers and self-approve")
+        }
+        func role(_ key: String) throws(AccessRulesError) -> String {
+            guard let role = fields[key] as? String, !role.isEmpty else {
+                throw .unreadable("the review of \"\(name)\" needs \"\(key)\": the JWT role (in the \"roles\" claim) of its \(key)")
+            }
+            return role
+        }
+        var selfApprove = false
+        if let flag = fields["self-approve"] {
+            guard let bool = flag as? Bool else { throw .unreadable("\"self-approve\" of \"\(name)\" must be true or false") }
+            selfApprove = bool
+        }
+        return ReviewSettings(editors: try role("editors"), reviewers: try role("reviewers"), selfApprove: selfApprove)
     }
 }
 

@@ -22,7 +22,7 @@ extension DeltaSnapAPI {
         if holdsMemberships(name) { try Self.checkMemberships(in: mutations) }
         // Write numbers are per client *of a user*: one user cannot advance another's.
         let outcome = try await store.push(
-            mutations, from: client, user: principal.isAdmin ? nil : principal.subject, to: name, retention: configuration.pushRetention,
+            mutations, from: client, user: principal.isAdmin ? nil : principal.subject, to: try await writeTarget(name), retention: configuration.pushRetention,
             merge: configuration.forkCollections.contains(CollectionPath(name)?.name ?? name) ? .fork : .fields)
         if let head = outcome.head { heads.update(head) }
         let response = outcome.response

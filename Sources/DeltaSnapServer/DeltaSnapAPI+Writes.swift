@@ -53,7 +53,7 @@ extension DeltaSnapAPI {
         let replace = request.uri.queryParameters.get("replace").map { $0 == "true" || $0 == "1" } ?? false
         if holdsMemberships(name) { try Self.checkMemberships(in: body) }
         do {
-            return written(try await store.importBatch(body, into: name, replace: replace))
+            return written(try await store.importBatch(body, into: try await writeTarget(name), replace: replace))
         } catch let error as ImportError where error.isEmptyReplace {
             // A dropped body must not read as "the collection is now empty" and hide everything.
             throw APIError(.badRequest, "empty_batch", "a ?replace=true batch with no records would hide every record; send at least one, or hide them explicitly")
@@ -138,7 +138,7 @@ extension DeltaSnapAPI {
 
     private func commit(_ record: Record, to name: String) async throws -> Response {
         do {
-            return written(try await store.write([record], to: name))
+            return written(try await store.write([record], to: try await writeTarget(name)))
         } catch let error as ImportError {
             throw APIError(error, batch: false)
         }

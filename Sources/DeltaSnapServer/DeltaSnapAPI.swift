@@ -120,6 +120,8 @@ public final class DeltaSnapAPI: Sendable {
     let activeUploads = ActiveUploads()
     /// Attachments served lately: references, and small blobs whole.
     let attachmentMemory = AttachmentMemory()
+    /// Review steps of one path run one at a time.
+    let reviewLocks = KeyedLocks()
 
     /// A service on `store`, which it owns from now on (``shutdown()`` closes it; so does a
     /// failed init).
@@ -139,6 +141,14 @@ public final class DeltaSnapAPI: Sendable {
         self.store = store
         pagedVersions = PagedVersions(budgetBytes: configuration.pagingBudgetBytes)
         memberships = MembershipDirectory(collection: policy.rules.memberships, store: store, heads: heads)
+        do {
+            // Every writer — this server, `deltasnap import`, a follower — reads them from the store.
+            let held = try await store.reviewSettings()
+            if !policy.rules.reviewed.isEmpty || !held.isEmpty { try await store.setReviewSettings(policy.rules.reviewed) }
+        } catch {
+            await store.close()
+            throw error
+        }
         viewIndex = ViewIndex(
             publication: IndexPublisher(keys: configuration.signingKeys, lifetime: Int64(configuration.indexLifetime)), heads: heads,
             accessControl: accessControl, memberships: memberships, store: store, maxAge: configuration.indexMaxAge)
@@ -160,7 +170,17 @@ public final class DeltaSnapAPI: Sendable {
             key = decoded
         }
         guard let path = CollectionPath(name: name, key: key) else { throw APIError.badCollectionName(raw) }
+        // Review workspaces and logs are reached through the review endpoints only.
+        guard !ReviewPaths.isReserved(name) else { throw APIError.unknownCollection(path.description) }
         return path
+    }
+
+    /// Where a write to `path` goes: a reviewed collection's workspace (prepared on first
+    /// use), else `path` itself.
+    func writeTarget(_ path: String) async throws -> String {
+        let reviewed = accessControl.policy.rules.reviewed
+        guard !reviewed.isEmpty else { return path }
+        return try await store.writeTarget(for: path, settings: reviewed)
     }
 
     /// `segment` percent-decoded; nil when it does not decode to UTF-8. Names and keys almost
@@ -294,6 +314,7 @@ public final class DeltaSnapAPI: Sendable {
             Self.headOnly(try await getCollection(request, path: try collectionPath(context)))
         }
         addPublicationRoutes(at: base, to: router)
+        registerReviewRoutes(at: base, on: router)
         router.post(RouterPath(base + "/mutations")) { [self] request, context in
             try await pushMutations(request, context: context)
         }

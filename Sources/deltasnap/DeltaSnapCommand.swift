@@ -22,7 +22,7 @@ struct DeltaSnapCommand: AsyncParsableCommand {
         subcommands: [
             ImportCommand.self, ExportCommand.self, BakeCommand.self, InspectCommand.self, ServeCommand.self, PullCommand.self, DumpCommand.self,
             CompactCommand.self, LocalCommand.self, SyncCommand.self, PendingCommand.self, HistoryCommand.self, RevertCommand.self, TokenCommand.self,
-            GenerateCommand.self, KeygenCommand.self, AttachmentCommand.self, AttachmentsCommand.self, FollowCommand.self,
+            GenerateCommand.self, KeygenCommand.self, AttachmentCommand.self, AttachmentsCommand.self, FollowCommand.self, ReviewCommand.self,
         ]
     )
 

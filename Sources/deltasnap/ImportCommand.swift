@@ -60,6 +60,9 @@ struct ImportCommand: AsyncParsableCommand {
     func run() async throws {
         try await reportingErrors {
             try CollectionPath.validate(collection)
+            guard !ReviewPaths.isReserved(collection) else {
+                throw ValidationError("\(collection): names starting with \(ReviewPaths.reservedPrefix) are kept for review workspaces")
+            }
             let input = try checkedInput()
             if let partitionBy { return try await importPartitioned(by: partitionBy, from: input) }
             let started = ContinuousClock.now
@@ -69,14 +72,17 @@ struct ImportCommand: AsyncParsableCommand {
             }
             let name = input.name
             func openSource() throws -> ChunkSource { try input.open() }
-            let result = try await StoreLocation.withStore(db) { store in
-                try await store.importRecords(from: RecordStream(source: try openSource(), name: name), into: collection, replace: replace, progress: progress)
+            let (result, target) = try await StoreLocation.withStore(db) { store in
+                // A reviewed collection's import goes to its workspace (docs/PROTOCOL.md §13).
+                let target = try await store.writeTarget(for: collection, settings: try await store.reviewSettings())
+                return (try await store.importRecords(from: RecordStream(source: try openSource(), name: name), into: target, replace: replace, progress: progress), target)
             }
             let total = result.upserted + result.hidden + result.unchanged
+            let into = target == collection ? collection : "\(collection) (its workspace, for review)"
             if result.committed, let head = result.head {
-                print("\(collection): version \(head.version) (token \(head.token)): \(result.upserted) upserted, \(result.hidden) hidden, \(result.unchanged) unchanged; \(head.count) visible [\(rate(total, since: started))]")
+                print("\(into): version \(head.version) (token \(head.token)): \(result.upserted) upserted, \(result.hidden) hidden, \(result.unchanged) unchanged; \(head.count) visible [\(rate(total, since: started))]")
             } else {
-                print("\(collection): no change (\(result.unchanged) records already up to date)")
+                print("\(into): no change (\(result.unchanged) records already up to date)")
             }
         }
     }
@@ -133,7 +139,14 @@ extension ImportCommand {
         let stream = RecordStream(source: try input.open(), name: input.name)
         let partitions = try PartitionRecords.group(stream, collection: collection, by: field, progress: progress)
         if !quiet { printError("import: \(stream.count) records in \(partitions.count) partitions; committing") }
-        let results = try await StoreLocation.withStore(db) { store in try await store.importPartitions(partitions, replace: replace) }
+        let results = try await StoreLocation.withStore(db) { store in
+            let settings = try await store.reviewSettings()
+            var routed: [PartitionRecords] = []
+            for partition in partitions {
+                routed.append(PartitionRecords(path: try await store.writeTarget(for: partition.path, settings: settings), records: partition.records))
+            }
+            return try await store.importPartitions(routed, replace: replace)
+        }
         let committed = results.filter(\.committed)
         let upserted = results.reduce(0) { $0 + $1.upserted }
         let hidden = results.reduce(0) { $0 + $1.hidden }

@@ -8,8 +8,10 @@ struct TokenCommand: AsyncParsableCommand {
         abstract: "Mint a per-user access token (an HS256 JWT) for development and tests.",
         discussion: """
             In production the app's own auth service signs these; `serve --jwt-secret S` checks \
-            them. Claims: sub (the user), exp, and the collections the holder may write and \
-            read ("*" means all). Prints the token on one line.
+            them. Claims: sub (the user), exp, the collections the holder may write and \
+            read ("*" means all), the roles a reviewed collection's rule names (--role) and \
+            preview (--preview: a preview device, which reads reviewed collections' workspaces). \
+            Prints the token on one line.
             """
     )
 
@@ -25,6 +27,12 @@ struct TokenCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Collections the holder may read when private, comma-separated.")
     var read: String = ""
 
+    @Option(name: .long, help: "A role for reviewed collections, e.g. editor or reviewer (repeatable).")
+    var role: [String] = []
+
+    @Flag(name: .long, help: "A preview device's token: it reads reviewed collections' workspaces as if published.")
+    var preview = false
+
     @Option(name: .long, help: "Seconds until the token expires.")
     var expiresIn: Int = 3600
 
@@ -38,7 +46,7 @@ struct TokenCommand: AsyncParsableCommand {
         try await reportingErrors {
             let claims = AccessClaims(
                 subject: subject, expires: Date().addingTimeInterval(TimeInterval(expiresIn)),
-                write: Self.list(write), read: Self.list(read))
+                write: Self.list(write), read: Self.list(read), roles: role.flatMap(Self.list), preview: preview)
             print(try await claims.signed(secret: secret))
         }
     }

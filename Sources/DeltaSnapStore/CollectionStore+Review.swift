@@ -1,0 +1,243 @@
+import DeltaSnapCore
+import Foundation
+
+/// Why a review step cannot be taken; each case names the code the server answers with.
+public enum ReviewError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The collection is not reviewed (no `review` in its rule).
+    case notReviewed(String)
+    /// A request waits for a decision already (its log sequence).
+    case pending(path: String, sequence: Int)
+    /// No request waits for a decision.
+    case nothingPending(String)
+    /// The workspace is what is published: there is nothing to review.
+    case nothingToReview(String)
+    /// A rollback to a version the review log cannot restore.
+    case unknownVersion(path: String, version: UInt64, oldest: UInt64?)
+
+    public var code: String {
+        switch self {
+        case .notReviewed: "not_reviewed"
+        case .pending: "review_pending"
+        case .nothingPending: "no_pending_review"
+        case .nothingToReview: "nothing_to_review"
+        case .unknownVersion: "unknown_version"
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .notReviewed(let path): "\"\(path)\" is not reviewed: its rule has no review"
+        case .pending(let path, let sequence): "a review of \"\(path)\" is already requested (log entry \(sequence)): approve or decline it first"
+        case .nothingPending(let path): "no review of \"\(path)\" is requested"
+        case .nothingToReview(let path): "the workspace of \"\(path)\" is what is published: there is nothing to review"
+        case .unknownVersion(let path, let version, let oldest):
+            "version \(version) of \"\(path)\" cannot be restored: " + (oldest.map { "the review log reaches back to version \($0)" } ?? "nothing was published through review yet")
+        }
+    }
+}
+
+/// Review before publish (docs/PROTOCOL.md §13), written once on top of ``CollectionStore``:
+/// a reviewed collection's writes go to its workspace (``ReviewPaths``); a request freezes the
+/// workspace; an approval publishes exactly the frozen state as one version of the collection,
+/// committed then, with what it changed kept for a rollback and a line in the audit log — all
+/// in one store transaction. Callers serialize the steps of one path (the server holds a lock
+/// per path while a step runs).
+///
+/// ```swift
+/// let target = try await store.writeTarget(for: "catalogue", settings: settings)   // its workspace
+/// try await store.write(records, to: target)
+/// try await store.requestReview(of: "catalogue", by: "alice", comment: "spring prices")
+/// try await store.approveReview(of: "catalogue", by: "bob", comment: nil)
+/// ```
+extension CollectionStore {
+    // MARK: - Settings and routing
+
+    /// Which collections are reviewed, by name.
+    public func reviewSettings() async throws -> [String: ReviewSettings] {
+        var settings: [String: ReviewSettings] = [:]
+        for record in try await visibleRecords(of: ReviewPaths.settings) {
+            if let rule = ReviewSettings(record: record) { settings[record.id] = rule }
+        }
+        return settings
+    }
+
+    /// Records which collections are reviewed (what `serve --rules` states), and prepares the
+    /// workspace of each reviewed collection that is not partitioned.
+    public func setReviewSettings(_ settings: [String: ReviewSettings]) async throws {
+        let held = try await reviewSettings()
+        var records: [Record] = []
+        for (name, rule) in settings where held[name] != rule { records.append(try rule.record(for: name)) }
+        for name in held.keys where settings[name] == nil { records.append(Record.tombstone(id: name)) }
+        if !records.isEmpty { _ = try await write(records, to: ReviewPaths.settings) }
+        for name in settings.keys.sorted() where CollectionPath(name) != nil { _ = try await prepareWorkspace(of: name) }
+    }
+
+    /// Where a write to `path` goes: the workspace of a reviewed collection (prepared on first
+    /// use), else `path` itself.
+    public func writeTarget(for path: String, settings: [String: ReviewSettings]) async throws -> String {
+        guard let name = CollectionPath(path)?.name, settings[name] != nil else { return path }
+        return try await prepareWorkspace(of: path)
+    }
+
+    /// The workspace of `path`, created as a copy of what is published when it does not exist.
+    @discardableResult
+    public func prepareWorkspace(of path: String) async throws -> String {
+        let workspace = ReviewPaths.workspace(of: path)
+        guard try await head(of: workspace) == nil else { return workspace }
+        let copy = try await stateChange(of: workspace, toMatch: path)
+        if !copy.isEmpty { _ = try await write(copy, to: workspace) }
+        return workspace
+    }
+
+    // MARK: - Reading
+
+    /// The review's log, and whether a request waits.
+    public func reviewState(of path: String) async throws -> ReviewState {
+        ReviewState(log: try await visibleRecords(of: ReviewPaths.log(of: path)).compactMap(ReviewLogEntry.init(record:)))
+    }
+
+    /// The change under review — the frozen request when one waits, else the workspace —
+    /// against what is published, in id order after `after`, at most `limit`.
+    public func reviewChanges(
+        of path: String, after: String?, limit: Int
+    ) async throws -> (pending: ReviewLogEntry?, changes: [RecordChange], more: Bool) {
+        let pending = try await reviewState(of: path).pending
+        let proposed = pending == nil ? ReviewPaths.workspace(of: path) : ReviewPaths.request(of: path)
+        guard try await head(of: proposed) != nil else { return (pending, [], false) }
+        let (changes, more) = try await changes(from: path, to: proposed, after: after, limit: limit)
+        return (pending, changes, more)
+    }
+
+    // MARK: - Steps
+
+    /// Freezes the workspace as the state a reviewer decides on. Throws ``ReviewError``.
+    public func requestReview(of path: String, by who: String, comment: String?, now: Int64 = Int64(Date().timeIntervalSince1970)) async throws -> ReviewLogEntry {
+        let state = try await reviewState(of: path)
+        if let pending = state.pending { throw ReviewError.pending(path: path, sequence: pending.sequence) }
+        let workspace = try await prepareWorkspace(of: path)
+        let changes = try await changes(from: path, to: workspace).changes
+        guard !changes.isEmpty else { throw ReviewError.nothingToReview(path) }
+        let entry = ReviewLogEntry(
+            sequence: state.nextSequence, step: .request, by: who, at: now, comment: comment,
+            version: try await head(of: workspace)?.version, changes: changes.count)
+        let frozen = try await stateChange(of: ReviewPaths.request(of: path), toMatch: workspace)
+        var parts = [PartitionRecords(path: ReviewPaths.log(of: path), records: [try entry.record()])]
+        if !frozen.isEmpty { parts.append(PartitionRecords(path: ReviewPaths.request(of: path), records: frozen)) }
+        _ = try await importPartitions(parts, replace: false)
+        return entry
+    }
+
+    /// Publishes exactly the frozen request as one new version of `path`, keeps what it
+    /// changed, and logs it — one transaction. Throws ``ReviewError/nothingPending(_:)``.
+    public func approveReview(of path: String, by who: String, comment: String?, now: Int64 = Int64(Date().timeIntervalSince1970)) async throws -> ReviewLogEntry {
+        let state = try await reviewState(of: path)
+        guard state.pending != nil else { throw ReviewError.nothingPending(path) }
+        let changes = try await changes(from: path, to: ReviewPaths.request(of: path)).changes
+        return try await publish(changes, of: path, step: .approve, state: state, by: who, comment: comment, now: now)
+    }
+
+    /// Ends the pending request without publishing; the workspace stays as it is.
+    public func declineReview(of path: String, by who: String, comment: String?, now: Int64 = Int64(Date().timeIntervalSince1970)) async throws -> ReviewLogEntry {
+        let state = try await reviewState(of: path)
+        guard let pending = state.pending else { throw ReviewError.nothingPending(path) }
+        let entry = ReviewLogEntry(sequence: state.nextSequence, step: .decline, by: who, at: now, comment: comment, version: pending.version)
+        _ = try await write([try entry.record()], to: ReviewPaths.log(of: path))
+        return entry
+    }
+
+    /// Publishes a new version equal to published version `version` — or, with `ids`, those
+    /// records only as they were then — and brings the workspace's copies of them back too.
+    /// Throws ``ReviewError/unknownVersion(path:version:oldest:)`` for a version the review log
+    /// cannot restore (from before the first publication through review).
+    public func rollbackReview(
+        of path: String, to version: UInt64, ids: [String]?, by who: String, comment: String?, now: Int64 = Int64(Date().timeIntervalSince1970)
+    ) async throws -> ReviewLogEntry {
+        let state = try await reviewState(of: path)
+        let publications = state.log.filter { $0.published && $0.version != nil }
+        let oldest = publications.first?.previousVersion
+        let current = try await head(of: path)?.version ?? 0
+        guard let oldest, version >= oldest, version <= current else {
+            throw ReviewError.unknownVersion(path: path, version: version, oldest: oldest)
+        }
+        // Each record as it was at `version`: its value before the first publication after it.
+        var restored: [String: Record?] = [:]
+        let wanted = ids.map(Set.init)
+        for publication in publications.reversed() where publication.version! > version {
+            for record in try await visibleRecords(of: ReviewPaths.changes(of: path, publication: publication.sequence)) {
+                guard wanted?.contains(record.id) ?? true, let (before, _) = Self.beforeAndAfter(record) else { continue }
+                restored[record.id] = .some(before)
+            }
+        }
+        var changes: [RecordChange] = []
+        for (id, value) in restored.sorted(by: { $0.key.utf8Precedes($1.key) }) {
+            if let change = RecordChange(before: try await record(id, in: path), after: value) { changes.append(change) }
+        }
+        return try await publish(
+            changes, of: path, step: .rollback, state: state, by: who, comment: comment, now: now, restoring: version, ids: ids,
+            alsoTo: ReviewPaths.workspace(of: path))
+    }
+
+    // MARK: - Internals
+
+    /// Writes `changes` to `path` as one version, what they changed (for rollbacks), and the
+    /// log entry, in one transaction; `alsoTo` gets the same new values (a rollback's workspace).
+    private func publish(
+        _ changes: [RecordChange], of path: String, step: ReviewStep, state: ReviewState, by who: String, comment: String?, now: Int64,
+        restoring restoredVersion: UInt64? = nil, ids: [String]? = nil, alsoTo extra: String? = nil
+    ) async throws -> ReviewLogEntry {
+        let previous = try await head(of: path)?.version ?? 0
+        let sequence = state.nextSequence
+        // Versions count up by one per commit, and only review steps commit to `path`.
+        let entry = ReviewLogEntry(
+            sequence: sequence, step: step, by: who, at: now, comment: comment, version: changes.isEmpty ? nil : previous + 1,
+            previousVersion: previous, changes: changes.count, restoredVersion: restoredVersion, restoredIDs: ids)
+        var parts = [PartitionRecords(path: ReviewPaths.log(of: path), records: [try entry.record()])]
+        if !changes.isEmpty {
+            let values = changes.map { $0.after ?? Record.tombstone(id: $0.id) }
+            parts.append(PartitionRecords(path: path, records: values))
+            parts.append(PartitionRecords(path: ReviewPaths.changes(of: path, publication: sequence), records: try changes.map(Self.changeRecord)))
+            if let extra { parts.append(PartitionRecords(path: extra, records: values)) }
+        }
+        let results = try await importPartitions(parts, replace: false)
+        if let made = results.first(where: { $0.collection == path })?.head?.version, made != entry.version {
+            throw StoreError.busy("\"\(path)\" was written by something other than review while it was published (version \(made), not \(entry.version ?? 0))")
+        }
+        return entry
+    }
+
+    /// What a publication changed about one record: `{"after":…,"before":…,"id":…}` (null: absent).
+    private static func changeRecord(_ change: RecordChange) throws -> Record {
+        func value(_ record: Record?) throws -> JSONValue {
+            guard let record else { return .null }
+            return try JSONReader(bytes: record.bytes).readValue()
+        }
+        return try Record(parsing: .object([
+            JSONMember("after", try value(change.after)), JSONMember("before", try value(change.before)), JSONMember(Record.idKey, .string(change.id)),
+        ]))
+    }
+
+    /// The record before and after, from a change record (nil for one that is not).
+    private static func beforeAndAfter(_ record: Record) -> (Record?, Record?)? {
+        guard let value = try? JSONReader(bytes: record.bytes).readValue(), let before = value["before"], let after = value["after"] else { return nil }
+        func parse(_ value: JSONValue) -> Record? {
+            if case .null = value { return nil }
+            return try? Record(parsing: value)
+        }
+        return (parse(before), parse(after))
+    }
+
+    /// The writes that make `target` hold exactly the visible records of `source`.
+    private func stateChange(of target: String, toMatch source: String) async throws -> [Record] {
+        try await changes(from: target, to: source).changes.map { $0.after ?? Record.tombstone(id: $0.id) }
+    }
+
+    /// Every visible record of `path` (none when it does not exist), in id order.
+    func visibleRecords(of path: String) async throws -> [Record] {
+        guard try await head(of: path) != nil else { return [] }
+        return try await withRecords(in: path) { source in
+            var records: [Record] = []
+            while try await source.next({ records.append(try Record.parse(Array($0))) }) {}
+            return records
+        }
+    }
+}

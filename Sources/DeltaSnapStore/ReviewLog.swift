@@ -1,0 +1,123 @@
+import DeltaSnapCore
+
+/// A step of a review: what `GET …/review/log` lists and what decides whether a request is
+/// pending (the last step is a request).
+public enum ReviewStep: String, Sendable, CaseIterable {
+    case request, approve, decline, rollback
+}
+
+/// One line of a review's audit log: who did what, when, to which version, and why.
+///
+/// ```json
+/// {"at":1767229200,"by":"bob","changes":1003,"comment":"ok","id":"0000000002","previousVersion":7,"step":"approve","version":8}
+/// ```
+public struct ReviewLogEntry: Sendable, Equatable {
+    /// 1, 2, … in the order the steps were taken.
+    public var sequence: Int
+    public var step: ReviewStep
+    /// The JWT `sub` of who took the step ("admin" for the admin token).
+    public var by: String
+    /// Seconds since 1970.
+    public var at: Int64
+    public var comment: String?
+    /// A request: the workspace version it froze. An approval or rollback: the published
+    /// version it made (nil when it changed nothing).
+    public var version: UInt64?
+    /// An approval or rollback: the published version before it (0: none existed).
+    public var previousVersion: UInt64?
+    /// How many records the step changes (a request: the changes under review).
+    public var changes: Int
+    /// A rollback: the published version restored.
+    public var restoredVersion: UInt64?
+    /// A rollback of chosen records only: their ids.
+    public var restoredIDs: [String]?
+
+    public init(
+        sequence: Int, step: ReviewStep, by: String, at: Int64, comment: String? = nil, version: UInt64? = nil, previousVersion: UInt64? = nil,
+        changes: Int = 0, restoredVersion: UInt64? = nil, restoredIDs: [String]? = nil
+    ) {
+        self.sequence = sequence
+        self.step = step
+        self.by = by
+        self.at = at
+        self.comment = comment
+        self.version = version
+        self.previousVersion = previousVersion
+        self.changes = changes
+        self.restoredVersion = restoredVersion
+        self.restoredIDs = restoredIDs
+    }
+
+    /// Whether this step published (an approval or a rollback).
+    public var published: Bool { step == .approve || step == .rollback }
+
+    /// The record id of entry `sequence`: zero-padded, so id order is the log's order.
+    static func id(_ sequence: Int) -> String {
+        let digits = String(sequence)
+        return String(repeating: "0", count: max(0, 10 - digits.count)) + digits
+    }
+
+    /// The entry as a JSON object (the log endpoint's element, without `id`).
+    public var json: JSONValue {
+        var members: [JSONMember] = [
+            JSONMember("at", .number(String(at))), JSONMember("by", .string(by)), JSONMember("changes", .number(String(changes))),
+            JSONMember("sequence", .number(String(sequence))), JSONMember("step", .string(step.rawValue)),
+        ]
+        if let comment { members.append(JSONMember("comment", .string(comment))) }
+        if let version { members.append(JSONMember("version", .number(String(version)))) }
+        if let previousVersion { members.append(JSONMember("previousVersion", .number(String(previousVersion)))) }
+        if let restoredVersion { members.append(JSONMember("restoredVersion", .number(String(restoredVersion)))) }
+        if let restoredIDs { members.append(JSONMember("restoredIds", .array(restoredIDs.map(JSONValue.string)))) }
+        members.sort { $0.key.utf8Precedes($1.key) }
+        return .object(members)
+    }
+
+    /// The entry as a log record.
+    func record() throws -> Record {
+        guard case .object(var members) = json else { fatalError("an entry is an object") }
+        members.append(JSONMember(Record.idKey, .string(Self.id(sequence))))
+        members.sort { $0.key.utf8Precedes($1.key) }
+        return try Record(parsing: .object(members))
+    }
+
+    /// The entry a log record holds, or nil for a record that is not one.
+    init?(record: Record) {
+        guard !record.isHidden, let value = try? JSONReader(bytes: record.bytes).readValue(),
+              case .string(let stepName)? = value["step"], let step = ReviewStep(rawValue: stepName),
+              case .string(let by)? = value["by"], let at = Self.integer(value["at"]), let sequence = Self.integer(value["sequence"])
+        else { return nil }
+        var ids: [String]?
+        if case .array(let list)? = value["restoredIds"] {
+            ids = list.compactMap { if case .string(let id) = $0 { id } else { nil } }
+        }
+        let comment: String? = if case .string(let text)? = value["comment"] { text } else { nil }
+        self.init(
+            sequence: Int(sequence), step: step, by: by, at: at, comment: comment, version: Self.integer(value["version"]).map(UInt64.init),
+            previousVersion: Self.integer(value["previousVersion"]).map(UInt64.init), changes: Int(Self.integer(value["changes"]) ?? 0),
+            restoredVersion: Self.integer(value["restoredVersion"]).map(UInt64.init), restoredIDs: ids)
+    }
+
+    private static func integer(_ value: JSONValue?) -> Int64? {
+        guard case .number(let text)? = value else { return nil }
+        return Int64(text)
+    }
+}
+
+/// A review's log and what it means now.
+public struct ReviewState: Sendable, Equatable {
+    /// Every step, oldest first.
+    public var log: [ReviewLogEntry]
+
+    public init(log: [ReviewLogEntry]) {
+        self.log = log
+    }
+
+    /// The request waiting for a decision: the last step, when it is a request.
+    public var pending: ReviewLogEntry? {
+        guard let last = log.last, last.step == .request else { return nil }
+        return last
+    }
+
+    /// The sequence number the next step gets.
+    var nextSequence: Int { (log.last?.sequence ?? 0) + 1 }
+}

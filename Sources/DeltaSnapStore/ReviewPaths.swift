@@ -1,0 +1,50 @@
+import DeltaSnapCore
+import DeltaSnapTrust
+
+/// Where a reviewed collection's unpublished states and its review's bookkeeping live in a
+/// store: partitions of reserved collections (`deltasnap-review-…`), so both stores keep them
+/// with the machinery every collection has — versions, one-transaction imports, tokens of
+/// their own — and no listing shows them (partitions are never listed). The server answers
+/// `404` to any request that names a reserved collection; only the review endpoints reach them.
+///
+/// ```swift
+/// try ReviewPaths.workspace(of: "sets/8271")   // "deltasnap-review-work/sets:8271"
+/// ReviewPaths.isReserved("deltasnap-review-log/catalogue")   // true
+/// ```
+public enum ReviewPaths {
+    /// Names no collection of an app may start with.
+    public static let reservedPrefix = "deltasnap-review-"
+    /// The review settings (which collections are reviewed, by whom): one record per collection.
+    public static let settings = "deltasnap-review-settings/rules"
+
+    static let workspaceCollection = "deltasnap-review-work"
+    static let requestCollection = "deltasnap-review-request"
+    static let logCollection = "deltasnap-review-log"
+    static let changesCollection = "deltasnap-review-changes"
+
+    /// Whether `path` (`NAME` or `NAME/KEY`) belongs to the reserved collections.
+    public static func isReserved(_ path: String) -> Bool {
+        path.hasPrefix(reservedPrefix)
+    }
+
+    /// The editable state of `path`: where writes to a reviewed collection go.
+    public static func workspace(of path: String) -> String { "\(workspaceCollection)/\(key(of: path))" }
+    /// The state frozen when review was requested: what an approval publishes.
+    public static func request(of path: String) -> String { "\(requestCollection)/\(key(of: path))" }
+    /// The review's audit log: one record per step.
+    public static func log(of path: String) -> String { "\(logCollection)/\(key(of: path))" }
+    /// What publication `sequence` (the log entry that made it) changed: one record per id,
+    /// with its value before and after — what a rollback restores from.
+    public static func changes(of path: String, publication sequence: Int) -> String {
+        "\(changesCollection)/\(key(of: path)).\(sequence)"
+    }
+
+    /// A partition key naming `path`: `NAME` or `NAME:KEY` (`:` is in no collection name, so
+    /// the two never meet); a path too long for a key (128 bytes, with room for a publication
+    /// number) is named by its SHA-256 instead.
+    static func key(of path: String) -> String {
+        let key = path.replacingOccurrences(of: "/", with: ":")
+        if key.utf8.count <= 100 { return key }
+        return "h." + String(AttachmentVerifier.sha256(of: Array(path.utf8)).prefix(48))
+    }
+}

@@ -1,0 +1,225 @@
+import DeltaSnapCore
+import DeltaSnapServer
+import DeltaSnapStore
+import DeltaSnapSynthetic
+import DeltaSnapTestSupport
+import Foundation
+import Testing
+
+/// Review before publish (docs/PROTOCOL.md §13) against a real server on 127.0.0.1, on each
+/// store: writes to a reviewed collection reach no reader until a reviewer approves; the
+/// approval publishes exactly what was requested as one version; decline, rollback,
+/// self-approval and the audit log.
+@Suite struct ReviewTests {
+    static let secret = "review-test-secret"
+
+    struct Fixture: Sendable {
+        let server: TestServer
+        let database: TestDatabase
+
+        func token(_ subject: String, roles: [String] = []) async throws -> String {
+            try await AccessClaims(subject: subject, expires: Date().addingTimeInterval(600), write: [], read: [], roles: roles).signed(secret: ReviewTests.secret)
+        }
+
+        func send(_ method: String, _ path: String, token: String?, body: String = "", headers: [String: String] = [:]) async throws -> RawHTTPClient.Response {
+            var headers = headers
+            if let token { headers["Authorization"] = "Bearer \(token)" }
+            let sent = headers
+            return try await offPool { try server.connect().request(method, path, headers: sent, body: Array(body.utf8)) }
+        }
+
+        /// A review step; returns the answer's JSON (expecting `status`).
+        @discardableResult
+        func step(_ step: String, _ collection: String = "catalogue", token: String, body: String = "", status: Int = 200) async throws -> JSONValue? {
+            let response = try await send("POST", "\(CollectionPath(collection)!.urlPath)/review/\(step)", token: token, body: body)
+            #expect(response.status == status, "\(step): \(response.text)")
+            return try? JSONReader(bytes: response.body).readValue()
+        }
+
+        /// Every change under review, page by page.
+        func changes(_ collection: String = "catalogue", token: String, limit: Int = 400) async throws -> [JSONValue] {
+            var all: [JSONValue] = []
+            var after: String?
+            repeat {
+                let query = "?limit=\(limit)" + (after.map { "&after=\($0.percentEncodedPathSegment)" } ?? "")
+                let response = try await send("GET", "\(CollectionPath(collection)!.urlPath)/review\(query)", token: token)
+                #expect(response.status == 200, "\(response.text)")
+                let page = try JSONReader(bytes: response.body).readValue()
+                if case .array(let list)? = page["changes"] { all += list }
+                after = if case .string(let next)? = page["next"] { next } else { nil }
+            } while after != nil
+            return all
+        }
+
+        /// What an ordinary client gets for `If-None-Match: token`: status, ETag, Last-Modified and body.
+        func poll(_ collection: String = "catalogue", since token: String?) async throws -> RawHTTPClient.Response {
+            try await send("GET", CollectionPath(collection)!.urlPath, token: nil, headers: token.map { ["If-None-Match": "\"\($0)\""] } ?? [:])
+        }
+    }
+
+    static func rules(selfApprove: Bool) -> String {
+        """
+        collections:
+          catalogue: { read: public, review: { editors: editor, reviewers: reviewer, self-approve: \(selfApprove) } }
+          shelves: { partitioned: true, read: public, review: { editors: editor, reviewers: reviewer } }
+          plain: { read: public, write: admin }
+        """
+    }
+
+    func withServer(_ backend: TestBackend, selfApprove: Bool = false, _ body: @escaping @Sendable (Fixture) async throws -> Void) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let database = try await TestDatabase.make(backend, in: dir)
+        try await database.importText(Fixtures.ndjson(0..<100), collection: "catalogue")
+        var servers: [TestServer] = []
+        do {
+            let access = AccessPolicy(jwtSecret: Self.secret, rules: try AccessRules(yaml: Self.rules(selfApprove: selfApprove)))
+            let server = try await TestServer.start(database: database.url, access: access)
+            servers.append(server)
+            try await body(Fixture(server: server, database: database))
+        } catch {
+            for server in servers { await server.stop() }
+            await database.stop()
+            throw error
+        }
+        for server in servers { await server.stop() }
+        await database.stop()
+    }
+
+    static func etag(_ response: RawHTTPClient.Response) -> String? {
+        response.header("ETag").map { String($0.dropFirst().dropLast()) }
+    }
+
+    @Test(.timeLimit(.minutes(3)), arguments: TestBackend.allCases)
+    func approvedChangesReachClientsAsExactlyOneDelta(_ backend: TestBackend) async throws {
+        try await withServer(backend) { fixture in
+            let editor = try await fixture.token("ed", roles: ["editor"])
+            let reviewer = try await fixture.token("rev", roles: ["reviewer"])
+            let first = try await fixture.poll(since: nil)
+            #expect(first.status == 200)
+            let published = try #require(Self.etag(first))
+            let lastModified = try #require(first.header("Last-Modified"))
+
+            // An editor changes 3 records (a push), the data owner imports 1,000 more (the write API).
+            let push = #"{"client":"ed-laptop","mutations":[{"seq":1,"op":"patch","id":"\#(SyntheticRecords.id(1))","value":{"price":11}},{"seq":2,"op":"patch","id":"\#(SyntheticRecords.id(2))","value":{"price":12}},{"seq":3,"op":"delete","id":"\#(SyntheticRecords.id(3))"}]}"#
+            let pushed = try await fixture.send("POST", "/v1/collections/catalogue/mutations", token: editor, body: push)
+            #expect(pushed.status == 200, "\(pushed.text)")
+            let batch = (0..<1000).map { #"{"id":"new-\#(String(format: "%04d", $0))","price":\#($0)}"# }.joined(separator: "\n")
+            let imported = try await fixture.send("POST", "/v1/collections/catalogue/records", token: TestServer.writeToken, body: batch)
+            #expect(imported.status == 200, "\(imported.text)")
+
+            // No reader sees any of it.
+            let meanwhile = try await fixture.poll(since: published)
+            #expect(meanwhile.status == 304)
+
+            // The reviewer sees exactly those diffs.
+            let changes = try await fixture.changes(token: reviewer)
+            #expect(changes.count == 1003)
+            let kinds = Dictionary(grouping: changes, by: { if case .string(let kind)? = $0["change"] { kind } else { "" } }).mapValues(\.count)
+            #expect(kinds == ["added": 1000, "changed": 2, "removed": 1])
+            let price = changes.first { $0["id"] == .string(SyntheticRecords.id(1)) }
+            guard case .array(let members)? = price?["members"], members.count == 1 else { Issue.record("one member changed: \(String(describing: price))"); return }
+            #expect(members[0]["member"] == .string("price") && members[0]["new"] == .number("11") && members[0]["old"] != nil)
+
+            try await fixture.step("request", token: editor, body: #"{"comment":"spring prices"}"#)
+            try await fixture.step("request", token: editor, status: 409)  // one request at a time
+            // A write after the request stays for the next review.
+            let late = #"{"client":"ed-laptop","mutations":[{"seq":4,"op":"patch","id":"\#(SyntheticRecords.id(4))","value":{"price":99}}]}"#
+            #expect(try await fixture.send("POST", "/v1/collections/catalogue/mutations", token: editor, body: late).status == 200)
+            try await fixture.step("approve", token: editor, status: 403)  // no self-approval here
+            let approved = try #require(try await fixture.step("approve", token: reviewer, body: #"{"comment":"ok"}"#))
+            #expect(approved["entry"]?["changes"] == .number("1003"))
+
+            // An ordinary client gets exactly one delta with exactly those changes.
+            let delta = try await fixture.poll(since: published)
+            #expect(delta.status == 200)
+            let header = try BodyReader(bytes: delta.body.first == 0x1f ? try GzipDecompressor.decompress(delta.body) : delta.body).readHeader()
+            #expect(header.kind == .delta)
+            #expect(header.count == 1003)
+            #expect(Self.etag(delta) == (approved["token"].flatMap { if case .string(let token) = $0 { token } else { nil } }))
+            let after = try #require(delta.header("Last-Modified"))
+            #expect(try #require(HTTPDate.parse(after)) >= (try #require(HTTPDate.parse(lastModified))))
+            let current = try #require(Self.etag(delta))
+            #expect(try await fixture.poll(since: current).status == 304)
+
+            // The late edit waits for the next review.
+            let next = try await fixture.changes(token: reviewer)
+            #expect(next.map { $0["id"] } == [.string(SyntheticRecords.id(4))])
+            let log = try await fixture.send("GET", "/v1/collections/catalogue/review/log", token: reviewer)
+            #expect(log.status == 200)
+            #expect(log.text.contains(#""step":"request""#) && log.text.contains(#""step":"approve""#) && log.text.contains(#""comment":"spring prices""#))
+        }
+    }
+
+    @Test(.timeLimit(.minutes(3)), arguments: TestBackend.allCases)
+    func declineLeavesClientsAloneAndRollbackBringsAVersionBack(_ backend: TestBackend) async throws {
+        try await withServer(backend) { fixture in
+            let editor = try await fixture.token("ed", roles: ["editor"])
+            let reviewer = try await fixture.token("rev", roles: ["reviewer"])
+            let reader = try await fixture.token("someone")
+            let v1 = try #require(Self.etag(try await fixture.poll(since: nil)))
+            let put = #"{"id":"\#(SyntheticRecords.id(7))","price":700}"#
+            #expect(try await fixture.send("PUT", "/v1/collections/catalogue/records/\(SyntheticRecords.id(7))", token: TestServer.writeToken, body: put).status == 200)
+            try await fixture.step("request", token: editor)
+            try await fixture.step("decline", token: reviewer, status: 400)  // a decline says why
+            try await fixture.step("decline", token: reviewer, body: #"{"comment":"price too high"}"#)
+            #expect(try await fixture.poll(since: v1).status == 304)
+            try await fixture.step("approve", token: reviewer, status: 409)  // nothing requested
+            #expect(try await fixture.send("GET", "/v1/collections/catalogue/review", token: reader).status == 403)
+
+            // The workspace kept the change: request again, approve, then roll it back.
+            try await fixture.step("request", token: editor)
+            let approved = try #require(try await fixture.step("approve", token: reviewer))
+            let previous = try #require(approved["entry"]?["previousVersion"])
+            let v2 = try #require(Self.etag(try await fixture.poll(since: v1)))
+            #expect(v2 != v1)
+            try await fixture.step("rollback", token: editor, body: #"{"version":\#(CanonicalJSON.string(previous))}"#, status: 403)
+            try await fixture.step("rollback", token: reviewer, body: #"{"version":\#(CanonicalJSON.string(previous))}"#)
+            let back = try await fixture.poll(since: v2)
+            #expect(back.status == 200)
+            let (header, records) = try Self.read(back)
+            #expect(header.kind == .delta && records.count == 1)
+            // The record is as it was at the version rolled back to.
+            let original = try #require(try await fixture.database.store.record(SyntheticRecords.id(7), in: "catalogue"))
+            #expect(records.first?.bytes == original.bytes)
+            #expect(try await fixture.changes(token: reviewer).isEmpty, "the workspace was rolled back too")
+            try await fixture.step("rollback", token: reviewer, body: #"{"version":1000}"#, status: 400)
+            try await fixture.step("request", token: editor, status: 409)  // nothing to review
+        }
+    }
+
+    @Test(.timeLimit(.minutes(3)), arguments: TestBackend.allCases)
+    func selfApprovalWhenTheRuleAllowsItAndPartitionsReviewedOnTheirOwn(_ backend: TestBackend) async throws {
+        try await withServer(backend, selfApprove: true) { fixture in
+            let editor = try await fixture.token("ed", roles: ["editor"])
+            let other = try await fixture.token("ed2", roles: ["editor"])
+            #expect(try await fixture.send("PUT", "/v1/collections/catalogue/records/x1", token: TestServer.writeToken, body: #"{"id":"x1"}"#).status == 200)
+            try await fixture.step("request", token: editor)
+            try await fixture.step("approve", token: editor)
+            #expect(try await fixture.database.store.record("x1", in: "catalogue") != nil)
+
+            // A partition is reviewed on its own; a user without the role cannot write it.
+            #expect(try await fixture.send("PUT", "/v1/collections/shelves/partitions/s1/records/b1", token: TestServer.writeToken, body: #"{"id":"b1"}"#).status == 200)
+            let plain = try await fixture.token("user")
+            let refused = try await fixture.send("POST", "/v1/collections/shelves/partitions/s1/mutations", token: plain, body: #"{"client":"c","mutations":[{"seq":1,"op":"put","id":"b2","value":{}}]}"#)
+            #expect(refused.status == 403)
+            #expect(try await fixture.poll("shelves/s1", since: nil).status == 404, "nothing published yet")
+            try await fixture.step("request", "shelves/s1", token: other)
+            try await fixture.step("approve", "shelves/s1", token: editor, status: 403)  // self-approve is off for shelves
+            try await fixture.step("approve", "shelves/s1", token: try await fixture.token("rev", roles: ["reviewer"]))
+            #expect(try await fixture.poll("shelves/s1", since: nil).status == 200)
+            // The reserved collections are never served.
+            #expect(try await fixture.send("GET", "/v1/collections/deltasnap-review-work/partitions/catalogue", token: TestServer.writeToken).status == 404)
+            #expect(try await fixture.send("GET", "/v1/collections/plain/review", token: TestServer.writeToken).status == 404)
+        }
+    }
+
+    static func read(_ response: RawHTTPClient.Response) throws -> (BodyHeader, [Record]) {
+        let bytes = response.body.first == 0x1f ? try GzipDecompressor.decompress(response.body) : response.body
+        let reader = BodyReader(bytes: bytes)
+        let header = try reader.readHeader()
+        var records: [Record] = []
+        while let record = try reader.nextRecord() { records.append(record) }
+        return (header, records)
+    }
+}

@@ -191,7 +191,8 @@ struct ReviewCommand: AsyncParsableCommand {
                 let answer = try await target.send("GET", try target.endpoint("/log"))
                 guard case .array(let entries)? = answer["entries"] else { return }
                 for entry in entries {
-                    var line = "\(text(entry["sequence"])) \(HTTPDate.format(Int64(text(entry["at"])) ?? 0)) \(text(entry["step"])) \(text(entry["by"]))"
+                    let at = Date(timeIntervalSince1970: TimeInterval(Int64(text(entry["at"])) ?? 0))
+                    var line = "\(text(entry["sequence"])) \(ISO8601DateFormatter().string(from: at)) \(text(entry["step"])) \(text(entry["by"]))"
                     if let version = entry["version"] { line += " version \(CanonicalJSON.string(version))" }
                     line += " changes \(text(entry["changes"]))"
                     if case .string(let comment)? = entry["comment"] { line += " — \(comment)" }

@@ -71,12 +71,15 @@ TOKEN="conformance-write-token"
     <(printf '{"id":"a1","owner":"alice","score":3}\n{"id":"b1","owner":"bob","score":5}\n') >/dev/null
 "$BIN" import --db "$WORK/store.sqlite" --collection sets --partition-by set <(printf '{"id":"q1","set":"8271"}\n') >/dev/null
 "$BIN" import --db "$WORK/store.sqlite" --collection members/alice <(printf '{"id":"sets/8271","role":"write"}\n') >/dev/null
+# A reviewed collection (PROTOCOL.md §13): its review endpoints answer the admin token.
+"$BIN" import --db "$WORK/store.sqlite" --collection catalogue <(printf '{"id":"c1","price":1}\n') >/dev/null
 cat >"$WORK/rules.yaml" <<'YAML'
 collections:
   countries: { read: public, write: admin }
   items:     { read: public, write: claims }
   attempts:  { partitioned: true, read: owner, write: owner }
   sets:      { partitioned: true, read: member, write: member }
+  catalogue: { read: public, review: { editors: editor, reviewers: reviewer } }
 memberships: members
 YAML
 JWT_SECRET="conformance-jwt-secret"
@@ -98,7 +101,7 @@ done
 CHECKS=not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance
 export SCHEMATHESIS_HOOKS="$ROOT/.ci/conformance_hooks.py"
 export CONFORMANCE_URL="http://127.0.0.1:$PORT" CONFORMANCE_STEER="$STEER"
-export CONFORMANCE_COLLECTIONS="countries items" CONFORMANCE_MEMBERSHIPS="members"
+export CONFORMANCE_COLLECTIONS="countries items catalogue" CONFORMANCE_MEMBERSHIPS="members"
 export CONFORMANCE_PARTITIONS="attempts/alice attempts/bob sets/8271 members/alice"
 # A user's token never gets a 2xx from the owner's write API (tag `writes`: `403 owner_only`
 # on a partition they may read, `404` on one they may not, PROTOCOL.md §5.4): for the runs as

@@ -13,17 +13,19 @@ extension DeltaSnapAPI {
     func registerReviewRoutes<Routes: RouterMethods>(at base: String, on router: Routes) {
         router.get(RouterPath(base + "/review")) { [self] request, context in try await reviewChanges(request, path: try collectionPath(context)) }
         router.get(RouterPath(base + "/review/log")) { [self] request, context in try await reviewLog(request, path: try collectionPath(context)) }
+        router.head(RouterPath(base + "/review")) { [self] request, context in Self.headOnly(try await reviewChanges(request, path: try collectionPath(context))) }
+        router.head(RouterPath(base + "/review/log")) { [self] request, context in Self.headOnly(try await reviewLog(request, path: try collectionPath(context))) }
         for step in ReviewStep.allCases {
             router.post(RouterPath(base + "/review/\(step.rawValue)")) { [self] request, context in
                 try await takeReviewStep(step, request, path: try collectionPath(context))
             }
         }
         for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
-            router.on(RouterPath(base + "/review"), method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET") }
-            router.on(RouterPath(base + "/review/log"), method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET") }
+            router.on(RouterPath(base + "/review"), method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
+            router.on(RouterPath(base + "/review/log"), method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
         }
         for step in ReviewStep.allCases {
-            for method in [HTTPRequest.Method.get, .put, .delete, .patch, .options, .trace] {
+            for method in [HTTPRequest.Method.get, .head, .put, .delete, .patch, .options, .trace] {
                 router.on(RouterPath(base + "/review/\(step.rawValue)"), method: method) { _, _ -> Response in throw APIError.methodNotAllowed("POST") }
             }
         }

@@ -60,7 +60,9 @@ extension PostgresDatabase {
         var written: [(partition: PartitionRecords, epoch: String, state: StateAccumulator)] = []
         for partition in partitions {
             var seen = Set<String>()
-            var state = StateAccumulator(collection: partition.path, checksum: StateChecksum(value: 0), count: 0, digest: .empty)
+            // Review bookkeeping is never published: its digest would be work for nothing.
+            var state = StateAccumulator(
+                collection: partition.path, checksum: StateChecksum(value: 0), count: 0, digest: ReviewPaths.keepsNoDigest(partition.path) ? nil : .empty)
             for record in partition.records {
                 guard seen.insert(record.id).inserted else { throw StoreError.duplicateID(record.id) }
                 state.put(record, replacing: nil)

@@ -48,7 +48,7 @@ package final class CollectionWriter {
             cid = select.int64(0)
             select.reset()
             epoch = head.epoch
-            let digest = try reader.digest(of: collection) ?? reader.recomputedDigest(of: collection)
+            let digest = ReviewPaths.keepsNoDigest(collection) ? nil : try reader.digest(of: collection) ?? reader.recomputedDigest(of: collection)
             state = StateAccumulator(collection: collection, checksum: head.checksum, count: head.count, digest: digest)
             version = head.version + 1
         } else {
@@ -59,7 +59,7 @@ package final class CollectionWriter {
             try insert.bind(2, epoch)
             try insert.run()
             cid = db.lastInsertRowID
-            state = StateAccumulator(collection: collection, checksum: .empty, count: 0, digest: .empty)
+            state = StateAccumulator(collection: collection, checksum: .empty, count: 0, digest: ReviewPaths.keepsNoDigest(collection) ? nil : .empty)
             version = 1
         }
         lookup = try statements("SELECT hidden, hash, body FROM records WHERE cid = ? AND id = ?")

@@ -124,7 +124,7 @@ private struct NewPartitions {
     mutating func write(_ partition: PartitionRecords) throws -> WriteResult {
         var seen = Set<String>(minimumCapacity: partition.records.count)
         // A digest is only stored for partitions larger than CollectionWriter.smallestStoredDigest.
-        let needsDigest = partition.records.count > CollectionWriter.smallestStoredDigest
+        let needsDigest = partition.records.count > CollectionWriter.smallestStoredDigest && !ReviewPaths.keepsNoDigest(partition.path)
         var state = StateAccumulator(collection: partition.path, checksum: .empty, count: 0, digest: needsDigest ? .empty : nil)
         for record in partition.records {
             guard seen.insert(record.id).inserted else { throw StoreError.duplicateID(record.id) }

@@ -27,6 +27,14 @@ public enum ReviewPaths {
         path.hasPrefix(reservedPrefix)
     }
 
+    /// Whether `path` is review bookkeeping no reader ever gets — a frozen request, a log, a
+    /// publication's changes — so a store need not maintain its state digest (LtHash16, the
+    /// most expensive part of writing a record: an approval writes a change record per record).
+    /// A workspace keeps its digest: a preview device reads it as published.
+    public static func keepsNoDigest(_ path: String) -> Bool {
+        [requestCollection, logCollection, changesCollection].contains { path.hasPrefix($0 + "/") }
+    }
+
     /// The editable state of `path`: where writes to a reviewed collection go.
     public static func workspace(of path: String) -> String { "\(workspaceCollection)/\(key(of: path))" }
     /// The state frozen when review was requested: what an approval publishes.

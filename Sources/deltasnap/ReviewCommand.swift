@@ -130,7 +130,8 @@ struct ReviewCommand: AsyncParsableCommand {
         func run() async throws {
             try await reportingErrors {
                 let answer = try await target.send("POST", try target.endpoint("/request"), body: commentBody(comment))
-                print("requested review of \(text(answer["entry"]?["changes"])) changes (log \(text(answer["entry"]?["sequence"])))")
+                let changes = text(answer["entry"]?["changes"])
+                print("requested review of \(changes) change\(changes == "1" ? "" : "s") (log \(text(answer["entry"]?["sequence"])))")
             }
         }
     }
@@ -219,7 +220,8 @@ private func text(_ value: JSONValue?) -> String {
 /// `approved: published version 8 (token E.8), 1003 changes`, or that nothing changed.
 private func published(_ what: String, _ answer: JSONValue) -> String {
     guard let version = answer["entry"]?["version"] else { return "\(what): nothing changed (log \(text(answer["entry"]?["sequence"])))" }
-    return "\(what): published version \(text(version)) (token \(text(answer["token"]))), \(text(answer["entry"]?["changes"])) changes"
+    let changes = text(answer["entry"]?["changes"])
+    return "\(what): published version \(text(version)) (token \(text(answer["token"]))), \(changes) change\(changes == "1" ? "" : "s")"
 }
 
 struct ReviewCommandError: Error, CustomStringConvertible {

@@ -28,7 +28,9 @@ final class BodyStreamer: @unchecked Sendable {
     /// it), nil for a full body.
     init(source: any RecordSource, base: String?, gzipLevel: Int32?) throws {
         self.source = source
-        let head = source.head
+        var head = source.head
+        // A workspace is served to preview devices as the collection it will be published as.
+        if let published = ReviewPaths.published(ofWorkspace: head.name) { head.name = published }
         if let base {
             header = BodyHeader(
                 collection: head.name, kind: .delta, base: base, token: head.token.description,

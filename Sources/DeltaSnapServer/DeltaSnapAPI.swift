@@ -122,11 +122,15 @@ public final class DeltaSnapAPI: Sendable {
     let attachmentMemory = AttachmentMemory()
     /// Review steps of one path run one at a time.
     let reviewLocks = KeyedLocks()
+    /// The reviewed collections' names: their polls are never answered from memory, where a
+    /// preview device's token would not be looked at.
+    let reviewedCollections: Set<String>
 
     /// A service on `store`, which it owns from now on (``shutdown()`` closes it; so does a
     /// failed init).
     public init(store: any CollectionStore, configuration: DeltaSnapServerConfiguration = DeltaSnapServerConfiguration()) async throws {
         self.configuration = configuration
+        reviewedCollections = Set(configuration.access.rules.reviewed.keys)
         var policy = configuration.access
         policy.adminToken = configuration.writeToken ?? policy.adminToken
         waiters = IndexWaiters(debounce: configuration.waitDebounce, capacity: configuration.maximumWaiters)

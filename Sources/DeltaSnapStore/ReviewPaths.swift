@@ -35,6 +35,17 @@ public enum ReviewPaths {
         [requestCollection, logCollection, changesCollection].contains { path.hasPrefix($0 + "/") }
     }
 
+    /// The path whose workspace `path` is (`deltasnap-review-work/sets:8271` → `sets/8271`), or
+    /// nil for a path that is no workspace (or one named by a hash: too long to preview).
+    public static func published(ofWorkspace path: String) -> String? {
+        let prefix = workspaceCollection + "/"
+        guard path.hasPrefix(prefix) else { return nil }
+        let key = path.dropFirst(prefix.count)
+        guard !key.hasPrefix("h.") else { return nil }
+        guard let colon = key.firstIndex(of: ":") else { return String(key) }
+        return String(key[..<colon]) + "/" + String(key[key.index(after: colon)...])
+    }
+
     /// The editable state of `path`: where writes to a reviewed collection go.
     public static func workspace(of path: String) -> String { "\(workspaceCollection)/\(key(of: path))" }
     /// The state frozen when review was requested: what an approval publishes.

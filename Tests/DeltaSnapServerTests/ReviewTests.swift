@@ -17,8 +17,9 @@ import Testing
         let server: TestServer
         let database: TestDatabase
 
-        func token(_ subject: String, roles: [String] = []) async throws -> String {
-            try await AccessClaims(subject: subject, expires: Date().addingTimeInterval(600), write: [], read: [], roles: roles).signed(secret: ReviewTests.secret)
+        func token(_ subject: String, roles: [String] = [], preview: Bool = false) async throws -> String {
+            try await AccessClaims(subject: subject, expires: Date().addingTimeInterval(600), write: [], read: [], roles: roles, preview: preview)
+                .signed(secret: ReviewTests.secret)
         }
 
         func send(_ method: String, _ path: String, token: String?, body: String = "", headers: [String: String] = [:]) async throws -> RawHTTPClient.Response {
@@ -51,9 +52,9 @@ import Testing
             return all
         }
 
-        /// What an ordinary client gets for `If-None-Match: token`: status, ETag, Last-Modified and body.
-        func poll(_ collection: String = "catalogue", since token: String?) async throws -> RawHTTPClient.Response {
-            try await send("GET", CollectionPath(collection)!.urlPath, token: nil, headers: token.map { ["If-None-Match": "\"\($0)\""] } ?? [:])
+        /// What an ordinary client (or, with `as`, a token's holder) gets for `If-None-Match: token`.
+        func poll(_ collection: String = "catalogue", since token: String?, as bearer: String? = nil) async throws -> RawHTTPClient.Response {
+            try await send("GET", CollectionPath(collection)!.urlPath, token: bearer, headers: token.map { ["If-None-Match": "\"\($0)\""] } ?? [:])
         }
     }
 
@@ -108,9 +109,19 @@ import Testing
             let imported = try await fixture.send("POST", "/v1/collections/catalogue/records", token: TestServer.writeToken, body: batch)
             #expect(imported.status == 200, "\(imported.text)")
 
-            // No reader sees any of it.
+            // No reader sees any of it — but a preview device does, as the collection it will be,
+            // in tokens of its own.
             let meanwhile = try await fixture.poll(since: published)
             #expect(meanwhile.status == 304)
+            let device = try await fixture.token("tablet", preview: true)
+            let preview = try await fixture.poll(since: nil, as: device)
+            #expect(preview.status == 200 && preview.header("Cache-Control") == "private, no-store")
+            let (previewHeader, previewRecords) = try Self.read(preview)
+            #expect(previewHeader.collection == "catalogue" && previewRecords.count == 100 - 1 + 1000)
+            let previewToken = try #require(Self.etag(preview))
+            #expect(previewToken != published)
+            #expect(try await fixture.poll(since: previewToken, as: device).status == 304)
+            #expect(try await fixture.poll(since: published, as: try await fixture.token("someone")).status == 304, "an ordinary token sees the published state")
 
             // The reviewer sees exactly those diffs.
             let changes = try await fixture.changes(token: reviewer)

@@ -75,7 +75,7 @@ extension CollectionStore {
     /// Where a write to `path` goes: the workspace of a reviewed collection (prepared on first
     /// use), else `path` itself.
     public func writeTarget(for path: String, settings: [String: ReviewSettings]) async throws -> String {
-        guard let name = CollectionPath(path)?.name, settings[name] != nil else { return path }
+        guard ReviewPaths.target(of: path, settings: settings) != path else { return path }
         return try await prepareWorkspace(of: path)
     }
 

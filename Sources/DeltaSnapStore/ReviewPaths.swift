@@ -46,6 +46,12 @@ public enum ReviewPaths {
         return String(key[..<colon]) + "/" + String(key[key.index(after: colon)...])
     }
 
+    /// Where a writer's `path` is: its workspace when its collection is reviewed by `settings`.
+    public static func target(of path: String, settings: [String: ReviewSettings]) -> String {
+        guard let name = CollectionPath(path)?.name, settings[name] != nil else { return path }
+        return workspace(of: path)
+    }
+
     /// The editable state of `path`: where writes to a reviewed collection go.
     public static func workspace(of path: String) -> String { "\(workspaceCollection)/\(key(of: path))" }
     /// The state frozen when review was requested: what an approval publishes.

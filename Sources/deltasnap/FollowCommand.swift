@@ -146,7 +146,12 @@ struct FollowCommand: AsyncParsableCommand {
                     print(dropped ? "slot \(slot) dropped" : "slot \(slot) did not exist")
                     return
                 }
-                let follower = SourceFollower(options: options, store: store, logger: logger) { line in
+                // A reviewed collection's changes go to its workspace (docs/PROTOCOL.md §13).
+                let routed = try await ReviewRoutedStore.wrapping(store)
+                if let routed = routed as? ReviewRoutedStore {
+                    for table in options.tables { try await routed.prepareAll(of: table.collection) }
+                }
+                let follower = SourceFollower(options: options, store: routed, logger: logger) { line in
                     FileHandle.standardOutput.write(Data((line + "\n").utf8))
                 }
                 try await follower.run()

@@ -18,7 +18,7 @@ import Testing
     /// store, and a follower running in a task until `body` ends.
     func withFollower(
         _ backend: TestBackend, logs: CapturingLogHandler.Lines = CapturingLogHandler.Lines([]), spillRows: Int = 50_000,
-        _ body: @Sendable (SourceDatabase, any CollectionStore) async throws -> Void
+        reviewed: [String: ReviewSettings] = [:], _ body: @Sendable (SourceDatabase, any CollectionStore) async throws -> Void
     ) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
@@ -39,7 +39,9 @@ import Testing
                 slot: "deltasnap", publication: "deltasnap", create: true, pollInterval: .milliseconds(10), checkInterval: .milliseconds(100),
                 spillRows: spillRows)
             let logger = Logger(label: "follow-test") { _ in CapturingLogHandler(lines: logs) }
-            let follower = SourceFollower(options: options, store: store, logger: logger) { _ in }
+            // As `deltasnap follow` runs: reviewed collections' changes go to their workspaces.
+            if !reviewed.isEmpty { try await store.setReviewSettings(reviewed) }
+            let follower = SourceFollower(options: options, store: try await ReviewRoutedStore.wrapping(store), logger: logger) { _ in }
             let task = Task { try await follower.run() }
             do {
                 try await body(source, store)
@@ -172,6 +174,30 @@ import Testing
     /// of each path it touched, a row changed twice is its last state, a row leaving a
     /// partition is hidden there, a TOASTed value it left alone is kept, and a `TRUNCATE`
     /// hides what came before it.
+    /// docs/PROTOCOL.md §13: a followed table whose collection is reviewed publishes nothing by
+    /// itself: the copy and each source transaction go to the workspace (partitions too), and
+    /// an approval publishes them.
+    @Test(arguments: TestBackend.allCases) func aReviewedCollectionsChangesGoToItsWorkspace(_ backend: TestBackend) async throws {
+        let review = ReviewSettings(editors: "editor", reviewers: "reviewer")
+        try await withFollower(backend, reviewed: ["countries": review, "attempts": review]) { source, store in
+            try await Self.waitFor(ReviewPaths.workspace(of: "countries"), version: 1, in: store)
+            try await Self.waitFor(ReviewPaths.workspace(of: "attempts/alice"), version: 1, in: store)
+            #expect(try await store.head(of: "countries") == nil, "nothing published by the copy")
+            #expect(try await store.head(of: "attempts/alice") == nil)
+            try await source.run("UPDATE countries SET population = 77001 WHERE code = 'AD'")
+            try await Self.waitFor(ReviewPaths.workspace(of: "countries"), version: 2, in: store)
+            _ = try await store.requestReview(of: "countries", by: "ed", comment: nil)
+            let approved = try await store.approveReview(of: "countries", by: "rev", comment: nil)
+            #expect(approved.changes == 2)
+            #expect(try await Self.export("countries", from: store).contains(#""population":77001"#))
+            // The next change waits in the workspace again.
+            try await source.run("UPDATE countries SET name = 'France!' WHERE code = 'FR'")
+            try await Self.waitFor(ReviewPaths.workspace(of: "countries"), version: 3, in: store)
+            #expect(try await store.head(of: "countries")?.version == 1)
+            #expect(try await store.reviewChanges(of: "countries", after: nil, limit: 10).changes.map(\.id) == ["FR"])
+        }
+    }
+
     @Test(arguments: TestBackend.allCases) func aTransactionLargerThanMemoryIsStagedAndStillOneVersion(_ backend: TestBackend) async throws {
         let logs = CapturingLogHandler.Lines([])
         try await withFollower(backend, logs: logs, spillRows: 100) { source, store in

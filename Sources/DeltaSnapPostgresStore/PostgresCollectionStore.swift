@@ -64,6 +64,10 @@ public final class PostgresCollectionStore: CollectionStore {
         try await reader.partitionPaths(of: collection)
     }
 
+    public func partitions(of collection: String, keysStartingWith prefix: String, limit: Int) async throws -> [String] {
+        try await reader.partitionPaths(of: collection, keysStartingWith: prefix, limit: limit)
+    }
+
     public func head(of collection: String) async throws -> CollectionHead? {
         try await reader.head(of: collection)
     }

@@ -234,6 +234,23 @@ final class PostgresDatabase: Sendable {
         }
     }
 
+    /// At most `limit` partitions of `collection` whose key starts with `prefix`.
+    package func partitionPaths(of collection: String, keysStartingWith prefix: String, limit: Int) async throws -> [String] {
+        let start = collection + "/" + prefix
+        return try await pool.withConnection { connection in
+            var paths: [String] = []
+            for try await name in try await connection.query(
+                "SELECT name FROM deltasnap_collections WHERE name COLLATE \"C\" >= \(start) AND name COLLATE \"C\" < \(collection + "0") ORDER BY name COLLATE \"C\" LIMIT \(Int64(limit))",
+                logger: logger
+            ).decode(String.self) {
+                // In name order the matches come first and together.
+                guard name.hasPrefix(start) else { break }
+                paths.append(name)
+            }
+            return paths
+        }
+    }
+
     /// The head of `name`, or nil when it was never committed.
     package func head(of name: String) async throws -> CollectionHead? {
         try await pool.withConnection { try await Self.heads(on: $0, .named(name), logger: logger) }.first

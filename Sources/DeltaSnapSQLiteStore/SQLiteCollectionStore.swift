@@ -61,6 +61,10 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         try await reading { store in try store.read { try $0.partitionPaths(of: collection) } }
     }
 
+    public func partitions(of collection: String, keysStartingWith prefix: String, limit: Int) async throws -> [String] {
+        try await reading { store in try store.read { try $0.partitionPaths(of: collection, keysStartingWith: prefix, limit: limit) } }
+    }
+
     public func head(of collection: String) async throws -> CollectionHead? {
         try await reading { try $0.head(of: collection) }
     }

@@ -25,6 +25,23 @@ package struct SQLiteReader {
         return paths
     }
 
+    /// At most `limit` partitions of `collection` whose key starts with `prefix`.
+    package func partitionPaths(of collection: String, keysStartingWith prefix: String, limit: Int) throws -> [String] {
+        let statement = try db.prepare("SELECT name FROM collections WHERE name >= ? AND name < ? ORDER BY name LIMIT ?")
+        let start = collection + "/" + prefix
+        try statement.bind(1, start)
+        try statement.bind(2, collection + "0")
+        try statement.bind(3, Int64(limit))
+        var paths: [String] = []
+        // In name order the matches come first and together: the first other name ends them.
+        while try statement.step() {
+            let name = statement.string(0)
+            guard name.hasPrefix(start) else { break }
+            paths.append(name)
+        }
+        return paths
+    }
+
     /// Every collection's head but the partitions' (there may be millions: they are read
     /// one by one, ``head(of:)``), sorted by name.
     package func unpartitionedCollections() throws -> [CollectionHead] {

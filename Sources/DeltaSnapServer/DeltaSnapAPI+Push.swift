@@ -25,7 +25,13 @@ extension DeltaSnapAPI {
             mutations, from: client, user: principal.isAdmin ? nil : principal.subject, to: try await writeTarget(name), retention: configuration.pushRetention,
             merge: configuration.forkCollections.contains(CollectionPath(name)?.name ?? name) ? .fork : .fields)
         if let head = outcome.head { heads.update(head) }
-        let response = outcome.response
+        var response = outcome.response
+        // A reviewed collection's push went to its workspace: the answer names the collection
+        // the client pushed to, and no token (nothing it could poll for is published).
+        if response.collection != name {
+            response.collection = name
+            response.token = nil
+        }
         var headers: HTTPFields = [.contentType: "application/json", .cacheControl: "no-store"]
         if let token = response.token { headers[.eTag] = "\"\(token)\"" }
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: response.bytes)))

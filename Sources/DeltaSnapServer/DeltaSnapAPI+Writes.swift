@@ -53,7 +53,7 @@ extension DeltaSnapAPI {
         let replace = request.uri.queryParameters.get("replace").map { $0 == "true" || $0 == "1" } ?? false
         if holdsMemberships(name) { try Self.checkMemberships(in: body) }
         do {
-            return written(try await store.importBatch(body, into: try await writeTarget(name), replace: replace))
+            return written(try await store.importBatch(body, into: try await writeTarget(name), replace: replace), to: name)
         } catch let error as ImportError where error.isEmptyReplace {
             // A dropped body must not read as "the collection is now empty" and hide everything.
             throw APIError(.badRequest, "empty_batch", "a ?replace=true batch with no records would hide every record; send at least one, or hide them explicitly")
@@ -138,14 +138,18 @@ extension DeltaSnapAPI {
 
     private func commit(_ record: Record, to name: String) async throws -> Response {
         do {
-            return written(try await store.write([record], to: try await writeTarget(name)))
+            return written(try await store.write([record], to: try await writeTarget(name)), to: name)
         } catch let error as ImportError {
             throw APIError(error, batch: false)
         }
     }
 
-    private func written(_ result: WriteResult) -> Response {
+    private func written(_ result: WriteResult, to name: String) -> Response {
         if let head = result.head { heads.update(head) }
+        // A reviewed collection's write went to its workspace: named as the collection, with
+        // the workspace's version and token (PROTOCOL.md §13.1).
+        var result = result
+        result.collection = name
         var members = [
             JSONMember("collection", .string(result.collection)),
             JSONMember("committed", .bool(result.committed)),

@@ -31,6 +31,10 @@ public protocol CollectionStore: Sendable {
     /// there may be millions: a caller that needs them all (a `TRUNCATE` followed) asks here,
     /// never through ``collections()``, which leaves partitions out.
     func partitions(of collection: String) async throws -> [String]
+    /// At most `limit` paths of `collection`'s partitions whose key starts with `prefix`, in
+    /// order from the first such key: a search among millions (the operator's console), found
+    /// by the name index.
+    func partitions(of collection: String, keysStartingWith prefix: String, limit: Int) async throws -> [String]
     /// A full body's records (`after` nil: the visible ones) or a delta's since `after`
     /// (tombstones included), in id order, from one read transaction.
     /// Throws ``StoreError/unknownCollection(_:)``.

@@ -120,6 +120,9 @@ public struct ReviewRoutedStore: CollectionStore {
     // MARK: - As they are
 
     public func collections() async throws -> [CollectionHead] { try await base.collections() }
+    public func partitions(of collection: String, keysStartingWith prefix: String, limit: Int) async throws -> [String] {
+        try await base.partitions(of: collection, keysStartingWith: prefix, limit: limit)
+    }
     public func publishedState(of names: [String]) async throws -> PublishedState { try await base.publishedState(of: names) }
     public func sourcePosition(of follower: String) async throws -> String? { try await base.sourcePosition(of: follower) }
     public func forgetSourcePosition(of follower: String) async throws -> Bool { try await base.forgetSourcePosition(of: follower) }

@@ -36,6 +36,9 @@ final class DeltaCache: Sendable {
     static let maximumBodyBytes = 64 * 1024
     static let maximumEntries = 64
 
+    /// How many deltas are kept now.
+    var count: Int { entries.withLockedValue { $0.count } }
+
     private let entries = NIOLockedValueBox(BoundedCache<Key, PollAnswer>(capacity: DeltaCache.maximumEntries))
 
     subscript(key: Key) -> PollAnswer? {

@@ -1,5 +1,6 @@
 import DeltaSnapCore
 import DeltaSnapStore
+import Foundation
 import Hummingbird
 
 extension DeltaSnapAPI {
@@ -32,9 +33,28 @@ extension DeltaSnapAPI {
             response.collection = name
             response.token = nil
         }
+        if configuration.console { recordForConsole(response, mutations: mutations, user: principal.subject) }
         var headers: HTTPFields = [.contentType: "application/json", .cacheControl: "no-store"]
         if let token = response.token { headers[.eTag] = "\"\(token)\"" }
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: response.bytes)))
+    }
+
+    /// Keeps what the console's "recent pushes" shows: counts, refused writes and conflict copies.
+    private func recordForConsole(_ response: PushResponse, mutations: [ParsedMutation], user: String) {
+        var ids: [UInt64: String] = [:]
+        for parsed in mutations { if let id = parsed.id { ids[parsed.seq] = id } }
+        var push = RecentPushes.Push(
+            at: Int64(Date().timeIntervalSince1970), collection: response.collection, user: user, client: response.client, accepted: 0, refused: [], copies: [])
+        for result in response.results {
+            switch result.status {
+            case .applied, .duplicate: push.accepted += 1
+            case .refused(let refusal): push.refused.append((result.seq, ids[result.seq] ?? "?", refusal.code, refusal.message))
+            case .copied(_, let copy):
+                push.accepted += 1
+                push.copies.append((ids[result.seq] ?? "?", copy))
+            }
+        }
+        recentPushes.record(push)
     }
 
     /// Refuses a push to the memberships collection with every write that would leave a

@@ -61,6 +61,8 @@ public struct DeltaSnapServerConfiguration: Sendable {
     /// Commits closer together than this wake a waiting request once (the first at once,
     /// the rest at the end of the interval).
     public var waitDebounce: Duration = .milliseconds(50)
+    /// Serve the operator's console at `/console/` and its admin-only JSON at `/v1/console/`.
+    public var console = false
 
     public init(
         writeToken: String? = nil, maximumWriteBodyBytes: Int = 32 * 1024 * 1024,
@@ -122,6 +124,8 @@ public final class DeltaSnapAPI: Sendable {
     let attachmentMemory = AttachmentMemory()
     /// Review steps of one path run one at a time.
     let reviewLocks = KeyedLocks()
+    /// The last pushes answered, for the console.
+    let recentPushes = RecentPushes()
     /// The reviewed collections' names: their polls are never answered from memory, where a
     /// preview device's token would not be looked at.
     let reviewedCollections: Set<String>
@@ -302,6 +306,7 @@ public final class DeltaSnapAPI: Sendable {
         for method in [HTTPRequest.Method.post, .put, .options, .trace] {
             router.on("/v1/uploads/:token", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("HEAD, GET, PATCH, DELETE") }
         }
+        if configuration.console { registerConsoleRoutes(on: router) }
         // A partition has every endpoint a collection has, under .../partitions/KEY.
         for base in ["/v1/collections/:name", "/v1/collections/:name/partitions/:key"] {
             registerCollectionRoutes(at: base, on: router)

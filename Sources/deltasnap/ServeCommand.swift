@@ -125,6 +125,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Largest attachment accepted, in bytes (413 above; announced in Upload-Limit).")
     var maxAttachmentBytes: UInt64 = 1 << 30
 
+    @Flag(name: .long, help: "Serve the operator's console at /console/ (sign in with the admin token): collections, partitions, records, reviews, pushes, health.")
+    var console = false
+
     @Option(name: .long, help: "Days a blob no record refers to is kept before a scheduled compaction removes it.")
     var attachmentGraceDays: Double = 7
 
@@ -229,6 +232,7 @@ struct ServeCommand: AsyncParsableCommand {
             forkCollections: Set(TokenCommand.list(mergeFork)))
         configuration.maximumWaiters = maxWaiters
         configuration.maximumAttachmentBytes = maxAttachmentBytes
+        configuration.console = console
         configuration.waitDebounce = .milliseconds(waitDebounceMs)
         let location = try StoreLocation(db, readReplica: readDb)
         var server = try await DeltaSnapServer(store: try await location.open(logger: logger), configuration: configuration, logger: logger)

@@ -1,0 +1,185 @@
+import DeltaSnapCore
+import DeltaSnapStore
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// The operator's console (`serve --console`): its page at `/console/` (clients/console,
+/// embedded in ``ConsoleAssets``) and the admin-only JSON it reads under `/v1/console/` —
+/// what no other endpoint tells: health and caches, a search among the partitions, a record
+/// by id, recent pushes. Everything else the page shows comes from the public API (the
+/// collections' list, paged snapshots, history, the review endpoints), with the admin token.
+extension DeltaSnapAPI {
+    func registerConsoleRoutes<Routes: RouterMethods>(on router: Routes) {
+        router.get("/console") { _, _ in
+            Response(status: .permanentRedirect, headers: [.location: "/console/", .contentType: "text/plain"])
+        }
+        router.get("/console/") { _, _ in Self.consoleAsset(ConsoleAssets.html, type: "text/html; charset=utf-8") }
+        router.get("/console/console.js") { _, _ in Self.consoleAsset(ConsoleAssets.script, type: "text/javascript; charset=utf-8") }
+        router.get("/console/console.css") { _, _ in Self.consoleAsset(ConsoleAssets.style, type: "text/css; charset=utf-8") }
+        router.get("/v1/console/overview") { [self] request, _ in
+            try requireAdmin(request, for: "the console")
+            return try await consoleOverview()
+        }
+        router.get("/v1/console/partitions") { [self] request, _ in
+            try requireAdmin(request, for: "the console")
+            return try await consolePartitions(request)
+        }
+        router.get("/v1/console/record") { [self] request, _ in
+            try requireAdmin(request, for: "the console")
+            return try await consoleRecord(request)
+        }
+        router.get("/v1/console/records") { [self] request, _ in
+            try requireAdmin(request, for: "the console")
+            return try await consoleRecords(request)
+        }
+        router.get("/v1/console/pushes") { [self] request, _ in
+            try requireAdmin(request, for: "the console")
+            return Self.consoleAnswer(.object([JSONMember("pushes", .array(recentPushes.all.map(\.json)))]))
+        }
+    }
+
+    /// Health (the store answers, waiters, caches) and each reviewed collection's pending request.
+    private func consoleOverview() async throws -> Response {
+        var reachable = true
+        var problem: String?
+        do { _ = try await store.collections() } catch {
+            reachable = false
+            problem = "\(error)"
+        }
+        var reviews: [JSONValue] = []
+        for (name, settings) in accessControl.policy.rules.collections.compactMapValues(\.review).sorted(by: { $0.key < $1.key }) {
+            let partitioned = accessControl.policy.rules[name]?.partitioned == true
+            // A partitioned collection's reviews are per partition (millions): the page asks for one.
+            let pending = partitioned || !reachable ? nil : try? await store.reviewState(of: name).pending
+            reviews.append(.object([
+                JSONMember("collection", .string(name)), JSONMember("editors", .string(settings.editors)),
+                JSONMember("partitioned", .bool(partitioned)), JSONMember("pending", pending?.json ?? .null),
+                JSONMember("reviewers", .string(settings.reviewers)),
+            ]))
+        }
+        var storeMembers = [JSONMember("reachable", .bool(reachable))]
+        if let problem { storeMembers.append(JSONMember("problem", .string(problem))) }
+        return Self.consoleAnswer(.object([
+            JSONMember("caches", .object([
+                JSONMember("deltas", .number(String(deltas.count))), JSONMember("fullBodyBytes", .number(String(fullBodies.keptBytes))),
+                JSONMember("heads", .number(String(heads.all.count))),
+            ])),
+            JSONMember("reviews", .array(reviews)),
+            JSONMember("store", .object(storeMembers)),
+            JSONMember("waiters", .number(String(waiters.count))),
+        ]))
+    }
+
+    /// `?collection=NAME&prefix=P&limit=N`: the partitions whose key starts with `P`, with their heads.
+    private func consolePartitions(_ request: Request) async throws -> Response {
+        let query = request.uri.queryParameters
+        guard let name = query.get("collection").map { String($0) }, CollectionName.isValid(name), !ReviewPaths.isReserved(name) else {
+            throw APIError(.badRequest, "bad_collection_name", "collection must be a collection name")
+        }
+        let prefix = query.get("prefix").map { String($0) } ?? ""
+        let limit = min(200, max(1, query.get("limit").flatMap { Int($0) } ?? 50))
+        var listed: [JSONValue] = []
+        for path in try await store.partitions(of: name, keysStartingWith: prefix, limit: limit) {
+            guard let head = try await heads.head(of: path, store: store) else { continue }
+            listed.append(Self.headJSON(head))
+        }
+        return Self.consoleAnswer(.object([JSONMember("collection", .string(name)), JSONMember("partitions", .array(listed))]))
+    }
+
+    /// `?collection=PATH&id=ID`: the visible record, or null.
+    private func consoleRecord(_ request: Request) async throws -> Response {
+        let query = request.uri.queryParameters
+        guard let path = query.get("collection").map { String($0) }, CollectionPath(path) != nil, !ReviewPaths.isReserved(path) else {
+            throw APIError(.badRequest, "bad_collection_name", "collection must be NAME or NAME/KEY")
+        }
+        guard let id = query.get("id").map { String($0) }, !id.isEmpty else { throw APIError(.badRequest, "invalid_record", "id is required") }
+        let record = try await store.record(id, in: path)
+        let value = try record.map { try JSONReader(bytes: $0.bytes).readValue() } ?? .null
+        return Self.consoleAnswer(.object([JSONMember("collection", .string(path)), JSONMember("record", value)]))
+    }
+
+    /// `?collection=PATH&after=ID&limit=N`: a page of the head's records, by id.
+    private func consoleRecords(_ request: Request) async throws -> Response {
+        let query = request.uri.queryParameters
+        guard let path = query.get("collection").map { String($0) }, CollectionPath(path) != nil, !ReviewPaths.isReserved(path) else {
+            throw APIError(.badRequest, "bad_collection_name", "collection must be NAME or NAME/KEY")
+        }
+        guard let head = try await heads.head(of: path, store: store) else { throw APIError.unknownCollection(path) }
+        let limit = min(500, max(1, query.get("limit").flatMap { Int($0) } ?? 50))
+        let source = try await store.openPage(of: path, after: query.get("after").map { String($0) }, limit: limit)
+        var records: [JSONValue] = []
+        do {
+            while try await source.next({ records.append(try JSONReader(bytes: Array($0)).readValue()) }) {}
+            await source.close()
+        } catch {
+            await source.close()
+            throw error
+        }
+        return Self.consoleAnswer(.object([JSONMember("head", Self.headJSON(head)), JSONMember("records", .array(records))]))
+    }
+
+    static func headJSON(_ head: CollectionHead) -> JSONValue {
+        .object([
+            JSONMember("count", .number(String(head.count))), JSONMember("floor", .number(String(head.floor))),
+            JSONMember("lastModified", .string(head.lastModified)), JSONMember("name", .string(head.name)),
+            JSONMember("token", .string(head.token.description)), JSONMember("version", .number(String(head.version))),
+        ])
+    }
+
+    static func consoleAnswer(_ document: JSONValue) -> Response {
+        var bytes = Array(CanonicalJSON.string(document).utf8)
+        bytes.append(UInt8(ascii: "\n"))
+        return Response(status: .ok, headers: [.contentType: "application/json", .cacheControl: CacheRule.privateAnswer], body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+    }
+
+    /// A file of the page, with the policy that keeps anything but its own files out.
+    static func consoleAsset(_ text: String, type: String) -> Response {
+        var headers: HTTPFields = [.contentType: type, .cacheControl: "no-cache"]
+        headers[HTTPField.Name("Content-Security-Policy")!] = ConsoleAssets.contentSecurityPolicy
+        headers[HTTPField.Name("X-Content-Type-Options")!] = "nosniff"
+        headers[HTTPField.Name("Referrer-Policy")!] = "no-referrer"
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
+    }
+}
+
+/// The last pushes this server answered, for the console: who, where, what was refused or copied.
+final class RecentPushes: Sendable {
+    struct Push: Sendable {
+        var at: Int64
+        var collection: String
+        var user: String
+        var client: String
+        var accepted: Int
+        var refused: [(seq: UInt64, id: String, error: String, message: String)]
+        var copies: [(id: String, copy: String)]
+
+        var json: JSONValue {
+            .object([
+                JSONMember("accepted", .number(String(accepted))), JSONMember("at", .number(String(at))), JSONMember("client", .string(client)),
+                JSONMember("collection", .string(collection)),
+                JSONMember("copies", .array(copies.map { .object([JSONMember("copy", .string($0.copy)), JSONMember("id", .string($0.id))]) })),
+                JSONMember("refused", .array(refused.map {
+                    .object([JSONMember("error", .string($0.error)), JSONMember("id", .string($0.id)), JSONMember("message", .string($0.message)),
+                             JSONMember("seq", .number(String($0.seq)))])
+                })),
+                JSONMember("user", .string(user)),
+            ])
+        }
+    }
+
+    private let pushes = NIOLockedValueBox<[Push]>([])
+    static let capacity = 200
+
+    func record(_ push: Push) {
+        pushes.withLockedValue { list in
+            list.append(push)
+            if list.count > Self.capacity { list.removeFirst(list.count - Self.capacity) }
+        }
+    }
+
+    /// Newest first.
+    var all: [Push] { pushes.withLockedValue { $0.reversed() } }
+}

@@ -15,7 +15,10 @@
 #      clients/typescript/example` on a free loopback port, a fault-injecting proxy in front
 #      of it, and Chromium; it stops and restarts the server itself (the offline-edit test).
 #      A screenshot of the example page lands in .build/browser-artifacts/example.png, one of
-#      the notes example (photos, opened offline from its service worker) in notes-offline.png.
+#      the notes example (photos, opened offline from its service worker) in notes-offline.png;
+#   4. the operator's console (clients/console, served by `serve --console`): its embedded files
+#      are current, and in Chromium an operator signs in, finds a partition among 100,000 and
+#      approves a review through the page (console-diff.png).
 # Missing tools are installed: apt (nodejs, node-typescript, esbuild, chromium,
 # chromium-driver, python3-venv, and npm where nodejs does not bring it) and PyPI
 # (selenium, xxhash) into a venv under .build/.
@@ -36,6 +39,7 @@ XXHASH_VERSION=4.1.0
 # Bounds, so CI fails rather than hangs (the whole run takes about a minute on 2 cores).
 E2E_TIMEOUT="${E2E_TIMEOUT:-360}"
 UNIT_TIMEOUT="${UNIT_TIMEOUT:-300}"
+CONSOLE_TIMEOUT="${CONSOLE_TIMEOUT:-180}"
 # Line coverage each runtime module must reach from the node tests alone.
 MIN_COVERAGE="${MIN_COVERAGE:-80}"
 
@@ -129,5 +133,29 @@ if [ "$status" -ne 0 ]; then
     exit "$status"
 fi
 [ -s "$ARTIFACTS/example.png" ] || { echo "browser-tests: no screenshot was taken" >&2; exit 1; }
+
+# The operator's console (serve --console): its embedded files are what clients/console builds,
+# and it works in Chromium (sign in, a partition among 100,000, a review approved through the page).
+echo "browser-tests: the console (clients/console) is built into the server as committed"
+mkdir -p "$E2E_TMP"
+cp Sources/DeltaSnapServer/ConsoleAssets.swift "$E2E_TMP/ConsoleAssets.committed.swift"
+clients/console/build.sh
+if ! cmp -s Sources/DeltaSnapServer/ConsoleAssets.swift "$E2E_TMP/ConsoleAssets.committed.swift"; then
+    cp "$E2E_TMP/ConsoleAssets.committed.swift" Sources/DeltaSnapServer/ConsoleAssets.swift
+    echo "browser-tests: FAILED: Sources/DeltaSnapServer/ConsoleAssets.swift is stale: run clients/console/build.sh and commit it" >&2
+    exit 1
+fi
+echo "browser-tests: the console in headless Chromium against deltasnap serve --console"
+rm -f "$ARTIFACTS/console-diff.png"
+set +e
+BIN="$BIN" ARTIFACTS="$ARTIFACTS" TMPDIR="$E2E_TMP" setsid timeout "$CONSOLE_TIMEOUT" \
+    "$VENV/bin/python" -W ignore::ResourceWarning clients/console/e2e/test_console.py &
+HARNESS_PID=$!
+wait "$HARNESS_PID"
+status=$?
+set -e
+cleanup
+[ "$status" -eq 0 ] || { echo "browser-tests: the console tests FAILED (exit $status)" >&2; exit "$status"; }
+[ -s "$ARTIFACTS/console-diff.png" ] || { echo "browser-tests: no screenshot of the console's diff view was taken" >&2; exit 1; }
 [ -s "$ARTIFACTS/notes-offline.png" ] || { echo "browser-tests: no screenshot of the notes example offline was taken" >&2; exit 1; }
-echo "browser-tests: passed; screenshot in ${ARTIFACTS#$ROOT/}/example.png"
+echo "browser-tests: passed; screenshots in ${ARTIFACTS#$ROOT/}/ (example.png, notes-offline.png, console-diff.png)"

@@ -13,10 +13,8 @@ import NIOCore
 /// collections' list, paged snapshots, history, the review endpoints), with the admin token.
 extension DeltaSnapAPI {
     func registerConsoleRoutes<Routes: RouterMethods>(on router: Routes) {
-        router.get("/console") { _, _ in
-            Response(status: .permanentRedirect, headers: [.location: "/console/", .contentType: "text/plain"])
-        }
-        router.get("/console/") { _, _ in Self.consoleAsset(ConsoleAssets.html, type: "text/html; charset=utf-8") }
+        // `/console` and `/console/` are one route; the page names its files by absolute paths.
+        router.get("/console") { _, _ in Self.consoleAsset(ConsoleAssets.html, type: "text/html; charset=utf-8") }
         router.get("/console/console.js") { _, _ in Self.consoleAsset(ConsoleAssets.script, type: "text/javascript; charset=utf-8") }
         router.get("/console/console.css") { _, _ in Self.consoleAsset(ConsoleAssets.style, type: "text/css; charset=utf-8") }
         router.get("/v1/console/overview") { [self] request, _ in
@@ -62,11 +60,13 @@ extension DeltaSnapAPI {
         }
         var storeMembers = [JSONMember("reachable", .bool(reachable))]
         if let problem { storeMembers.append(JSONMember("problem", .string(problem))) }
+        let partitioned = accessControl.policy.rules.collections.filter { $0.value.partitioned }.keys.sorted().map(JSONValue.string)
         return Self.consoleAnswer(.object([
             JSONMember("caches", .object([
                 JSONMember("deltas", .number(String(deltas.count))), JSONMember("fullBodyBytes", .number(String(fullBodies.keptBytes))),
                 JSONMember("heads", .number(String(heads.all.count))),
             ])),
+            JSONMember("partitioned", .array(partitioned)),
             JSONMember("reviews", .array(reviews)),
             JSONMember("store", .object(storeMembers)),
             JSONMember("waiters", .number(String(waiters.count))),

@@ -86,7 +86,7 @@ JWT_SECRET="conformance-jwt-secret"
 "$BIN" keygen --out "$WORK/keys" >/dev/null
 # Port 0: the kernel picks a free loopback port; the "serving" line says which.
 "$BIN" serve --db "$WORK/store.sqlite" --host 127.0.0.1 --port 0 --write-token "$TOKEN" \
-    --max-body-bytes 1048576 --signing-key "$WORK/keys/signing.key" --rules "$WORK/rules.yaml" --jwt-secret "$JWT_SECRET" \
+    --max-body-bytes 1048576 --signing-key "$WORK/keys/signing.key" --rules "$WORK/rules.yaml" --jwt-secret "$JWT_SECRET" --console \
     >"$WORK/serve.out" 2>"$WORK/serve.err" &
 SERVER_PID=$!
 PORT=""

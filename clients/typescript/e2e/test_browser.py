@@ -295,7 +295,7 @@ class BrowserClient(unittest.TestCase):
         self.assertEqual(ENV.driver.find_element("id", "dot").get_attribute("data-indicator"), "green")
         ENV.admin("PUT", "AD", {"name": "Andorra (delta)", "alpha3": "AND"})
         result = ENV.sync()
-        self.assertEqual(result["pull"], {"kind": "applied", "full": False, "changedIds": ["AD"], "count": 249})
+        self.assertEqual(result["pull"], {"kind": "applied", "full": False, "changedIds": ["AD"], "count": 249, "mentionsFiles": False})
         self.assertEqual(ENV.js("return (await window.replica.get('AD')).name;"), "Andorra (delta)")
         self.assertEqual(ENV.log()[-1]["kind"], "delta")
         self.assertEqual(ENV.js("return (await window.replica.status()).token;"), ENV.head_token())
@@ -842,21 +842,26 @@ class BrowserClient(unittest.TestCase):
         self.assertEqual([e.get("damaged", False) for e in gets()], [True, False], gets())
 
         # A download cut halfway: what arrived is kept; the next try asks for the rest only.
+        big = ENV.put_file("/v1/collections/notes", self.expected_file(4 << 20, 4242))
+        http("PUT", f"{ENV.server_url}/v1/collections/notes/records/bigcut", json.dumps({"title": "Big", "photo": big}).encode(),
+             {"Authorization": f"Bearer {ADMIN}"})
+        ENV.js("await window.replica.sync({ waits: 'none' }); return null;")
         ENV.log(clear=True)
         ENV.mode("cut-attachment")
         cut = ENV.js("""
-            const note = await window.replica.get("lazy0");
+            const note = await window.replica.get("bigcut");
             try { await window.replica.attachment(note.photo); return "read"; } catch (e) { return e.code; }""")
         self.assertEqual(cut, "attachment_failed", gets())
         resumed = ENV.js("""
-            const note = await window.replica.get("lazy0");
+            const note = await window.replica.get("bigcut");
             const bytes = new Uint8Array(await (await window.replica.attachment(note.photo)).arrayBuffer());
             return [...new Uint8Array(await crypto.subtle.digest("SHA-256", bytes))].map((b) => b.toString(16).padStart(2, "0")).join("");""")
-        self.assertEqual(resumed, refs[0]["$attachment"])
+        self.assertEqual(resumed, big["$attachment"])
         first, *rest = gets()
-        self.assertEqual(first["cut"], refs[0]["size"] // 2)
-        # Every later request asks from where the cut left off (Chromium's cache may split it in two).
-        self.assertTrue(rest and all((e["range"] or "").startswith(f"bytes={first['cut']}-") for e in rest), rest)
+        self.assertEqual(first["cut"], big["size"] // 2)
+        # The next request asks from what the page kept of the half that arrived.
+        starts = [int(e["range"][6:].split("-")[0]) for e in rest if e["range"]]
+        self.assertTrue(starts and 0 < starts[0] <= first["cut"], rest)
 
         # Alice's partition file, asked for with Bob's token: the server's 404, nothing kept.
         ref = ENV.put_file("/v1/collections/attempts/partitions/alice", self.expected_file(5000, 77))

@@ -35,7 +35,7 @@ extension DeltaSnapAPI {
         }
         router.get("/v1/console/pushes") { [self] request, _ in
             try requireAdmin(request, for: "the console")
-            return Self.consoleAnswer(.object([JSONMember("pushes", .array(recentPushes.all.map(\.json)))]))
+            return Self.privateJSON(.object([JSONMember("pushes", .array(recentPushes.all.map(\.json)))]))
         }
     }
 
@@ -61,7 +61,7 @@ extension DeltaSnapAPI {
         var storeMembers = [JSONMember("reachable", .bool(reachable))]
         if let problem { storeMembers.append(JSONMember("problem", .string(problem))) }
         let partitioned = accessControl.policy.rules.collections.filter { $0.value.partitioned }.keys.sorted().map(JSONValue.string)
-        return Self.consoleAnswer(.object([
+        return Self.privateJSON(.object([
             JSONMember("caches", .object([
                 JSONMember("deltas", .number(String(deltas.count))), JSONMember("fullBodyBytes", .number(String(fullBodies.keptBytes))),
                 JSONMember("heads", .number(String(heads.all.count))),
@@ -86,7 +86,7 @@ extension DeltaSnapAPI {
             guard let head = try await heads.head(of: path, store: store) else { continue }
             listed.append(Self.headJSON(head))
         }
-        return Self.consoleAnswer(.object([JSONMember("collection", .string(name)), JSONMember("partitions", .array(listed))]))
+        return Self.privateJSON(.object([JSONMember("collection", .string(name)), JSONMember("partitions", .array(listed))]))
     }
 
     /// `?collection=PATH&id=ID`: the visible record, or null.
@@ -98,7 +98,7 @@ extension DeltaSnapAPI {
         guard let id = query.get("id").map { String($0) }, !id.isEmpty else { throw APIError(.badRequest, "invalid_record", "id is required") }
         let record = try await store.record(id, in: path)
         let value = try record.map { try JSONReader(bytes: $0.bytes).readValue() } ?? .null
-        return Self.consoleAnswer(.object([JSONMember("collection", .string(path)), JSONMember("record", value)]))
+        return Self.privateJSON(.object([JSONMember("collection", .string(path)), JSONMember("record", value)]))
     }
 
     /// `?collection=PATH&after=ID&limit=N`: a page of the head's records, by id.
@@ -118,7 +118,7 @@ extension DeltaSnapAPI {
             await source.close()
             throw error
         }
-        return Self.consoleAnswer(.object([JSONMember("head", Self.headJSON(head)), JSONMember("records", .array(records))]))
+        return Self.privateJSON(.object([JSONMember("head", Self.headJSON(head)), JSONMember("records", .array(records))]))
     }
 
     static func headJSON(_ head: CollectionHead) -> JSONValue {
@@ -127,12 +127,6 @@ extension DeltaSnapAPI {
             JSONMember("lastModified", .string(head.lastModified)), JSONMember("name", .string(head.name)),
             JSONMember("token", .string(head.token.description)), JSONMember("version", .number(String(head.version))),
         ])
-    }
-
-    static func consoleAnswer(_ document: JSONValue) -> Response {
-        var bytes = Array(CanonicalJSON.string(document).utf8)
-        bytes.append(UInt8(ascii: "\n"))
-        return Response(status: .ok, headers: [.contentType: "application/json", .cacheControl: CacheRule.privateAnswer], body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
     }
 
     /// A file of the page, with the policy that keeps anything but its own files out.

@@ -50,7 +50,7 @@ extension DeltaSnapAPI {
             JSONMember("next", more ? .string(changes.last!.id) : .null),
             JSONMember("pending", pending?.json ?? .null),
         ])
-        return Self.reviewAnswer(document)
+        return Self.privateJSON(document)
     }
 
     /// `GET {base}/review/log`: every step, oldest first.
@@ -58,7 +58,7 @@ extension DeltaSnapAPI {
         let settings = try reviewSettings(of: path)
         _ = try await reviewPrincipal(request, path: path, settings: settings, for: .see)
         let state = try await store.reviewState(of: path.description)
-        return Self.reviewAnswer(.object([
+        return Self.privateJSON(.object([
             JSONMember("collection", .string(path.description)), JSONMember("entries", .array(state.log.map(\.json))),
             JSONMember("pending", state.pending?.json ?? .null),
         ]))
@@ -99,7 +99,7 @@ extension DeltaSnapAPI {
             heads.update(head)
             members.append(JSONMember("token", .string(head.token.description)))
         }
-        return Self.reviewAnswer(.object(members))
+        return Self.privateJSON(.object(members))
     }
 
     // MARK: - Helpers
@@ -139,7 +139,9 @@ extension DeltaSnapAPI {
         throw APIError(.forbidden, "forbidden", "only \(needed) may do this with the review of \"\(path)\"")
     }
 
-    static func reviewAnswer(_ document: JSONValue) -> Response {
+    /// A `200` with `document` as canonical JSON, for the caller only (`private, no-store`):
+    /// the review's and the console's answers.
+    static func privateJSON(_ document: JSONValue) -> Response {
         var bytes = Array(CanonicalJSON.string(document).utf8)
         bytes.append(UInt8(ascii: "\n"))
         return Response(

@@ -72,6 +72,12 @@ public final class PostgresCollectionStore: CollectionStore {
         try await reader.head(of: collection)
     }
 
+    /// A session advisory lock on the primary, named by `name`'s hash, held on a connection of
+    /// its own while `body` runs (on others): every instance of the store waits for it.
+    public func exclusively<T: Sendable>(_ name: String, _ body: @Sendable () async throws -> T) async throws -> T {
+        try await primary.exclusively(name, body)
+    }
+
     public func openRecords(in collection: String, after version: UInt64?) async throws -> any RecordSource {
         try await reader.openRecords(in: collection, after: version)
     }

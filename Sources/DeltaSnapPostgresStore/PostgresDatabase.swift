@@ -234,6 +234,22 @@ final class PostgresDatabase: Sendable {
         }
     }
 
+    /// Runs `body` holding the session advisory lock of `name` (`hashtextextended`), on a
+    /// connection kept for it; released however `body` ends.
+    package func exclusively<T: Sendable>(_ name: String, _ body: @Sendable () async throws -> T) async throws -> T {
+        try await pool.withConnection { connection in
+            try await connection.query("SELECT pg_advisory_lock(hashtextextended(\(name), 7226583106))", logger: logger)
+            do {
+                let result = try await body()
+                try await connection.query("SELECT pg_advisory_unlock(hashtextextended(\(name), 7226583106))", logger: logger)
+                return result
+            } catch {
+                _ = try? await connection.query("SELECT pg_advisory_unlock(hashtextextended(\(name), 7226583106))", logger: logger)
+                throw error
+            }
+        }
+    }
+
     /// At most `limit` partitions of `collection` whose key starts with `prefix`.
     package func partitionPaths(of collection: String, keysStartingWith prefix: String, limit: Int) async throws -> [String] {
         let start = collection + "/" + prefix

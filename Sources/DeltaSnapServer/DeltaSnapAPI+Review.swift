@@ -72,28 +72,29 @@ extension DeltaSnapAPI {
         var request = request
         let body = try ReviewStepBody(try await collect(&request, limit: 1 << 20), step: step)
         let name = path.description
-        await reviewLocks.lock(name)
+        let store = store
+        let who = principal.subject
         let entry: ReviewLogEntry
         do {
-            switch step {
-            case .request:
-                entry = try await store.requestReview(of: name, by: principal.subject, comment: body.comment)
-            case .approve:
-                if let pending = try await store.reviewState(of: name).pending, pending.by == principal.subject, !principal.isAdmin, !settings.selfApprove {
-                    throw APIError(.forbidden, "self_approval", "\"\(principal.subject)\" requested this review and may not approve it: self-approve is off for \"\(path.name)\"")
+            // One step of a path at a time, across every instance of the store.
+            entry = try await store.exclusively("review:\(name)") {
+                switch step {
+                case .request:
+                    return try await store.requestReview(of: name, by: who, comment: body.comment)
+                case .approve:
+                    if let pending = try await store.reviewState(of: name).pending, pending.by == who, !principal.isAdmin, !settings.selfApprove {
+                        throw APIError(.forbidden, "self_approval", "\"\(who)\" requested this review and may not approve it: self-approve is off for \"\(path.name)\"")
+                    }
+                    return try await store.approveReview(of: name, by: who, comment: body.comment)
+                case .decline:
+                    return try await store.declineReview(of: name, by: who, comment: body.comment)
+                case .rollback:
+                    return try await store.rollbackReview(of: name, to: body.version!, ids: body.ids, by: who, comment: body.comment)
                 }
-                entry = try await store.approveReview(of: name, by: principal.subject, comment: body.comment)
-            case .decline:
-                entry = try await store.declineReview(of: name, by: principal.subject, comment: body.comment)
-            case .rollback:
-                entry = try await store.rollbackReview(of: name, to: body.version!, ids: body.ids, by: principal.subject, comment: body.comment)
             }
-        } catch {
-            await reviewLocks.unlock(name)
-            if let error = error as? ReviewError { throw APIError(error) }
-            throw error
+        } catch let error as ReviewError {
+            throw APIError(error)
         }
-        await reviewLocks.unlock(name)
         var members = [JSONMember("collection", .string(name)), JSONMember("entry", entry.json)]
         if entry.published, let head = try await store.head(of: name) {
             heads.update(head)
@@ -205,28 +206,5 @@ extension APIError {
         case .unknownVersion: self.init(.badRequest, error.code, error.description)
         case .pending, .nothingPending, .nothingToReview: self.init(.conflict, error.code, error.description)
         }
-    }
-}
-
-/// One review step at a time per path, across this server's requests.
-actor KeyedLocks {
-    private var waiting: [String: [CheckedContinuation<Void, Never>]] = [:]
-
-    func lock(_ key: String) async {
-        guard waiting[key] != nil else {
-            waiting[key] = []
-            return
-        }
-        await withCheckedContinuation { waiting[key]!.append($0) }
-    }
-
-    func unlock(_ key: String) {
-        guard var queue = waiting[key], !queue.isEmpty else {
-            waiting[key] = nil
-            return
-        }
-        let next = queue.removeFirst()
-        waiting[key] = queue
-        next.resume()
     }
 }

@@ -122,8 +122,6 @@ public final class DeltaSnapAPI: Sendable {
     let activeUploads = ActiveUploads()
     /// Attachments served lately: references, and small blobs whole.
     let attachmentMemory = AttachmentMemory()
-    /// Review steps of one path run one at a time.
-    let reviewLocks = KeyedLocks()
     /// The last pushes answered, for the console.
     let recentPushes = RecentPushes()
     /// The reviewed collections' names: their polls are never answered from memory, where a

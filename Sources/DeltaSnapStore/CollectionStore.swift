@@ -135,6 +135,10 @@ public protocol CollectionStore: Sendable {
     /// wait meanwhile, so none refers to a blob being removed. Also brings the per-collection
     /// reference table (who may read a blob) to what the records say.
     func collectAttachmentGarbage(unreferencedFor grace: Int64, now: Int64) async throws -> AttachmentGarbage
+    /// Runs `body` while no other caller of this store runs one under `name` — in any process
+    /// or instance that shares the store (PostgreSQL: a session advisory lock; by default, in
+    /// this process only). Review steps of one path hold it.
+    func exclusively<T: Sendable>(_ name: String, _ body: @Sendable () async throws -> T) async throws -> T
     /// Closes the store's connections. Call once, when done.
     func close() async
 }

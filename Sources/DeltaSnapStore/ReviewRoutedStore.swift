@@ -149,5 +149,8 @@ public struct ReviewRoutedStore: CollectionStore {
     public func collectAttachmentGarbage(unreferencedFor grace: Int64, now: Int64) async throws -> AttachmentGarbage {
         try await base.collectAttachmentGarbage(unreferencedFor: grace, now: now)
     }
+    public func exclusively<T: Sendable>(_ name: String, _ body: @Sendable () async throws -> T) async throws -> T {
+        try await base.exclusively(name, body)
+    }
     public func close() async { await base.close() }
 }

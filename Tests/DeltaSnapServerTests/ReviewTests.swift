@@ -225,6 +225,38 @@ import Testing
         }
     }
 
+    /// Two instances of one store (a load balancer with no affinity): approvals sent to both at
+    /// once publish once; the other finds nothing pending (the step holds the store's lock).
+    @Test(.timeLimit(.minutes(3)), arguments: TestBackend.allCases)
+    func approvalsOnTwoInstancesAtOncePublishOnce(_ backend: TestBackend) async throws {
+        try await withServer(backend) { fixture in
+            let second = try await TestServer.start(
+                database: fixture.database.url, access: AccessPolicy(jwtSecret: Self.secret, rules: try AccessRules(yaml: Self.rules(selfApprove: false))))
+            try await second.stopping {
+                let editor = try await fixture.token("ed", roles: ["editor"])
+                let reviewer = try await fixture.token("rev", roles: ["reviewer"])
+                let batch = (0..<2000).map { #"{"id":"n\#($0)","v":\#($0)}"# }.joined(separator: "\n")
+                #expect(try await fixture.send("POST", "/v1/collections/catalogue/records", token: TestServer.writeToken, body: batch).status == 200)
+                try await fixture.step("request", token: editor)
+                let servers = [fixture.server, second]
+                let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                    for server in servers {
+                        group.addTask {
+                            try await offPool {
+                                try server.connect().request("POST", "/v1/collections/catalogue/review/approve", headers: ["Authorization": "Bearer \(reviewer)"], body: []).status
+                            }
+                        }
+                    }
+                    return try await group.reduce(into: []) { $0.append($1) }
+                }
+                #expect(statuses.sorted() == [200, 409], "\(statuses)")
+                let log = try await fixture.database.store.reviewState(of: "catalogue").log
+                #expect(log.map(\.step) == [.request, .approve])
+                #expect(try await fixture.database.store.head(of: "catalogue")?.version == 2)
+            }
+        }
+    }
+
     static func read(_ response: RawHTTPClient.Response) throws -> (BodyHeader, [Record]) {
         let bytes = response.body.first == 0x1f ? try GzipDecompressor.decompress(response.body) : response.body
         let reader = BodyReader(bytes: bytes)

@@ -35,7 +35,7 @@ extension DeltaSnapAPI {
         let start = ContinuousClock.now
         let path = try collectionPath(context)
         let (head, isPublic) = try await publishedHead(path, request)
-        let name = path.description
+        let name = head.name
         // The rows of docs/PROTOCOL.md §8.3 in their order: tokens that cannot be ours, then
         // the target (superseded or not known yet), then the base.
         let base = try Self.token(in: context, "base")
@@ -108,7 +108,7 @@ extension DeltaSnapAPI {
         }
         let after = query.get("after").flatMap { $0.isEmpty ? nil : $0 }
         if token.epoch == head.epoch && token.version > head.version { try requireCurrent(target, head: head) }
-        guard let page = try await pagedVersions.page(of: path.description, token: target, current: head, after: after, limit: limit, store: store) else {
+        guard let page = try await pagedVersions.page(of: head.name, token: target, current: head, after: after, limit: limit, store: store) else {
             throw APIError(.notFound, "superseded", "token \(target) is no longer the newest and its pages are no longer kept (now \(head.token)); page from the new head")
         }
         return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: page))
@@ -118,7 +118,11 @@ extension DeltaSnapAPI {
     /// read it (then a shared cache may keep its answers). A partition's URLs answer only
     /// those who may read it, and no cache keeps them (``CacheRule``); the collections made
     /// private by `--private-collections` have none.
+    /// A preview device (PROTOCOL.md §13.5) gets the workspace's head, never cached by others.
     private func publishedHead(_ path: CollectionPath, _ request: Request) async throws -> (CollectionHead, isPublic: Bool) {
+        if let workspace = try await previewedName(of: path, for: request), let served = try await heads.served(workspace, store: store) {
+            return (served.head, false)
+        }
         let name = path.description
         if path.key == nil, configuration.access.rules[path.name] == nil, !configuration.access.isPublicRead(path) {
             throw APIError(.notFound, "not_published", "collection \"\(name)\" is private: it has no cacheable URLs; use GET /v1/collections/\(name)")

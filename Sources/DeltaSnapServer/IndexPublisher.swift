@@ -134,11 +134,17 @@ final class IndexPublisher: Sendable {
     final class StatedEntry: Sendable {
         let key: EntryKey
         let member: [UInt8]
+        /// The name the document states: the key's, but a review workspace (a preview
+        /// device's view, PROTOCOL.md §13.5) is stated as the collection it will be published as.
+        let statedName: String
 
         /// `expected`: the key the entry was read for, whose epoch text the key shares.
         init(_ entry: SignedIndex.Entry, expected: EntryKey?) {
             key = EntryKey(entry, sharing: expected)
-            member = IndexDocument.member(of: entry)
+            var stated = entry
+            stated.collection = ReviewWorkspace.published(of: entry.collection) ?? entry.collection
+            statedName = stated.collection
+            member = IndexDocument.member(of: stated)
         }
     }
 
@@ -172,9 +178,10 @@ final class IndexPublisher: Sendable {
             if state.entries.count + fresh.count > entryCapacity { state.entries.removeAll(keepingCapacity: true) }
             for stated in fresh.values { state.entries[stated.key] = stated }
         }
-        // Canonical JSON orders members by their UTF-8 bytes; the heads come in that order.
-        if !zip(listed, listed.dropFirst()).allSatisfy({ $0.key.name.utf8Precedes($1.key.name) }) {
-            listed.sort { $0.key.name.utf8Precedes($1.key.name) }
+        // Canonical JSON orders members by their UTF-8 bytes; the heads come in that order
+        // (but where a preview device's view states a workspace under another name).
+        if !zip(listed, listed.dropFirst()).allSatisfy({ $0.statedName.utf8Precedes($1.statedName) }) {
+            listed.sort { $0.statedName.utf8Precedes($1.statedName) }
         }
         let index = IndexDocument.index(
             sequence: read.sequence, issued: now, expires: now + lifetime, subject: subject, members: listed.map(\.member))

@@ -62,7 +62,8 @@ final class PagedVersions: Sendable {
     static func document(of head: CollectionHead, records: some Sequence<ArraySlice<UInt8>>, next: String?) -> ByteBuffer {
         var out = ByteBuffer()
         var text: [UInt8] = Array("{\"collection\":".utf8)
-        CanonicalJSON.writeString(head.name, into: &text)
+        // A workspace's pages (a preview device's) name the collection it will be published as.
+        CanonicalJSON.writeString(ReviewWorkspace.published(of: head.name) ?? head.name, into: &text)
         text += Array(",\"token\":\"\(head.token)\",\"count\":\(head.count),\"next\":".utf8)
         if let next { CanonicalJSON.writeString(next, into: &text) } else { text += Array("null".utf8) }
         text += Array(",\"records\":[".utf8)

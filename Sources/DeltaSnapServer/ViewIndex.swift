@@ -110,8 +110,9 @@ final class ViewIndex: Sendable {
     /// Views are kept per subject and claims: another token of the same user may name other
     /// partitions in its claims.
     private static func slot(of principal: Principal) -> String {
-        principal.claims.map { "\($0.sub.value)\u{0}\(($0.read ?? []).joined(separator: ","))\u{0}\(($0.write ?? []).joined(separator: ","))" }
-            ?? principal.subject
+        principal.claims.map {
+            "\($0.sub.value)\u{0}\(($0.read ?? []).joined(separator: ","))\u{0}\(($0.write ?? []).joined(separator: ","))" + ($0.preview == true ? "\u{0}preview" : "")
+        } ?? principal.subject
     }
 
     /// What memory has of the view kept under a slot.
@@ -178,8 +179,12 @@ final class ViewIndex: Sendable {
         let collections = heads.all
         var dependencies = ViewDependencies(heads: [], collectionCount: collections.count, heldAt: heldAt)
         var listedCollections: [Int] = []
+        let previews = principal.claims?.preview == true ? accessControl.policy.rules.reviewed : [:]
         for served in collections {
-            dependencies.heads.append((served.head.name, served.head.token, served.head.floor))
+            var head = served.head
+            // A preview device's view lists a reviewed collection's workspace in its place.
+            if previews[head.name] != nil, let workspace = try await heads.head(of: ReviewPaths.workspace(of: head.name), store: store) { head = workspace }
+            dependencies.heads.append((head.name, head.token, head.floor))
             guard let path = CollectionPath(served.head.name) else { continue }
             if try await accessControl.mayRead(path, as: principal, memberships: memberships) { listedCollections.append(dependencies.heads.count - 1) }
         }

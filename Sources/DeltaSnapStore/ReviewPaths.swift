@@ -17,7 +17,7 @@ public enum ReviewPaths {
     /// The review settings (which collections are reviewed, by whom): one record per collection.
     public static let settings = "deltasnap-review-settings/rules"
 
-    static let workspaceCollection = "deltasnap-review-work"
+    static let workspaceCollection = ReviewWorkspace.collection
     static let requestCollection = "deltasnap-review-request"
     static let logCollection = "deltasnap-review-log"
     static let changesCollection = "deltasnap-review-changes"
@@ -38,12 +38,7 @@ public enum ReviewPaths {
     /// The path whose workspace `path` is (`deltasnap-review-work/sets:8271` → `sets/8271`), or
     /// nil for a path that is no workspace (or one named by a hash: too long to preview).
     public static func published(ofWorkspace path: String) -> String? {
-        let prefix = workspaceCollection + "/"
-        guard path.hasPrefix(prefix) else { return nil }
-        let key = path.dropFirst(prefix.count)
-        guard !key.hasPrefix("h.") else { return nil }
-        guard let colon = key.firstIndex(of: ":") else { return String(key) }
-        return String(key[..<colon]) + "/" + String(key[key.index(after: colon)...])
+        ReviewWorkspace.published(of: path)
     }
 
     /// Where a writer's `path` is: its workspace when its collection is reviewed by `settings`.

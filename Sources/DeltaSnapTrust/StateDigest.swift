@@ -1,4 +1,5 @@
 import Crypto
+import DeltaSnapCore
 import Foundation
 
 /// A cryptographic digest of a collection's whole visible state that can be maintained in
@@ -94,7 +95,8 @@ public struct StateDigest: Equatable, Sendable {
         var hasher = SHA256()
         hasher.update(data: recordDomain)
         hasher.update(data: [0])
-        hasher.update(data: Array(collection.utf8))
+        // A review workspace is digested as the collection it will be published as.
+        hasher.update(data: Array((ReviewWorkspace.published(of: collection) ?? collection).utf8))
         hasher.update(data: [0])
         hasher.update(data: Array(id.utf8))
         hasher.update(data: [0])

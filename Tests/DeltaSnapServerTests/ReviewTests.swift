@@ -3,6 +3,7 @@ import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapSynthetic
 import DeltaSnapTestSupport
+import DeltaSnapTrust
 import Foundation
 import Testing
 
@@ -67,7 +68,9 @@ import Testing
         """
     }
 
-    func withServer(_ backend: TestBackend, selfApprove: Bool = false, _ body: @escaping @Sendable (Fixture) async throws -> Void) async throws {
+    func withServer(
+        _ backend: TestBackend, selfApprove: Bool = false, signingKeys: [IndexSigningKey] = [], _ body: @escaping @Sendable (Fixture) async throws -> Void
+    ) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let database = try await TestDatabase.make(backend, in: dir)
@@ -75,7 +78,7 @@ import Testing
         var servers: [TestServer] = []
         do {
             let access = AccessPolicy(jwtSecret: Self.secret, rules: try AccessRules(yaml: Self.rules(selfApprove: selfApprove)))
-            let server = try await TestServer.start(database: database.url, access: access)
+            let server = try await TestServer.start(database: database.url, access: access, signingKeys: signingKeys)
             servers.append(server)
             try await body(Fixture(server: server, database: database))
         } catch {
@@ -194,6 +197,10 @@ import Testing
             let original = try #require(try await fixture.database.store.record(SyntheticRecords.id(7), in: "catalogue"))
             #expect(records.first?.bytes == original.bytes)
             #expect(try await fixture.changes(token: reviewer).isEmpty, "the workspace was rolled back too")
+            // The same records digest the same, workspace or published: a preview device checks
+            // the workspace against a signed entry of the collection's name.
+            let digests = try await fixture.database.store.publishedState(of: ["catalogue", ReviewPaths.workspace(of: "catalogue")]).entries.map(\.digest)
+            #expect(digests.count == 2 && digests[0] == digests[1], "\(digests)")
             try await fixture.step("rollback", token: reviewer, body: #"{"version":1000}"#, status: 400)
             try await fixture.step("request", token: editor, status: 409)  // nothing to review
         }
@@ -254,6 +261,40 @@ import Testing
                 #expect(log.map(\.step) == [.request, .approve])
                 #expect(try await fixture.database.store.head(of: "catalogue")?.version == 2)
             }
+        }
+    }
+
+    /// PROTOCOL.md §13.5: a preview device syncs signed data too — its view of the index lists
+    /// the workspace under the collection's name, with its own token and the digest of its
+    /// records under that name, and the token-named snapshot answers the workspace.
+    @Test(.timeLimit(.minutes(3)), arguments: TestBackend.allCases)
+    func aPreviewDeviceChecksTheWorkspaceAgainstTheSignedIndex(_ backend: TestBackend) async throws {
+        let key = IndexSigningKey.generate()
+        try await withServer(backend, signingKeys: [key]) { fixture in
+            #expect(try await fixture.send("PUT", "/v1/collections/catalogue/records/x1", token: TestServer.writeToken, body: #"{"id":"x1","v":1}"#).status == 200)
+            let device = try await fixture.token("tablet", preview: true)
+            let ordinary = try await fixture.token("someone")
+            let now = Int64(Date().timeIntervalSince1970)
+            func entry(as token: String) async throws -> SignedIndex.Entry {
+                let answer = try await fixture.send("GET", "/v1/index", token: token)
+                #expect(answer.status == 200, "\(answer.text)")
+                let index = try SignedIndex.parse(answer.body)
+                try index.verify(trusting: [key.publicKey], now: now, heldSequence: nil)
+                return try #require(index.entry(for: "catalogue"))
+            }
+            let previewed = try await entry(as: device)
+            let published = try await entry(as: ordinary)
+            #expect(previewed.token != published.token)
+            #expect(previewed.count == 101 && published.count == 100)
+            let snapshot = try await fixture.send("GET", "/v1/collections/catalogue/snapshots/\(previewed.token.percentEncodedPathSegment)", token: device)
+            #expect(snapshot.status == 200 && snapshot.header("Cache-Control")?.hasPrefix("private") == true, "\(snapshot.status) \(snapshot.text.prefix(200))")
+            let (header, records) = try Self.read(snapshot)
+            #expect(header.collection == "catalogue" && header.token == previewed.token)
+            var digest = StateDigest.empty
+            for record in records { digest.add(collection: "catalogue", id: record.id, canonical: record.bytes) }
+            #expect(digest.fingerprint == previewed.digest)
+            // Without the preview claim, the workspace's token is no token of the collection.
+            #expect(try await fixture.send("GET", "/v1/collections/catalogue/snapshots/\(previewed.token.percentEncodedPathSegment)", token: ordinary).status == 404)
         }
     }
 

@@ -90,6 +90,10 @@ public final class PostgresCollectionStore: CollectionStore {
         try await reader.openPage(of: collection, after: id, limit: limit)
     }
 
+    public func versions(of collection: String, limit: Int) async throws -> [(version: UInt64, committedAt: Int64)] {
+        try await reader.versions(of: collection, limit: limit)
+    }
+
     public func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
         try await reader.firstVersion(in: collection, committedAtOrAfter: seconds)
     }

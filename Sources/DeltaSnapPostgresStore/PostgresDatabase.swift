@@ -366,6 +366,19 @@ final class PostgresDatabase: Sendable {
 
     /// The first version of `collection` committed at or after `seconds` (for
     /// `If-Modified-Since`), or nil when none was.
+    package func versions(of collection: String, limit: Int) async throws -> [(version: UInt64, committedAt: Int64)] {
+        try await pool.withConnection { connection in
+            var found: [(version: UInt64, committedAt: Int64)] = []
+            for try await (version, committedAt) in try await connection.query("""
+                SELECT version, committed_at FROM deltasnap_versions
+                WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) ORDER BY version DESC LIMIT \(Int64(limit))
+                """, logger: logger).decode((Int64, Int64).self) {
+                found.append((UInt64(version), committedAt))
+            }
+            return found
+        }
+    }
+
     package func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
         let rows = try await rows("""
             SELECT min(version) FROM deltasnap_versions

@@ -82,6 +82,10 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         return try bytes.map { try Record.parse($0) }
     }
 
+    public func versions(of collection: String, limit: Int) async throws -> [(version: UInt64, committedAt: Int64)] {
+        try await reading { store in try store.read { try $0.versions(of: collection, limit: limit) } }
+    }
+
     public func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
         try await reading { store in try store.read { try $0.firstVersion(in: collection, committedAtOrAfter: seconds) } }
     }

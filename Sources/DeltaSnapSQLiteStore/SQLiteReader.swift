@@ -183,6 +183,18 @@ package struct SQLiteReader {
 
     /// The first version of `collection` committed at or after `seconds` (for
     /// `If-Modified-Since`), or `nil` when none was.
+    package func versions(of collection: String, limit: Int) throws -> [(version: UInt64, committedAt: Int64)] {
+        let statement = try db.prepare("""
+            SELECT version, committed_at FROM versions
+            WHERE cid = (SELECT cid FROM collections WHERE name = ?) ORDER BY version DESC LIMIT ?
+            """)
+        try statement.bind(1, collection)
+        try statement.bind(2, Int64(limit))
+        var found: [(version: UInt64, committedAt: Int64)] = []
+        while try statement.step() { found.append((statement.uint64(0), statement.int64(1))) }
+        return found
+    }
+
     package func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) throws -> UInt64? {
         let statement = try db.prepare("""
             SELECT min(version) FROM versions

@@ -118,7 +118,10 @@ extension DeltaSnapAPI {
             await source.close()
             throw error
         }
-        return Self.privateJSON(.object([JSONMember("head", Self.headJSON(head)), JSONMember("records", .array(records))]))
+        let versions: [JSONValue] = try await store.versions(of: path, limit: 20).map {
+            .object([JSONMember("committedAt", .string(HTTPDate.format($0.committedAt))), JSONMember("version", .number(String($0.version)))])
+        }
+        return Self.privateJSON(.object([JSONMember("head", Self.headJSON(head)), JSONMember("records", .array(records)), JSONMember("versions", .array(versions))]))
     }
 
     static func headJSON(_ head: CollectionHead) -> JSONValue {

@@ -45,6 +45,9 @@ public protocol CollectionStore: Sendable {
     func openPage(of collection: String, after id: String?, limit: Int) async throws -> any RecordSource
     /// The first version committed at or after `seconds` (for `If-Modified-Since`).
     func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64?
+    /// The newest `limit` versions of `collection` with their commit times (seconds since
+    /// 1970), newest first: what the operator's console lists.
+    func versions(of collection: String, limit: Int) async throws -> [(version: UInt64, committedAt: Int64)]
     /// What a signed index states (the publication sequence and one entry, with its digest,
     /// per collection or partition of `names` that exists), read in one transaction.
     func publishedState(of names: [String]) async throws -> PublishedState

@@ -61,6 +61,9 @@ public struct ReviewRoutedStore: CollectionStore {
     public func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
         try await base.firstVersion(in: target(collection), committedAtOrAfter: seconds)
     }
+    public func versions(of collection: String, limit: Int) async throws -> [(version: UInt64, committedAt: Int64)] {
+        try await base.versions(of: target(collection), limit: limit)
+    }
     public func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry] {
         try await base.history(of: id, in: target(collection), limit: limit)
     }

@@ -11,8 +11,9 @@ import Testing
         try await TwoWaySyncTests().withWorld(forkCollections: ["notes"]) { world in
             let phone = try world.replica("phone")
             let laptop = try world.replica("laptop")
-            await phone.sync()
-            await laptop.sync()
+            // Both devices hold n1 first (a first sync can time out on a loaded machine).
+            try await TwoWaySyncTests().settle(phone, world)
+            try await TwoWaySyncTests().settle(laptop, world)
             try await phone.patch(id: "n1", json: #"{"title":"from the phone"}"#)
             try await laptop.patch(id: "n1", json: #"{"title":"from the laptop"}"#)
             let laptopToken = await laptop.token

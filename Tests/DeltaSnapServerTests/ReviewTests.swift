@@ -201,6 +201,8 @@ import Testing
             // the workspace against a signed entry of the collection's name.
             let digests = try await fixture.database.store.publishedState(of: ["catalogue", ReviewPaths.workspace(of: "catalogue")]).entries.map(\.digest)
             #expect(digests.count == 2 && digests[0] == digests[1], "\(digests)")
+            // The console lists the versions, newest first: the seed, the approval, the rollback.
+            #expect(try await fixture.database.store.versions(of: "catalogue", limit: 10).map(\.version) == [3, 2, 1])
             try await fixture.step("rollback", token: reviewer, body: #"{"version":1000}"#, status: 400)
             try await fixture.step("request", token: editor, status: 409)  // nothing to review
         }

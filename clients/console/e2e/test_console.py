@@ -136,6 +136,7 @@ class Console(unittest.TestCase):
         self.find("#partition-list tr.clickable", f"shelves/{key}").click()
         self.find("#collection-view", f"shelves/{key}")
         self.find("#records", "b1")
+        self.find("#versions", "1 (")
 
         # The review: side by side, approved through the page.
         self.find("nav button[data-tab=reviews]").click()

@@ -165,6 +165,7 @@ async function collection(path: string, after: string | null = null): Promise<vo
   view.replaceChildren(
     el("h2", {}, path),
     el("div", { class: "card" }, `version ${head.version} · token ${head.token} · ${head.count} records · floor ${head.floor} · last commit ${head.lastModified}`),
+    el("div", { class: "card", id: "versions" }, "Versions: ", (page.versions as Obj[]).map((v) => `${v.version} (${v.committedAt})`).join(" · ")),
     el("div", { class: "row" }, lookup, button("Show record", () => record(path, (lookup as HTMLInputElement).value, detail))),
     detail, recordsTable, next,
   );
@@ -223,7 +224,7 @@ async function review(path: string, after: string | null = null): Promise<void> 
     const body: Obj = { ...extra };
     if (comment.value) body.comment = comment.value;
     await api("POST", `${base(path)}/review/${name}`, body);
-    await review(path);
+    await Promise.all([review(path), reviews()]);
   };
   const entries = (log.entries as Obj[]).map((e) =>
     el("li", {}, `${e.sequence}. ${new Date(Number(e.at) * 1000).toISOString()} ${e.step} by ${e.by}` +

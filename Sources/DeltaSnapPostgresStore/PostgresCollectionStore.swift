@@ -124,6 +124,10 @@ public final class PostgresCollectionStore: CollectionStore {
         try await primary.forgetSourcePosition(of: follower)
     }
 
+    public func followers() async throws -> [(follower: String, recordedAt: Int64)] {
+        try await primary.followers()
+    }
+
     public func importRecords(
         from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?
     ) async throws -> WriteResult {

@@ -193,6 +193,18 @@ extension PostgresDatabase {
         return results
     }
 
+    package func followers() async throws -> [(follower: String, recordedAt: Int64)] {
+        try await pool.withConnection { connection in
+            var found: [(follower: String, recordedAt: Int64)] = []
+            for try await (follower, recordedAt) in try await connection.query(
+                "SELECT follower, recorded_at FROM deltasnap_source_positions ORDER BY follower", logger: logger
+            ).decode((String, Int64).self) {
+                found.append((follower, recordedAt))
+            }
+            return found
+        }
+    }
+
     package func sourcePosition(of follower: String) async throws -> String? {
         try await transaction { connection in
             for try await position in try await connection.query(

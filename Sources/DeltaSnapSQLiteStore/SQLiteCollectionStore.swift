@@ -115,6 +115,10 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         try await writing { try $0.forgetSourcePosition(of: follower) }
     }
 
+    public func followers() async throws -> [(follower: String, recordedAt: Int64)] {
+        try await writing { try $0.followers() }
+    }
+
     public func importRecords(
         from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?
     ) async throws -> WriteResult {

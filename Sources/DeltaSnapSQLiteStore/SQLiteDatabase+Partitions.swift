@@ -95,6 +95,14 @@ extension SQLiteDatabase {
         return try statement.step() ? statement.string(0) : nil
     }
 
+    package func followers() throws -> [(follower: String, recordedAt: Int64)] {
+        let statement = try statements("SELECT follower, recorded_at FROM source_positions ORDER BY follower")
+        defer { statement.reset() }
+        var found: [(follower: String, recordedAt: Int64)] = []
+        while try statement.step() { found.append((statement.string(0), statement.int64(1))) }
+        return found
+    }
+
     package func forgetSourcePosition(of follower: String) throws -> Bool {
         let statement = try statements("DELETE FROM source_positions WHERE follower = ?")
         try statement.bind(1, follower)

@@ -58,6 +58,12 @@ extension DeltaSnapAPI {
                 JSONMember("reviewers", .string(settings.reviewers)),
             ]))
         }
+        // A follower records its position with each publication: how long ago its last one was.
+        let now = Int64(Date().timeIntervalSince1970)
+        let followers: [JSONValue] = ((try? await store.followers()) ?? []).map {
+            .object([JSONMember("lastPublished", .string(HTTPDate.format($0.recordedAt))), JSONMember("name", .string($0.follower)),
+                     JSONMember("secondsAgo", .number(String(max(0, now - $0.recordedAt))))])
+        }
         var storeMembers = [JSONMember("reachable", .bool(reachable))]
         if let problem { storeMembers.append(JSONMember("problem", .string(problem))) }
         let partitioned = accessControl.policy.rules.collections.filter { $0.value.partitioned }.keys.sorted().map(JSONValue.string)
@@ -66,6 +72,7 @@ extension DeltaSnapAPI {
                 JSONMember("deltas", .number(String(deltas.count))), JSONMember("fullBodyBytes", .number(String(fullBodies.keptBytes))),
                 JSONMember("heads", .number(String(heads.all.count))),
             ])),
+            JSONMember("followers", .array(followers)),
             JSONMember("partitioned", .array(partitioned)),
             JSONMember("reviews", .array(reviews)),
             JSONMember("store", .object(storeMembers)),

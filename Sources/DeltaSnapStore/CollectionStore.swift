@@ -82,6 +82,9 @@ public protocol CollectionStore: Sendable {
     func importStreams(_ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult]
     /// The position a source follower last recorded with its writes (nil: none yet).
     func sourcePosition(of follower: String) async throws -> String?
+    /// Every follower that recorded a position, with when it last did (seconds since 1970): a
+    /// follower records one with each publication, so this is how recent its last one is.
+    func followers() async throws -> [(follower: String, recordedAt: Int64)]
     /// Forgets a follower's position (`follow --drop-slot`); whether there was one.
     func forgetSourcePosition(of follower: String) async throws -> Bool
     /// One client's batch of offline writes (two-way sync), idempotent by sequence number,

@@ -183,6 +183,9 @@ import Testing
             try await Self.waitFor(ReviewPaths.workspace(of: "countries"), version: 1, in: store)
             try await Self.waitFor(ReviewPaths.workspace(of: "attempts/alice"), version: 1, in: store)
             #expect(try await store.head(of: "countries") == nil, "nothing published by the copy")
+            // The console's health lists the follower, with its last publication.
+            let followers = try await store.followers()
+            #expect(followers.map(\.follower) == ["postgres-slot:deltasnap"] && followers[0].recordedAt > 0, "\(followers)")
             #expect(try await store.head(of: "attempts/alice") == nil)
             try await source.run("UPDATE countries SET population = 77001 WHERE code = 'AD'")
             try await Self.waitFor(ReviewPaths.workspace(of: "countries"), version: 2, in: store)

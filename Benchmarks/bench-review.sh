@@ -8,9 +8,11 @@
 #      version; the line `approve: N.NN× import` compares the two;
 #   4. a change of DIFF records of ROWS in the workspace, spread evenly: the first page of
 #      `GET …/review` (100 changes), median of REPEAT requests.
-#   SKIP_BUILD=1 ROWS=100000 DIFF=10000 REPEAT=5 Benchmarks/bench-review.sh
+# DEST=postgres runs it all on a throwaway PostgreSQL cluster on a free loopback port.
+#   SKIP_BUILD=1 ROWS=100000 DIFF=10000 REPEAT=5 [DEST=postgres] Benchmarks/bench-review.sh
 set -euo pipefail
 source "$(dirname "$0")/bench-common.sh"
+source "$ROOT/.ci/postgres-cluster.sh"
 ROWS="${ROWS:-100000}"
 DIFF="${DIFF:-10000}"
 REPEAT="${REPEAT:-5}"
@@ -20,6 +22,11 @@ build_release
 make_workspace review
 ADMIN=bench-admin
 DB="$TMP/store.sqlite"
+if [[ "${DEST:-sqlite}" == postgres ]]; then
+    say "PostgreSQL"
+    start_postgres_cluster "$TMP"
+    DB="$PG_URL"
+fi
 cat >"$TMP/rules.yaml" <<'YAML'
 collections:
   catalogue: { read: public, review: { editors: editor, reviewers: reviewer } }

@@ -67,32 +67,75 @@ public struct RecordChange: Sendable, Equatable {
     }
 }
 
-/// Reads a ``RecordSource`` one record at a time, for a merge of two id-ordered sources.
+/// Reads a collection's visible records in id order, for a merge of two of them: a whole
+/// collection as one stream (one read transaction: an approval's diff), or a page at a time
+/// (``CollectionStore/openPage(of:after:limit:)``) for a page of a diff, which then reads only
+/// as far as its changes lie, in pages that grow. Paged reads are separate transactions:
+/// callers that need one state hold the review lock, under which neither side changes.
 final class RecordMergeCursor {
-    private let source: any RecordSource
-    /// The record the cursor is on; nil once the source is exhausted.
-    private(set) var current: Record?
+    private let store: any CollectionStore
+    private let collection: String
+    private var stream: (any RecordSource)?
+    private var page: [Record] = []
+    private var position = 0
+    private var pageSize = 256
+    private var exhausted = false
 
-    private init(_ source: any RecordSource) {
-        self.source = source
+    private init(store: any CollectionStore, collection: String) {
+        self.store = store
+        self.collection = collection
     }
 
-    /// A cursor on `collection`'s visible records (none when it does not exist), on its first record.
-    static func open(_ collection: String, in store: any CollectionStore) async throws -> RecordMergeCursor? {
+    /// A cursor on `collection`'s visible records after id `after` (nil: from the first), on
+    /// the first of them; nil when the collection does not exist. `paged`: read a page at a time.
+    static func open(_ collection: String, in store: any CollectionStore, after: String?, paged: Bool) async throws -> RecordMergeCursor? {
         guard try await store.head(of: collection) != nil else { return nil }
-        let cursor = RecordMergeCursor(try await store.openRecords(in: collection, after: nil))
-        try await cursor.advance()
+        let cursor = RecordMergeCursor(store: store, collection: collection)
+        if paged || after != nil {
+            try await cursor.fetch(after: after)
+        } else {
+            cursor.stream = try await store.openRecords(in: collection, after: nil)
+            try await cursor.advance()
+        }
         return cursor
     }
 
+    /// The record the cursor is on; nil once the collection is exhausted.
+    var current: Record? { position < page.count ? page[position] : nil }
+
     func advance() async throws {
-        var next: Record?
-        _ = try await source.next { bytes in next = try Record.parse(Array(bytes)) }
-        current = next
+        if let stream {
+            var next: Record?
+            _ = try await stream.next { next = try Record.parse(Array($0)) }
+            page = next.map { [$0] } ?? []
+            position = 0
+            return
+        }
+        position += 1
+        if position >= page.count, !exhausted, let last = page.last { try await fetch(after: last.id) }
     }
 
+    /// Ends a streamed read (a paged cursor holds none).
     func close() async {
-        await source.close()
+        await stream?.close()
+        stream = nil
+    }
+
+    private func fetch(after id: String?) async throws {
+        let limit = pageSize
+        pageSize = min(pageSize * 4, 16_384)
+        let source = try await store.openPage(of: collection, after: id, limit: limit)
+        var records: [Record] = []
+        do {
+            while try await source.next({ records.append(try Record.parse(Array($0))) }) {}
+            await source.close()
+        } catch {
+            await source.close()
+            throw error
+        }
+        page = records
+        position = 0
+        exhausted = records.count < limit
     }
 }
 
@@ -103,10 +146,12 @@ extension CollectionStore {
     public func changes(
         from published: String, to proposed: String, after: String? = nil, limit: Int? = nil
     ) async throws -> (changes: [RecordChange], more: Bool) {
-        let old = try await RecordMergeCursor.open(published, in: self)
+        // A page of a diff pages through both sides; a whole diff streams them.
+        let paged = limit != nil
+        let old = try await RecordMergeCursor.open(published, in: self, after: after, paged: paged)
         let new: RecordMergeCursor?
         do {
-            new = try await RecordMergeCursor.open(proposed, in: self)
+            new = try await RecordMergeCursor.open(proposed, in: self, after: after, paged: paged)
         } catch {
             await old?.close()
             throw error

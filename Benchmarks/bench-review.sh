@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Review before publish (docs/PROTOCOL.md §13), measured as a user drives it, beside an import
 # of the same records in the same sitting:
-#   1. a store of ROWS records (`deltasnap generate`), served with `catalogue` reviewed;
+#   1. a store of ROWS records (`deltasnap generate`), served with `catalogue` reviewed, at
+#      serve's default logging (a request line per answer), as a user starts it;
 #   2. the reference: `deltasnap import` of ROWS changed records into a plain collection;
 #   3. the same records imported into `catalogue` (its workspace), then `POST …/review/request`
 #      and `POST …/review/approve` timed with curl — the approval publishes ROWS records as one
@@ -37,7 +38,7 @@ say "generating $ROWS records, twice (the second set changed)"
 "$BIN" generate --count "$ROWS" --seed 2 >"$TMP/v2.ndjson"
 "$BIN" import --db "$DB" --collection catalogue --quiet "$TMP/v1.ndjson" >/dev/null
 "$BIN" import --db "$DB" --collection plain --quiet "$TMP/v1.ndjson" >/dev/null
-start_serve "$BIN" "$DB" "$DS_PORT" --write-token "$ADMIN" --rules "$TMP/rules.yaml" --jwt-secret bench-secret --log-level warning
+start_serve "$BIN" "$DB" "$DS_PORT" --write-token "$ADMIN" --rules "$TMP/rules.yaml" --jwt-secret bench-secret
 URL="http://127.0.0.1:$DS_PORT/v1/collections"
 
 seconds() { # command… → elapsed seconds of the command

@@ -53,7 +53,7 @@ extension DeltaSnapAPI {
     /// `preview` claim, on a reviewed collection whose workspace exists; nil otherwise. Its
     /// bodies state `path`'s name and its own tokens, and are never kept by a shared cache.
     func previewedName(of path: CollectionPath, for request: Request) async throws -> String? {
-        guard reviewedCollections.contains(path.name), AccessControl.bearerToken(request) != nil else { return nil }
+        guard reviewed[path.name] != nil, AccessControl.bearerToken(request) != nil else { return nil }
         // The token's claims, also where anyone may read (authorize then looks at no token).
         let principal = try await accessControl.principal(of: request)
         guard principal.claims?.preview == true else { return nil }

@@ -141,7 +141,7 @@ extension DeltaSnapAPI {
     func answerFromMemory(
         collection name: String, ifNoneMatch: String, acceptEncoding: [String], allowsBody: Bool, start: ContinuousClock.Instant
     ) -> FastAnswer? {
-        guard accessControl.policy.everythingPublic, CollectionName.isValid(name), !reviewedCollections.contains(name), let served = heads[name] else { return nil }
+        guard accessControl.policy.everythingPublic, CollectionName.isValid(name), reviewed[name] == nil, let served = heads[name] else { return nil }
         if served.isCurrent(ifNoneMatch: ifNoneMatch) {
             guard !configuration.logNotModified else { return nil }
             metrics.countFastPathAnswer(.notModified, since: start)

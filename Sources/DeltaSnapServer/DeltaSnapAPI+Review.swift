@@ -105,11 +105,14 @@ extension DeltaSnapAPI {
 
     // MARK: - Helpers
 
-    /// The review settings of `path`'s collection; `404 not_reviewed` when it has none.
+    /// The review settings of `path`'s collection; `404 not_reviewed` when it has none, and
+    /// `404 unknown_collection` for the form its rule does not have (a partition of a
+    /// collection that has none, a partitioned collection's bare name), as everywhere.
     func reviewSettings(of path: CollectionPath) throws -> ReviewSettings {
-        guard let settings = accessControl.policy.rules[path.name]?.review else {
+        guard let rule = accessControl.policy.rules[path.name], let settings = rule.review else {
             throw APIError(.notFound, "not_reviewed", ReviewError.notReviewed(path.description).description)
         }
+        guard rule.partitioned == (path.key != nil) else { throw APIError.unknownCollection(path.description) }
         return settings
     }
 
@@ -117,7 +120,11 @@ extension DeltaSnapAPI {
     /// editor (role `settings.editors`) to see and request; a reviewer (`settings.reviewers`)
     /// to see and decide. A caller who may not read a hidden partition learns nothing (`404`).
     func reviewPrincipal(_ request: Request, path: CollectionPath, settings: ReviewSettings, for right: ReviewRight) async throws -> Principal {
-        guard AccessControl.bearerToken(request) != nil else { throw APIError.missingToken("reviews need") }
+        guard AccessControl.bearerToken(request) != nil else {
+            // A partition one may not read answers as one that does not exist (PROTOCOL.md §10.2).
+            if accessControl.policy.hidesRefusals(path) { throw APIError.unknownCollection(path.description) }
+            throw APIError.missingToken("reviews need")
+        }
         let principal = try await accessControl.principal(of: request)
         if principal.isAdmin { return principal }
         let editor = principal.claims?.has(role: settings.editors) == true

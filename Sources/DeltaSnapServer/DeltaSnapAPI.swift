@@ -124,15 +124,16 @@ public final class DeltaSnapAPI: Sendable {
     let attachmentMemory = AttachmentMemory()
     /// The last pushes answered, for the console.
     let recentPushes = RecentPushes()
-    /// The reviewed collections' names: their polls are never answered from memory, where a
-    /// preview device's token would not be looked at.
-    let reviewedCollections: Set<String>
+    /// The reviewed collections' settings, by name (read once from the rules: every write and
+    /// push asks). Their polls are never answered from memory, where a preview device's token
+    /// would not be looked at.
+    let reviewed: [String: ReviewSettings]
 
     /// A service on `store`, which it owns from now on (``shutdown()`` closes it; so does a
     /// failed init).
     public init(store: any CollectionStore, configuration: DeltaSnapServerConfiguration = DeltaSnapServerConfiguration()) async throws {
         self.configuration = configuration
-        reviewedCollections = Set(configuration.access.rules.reviewed.keys)
+        reviewed = configuration.access.rules.reviewed
         var policy = configuration.access
         policy.adminToken = configuration.writeToken ?? policy.adminToken
         waiters = IndexWaiters(debounce: configuration.waitDebounce, capacity: configuration.maximumWaiters)
@@ -150,7 +151,7 @@ public final class DeltaSnapAPI: Sendable {
         do {
             // Every writer — this server, `deltasnap import`, a follower — reads them from the store.
             let held = try await store.reviewSettings()
-            if !policy.rules.reviewed.isEmpty || !held.isEmpty { try await store.setReviewSettings(policy.rules.reviewed) }
+            if !reviewed.isEmpty || !held.isEmpty { try await store.setReviewSettings(reviewed) }
         } catch {
             await store.close()
             throw error
@@ -184,7 +185,6 @@ public final class DeltaSnapAPI: Sendable {
     /// Where a write to `path` goes: a reviewed collection's workspace (prepared on first
     /// use), else `path` itself.
     func writeTarget(_ path: String) async throws -> String {
-        let reviewed = accessControl.policy.rules.reviewed
         guard !reviewed.isEmpty else { return path }
         return try await store.writeTarget(for: path, settings: reviewed)
     }

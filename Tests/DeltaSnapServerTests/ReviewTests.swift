@@ -65,6 +65,7 @@ import Testing
           catalogue: { read: public, review: { editors: editor, reviewers: reviewer, self-approve: \(selfApprove) } }
           shelves: { partitioned: true, read: public, review: { editors: editor, reviewers: reviewer } }
           plain: { read: public, write: admin }
+          drafts: { partitioned: true, read: owner, review: { editors: editor, reviewers: reviewer } }
         """
     }
 
@@ -231,6 +232,11 @@ import Testing
             // The reserved collections are never served.
             #expect(try await fixture.send("GET", "/v1/collections/deltasnap-review-work/partitions/catalogue", token: TestServer.writeToken).status == 404)
             #expect(try await fixture.send("GET", "/v1/collections/plain/review", token: TestServer.writeToken).status == 404)
+            // Fail closed: the form a rule does not have, and a private partition asked without a token.
+            #expect(try await fixture.send("POST", "/v1/collections/catalogue/partitions/x/review/request", token: TestServer.writeToken).status == 404)
+            #expect(try await fixture.send("GET", "/v1/collections/shelves/review", token: TestServer.writeToken).status == 404)
+            #expect(try await fixture.send("GET", "/v1/collections/drafts/partitions/alice/review", token: nil).status == 404)
+            #expect(try await fixture.send("GET", "/v1/collections/drafts/partitions/alice/review", token: try await fixture.token("bob")).status == 404)
         }
     }
 

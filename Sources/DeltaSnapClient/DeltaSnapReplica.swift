@@ -520,7 +520,7 @@ public actor DeltaSnapReplica {
         state = next
     }
 
-    static func describe(_ error: any Error) -> String {
+    package static func describe(_ error: any Error) -> String {
         // URLSession's errors print as nested NSError dumps; their own sentence is enough.
         let nsError = error as NSError
         if nsError.domain == NSURLErrorDomain {

@@ -60,7 +60,7 @@ struct ReviewCommand: AsyncParsableCommand {
             do {
                 response = try await URLSessionTransport().fetch(SyncRequest(url: endpoint, method: method, headers: headers, body: bytes, timeout: .seconds(120)))
             } catch {
-                throw ReviewCommandError("no answer from \(url): \(error)")
+                throw ReviewCommandError("no answer from \(url): \(DeltaSnapReplica.describe(error))")
             }
             defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
             let data = response.bodyFile.flatMap { FileManager.default.contents(atPath: $0.path) }.map(Array.init) ?? []

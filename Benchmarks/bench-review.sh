@@ -25,6 +25,7 @@ ADMIN=bench-admin
 DB="$TMP/store.sqlite"
 if [[ "${DEST:-sqlite}" == postgres ]]; then
     say "PostgreSQL"
+    trap 'stop_postgres_cluster; cleanup' EXIT
     start_postgres_cluster "$TMP"
     DB="$PG_URL"
 fi

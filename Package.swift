@@ -50,7 +50,14 @@ let package = Package(
         // Foundation + zlib only, so every other target (and a third-party app) can use it.
         .target(name: "DeltaSnapCore", dependencies: ["CZlib"]),
         // Signed data: the LtHash16 state digest, Ed25519 keys, the signed index.
-        .target(name: "DeltaSnapTrust", dependencies: ["DeltaSnapCore", .product(name: "Crypto", package: "swift-crypto")]),
+        .target(
+            name: "DeltaSnapTrust",
+            dependencies: [
+                "DeltaSnapCore", .product(name: "Crypto", package: "swift-crypto"),
+                // Raw ChaCha20 for the state digest; already built for jwt-kit's RSA.
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ]
+        ),
         // A thin, fast sqlite3 layer shared by the store and the client replica.
         .target(name: "DeltaSnapSQLite", dependencies: ["CSQLite"]),
         // The server-side source of truth, whatever holds it: the CollectionStore protocol and

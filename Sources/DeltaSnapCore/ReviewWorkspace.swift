@@ -6,12 +6,13 @@
 public enum ReviewWorkspace {
     /// The reserved collection whose partitions are the workspaces.
     public static let collection = "deltasnap-review-work"
+    private static let prefix = collection + "/"
 
     /// The path whose workspace `path` is (`deltasnap-review-work/sets:8271` → `sets/8271`), or
     /// nil for a path that is no workspace (or one named by a hash: too long to be read back).
     public static func published(of path: String) -> String? {
-        let prefix = collection + "/"
-        guard path.hasPrefix(prefix) else { return nil }
+        // Asked for every record the state digest covers: no string is built for a path that is no workspace.
+        guard path.utf8.starts(with: prefix.utf8) else { return nil }
         let key = path.dropFirst(prefix.count)
         guard !key.hasPrefix("h.") else { return nil }
         guard let colon = key.firstIndex(of: ":") else { return String(key) }

@@ -112,6 +112,15 @@ public final class PostgresCollectionStore: CollectionStore {
         try await primary.importTransactions(transactions)
     }
 
+    /// An approval (a publication from a source) is copied inside PostgreSQL
+    /// (``PostgresDatabase/publishCopying(_:)``); anything else goes through `importPartitions`.
+    public func publish(_ publication: ReviewPublication) async throws -> [WriteResult] {
+        guard publication.source != nil, publication.expectedVersion != nil, !publication.changes.isEmpty else {
+            return try await publishByImport(publication)
+        }
+        return try await primary.publishCopying(publication)
+    }
+
     public func importStreams(_ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
         try await primary.importStreams(next, replace: replace, recording: position)
     }

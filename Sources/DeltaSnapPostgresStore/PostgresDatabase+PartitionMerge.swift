@@ -6,9 +6,11 @@ import PostgresNIO
 
 extension PostgresDatabase {
     /// One existing partition's row, locked, and its state as the merge folds changes in.
-    private struct LockedPartition {
+    struct LockedPartition {
         var row: LockedCollection
         var state: StateAccumulator
+        /// The digest the row holds (the state's own, when the state maintains one).
+        var storedDigest: StateDigest
 
         var name: String { row.name }
         var cid: Int64 { row.cid }
@@ -308,7 +310,9 @@ extension PostgresDatabase {
 
     /// Locks the rows of `names` (in `cid` order, as every writer does, so two never wait on
     /// each other), with what each merge starts from.
-    private func lockPartitions(_ names: [String], on connection: PostgresConnection) async throws -> [String: LockedPartition] {
+    /// With `digestInline`, each state maintains its digest as records are put; without, the
+    /// caller sums the changes to ``LockedPartition/storedDigest`` itself.
+    func lockPartitions(_ names: [String], digestInline: Bool = true, on connection: PostgresConnection) async throws -> [String: LockedPartition] {
         var locked: [String: LockedPartition] = [:]
         for try await (cid, name, epoch, head, checksum, visible, floor, digest, committedAt) in try await connection.query("""
             SELECT c.cid, c.name, c.epoch, c.head, c.checksum, c.visible, c.floor, c.digest, v.committed_at
@@ -319,16 +323,17 @@ extension PostgresDatabase {
             let row = LockedCollection(
                 name: name, cid: cid, epoch: epoch, head: head, checksum: checksum, visible: visible, floor: floor, digest: digest,
                 previousCommit: committedAt ?? .min)
+            let stored = digest.flatMap { StateDigest(bytes: $0.readableBytesView) } ?? .empty
             let state = StateAccumulator(
                 collection: name, checksum: StateChecksum(value: UInt64(bitPattern: checksum)), count: Int(visible),
-                digest: digest.flatMap { StateDigest(bytes: $0.readableBytesView) } ?? .empty)
-            locked[name] = LockedPartition(row: row, state: state)
+                digest: digestInline ? stored : nil)
+            locked[name] = LockedPartition(row: row, state: state, storedDigest: stored)
         }
         return locked
     }
 
     /// The head of a locked partition at `version`; `checksum` nil: the one it was locked at.
-    private func lockedHead(_ partition: LockedPartition, version: Int64, checksum: StateChecksum?, committedAt: Int64) -> CollectionHead {
+    func lockedHead(_ partition: LockedPartition, version: Int64, checksum: StateChecksum?, committedAt: Int64) -> CollectionHead {
         CollectionHead(
             name: partition.name, epoch: partition.row.epoch, version: UInt64(version), checksum: checksum ?? partition.state.checksum,
             count: partition.state.count, committedAt: committedAt, floor: UInt64(partition.row.floor))

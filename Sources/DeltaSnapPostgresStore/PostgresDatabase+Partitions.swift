@@ -16,6 +16,14 @@ extension PostgresDatabase {
     package func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition? = nil) async throws -> [WriteResult] {
         for partition in partitions { try CollectionPath.validate(partition.path) }
         guard !partitions.isEmpty || position != nil else { return [] }
+        return try await transaction { connection in
+            if let position { try await record(position, on: connection) }
+            return try await importPartitions(partitions, replace: replace, on: connection)
+        }
+    }
+
+    /// ``importPartitions(_:replace:recording:)`` in the caller's transaction.
+    func importPartitions(_ partitions: [PartitionRecords], replace: Bool, on connection: PostgresConnection) async throws -> [WriteResult] {
         // Which partition refers to which blob; checked before anything is written.
         var referenced: [(path: String, reference: AttachmentReference, record: Record)] = []
         for partition in partitions {
@@ -23,30 +31,36 @@ extension PostgresDatabase {
                 for reference in try AttachmentRule.references(in: record) { referenced.append((partition.path, reference, record)) }
             }
         }
-        return try await transaction { connection in
-            if let position { try await record(position, on: connection) }
-            if !referenced.isEmpty {
-                let held = try await attachmentSizes(Array(Set(referenced.map(\.reference.sha256))), on: connection)
-                for (_, reference, record) in referenced { try AttachmentRule.check(reference, in: record, heldSize: held[reference.sha256]) }
-            }
-            var existing = Set<String>()
-            for try await name in try await connection.query(
-                "SELECT name FROM deltasnap_collections WHERE name = ANY(\(partitions.map(\.path)))", logger: logger
-            ).decode(String.self) { existing.insert(name) }
-            var results = try await insertNew(partitions.filter { !existing.contains($0.path) }, on: connection)
-            results.merge(try await mergeExisting(partitions.filter { existing.contains($0.path) }, replace: replace, on: connection)) { $1 }
-            if !referenced.isEmpty {
-                try await connection.query("""
-                    INSERT INTO deltasnap_attachment_refs(cid, sha256, type)
-                    SELECT c.cid, x.sha256, x.type
-                    FROM unnest(\(referenced.map(\.path))::text[], \(referenced.map(\.reference.sha256))::text[], \(referenced.map(\.reference.type))::text[])
-                        AS x(name, sha256, type)
-                    JOIN deltasnap_collections c ON c.name = x.name
-                    ON CONFLICT DO NOTHING
-                    """, logger: logger)
-            }
-            return partitions.map { results[$0.path]! }
-        }
+        try await requireAttachments(referenced, on: connection)
+        var existing = Set<String>()
+        for try await name in try await connection.query(
+            "SELECT name FROM deltasnap_collections WHERE name = ANY(\(partitions.map(\.path)))", logger: logger
+        ).decode(String.self) { existing.insert(name) }
+        var results = try await insertNew(partitions.filter { !existing.contains($0.path) }, on: connection)
+        results.merge(try await mergeExisting(partitions.filter { existing.contains($0.path) }, replace: replace, on: connection)) { $1 }
+        try await noteAttachments(referenced, on: connection)
+        return partitions.map { results[$0.path]! }
+    }
+
+    /// Refuses the write unless the store holds every blob in `referenced` with the size its
+    /// reference states (``DeltaSnapStore/AttachmentRule``).
+    func requireAttachments(_ referenced: [(path: String, reference: AttachmentReference, record: Record)], on connection: PostgresConnection) async throws {
+        guard !referenced.isEmpty else { return }
+        let held = try await attachmentSizes(Array(Set(referenced.map(\.reference.sha256))), on: connection)
+        for (_, reference, record) in referenced { try AttachmentRule.check(reference, in: record, heldSize: held[reference.sha256]) }
+    }
+
+    /// Notes which path refers to which blob (who may read it), once every path has a row.
+    func noteAttachments(_ referenced: [(path: String, reference: AttachmentReference, record: Record)], on connection: PostgresConnection) async throws {
+        guard !referenced.isEmpty else { return }
+        try await connection.query("""
+            INSERT INTO deltasnap_attachment_refs(cid, sha256, type)
+            SELECT c.cid, x.sha256, x.type
+            FROM unnest(\(referenced.map(\.path))::text[], \(referenced.map(\.reference.sha256))::text[], \(referenced.map(\.reference.type))::text[])
+                AS x(name, sha256, type)
+            JOIN deltasnap_collections c ON c.name = x.name
+            ON CONFLICT DO NOTHING
+            """, logger: logger)
     }
 
     /// Writes partitions that have no row yet as their first version, in the caller's

@@ -132,8 +132,11 @@ extension CollectionStore {
     public func approveReview(of path: String, by who: String, comment: String?, now: Int64 = Int64(Date().timeIntervalSince1970)) async throws -> ReviewLogEntry {
         let state = try await reviewState(of: path)
         guard state.pending != nil else { throw ReviewError.nothingPending(path) }
-        let changes = try await changes(from: path, to: ReviewPaths.request(of: path)).changes
-        return try await publish(changes, of: path, step: .approve, state: state, by: who, comment: comment, now: now)
+        let request = ReviewPaths.request(of: path)
+        let published = try await head(of: path)?.version
+        let source = try await head(of: request).map { (path: request, version: $0.version) }
+        let changes = try await changes(from: path, to: request).changes
+        return try await publish(changes, of: path, at: published, from: source, step: .approve, state: state, by: who, comment: comment, now: now)
     }
 
     /// Ends the pending request without publishing; the workspace stays as it is.
@@ -163,63 +166,61 @@ extension CollectionStore {
         var restored: [String: Record?] = [:]
         let wanted = ids.map(Set.init)
         for publication in publications.reversed() where publication.version! > version {
-            for record in try await visibleRecords(of: ReviewPaths.changes(of: path, publication: publication.sequence)) {
-                guard wanted?.contains(record.id) ?? true, let before = Self.before(record) else { continue }
+            for record in try await visibleRecords(of: ReviewPaths.replaced(of: path, publication: publication.sequence))
+            where wanted?.contains(record.id) ?? true {
+                restored[record.id] = .some(record)
+            }
+            for record in try await visibleRecords(of: ReviewPaths.added(of: path, publication: publication.sequence))
+            where wanted?.contains(record.id) ?? true {
+                restored[record.id] = .some(nil)
+            }
+            for record in try await visibleRecords(of: ReviewPaths.legacyChanges(of: path, publication: publication.sequence)) {
+                guard wanted?.contains(record.id) ?? true, let before = Self.legacyBefore(record) else { continue }
                 restored[record.id] = .some(before)
             }
         }
+        let published = try await head(of: path)?.version
         var changes: [RecordChange] = []
         for (id, value) in restored.sorted(by: { $0.key.utf8Precedes($1.key) }) {
             if let change = RecordChange(before: try await record(id, in: path), after: value) { changes.append(change) }
         }
         return try await publish(
-            changes, of: path, step: .rollback, state: state, by: who, comment: comment, now: now, restoring: version, ids: ids,
-            alsoTo: ReviewPaths.workspace(of: path))
+            changes, of: path, at: published, from: nil, step: .rollback, state: state, by: who, comment: comment, now: now, restoring: version,
+            ids: ids, alsoTo: ReviewPaths.workspace(of: path))
     }
 
     // MARK: - Internals
 
-    /// Writes `changes` to `path` as one version, what they changed (for rollbacks), and the
-    /// log entry, in one transaction; `alsoTo` gets the same new values (a rollback's workspace).
+    /// Writes `changes` (read from `path` at version `published`; with `source`, each new value
+    /// as that path holds it) to `path` as one version, what they replaced (for rollbacks), and
+    /// the log entry, in one transaction (``CollectionStore/publish(_:)``); `alsoTo` gets the
+    /// same new values (a rollback's workspace).
     private func publish(
-        _ changes: [RecordChange], of path: String, step: ReviewStep, state: ReviewState, by who: String, comment: String?, now: Int64,
-        restoring restoredVersion: UInt64? = nil, ids: [String]? = nil, alsoTo extra: String? = nil
+        _ changes: [RecordChange], of path: String, at published: UInt64?, from source: (path: String, version: UInt64)?, step: ReviewStep,
+        state: ReviewState, by who: String, comment: String?, now: Int64, restoring restoredVersion: UInt64? = nil, ids: [String]? = nil,
+        alsoTo extra: String? = nil
     ) async throws -> ReviewLogEntry {
-        let previous = try await head(of: path)?.version ?? 0
+        let previous = published ?? 0
         let sequence = state.nextSequence
         // Versions count up by one per commit, and only review steps commit to `path`.
         let entry = ReviewLogEntry(
             sequence: sequence, step: step, by: who, at: now, comment: comment, version: changes.isEmpty ? nil : previous + 1,
             previousVersion: previous, changes: changes.count, restoredVersion: restoredVersion, restoredIDs: ids)
-        var parts = [PartitionRecords(path: ReviewPaths.log(of: path), records: [try entry.record()])]
-        if !changes.isEmpty {
-            let values = changes.map { $0.after ?? Record.tombstone(id: $0.id) }
-            parts.append(PartitionRecords(path: path, records: values))
-            parts.append(PartitionRecords(path: ReviewPaths.changes(of: path, publication: sequence), records: try changes.map(Self.changeRecord)))
-            if let extra { parts.append(PartitionRecords(path: extra, records: values)) }
-        }
-        let results = try await importPartitions(parts, replace: false)
+        var alongside = [PartitionRecords(path: ReviewPaths.log(of: path), records: [try entry.record()])]
+        if let extra, !changes.isEmpty { alongside.append(PartitionRecords(path: extra, records: changes.map { $0.after ?? Record.tombstone(id: $0.id) })) }
+        let results = try await self.publish(ReviewPublication(
+            path: path, expectedVersion: published, changes: changes, source: source,
+            replaced: ReviewPaths.replaced(of: path, publication: sequence), added: ReviewPaths.added(of: path, publication: sequence),
+            alongside: alongside))
         if let made = results.first(where: { $0.collection == path })?.head?.version, made != entry.version {
             throw StoreError.busy("\"\(path)\" was written by something other than review while it was published (version \(made), not \(entry.version ?? 0))")
         }
         return entry
     }
 
-    /// What a publication changed about one record, as a rollback needs it: its value before
-    /// (`{"before":…,"id":…}`, null: absent). Written from the canonical bytes as they are: an
-    /// approval of 100,000 records writes 100,000 of these.
-    private static func changeRecord(_ change: RecordChange) throws -> Record {
-        var bytes = Array(#"{"before":"#.utf8)
-        bytes += change.before?.bytes ?? Array("null".utf8)
-        bytes += Array(#","id":"#.utf8)
-        CanonicalJSON.writeString(change.id, into: &bytes)
-        bytes.append(UInt8(ascii: "}"))
-        return try Record.parse(bytes)
-    }
-
-    /// The record before a publication, from a change record (`.none` for one that is not;
-    /// `.some(nil)`: it did not exist).
-    private static func before(_ record: Record) -> Record?? {
+    /// The record before a publication, from a change record as builds before the split into
+    /// replaced and added values kept it (`.none` for one that is not; `.some(nil)`: it did not exist).
+    private static func legacyBefore(_ record: Record) -> Record?? {
         guard let value = try? JSONReader(bytes: record.bytes).readValue(), let before = value["before"] else { return nil }
         if case .null = before { return .some(nil) }
         return (try? Record(parsing: before)).map { .some($0) }

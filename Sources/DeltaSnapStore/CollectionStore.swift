@@ -145,6 +145,9 @@ public protocol CollectionStore: Sendable {
     /// or instance that shares the store (PostgreSQL: a session advisory lock; by default, in
     /// this process only). Review steps of one path hold it.
     func exclusively<T: Sendable>(_ name: String, _ body: @Sendable () async throws -> T) async throws -> T
+    /// Writes one publication of review before publish in one transaction (see
+    /// ``ReviewPublication``); by default with ``importPartitions(_:replace:recording:)``.
+    func publish(_ publication: ReviewPublication) async throws -> [WriteResult]
     /// Closes the store's connections. Call once, when done.
     func close() async
 }

@@ -20,7 +20,10 @@ public enum ReviewPaths {
     static let workspaceCollection = ReviewWorkspace.collection
     static let requestCollection = "deltasnap-review-request"
     static let logCollection = "deltasnap-review-log"
-    static let changesCollection = "deltasnap-review-changes"
+    /// Before the split into replaced and added values: one `{"before":…,"id":…}` per change.
+    static let legacyChangesCollection = "deltasnap-review-changes"
+    static let replacedCollection = "deltasnap-review-replaced"
+    static let addedCollection = "deltasnap-review-added"
 
     /// Whether `path` (`NAME` or `NAME/KEY`) belongs to the reserved collections.
     public static func isReserved(_ path: String) -> Bool {
@@ -32,7 +35,7 @@ public enum ReviewPaths {
     /// most expensive part of writing a record: an approval writes a change record per record).
     /// A workspace keeps its digest: a preview device reads it as published.
     public static func keepsNoDigest(_ path: String) -> Bool {
-        [requestCollection, logCollection, changesCollection].contains { path.hasPrefix($0 + "/") }
+        [requestCollection, logCollection, legacyChangesCollection, replacedCollection, addedCollection].contains { path.hasPrefix($0 + "/") }
     }
 
     /// The path whose workspace `path` is (`deltasnap-review-work/sets:8271` → `sets/8271`), or
@@ -53,10 +56,21 @@ public enum ReviewPaths {
     public static func request(of path: String) -> String { "\(requestCollection)/\(key(of: path))" }
     /// The review's audit log: one record per step.
     public static func log(of path: String) -> String { "\(logCollection)/\(key(of: path))" }
-    /// What publication `sequence` (the log entry that made it) changed: one record per id,
-    /// with its value before and after — what a rollback restores from.
-    public static func changes(of path: String, publication sequence: Int) -> String {
-        "\(changesCollection)/\(key(of: path)).\(sequence)"
+    /// The values publication `sequence` (the log entry that made it) replaced, as they were:
+    /// with ``added(of:publication:)``, what a rollback restores from.
+    public static func replaced(of path: String, publication sequence: Int) -> String {
+        "\(replacedCollection)/\(key(of: path)).\(sequence)"
+    }
+
+    /// The new values of the ids publication `sequence` brought (absent or hidden before it).
+    public static func added(of path: String, publication sequence: Int) -> String {
+        "\(addedCollection)/\(key(of: path)).\(sequence)"
+    }
+
+    /// What a publication changed as builds before ``replaced(of:publication:)`` kept it: one
+    /// `{"before":…,"id":…}` per id (`null`: absent). Read by rollbacks, never written.
+    static func legacyChanges(of path: String, publication sequence: Int) -> String {
+        "\(legacyChangesCollection)/\(key(of: path)).\(sequence)"
     }
 
     /// A partition key naming `path`: `NAME` or `NAME:KEY` (`:` is in no collection name, so

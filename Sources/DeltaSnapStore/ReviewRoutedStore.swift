@@ -88,6 +88,11 @@ public struct ReviewRoutedStore: CollectionStore {
         try await base.importPartitions(try await routed(partitions), replace: replace, recording: position)
     }
 
+    /// Review's own writes name the paths they mean: none is routed.
+    public func publish(_ publication: ReviewPublication) async throws -> [WriteResult] {
+        try await base.publish(publication)
+    }
+
     public func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
         var routedTransactions: [StoreTransaction] = []
         for transaction in transactions {

@@ -175,6 +175,8 @@ import Testing
             let v1 = try #require(Self.etag(try await fixture.poll(since: nil)))
             let put = #"{"id":"\#(SyntheticRecords.id(7))","price":700}"#
             #expect(try await fixture.send("PUT", "/v1/collections/catalogue/records/\(SyntheticRecords.id(7))", token: TestServer.writeToken, body: put).status == 200)
+            // And one record that was not there: a rollback takes it away again.
+            #expect(try await fixture.send("PUT", "/v1/collections/catalogue/records/new-1", token: TestServer.writeToken, body: #"{"id":"new-1"}"#).status == 200)
             try await fixture.step("request", token: editor)
             try await fixture.step("decline", token: reviewer, status: 400)  // a decline says why
             try await fixture.step("decline", token: reviewer, body: #"{"comment":"price too high"}"#)
@@ -193,10 +195,12 @@ import Testing
             let back = try await fixture.poll(since: v2)
             #expect(back.status == 200)
             let (header, records) = try Self.read(back)
-            #expect(header.kind == .delta && records.count == 1)
-            // The record is as it was at the version rolled back to.
+            #expect(header.kind == .delta && records.count == 2)
+            // The record is as it was at the version rolled back to; the new one is gone.
             let original = try #require(try await fixture.database.store.record(SyntheticRecords.id(7), in: "catalogue"))
-            #expect(records.first?.bytes == original.bytes)
+            #expect(records.first { $0.id == SyntheticRecords.id(7) }?.bytes == original.bytes)
+            #expect(records.first { $0.id == "new-1" }?.isHidden == true)
+            #expect(try await fixture.database.store.record("new-1", in: "catalogue") == nil)
             #expect(try await fixture.changes(token: reviewer).isEmpty, "the workspace was rolled back too")
             // The same records digest the same, workspace or published: a preview device checks
             // the workspace against a signed entry of the collection's name.

@@ -1,10 +1,33 @@
 import DeltaSnapCore
 import DeltaSnapSynthetic
+import Crypto
+import Foundation
 import Testing
 
 @testable import DeltaSnapTrust
 
 @Suite struct StateDigestTests {
+    /// The expansion is made with ChaCha20 alone; what PROTOCOL §8.2 documents (and other
+    /// clients compute) is the ChaCha20-Poly1305 ciphertext of 2,048 zero bytes. The two agree
+    /// for records of every size, ids with non-ASCII characters and review workspaces.
+    @Test func expansionIsTheDocumentedSealedCiphertext() throws {
+        let generator = SyntheticRecords(seed: 3)
+        for (index, collection) in ["c", "catalogue/partitions/ü", ReviewWorkspace.collection + "/catalogue"].enumerated() {
+            for size in [0, 1, 63, 64, 200, 5_000] {
+                let id = "id-\(size)-é"
+                let canonical = Array(generator.record(index: size + index, revision: 1).bytes.prefix(size))
+                var hasher = SHA256()
+                hasher.update(data: Array("deltasnap-record-v1".utf8) + [0])
+                hasher.update(data: Array((ReviewWorkspace.published(of: collection) ?? collection).utf8) + [0])
+                hasher.update(data: Array(id.utf8) + [0] + canonical)
+                let sealed = try ChaChaPoly.seal(
+                    [UInt8](repeating: 0, count: 2048), using: SymmetricKey(data: hasher.finalize()),
+                    nonce: ChaChaPoly.Nonce(data: [UInt8](repeating: 0, count: 12)))
+                #expect(StateDigest.expand(collection: collection, id: id, canonical: canonical) == sealed.ciphertext)
+            }
+        }
+    }
+
     /// 10,000 random upserts, hides and un-hides maintained incrementally, compared with a
     /// digest recomputed from the final visible set.
     @Test func incrementalDigestEqualsRecomputation() {

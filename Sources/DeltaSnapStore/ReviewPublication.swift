@@ -1,0 +1,82 @@
+import DeltaSnapCore
+
+/// One publication of review before publish (`CollectionStore+Review.swift`): changes read
+/// from a published path and what it becomes, written by ``CollectionStore/publish(_:)`` in
+/// one transaction as
+/// - one new version of ``path`` (each change's ``RecordChange/after``, or a tombstone);
+/// - a new partition ``replaced`` with each value a change replaced (its ``RecordChange/before``,
+///   where there was one), and a new partition ``added`` with the new value of each id ``path``
+///   did not show — what a rollback restores from;
+/// - ``alongside`` (the log entry; a rollback's workspace), as `importPartitions` writes it.
+///
+/// The changes were read from ``path`` at ``expectedVersion``: a store refuses with
+/// ``StoreError/busy(_:)`` when ``path`` is at another version (something wrote it meanwhile),
+/// so it may take each change's `before` as what it holds. With ``source`` (the frozen request),
+/// each `after` is also the value ``source`` holds at ``sourceVersion``: a store may copy the
+/// records from there rather than receive them (PostgreSQL does).
+///
+/// ```swift
+/// let results = try await store.publish(ReviewPublication(
+///     path: "catalogue", expectedVersion: 7, changes: changes,
+///     source: (ReviewPaths.request(of: "catalogue"), 3),
+///     replaced: ReviewPaths.replaced(of: "catalogue", publication: 12),
+///     added: ReviewPaths.added(of: "catalogue", publication: 12),
+///     alongside: [PartitionRecords(path: ReviewPaths.log(of: "catalogue"), records: [entry])]))
+/// ```
+public struct ReviewPublication: Sendable {
+    public var path: String
+    /// The version of ``path`` the changes were read against (nil: it had none).
+    public var expectedVersion: UInt64?
+    /// One per id, ids ascending.
+    public var changes: [RecordChange]
+    /// A path holding every change's `after` (and the version it was read at), when there is one.
+    public var source: (path: String, version: UInt64)?
+    public var replaced: String
+    public var added: String
+    public var alongside: [PartitionRecords]
+
+    public init(
+        path: String, expectedVersion: UInt64?, changes: [RecordChange], source: (path: String, version: UInt64)?, replaced: String,
+        added: String, alongside: [PartitionRecords]
+    ) {
+        self.path = path
+        self.expectedVersion = expectedVersion
+        self.changes = changes
+        self.source = source
+        self.replaced = replaced
+        self.added = added
+        self.alongside = alongside
+    }
+
+    /// What ``path`` gets: each change's new value, or a tombstone.
+    public var values: [Record] { changes.map { $0.after ?? Record.tombstone(id: $0.id) } }
+    /// What ``replaced`` gets.
+    public var replacedValues: [Record] { changes.compactMap(\.before) }
+    /// What ``added`` gets.
+    public var addedValues: [Record] { changes.filter { $0.before == nil }.compactMap(\.after) }
+
+    /// The refusal when ``path`` is not at ``expectedVersion``.
+    public func moved(to version: UInt64?) -> StoreError {
+        .busy("\"\(path)\" was written by something other than review while it was published (version \(version ?? 0), not \(expectedVersion ?? 0))")
+    }
+}
+
+extension CollectionStore {
+    /// Writes `publication` with `importPartitions`, in one transaction: what any store can do.
+    public func publish(_ publication: ReviewPublication) async throws -> [WriteResult] {
+        try await publishByImport(publication)
+    }
+
+    /// ``publish(_:)`` by `importPartitions` (a store's own `publish` falls back to it).
+    public func publishByImport(_ publication: ReviewPublication) async throws -> [WriteResult] {
+        let version = try await head(of: publication.path)?.version
+        guard version == publication.expectedVersion else { throw publication.moved(to: version) }
+        var parts = publication.alongside
+        guard !publication.changes.isEmpty else { return try await importPartitions(parts, replace: false) }
+        parts.append(PartitionRecords(path: publication.path, records: publication.values))
+        for (path, records) in [(publication.replaced, publication.replacedValues), (publication.added, publication.addedValues)] where !records.isEmpty {
+            parts.append(PartitionRecords(path: path, records: records))
+        }
+        return try await importPartitions(parts, replace: false)
+    }
+}

@@ -79,6 +79,12 @@ extension SourceFollower {
         ).decode(Int64?.self) {
             guard let lag else { continue }
             FollowMetrics.slotLagBytes.record(lag)
+            // For the operator's console, which reads the store, not this process's metrics.
+            do {
+                try await store.recordSourceLag(of: options.followerName, bytes: lag, at: Int64(Date().timeIntervalSince1970))
+            } catch {
+                logger.warning("could not note the slot's lag in the store: \(error)")
+            }
             if lag > options.maxLagBytes {
                 logger.warning("slot \(options.slot) holds back \(lag) bytes of WAL, more than --max-lag-bytes \(options.maxLagBytes)")
             }

@@ -133,8 +133,12 @@ public final class PostgresCollectionStore: CollectionStore {
         try await primary.forgetSourcePosition(of: follower)
     }
 
-    public func followers() async throws -> [(follower: String, recordedAt: Int64)] {
+    public func followers() async throws -> [SourceFollowerStatus] {
         try await primary.followers()
+    }
+
+    public func recordSourceLag(of follower: String, bytes: Int64, at: Int64) async throws {
+        try await primary.recordSourceLag(of: follower, bytes: bytes, at: at)
     }
 
     public func importRecords(

@@ -207,15 +207,22 @@ extension PostgresDatabase {
         return results
     }
 
-    package func followers() async throws -> [(follower: String, recordedAt: Int64)] {
+    package func followers() async throws -> [SourceFollowerStatus] {
         try await pool.withConnection { connection in
-            var found: [(follower: String, recordedAt: Int64)] = []
-            for try await (follower, recordedAt) in try await connection.query(
-                "SELECT follower, recorded_at FROM deltasnap_source_positions ORDER BY follower", logger: logger
-            ).decode((String, Int64).self) {
-                found.append((follower, recordedAt))
+            var found: [SourceFollowerStatus] = []
+            for try await (follower, recordedAt, lagBytes, lagAt) in try await connection.query(
+                "SELECT follower, recorded_at, lag_bytes, lag_at FROM deltasnap_source_positions ORDER BY follower", logger: logger
+            ).decode((String, Int64, Int64?, Int64?).self) {
+                found.append(SourceFollowerStatus(follower: follower, recordedAt: recordedAt, lagBytes: lagBytes, lagMeasuredAt: lagAt))
             }
             return found
+        }
+    }
+
+    package func recordSourceLag(of follower: String, bytes: Int64, at: Int64) async throws {
+        try await transaction { connection in
+            try await connection.query(
+                "UPDATE deltasnap_source_positions SET lag_bytes = \(bytes), lag_at = \(at) WHERE follower = \(follower)", logger: logger)
         }
     }
 

@@ -115,8 +115,12 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         try await writing { try $0.forgetSourcePosition(of: follower) }
     }
 
-    public func followers() async throws -> [(follower: String, recordedAt: Int64)] {
+    public func followers() async throws -> [SourceFollowerStatus] {
         try await writing { try $0.followers() }
+    }
+
+    public func recordSourceLag(of follower: String, bytes: Int64, at: Int64) async throws {
+        try await writing { try $0.recordSourceLag(of: follower, bytes: bytes, at: at) }
     }
 
     public func importRecords(

@@ -95,12 +95,26 @@ extension SQLiteDatabase {
         return try statement.step() ? statement.string(0) : nil
     }
 
-    package func followers() throws -> [(follower: String, recordedAt: Int64)] {
-        let statement = try statements("SELECT follower, recorded_at FROM source_positions ORDER BY follower")
+    package func followers() throws -> [SourceFollowerStatus] {
+        let statement = try statements("SELECT follower, recorded_at, lag_bytes, lag_at FROM source_positions ORDER BY follower")
         defer { statement.reset() }
-        var found: [(follower: String, recordedAt: Int64)] = []
-        while try statement.step() { found.append((statement.string(0), statement.int64(1))) }
+        var found: [SourceFollowerStatus] = []
+        while try statement.step() {
+            let measured = !statement.isNull(3)
+            found.append(SourceFollowerStatus(
+                follower: statement.string(0), recordedAt: statement.int64(1), lagBytes: measured ? statement.int64(2) : nil,
+                lagMeasuredAt: measured ? statement.int64(3) : nil))
+        }
         return found
+    }
+
+    package func recordSourceLag(of follower: String, bytes: Int64, at: Int64) throws {
+        let statement = try statements("UPDATE source_positions SET lag_bytes = ?, lag_at = ? WHERE follower = ?")
+        try statement.bind(1, bytes)
+        try statement.bind(2, at)
+        try statement.bind(3, follower)
+        _ = try statement.step()
+        statement.reset()
     }
 
     package func forgetSourcePosition(of follower: String) throws -> Bool {

@@ -25,7 +25,7 @@ package final class SQLiteDatabase {
     /// The blobs records may refer to, beside the file.
     package let blobs: BlobDirectory
 
-    static let schemaVersion: Int64 = 7
+    static let schemaVersion: Int64 = 8
 
     package init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false) throws {
         if let epoch = configuration.epochForNewCollections, !ServerToken.isEpoch(epoch) {
@@ -70,6 +70,8 @@ package final class SQLiteDatabase {
             if current < 7 {
                 try db.execute("CREATE TABLE IF NOT EXISTS source_positions(follower TEXT PRIMARY KEY, position TEXT NOT NULL, recorded_at INTEGER NOT NULL) WITHOUT ROWID")
             }
+            // How far each follower's source ran ahead of it, as it last measured (the console's health).
+            if current < 8 { try db.execute("ALTER TABLE source_positions ADD COLUMN lag_bytes INTEGER; ALTER TABLE source_positions ADD COLUMN lag_at INTEGER") }
             try db.execute("PRAGMA user_version = \(Self.schemaVersion)")
         }
     }

@@ -33,13 +33,18 @@ extension DeltaSnapAPI {
             try requireAdmin(request, for: "the console")
             return try await consoleRecords(request)
         }
+        router.get("/v1/console/sizes") { [self] request, _ in
+            try requireAdmin(request, for: "the console")
+            return try await consoleSizes(request)
+        }
         router.get("/v1/console/pushes") { [self] request, _ in
             try requireAdmin(request, for: "the console")
             return Self.privateJSON(.object([JSONMember("pushes", .array(recentPushes.all.map(\.json)))]))
         }
     }
 
-    /// Health (the store answers, waiters, caches) and each reviewed collection's pending request.
+    /// Health (the store answers, waiters, caches), each reviewed collection's rule and pending
+    /// request, and the queue of requests waiting for a decision (partitions included).
     private func consoleOverview() async throws -> Response {
         var reachable = true
         var problem: String?
@@ -58,11 +63,22 @@ extension DeltaSnapAPI {
                 JSONMember("reviewers", .string(settings.reviewers)),
             ]))
         }
+        // Every request waiting for a decision, partitions' included (a queue the steps keep).
+        let queue: [JSONValue] = (reachable ? (try? await store.pendingReviews(after: nil, limit: 200)) ?? [] : []).map {
+            .object([JSONMember("path", .string($0.path)), JSONMember("request", $0.request.json)])
+        }
         // A follower records its position with each publication: how long ago its last one was.
         let now = Int64(Date().timeIntervalSince1970)
-        let followers: [JSONValue] = ((try? await store.followers()) ?? []).map {
-            .object([JSONMember("lastPublished", .string(HTTPDate.format($0.recordedAt))), JSONMember("name", .string($0.follower)),
-                     JSONMember("secondsAgo", .number(String(max(0, now - $0.recordedAt))))])
+        let followers: [JSONValue] = ((try? await store.followers()) ?? []).map { follower in
+            var members = [
+                JSONMember("lastPublished", .string(HTTPDate.format(follower.recordedAt))), JSONMember("name", .string(follower.follower)),
+                JSONMember("secondsAgo", .number(String(max(0, now - follower.recordedAt)))),
+            ]
+            if let bytes = follower.lagBytes, let at = follower.lagMeasuredAt {
+                members.append(JSONMember("lagBytes", .number(String(bytes))))
+                members.append(JSONMember("lagMeasuredSecondsAgo", .number(String(max(0, now - at)))))
+            }
+            return .object(members)
         }
         var storeMembers = [JSONMember("reachable", .bool(reachable))]
         if let problem { storeMembers.append(JSONMember("problem", .string(problem))) }
@@ -74,6 +90,7 @@ extension DeltaSnapAPI {
             ])),
             JSONMember("followers", .array(followers)),
             JSONMember("partitioned", .array(partitioned)),
+            JSONMember("queue", .array(queue)),
             JSONMember("reviews", .array(reviews)),
             JSONMember("store", .object(storeMembers)),
             JSONMember("waiters", .number(String(waiters.count))),
@@ -94,6 +111,39 @@ extension DeltaSnapAPI {
             listed.append(Self.headJSON(head))
         }
         return Self.privateJSON(.object([JSONMember("collection", .string(name)), JSONMember("partitions", .array(listed))]))
+    }
+
+    /// `?collection=PATH&collection=…` (at most 50): the bytes of each one's visible records —
+    /// their canonical JSON, what a client stores — at its head. Counted by reading them once
+    /// per version (a store keeps no running total), then kept (``ConsoleSizes``).
+    private func consoleSizes(_ request: Request) async throws -> Response {
+        let paths = request.uri.queryParameters.getAll("collection").map { String($0) }
+        guard !paths.isEmpty, paths.count <= 50, paths.allSatisfy({ CollectionPath($0) != nil && !ReviewPaths.isReserved($0) }) else {
+            throw APIError(.badRequest, "bad_collection_name", "collection must be NAME or NAME/KEY, given 1 to 50 times")
+        }
+        var sizes: [JSONValue] = []
+        for path in paths {
+            guard let head = try await heads.head(of: path, store: store) else { continue }
+            var counted = (bytes: consoleSizes.bytes(of: head) ?? 0, version: head.version)
+            if consoleSizes.bytes(of: head) == nil {
+                var total: UInt64 = 0
+                let source = try await store.openRecords(in: path, after: nil)
+                do {
+                    while try await source.next({ total += UInt64($0.count) }) {}
+                    await source.close()
+                } catch {
+                    await source.close()
+                    throw error
+                }
+                consoleSizes.keep(total, for: source.head)
+                counted = (total, source.head.version)
+            }
+            sizes.append(.object([
+                JSONMember("bytes", .number(String(counted.bytes))), JSONMember("name", .string(path)),
+                JSONMember("version", .number(String(counted.version))),
+            ]))
+        }
+        return Self.privateJSON(.object([JSONMember("sizes", .array(sizes))]))
     }
 
     /// `?collection=PATH&id=ID`: the visible record, or null.
@@ -146,6 +196,25 @@ extension DeltaSnapAPI {
         headers[HTTPField.Name("X-Content-Type-Options")!] = "nosniff"
         headers[HTTPField.Name("Referrer-Policy")!] = "no-referrer"
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
+    }
+}
+
+/// The console's byte counts, by collection or partition and the head they were counted at.
+final class ConsoleSizes: Sendable {
+    private let counted = NIOLockedValueBox<[String: (token: ServerToken, bytes: UInt64)]>([:])
+    /// Counts kept at most; beyond, the oldest guess is simply all of them going (a console
+    /// asks about a page of names at a time).
+    static let capacity = 10_000
+
+    func bytes(of head: CollectionHead) -> UInt64? {
+        counted.withLockedValue { known in known[head.name].flatMap { $0.token == head.token ? $0.bytes : nil } }
+    }
+
+    func keep(_ bytes: UInt64, for head: CollectionHead) {
+        counted.withLockedValue { known in
+            if known.count >= Self.capacity { known.removeAll(keepingCapacity: true) }
+            known[head.name] = (head.token, bytes)
+        }
     }
 }
 

@@ -124,6 +124,7 @@ public final class DeltaSnapAPI: Sendable {
     let attachmentMemory = AttachmentMemory()
     /// The last pushes answered, for the console.
     let recentPushes = RecentPushes()
+    let consoleSizes = ConsoleSizes()
     /// The reviewed collections' settings, by name (read once from the rules: every write and
     /// push asks). Their polls are never answered from memory, where a preview device's token
     /// would not be looked at.
@@ -391,7 +392,8 @@ extension DeltaSnapAPI {
         }
         guard accessControl.knownPrincipal(token)?.isAdmin == true else {
             throw APIError(
-                .unauthorized, "invalid_token", "\(what) answers the admin token only (or serve it apart with serve --metrics-listen HOST:PORT)",
+                .unauthorized, "invalid_token",
+                "\(what) answers the admin token only" + (what == "/metrics" ? " (or serve it apart with serve --metrics-listen HOST:PORT)" : ""),
                 headers: [.wwwAuthenticate: "Bearer error=\"invalid_token\""])
         }
     }

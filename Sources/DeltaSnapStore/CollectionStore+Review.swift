@@ -108,6 +108,26 @@ extension CollectionStore {
         return (pending, changes, more)
     }
 
+    /// The requests waiting for a decision, of every reviewed path (partitions included), in
+    /// path order after `after`, at most `limit`. Requests made before this queue was kept
+    /// (an older release) are not in it; the path's own log still has them.
+    public func pendingReviews(after: String?, limit: Int) async throws -> [(path: String, request: ReviewLogEntry)] {
+        guard try await head(of: ReviewPaths.queue) != nil else { return [] }
+        let source = try await openPage(of: ReviewPaths.queue, after: after, limit: limit)
+        var found: [(path: String, request: ReviewLogEntry)] = []
+        do {
+            while try await source.next({ bytes in
+                let record = try Record.parse(Array(bytes))
+                if let entry = ReviewLogEntry(record: record) { found.append((record.id, entry)) }
+            }) {}
+        } catch {
+            await source.close()
+            throw error
+        }
+        await source.close()
+        return found
+    }
+
     // MARK: - Steps
 
     /// Freezes the workspace as the state a reviewer decides on. Throws ``ReviewError``.
@@ -121,7 +141,10 @@ extension CollectionStore {
             sequence: state.nextSequence, step: .request, by: who, at: now, comment: comment,
             version: try await head(of: workspace)?.version, changes: changes.count)
         let frozen = try await stateChange(of: ReviewPaths.request(of: path), toMatch: workspace)
-        var parts = [PartitionRecords(path: ReviewPaths.log(of: path), records: [try entry.record()])]
+        var parts = [
+            PartitionRecords(path: ReviewPaths.log(of: path), records: [try entry.record()]),
+            PartitionRecords(path: ReviewPaths.queue, records: [try entry.record(id: path)]),
+        ]
         if !frozen.isEmpty { parts.append(PartitionRecords(path: ReviewPaths.request(of: path), records: frozen)) }
         _ = try await importPartitions(parts, replace: false)
         return entry
@@ -144,7 +167,10 @@ extension CollectionStore {
         let state = try await reviewState(of: path)
         guard let pending = state.pending else { throw ReviewError.nothingPending(path) }
         let entry = ReviewLogEntry(sequence: state.nextSequence, step: .decline, by: who, at: now, comment: comment, version: pending.version)
-        _ = try await write([try entry.record()], to: ReviewPaths.log(of: path))
+        _ = try await importPartitions([
+            PartitionRecords(path: ReviewPaths.log(of: path), records: [try entry.record()]),
+            PartitionRecords(path: ReviewPaths.queue, records: [Record.tombstone(id: path)]),
+        ], replace: false)
         return entry
     }
 
@@ -207,6 +233,7 @@ extension CollectionStore {
             sequence: sequence, step: step, by: who, at: now, comment: comment, version: changes.isEmpty ? nil : previous + 1,
             previousVersion: previous, changes: changes.count, restoredVersion: restoredVersion, restoredIDs: ids)
         var alongside = [PartitionRecords(path: ReviewPaths.log(of: path), records: [try entry.record()])]
+        if step == .approve { alongside.append(PartitionRecords(path: ReviewPaths.queue, records: [Record.tombstone(id: path)])) }
         if let extra, !changes.isEmpty { alongside.append(PartitionRecords(path: extra, records: changes.map { $0.after ?? Record.tombstone(id: $0.id) })) }
         let results = try await self.publish(ReviewPublication(
             path: path, expectedVersion: published, changes: changes, source: source,

@@ -84,7 +84,10 @@ public protocol CollectionStore: Sendable {
     func sourcePosition(of follower: String) async throws -> String?
     /// Every follower that recorded a position, with when it last did (seconds since 1970): a
     /// follower records one with each publication, so this is how recent its last one is.
-    func followers() async throws -> [(follower: String, recordedAt: Int64)]
+    func followers() async throws -> [SourceFollowerStatus]
+    /// Notes how far `follower`'s source ran ahead of it, measured at `at` (seconds since
+    /// 1970): what the operator's console shows. Nothing for a follower with no position yet.
+    func recordSourceLag(of follower: String, bytes: Int64, at: Int64) async throws
     /// Forgets a follower's position (`follow --drop-slot`); whether there was one.
     func forgetSourcePosition(of follower: String) async throws -> Bool
     /// One client's batch of offline writes (two-way sync), idempotent by sequence number,

@@ -72,10 +72,11 @@ public struct ReviewLogEntry: Sendable, Equatable {
         return .object(members)
     }
 
-    /// The entry as a log record.
-    func record() throws -> Record {
+    /// The entry as a record: of the log (`id` nil: its sequence), or of the queue of pending
+    /// requests (`id`: the path it asks about).
+    func record(id: String? = nil) throws -> Record {
         guard case .object(var members) = json else { fatalError("an entry is an object") }
-        members.append(JSONMember(Record.idKey, .string(Self.id(sequence))))
+        members.append(JSONMember(Record.idKey, .string(id ?? Self.id(sequence))))
         members.sort { $0.key.utf8Precedes($1.key) }
         return try Record(parsing: .object(members))
     }

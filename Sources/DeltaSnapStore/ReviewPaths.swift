@@ -24,6 +24,9 @@ public enum ReviewPaths {
     static let legacyChangesCollection = "deltasnap-review-changes"
     static let replacedCollection = "deltasnap-review-replaced"
     static let addedCollection = "deltasnap-review-added"
+    /// Every request waiting for a decision, whatever its path: one record per path (its id),
+    /// so the operator's console lists them without reading millions of partitions' logs.
+    static let queue = "deltasnap-review-queue/pending"
 
     /// Whether `path` (`NAME` or `NAME/KEY`) belongs to the reserved collections.
     public static func isReserved(_ path: String) -> Bool {
@@ -35,7 +38,8 @@ public enum ReviewPaths {
     /// most expensive part of writing a record: an approval writes a change record per record).
     /// A workspace keeps its digest: a preview device reads it as published.
     public static func keepsNoDigest(_ path: String) -> Bool {
-        [requestCollection, logCollection, legacyChangesCollection, replacedCollection, addedCollection].contains { path.hasPrefix($0 + "/") }
+        path == queue
+            || [requestCollection, logCollection, legacyChangesCollection, replacedCollection, addedCollection].contains { path.hasPrefix($0 + "/") }
     }
 
     /// The path whose workspace `path` is (`deltasnap-review-work/sets:8271` → `sets/8271`), or

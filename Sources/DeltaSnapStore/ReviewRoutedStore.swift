@@ -134,7 +134,10 @@ public struct ReviewRoutedStore: CollectionStore {
     public func publishedState(of names: [String]) async throws -> PublishedState { try await base.publishedState(of: names) }
     public func sourcePosition(of follower: String) async throws -> String? { try await base.sourcePosition(of: follower) }
     public func forgetSourcePosition(of follower: String) async throws -> Bool { try await base.forgetSourcePosition(of: follower) }
-    public func followers() async throws -> [(follower: String, recordedAt: Int64)] { try await base.followers() }
+    public func followers() async throws -> [SourceFollowerStatus] { try await base.followers() }
+    public func recordSourceLag(of follower: String, bytes: Int64, at: Int64) async throws {
+        try await base.recordSourceLag(of: follower, bytes: bytes, at: at)
+    }
     public func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int { try await base.compact(collection, throughVersion: version) }
     public func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async {
         await base.watchForChanges(every: interval, onChange: onChange)

@@ -18,6 +18,26 @@ public struct SourcePosition: Sendable, Equatable {
     }
 }
 
+/// A source follower as the store last heard from it: when it last recorded a position (with
+/// a publication), and how far its source's log ran ahead of it when it last measured.
+public struct SourceFollowerStatus: Sendable, Equatable {
+    public var follower: String
+    /// Seconds since 1970.
+    public var recordedAt: Int64
+    /// The bytes of the source's log the follower had not confirmed yet (PostgreSQL: the
+    /// slot's `pg_current_wal_lsn() - confirmed_flush_lsn`), and when that was measured; nil
+    /// until it first measures.
+    public var lagBytes: Int64?
+    public var lagMeasuredAt: Int64?
+
+    public init(follower: String, recordedAt: Int64, lagBytes: Int64? = nil, lagMeasuredAt: Int64? = nil) {
+        self.follower = follower
+        self.recordedAt = recordedAt
+        self.lagBytes = lagBytes
+        self.lagMeasuredAt = lagMeasuredAt
+    }
+}
+
 /// One source transaction as a store writes it: the partitions (or collections) it changed,
 /// and the follower's position once it is written (``CollectionStore/importTransactions(_:)``).
 public struct StoreTransaction: Sendable {

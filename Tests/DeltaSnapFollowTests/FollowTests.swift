@@ -186,6 +186,13 @@ import Testing
             // The console's health lists the follower, with its last publication.
             let followers = try await store.followers()
             #expect(followers.map(\.follower) == ["postgres-slot:deltasnap"] && followers[0].recordedAt > 0, "\(followers)")
+            // And how far the source's log ran ahead of it, as it measures every check.
+            var measured = followers.first?.lagBytes
+            for _ in 0..<100 where measured == nil {
+                try await Task.sleep(for: .milliseconds(50))
+                measured = try await store.followers().first?.lagBytes
+            }
+            #expect(measured.map { $0 >= 0 } == true, "the follower noted no lag in the store")
             #expect(try await store.head(of: "attempts/alice") == nil)
             try await source.run("UPDATE countries SET population = 77001 WHERE code = 'AD'")
             try await Self.waitFor(ReviewPaths.workspace(of: "countries"), version: 2, in: store)

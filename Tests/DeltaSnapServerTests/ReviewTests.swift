@@ -79,7 +79,7 @@ import Testing
         var servers: [TestServer] = []
         do {
             let access = AccessPolicy(jwtSecret: Self.secret, rules: try AccessRules(yaml: Self.rules(selfApprove: selfApprove)))
-            let server = try await TestServer.start(database: database.url, access: access, signingKeys: signingKeys)
+            let server = try await TestServer.start(database: database.url, access: access, signingKeys: signingKeys, console: true)
             servers.append(server)
             try await body(Fixture(server: server, database: database))
         } catch {
@@ -318,4 +318,54 @@ import Testing
         while let record = try reader.nextRecord() { records.append(record) }
         return (header, records)
     }
+
+    /// The console's queue lists every request waiting for a decision, partitions' included,
+    /// and drops it once decided; its sizes are the bytes of a path's visible records at its
+    /// head, counted again once a write makes a new version.
+    @Test(.timeLimit(.minutes(3)), arguments: TestBackend.allCases)
+    func theConsoleListsWaitingRequestsAndCountsBytes(_ backend: TestBackend) async throws {
+        try await withServer(backend) { fixture in
+            let editor = try await fixture.token("ed", roles: ["editor"])
+            let reviewer = try await fixture.token("rev", roles: ["reviewer"])
+            func overview() async throws -> JSONValue {
+                let answer = try await fixture.send("GET", "/v1/console/overview", token: TestServer.writeToken)
+                #expect(answer.status == 200, "\(answer.text)")
+                return try JSONReader(bytes: answer.body).readValue()
+            }
+            func queued() async throws -> [String] {
+                guard case .array(let list)? = try await overview()["queue"] else { return [] }
+                return list.compactMap { if case .string(let path)? = $0["path"] { path } else { nil } }
+            }
+            #expect(try await queued() == [])
+            let push = #"{"client":"ed","mutations":[{"seq":1,"op":"put","id":"b1","value":{"n":1}}]}"#
+            #expect(try await fixture.send("POST", "/v1/collections/shelves/partitions/s7/mutations", token: editor, body: push).status == 200)
+            try await fixture.step("request", "shelves/s7", token: editor)
+            #expect(try await fixture.send("PUT", "/v1/collections/catalogue/records/x1", token: TestServer.writeToken, body: #"{"id":"x1"}"#).status == 200)
+            try await fixture.step("request", token: editor)
+            #expect(try await queued() == ["catalogue", "shelves/s7"])
+            try await fixture.step("decline", "shelves/s7", token: reviewer, body: #"{"comment":"no"}"#)
+            try await fixture.step("approve", token: reviewer)
+            #expect(try await queued() == [])
+            // Only the admin token reads the console.
+            #expect(try await fixture.send("GET", "/v1/console/overview", token: reviewer).status == 401)
+
+            func size(_ path: String) async throws -> (bytes: Int, version: Int)? {
+                let answer = try await fixture.send("GET", "/v1/console/sizes?collection=\(path.percentEncodedPathSegment)&collection=missing", token: TestServer.writeToken)
+                #expect(answer.status == 200, "\(answer.text)")
+                guard case .array(let sizes)? = try JSONReader(bytes: answer.body).readValue()["sizes"], sizes.count == 1,
+                      case .number(let bytes)? = sizes[0]["bytes"], case .number(let version)? = sizes[0]["version"] else { return nil }
+                return (Int(bytes)!, Int(version)!)
+            }
+            let exported = try await fixture.database.export("catalogue")
+            let expected = exported.split(separator: "\n").reduce(0) { $0 + $1.utf8.count }
+            let counted = try #require(try await size("catalogue"))
+            #expect(counted.bytes == expected)
+            #expect(try await size("catalogue")?.bytes == expected)  // kept
+            try await fixture.step("rollback", token: reviewer, body: #"{"version":1}"#)
+            let after = try #require(try await size("catalogue"))
+            #expect(after.version == counted.version + 1 && after.bytes == expected - #"{"id":"x1"}"#.utf8.count)
+            #expect(try await fixture.send("GET", "/v1/console/sizes", token: TestServer.writeToken).status == 400)
+        }
+    }
+
 }

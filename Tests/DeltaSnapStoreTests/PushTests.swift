@@ -169,12 +169,12 @@ import Testing
         }
         let db = try SQLiteConnection(path: dir.file("s.sqlite"))
         try db.execute("""
-            DROP TABLE push_clients; DROP TABLE push_results; DROP TABLE history; DROP TABLE publication;
+            DROP TABLE push_clients; DROP TABLE push_results; DROP TABLE history; DROP TABLE publication; DROP TABLE source_positions;
             ALTER TABLE collections DROP COLUMN digest; DROP INDEX collections_by_published; ALTER TABLE collections DROP COLUMN published;
             PRAGMA user_version = 1
             """)
         let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
-        #expect(try db.scalarInt("PRAGMA user_version") == 7)  // every step since, up to the current schema
+        #expect(try db.scalarInt("PRAGMA user_version") == 8)  // every step since, up to the current schema
         // The watchers' change feed: every collection published at the sequence of the migration.
         #expect(try store.read { try $0.heads(publishedAfter: 0).heads.map(\.name) } == ["notes"])
         // Signed data: the digest of a store from before it is computed once, from the records.

@@ -24,7 +24,7 @@ package final class TestServer: Sendable {
         compaction: CompactionSchedule? = nil, port: Int = 0, signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30,
         readDatabase: String? = nil, changePollInterval: Duration = .milliseconds(20), forkCollections: Set<String> = [],
         partitionHeadCapacity: Int = 100_000, maximumWaiters: Int = 10_000, waitDebounce: Duration = .milliseconds(50),
-        indexLifetime: Int? = nil, pagingBudgetBytes: Int? = nil, maximumAttachmentBytes: UInt64? = nil
+        indexLifetime: Int? = nil, pagingBudgetBytes: Int? = nil, maximumAttachmentBytes: UInt64? = nil, console: Bool = false
     ) async throws -> TestServer {
         let logger = logger ?? {
             var quiet = Logger(label: "test-server")
@@ -40,6 +40,7 @@ package final class TestServer: Sendable {
         configuration.partitionHeadCapacity = partitionHeadCapacity
         configuration.maximumWaiters = maximumWaiters
         configuration.waitDebounce = waitDebounce
+        configuration.console = console
         // Below `serve`'s 60-second floor, so a test sees a document re-signed within seconds.
         if let indexLifetime { configuration.indexLifetime = indexLifetime }
         if let pagingBudgetBytes { configuration.pagingBudgetBytes = pagingBudgetBytes }

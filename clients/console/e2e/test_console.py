@@ -21,7 +21,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 BIN = os.path.abspath(os.environ.get("BIN", ".build/debug/deltasnap"))
 ARTIFACTS = os.path.abspath(os.environ.get("ARTIFACTS", ".build/browser-artifacts"))
@@ -49,7 +49,8 @@ class Console(unittest.TestCase):
         with open(rules, "w") as f:
             f.write("collections:\n"
                     "  catalogue: { read: public, review: { editors: editor, reviewers: reviewer } }\n"
-                    "  shelves: { partitioned: true, read: public, write: admin }\n")
+                    "  shelves: { partitioned: true, read: public, write: admin }\n"
+                    "  lists: { partitioned: true, read: public, review: { editors: editor, reviewers: reviewer } }\n")
         run = lambda *args, **kw: subprocess.run([BIN, *args], check=True, capture_output=True, text=True, **kw)
         run("import", "--db", db, "--collection", "catalogue", "--quiet", "-",
             input="".join(json.dumps({"id": f"item{i}", "price": i}) + "\n" for i in range(10)))
@@ -70,12 +71,28 @@ class Console(unittest.TestCase):
             cls.tearDownClass()
             raise RuntimeError("deltasnap serve did not start: " + open(out).read()[-2000:])
         cls.url = f"http://127.0.0.1:{port}"
+        try:
+            cls.prepare(run)
+        except BaseException:
+            cls.tearDownClass()  # the server started: stop it whatever failed after
+            raise
+
+    @classmethod
+    def prepare(cls, run):
         # An editor's change waits in the workspace: one price changed, one item added.
         editor = run("token", "--secret", SECRET, "--subject", "ed", "--role", "editor").stdout.strip()
         batch = json.dumps({"client": "ed-laptop", "mutations": [
             {"seq": 1, "op": "patch", "id": "item3", "value": {"price": 30}},
             {"seq": 2, "op": "insert", "id": "item99", "value": {"price": 99}}]}).encode()
         status, text = http("POST", f"{cls.url}/v1/collections/catalogue/mutations", batch, {"Authorization": f"Bearer {editor}"})
+        assert status == 200, (status, text)
+        # And a partition of a reviewed partitioned collection, its review requested: the queue
+        # shows it without the page reading millions of partitions.
+        auth = {"Authorization": f"Bearer {editor}", "Content-Type": "application/json"}
+        batch = json.dumps({"client": "ed-phone", "mutations": [{"seq": 1, "op": "insert", "id": "x1", "value": {"title": "milk"}}]}).encode()
+        status, text = http("POST", f"{cls.url}/v1/collections/lists/partitions/l1/mutations", batch, auth)
+        assert status == 200, (status, text)
+        status, text = http("POST", f"{cls.url}/v1/collections/lists/partitions/l1/review/request", b'{"comment":"first list"}', auth)
         assert status == 200, (status, text)
         options = webdriver.ChromeOptions()
         for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,900",
@@ -123,10 +140,11 @@ class Console(unittest.TestCase):
         self.find("#signin-button").click()
         self.find("#health", "reachable")
         self.assertNotIn(ADMIN, d.current_url, "the token is never in a URL")
+        self.find("#waiting", "lists/l1: requested by ed")
 
         # One partition among PARTITIONS, by its key.
         self.find("nav button[data-tab=collections]").click()
-        self.find("#partitioned")
+        Select(self.find("#partitioned")).select_by_value("shelves")  # "lists" is partitioned too
         key = f"s{PARTITIONS * 42 // 100:06d}"
         self.find("#partition-search").send_keys(key)
         self.find("#partition-list tr.clickable", f"shelves/{key}")
@@ -137,9 +155,23 @@ class Console(unittest.TestCase):
         self.find("#collection-view", f"shelves/{key}")
         self.find("#records", "b1")
         self.find("#versions", "1 (")
+        self.find("#head span.size", " B")  # its bytes, counted by the server
+        collections = self.find("#collection-list").text
+        self.assertIn("catalogue", collections)
+        self.find("#collection-list span.size", "B")
+
+        # The queue: a partition's request, declined through the page.
+        self.find("nav button[data-tab=reviews]").click()
+        self.find("#waiting-list tr.clickable", "lists/l1").click()
+        self.find("#diff", "x1")
+        self.find("#review-state", "Requested by ed")
+        self.find("#review-comment").send_keys("not yet")
+        self.find("button", "Decline").click()
+        self.find("#review-log", "decline by admin")
+        self.find("#review-queue .card", "none")  # nothing waits any more
+        self.assertNotIn("lists/l1", self.find("#review-queue").text)
 
         # The review: side by side, approved through the page.
-        self.find("nav button[data-tab=reviews]").click()
         self.find("#review-list tr.clickable", "catalogue").click()
         self.find("#diff", "item99")
         diff = self.find("#diff").text

@@ -125,18 +125,25 @@ async function overview(): Promise<void> {
       el("div", {}, "Store: ", el("span", { class: store.reachable ? "ok" : "bad" }, store.reachable ? "reachable" : `unreachable: ${store.problem}`)),
       el("div", {}, `Waiting requests (live clients): ${o.waiters}`),
       el("div", {}, `Heads in memory: ${caches.heads} · cached deltas: ${caches.deltas} · full bodies kept: ${caches.fullBodyBytes} bytes`),
-      ...(o.followers as Obj[]).map((f) => el("div", {}, `Follower ${f.name}: last published ${f.lastPublished} (${f.secondsAgo} s ago)`))),
+      ...(o.followers as Obj[]).map((f) => el("div", { class: "follower" }, `Follower ${f.name}: last published ${f.lastPublished} (${f.secondsAgo} s ago)` +
+        (f.lagBytes !== undefined ? ` · ${bytes(Number(f.lagBytes))} of the source's log behind (measured ${f.lagMeasuredSecondsAgo} s ago)` : "")))),
     el("h2", {}, "Reviews waiting"),
-    el("div", { class: "card" }, ...((o.reviews as Obj[]).filter((r) => r.pending).map((r) => el("div", {}, `${r.collection}: requested by ${(r.pending as Obj).by}`))),
-      (o.reviews as Obj[]).some((r) => r.pending) ? null : "none"),
+    el("div", { class: "card", id: "waiting" }, ...(waiting(o).length ? waiting(o).map((w) => el("div", {}, `${w.path}: requested by ${w.request.by}`)) : ["none"])),
   );
+}
+
+/** The requests waiting for a decision, partitions' included. */
+function waiting(o: Obj): { path: string; request: Obj }[] {
+  return (o.queue as Obj[]).map((q) => ({ path: String(q.path), request: q.request as Obj }));
 }
 
 async function collections(): Promise<void> {
   const [list, o] = await Promise.all([api("GET", "/v1/collections"), api("GET", "/v1/console/overview")]);
   const rows = (list.collections as Obj[]);
-  table($("collection-list"), ["collection", "token", "records", "last commit"], rows.map((c) => [String(c.name), String(c.token), String(c.count), String(c.lastModified)]),
+  table($("collection-list"), ["collection", "token", "records", "bytes", "last commit"],
+    rows.map((c) => [String(c.name), String(c.token), String(c.count), sizeCell(String(c.name)), String(c.lastModified)]),
     (i) => run(() => collection(String(rows[i].name))));
+  await fillSizes(rows.map((c) => String(c.name)));
   const select = $<HTMLSelectElement>("partitioned");
   select.replaceChildren(...(o.partitioned as string[]).map((name) => el("option", { value: name }, name)));
   await searchPartitions();
@@ -148,8 +155,37 @@ async function searchPartitions(): Promise<void> {
   const prefix = $<HTMLInputElement>("partition-search").value;
   const found = await api("GET", `/v1/console/partitions?collection=${encodeURIComponent(name)}&prefix=${encodeURIComponent(prefix)}&limit=50`);
   const partitions = found.partitions as Obj[];
-  table($("partition-list"), ["partition", "version", "records", "last commit"], partitions.map((p) => [String(p.name), String(p.version), String(p.count), String(p.lastModified)]),
+  table($("partition-list"), ["partition", "version", "records", "bytes", "last commit"],
+    partitions.map((p) => [String(p.name), String(p.version), String(p.count), sizeCell(String(p.name)), String(p.lastModified)]),
     (i) => run(() => collection(String(partitions[i].name))));
+  await fillSizes(partitions.map((p) => String(p.name)));
+}
+
+/** A cell the byte count of `path` lands in once counted (the server reads its records once per version). */
+function sizeCell(path: string): HTMLElement {
+  return el("span", { class: "size", "data-path": path }, "…");
+}
+
+/** Asks for the byte counts of `paths`, 50 at a time, and fills their cells. */
+async function fillSizes(paths: string[]): Promise<void> {
+  for (let start = 0; start < paths.length; start += 50) {
+    const query = paths.slice(start, start + 50).map((p) => `collection=${encodeURIComponent(p)}`).join("&");
+    const answer = await api("GET", `/v1/console/sizes?${query}`);
+    for (const size of answer.sizes as Obj[]) {
+      for (const cell of document.querySelectorAll<HTMLElement>("span.size")) {
+        if (cell.dataset.path === String(size.name)) cell.textContent = bytes(Number(size.bytes));
+      }
+    }
+  }
+}
+
+function bytes(n: number): string {
+  if (n < 1024) return `${n} B`;
+  const units = ["KiB", "MiB", "GiB", "TiB"];
+  let value = n / 1024;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
+  return `${value.toFixed(value < 10 ? 1 : 0)} ${units[unit]}`;
 }
 
 /** One collection or partition: its head, a page of records, a record by id with its history and revert. */
@@ -165,11 +201,13 @@ async function collection(path: string, after: string | null = null): Promise<vo
   const next = records.length === 25 ? button("Next page", () => collection(path, String(records[records.length - 1].id)), "secondary") : "";
   view.replaceChildren(
     el("h2", {}, path),
-    el("div", { class: "card" }, `version ${head.version} · token ${head.token} · ${head.count} records · floor ${head.floor} · last commit ${head.lastModified}`),
+    el("div", { class: "card", id: "head" }, `version ${head.version} · token ${head.token} · ${head.count} records · `, sizeCell(path),
+      ` · floor ${head.floor} · last commit ${head.lastModified}`),
     el("div", { class: "card", id: "versions" }, "Versions: ", (page.versions as Obj[]).map((v) => `${v.version} (${v.committedAt})`).join(" · ")),
     el("div", { class: "row" }, lookup, button("Show record", () => record(path, (lookup as HTMLInputElement).value, detail))),
     detail, recordsTable, next,
   );
+  await fillSizes([path]);
 }
 
 async function record(path: string, id: string, target: HTMLElement): Promise<void> {
@@ -196,9 +234,16 @@ async function reviews(): Promise<void> {
   const queue = (o.reviews as Obj[]);
   const t = el("table", { id: "review-list" });
   table(t, ["reviewed collection", "editors", "reviewers", "pending"], queue.map((r) => [
-    String(r.collection), String(r.editors), String(r.reviewers), r.partitioned ? "per partition: open one above" : r.pending ? `requested by ${(r.pending as Obj).by}` : "—",
+    String(r.collection), String(r.editors), String(r.reviewers), r.partitioned ? "per partition: see above" : r.pending ? `requested by ${(r.pending as Obj).by}` : "—",
   ]), (i) => { if (!queue[i].partitioned) run(() => review(String(queue[i].collection))); });
-  $("review-queue").replaceChildren(el("h2", {}, "Reviewed collections"), t);
+  const pending = waiting(o);
+  const w = el("table", { id: "waiting-list" });
+  table(w, ["waiting for a decision", "requested by", "when", "changes", "comment"], pending.map((p) => [
+    p.path, String(p.request.by), new Date(Number(p.request.at) * 1000).toISOString(), String(p.request.changes),
+    typeof p.request.comment === "string" ? p.request.comment : "—",
+  ]), (i) => run(() => review(pending[i].path)));
+  $("review-queue").replaceChildren(el("h2", {}, "Waiting for a decision"), pending.length ? w : el("div", { class: "card" }, "none"),
+    el("h2", {}, "Reviewed collections"), t);
 }
 
 /** The change under review, side by side, with the steps and the audit log. */

@@ -59,7 +59,7 @@ extension PostgresDatabase {
 
     /// Locks `collection`'s row, creating it (with no version yet) when it is new.
     func lock(_ collection: String, on connection: PostgresConnection) async throws -> LockedCollection {
-        let epochForNew = configuration.epochForNewCollections ?? ServerToken.randomEpoch()
+        let epochForNew = configuration.epoch(forNew: collection)
         try await connection.query("""
             INSERT INTO deltasnap_collections(name, epoch, head, checksum, visible) VALUES (\(collection), \(epochForNew), 0, 0, 0)
             ON CONFLICT (name) DO NOTHING

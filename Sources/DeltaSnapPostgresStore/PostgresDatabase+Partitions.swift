@@ -86,7 +86,7 @@ extension PostgresDatabase {
                     collection: partition.path, committed: false, head: nil, upserted: 0, hidden: 0, unchanged: partition.records.count)
                 continue
             }
-            written.append((partition, configuration.epochForNewCollections ?? ServerToken.randomEpoch(), state))
+            written.append((partition, configuration.epoch(forNew: partition.path), state))
         }
         guard !written.isEmpty else { return results }
         let sequence = try await publishCommit(at: committedAt, on: connection)

@@ -129,7 +129,7 @@ extension PostgresDatabase {
     ) async throws -> WriteResult {
         var state = StateAccumulator(collection: name, checksum: .empty, count: 0, digest: nil)
         for value in values { state.insert(id: value.id, hash: value.hash, canonical: value.bytes) }
-        let epoch = configuration.epochForNewCollections ?? ServerToken.randomEpoch()
+        let epoch = configuration.epoch(forNew: name)
         var created: Int64?
         for try await cid in try await connection.query("""
             INSERT INTO deltasnap_collections(name, epoch, head, checksum, visible, digest, published)

@@ -53,7 +53,7 @@ package final class CollectionWriter {
             version = head.version + 1
         } else {
             // Created inside this transaction: rolled back with it if nothing is committed.
-            epoch = configuration.epochForNewCollections ?? ServerToken.randomEpoch()
+            epoch = configuration.epoch(forNew: collection)
             let insert = try statements("INSERT INTO collections(name, epoch, head, checksum, visible) VALUES (?, ?, 0, 0, 0)")
             try insert.bind(1, collection)
             try insert.bind(2, epoch)

@@ -156,7 +156,7 @@ private struct NewPartitions {
             return WriteResult(collection: partition.path, committed: false, head: nil, upserted: 0, hidden: 0, unchanged: state.unchanged)
         }
         let (sequence, committedAt) = try publication()
-        let epoch = configuration.epochForNewCollections ?? ServerToken.randomEpoch()
+        let epoch = configuration.epoch(forNew: partition.path)
         let insert = try statements(
             "INSERT INTO collections(name, epoch, head, checksum, visible, digest, published) VALUES (?, ?, 1, ?, ?, ?, ?)")
         try insert.bind(1, partition.path)

@@ -1,3 +1,4 @@
+import DeltaSnapCore
 import Foundation
 
 /// Settings that make a store's history reproducible.
@@ -28,6 +29,17 @@ public struct StoreConfiguration: Sendable, Equatable {
         StoreConfiguration(
             epochForNewCollections: environment["DELTASNAP_EPOCH"].flatMap { $0.isEmpty ? nil : $0 },
             fixedCommitTime: environment["SOURCE_DATE_EPOCH"].flatMap { Int64($0) })
+    }
+
+    /// The epoch of a collection or partition created now: random, or the pinned one. A review
+    /// workspace's is derived from the pinned one and its path rather than equal to it: a
+    /// preview device reads the workspace under the published name, and the two must never
+    /// share a token (a delta answered from a published token would be the workspace's).
+    public func epoch(forNew path: String) -> String {
+        guard let pinned = epochForNewCollections else { return ServerToken.randomEpoch() }
+        guard ReviewWorkspace.published(of: path) != nil else { return pinned }
+        let hex = String(XXH64.hash(Array("\(pinned) \(path)".utf8)), radix: 16)
+        return String(repeating: "0", count: 16 - hex.utf8.count) + hex
     }
 
     /// The time a commit records, in seconds: the pinned time or now — never before the

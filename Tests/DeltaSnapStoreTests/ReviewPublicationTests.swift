@@ -68,4 +68,24 @@ import Testing
         #expect(result.head?.checksum == (try await reference.head(of: "cat"))?.checksum)
         #expect(result.head?.count == 4)
     }
+
+    /// With a pinned epoch (`DELTASNAP_EPOCH`, reproducible builds) a workspace still gets
+    /// tokens of its own: its epoch is derived from the pinned one and its path, the same on
+    /// every build, never the published collection's.
+    @Test(arguments: TestBackend.allCases)
+    func aWorkspaceNeverSharesThePinnedEpoch(_ backend: TestBackend) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let configuration = StoreConfiguration(epochForNewCollections: "00000000000000a1")
+        let database = try await TestDatabase.make(backend, in: dir, configuration: configuration)
+        defer { Task { await database.stop() } }
+        try await database.importText(#"{"id":"a","v":1}"#, collection: "cat")
+        let workspace = try await database.store.prepareWorkspace(of: "cat")
+        let (published, copy) = (try await database.head(of: "cat"), try await database.head(of: workspace))
+        #expect(published?.epoch == "00000000000000a1")
+        #expect(copy?.epoch == configuration.epoch(forNew: workspace) && copy?.epoch != published?.epoch)
+        #expect(ServerToken.isEpoch(try #require(copy?.epoch)))
+        #expect(configuration.epoch(forNew: ReviewPaths.log(of: "cat")) == "00000000000000a1", "bookkeeping is never served")
+    }
+
 }

@@ -88,7 +88,11 @@ extension DeltaSnapAPI {
             }
             limit = number
         }
-        let entries = try await store.history(of: id, in: name, limit: limit)
+        // A reviewed collection's published values change through review only: its history is
+        // what publications replaced (pushes' stays with the unpublished workspace).
+        let entries = reviewed[path.name] != nil
+            ? try await store.reviewHistory(of: id, in: name, limit: limit)
+            : try await store.history(of: id, in: name, limit: limit)
         var out = Array(#"{"collection":"#.utf8)
         CanonicalJSON.writeString(name, into: &out)
         out.append(contentsOf: Array(#","history":["#.utf8))

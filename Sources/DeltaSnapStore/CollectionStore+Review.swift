@@ -128,6 +128,35 @@ extension CollectionStore {
         return found
     }
 
+    /// The values review publications (approvals, rollbacks) replaced in record `id` of `path`,
+    /// newest first, at most `limit` — a reviewed collection's history: its published values
+    /// change only through review, and pushes' history stays with the workspace, unpublished.
+    /// `version` is the publication that had written the value, 0 when it predates the last
+    /// 1,000 publications (or the review); `replacedBy` is `"review"` (history is as public as
+    /// the collection: no reviewer's name).
+    public func reviewHistory(of id: String, in path: String, limit: Int) async throws -> [HistoryEntry] {
+        let publications = try await reviewState(of: path).log.filter { $0.published && $0.version != nil }.suffix(1000).reversed()
+        var entries: [HistoryEntry] = []
+        var pending: (value: Record, replacedIn: UInt64, at: Int64)?
+        func settle(writtenBy version: UInt64) {
+            if let kept = pending {
+                entries.append(HistoryEntry(value: kept.value.bytes, version: version, replacedIn: kept.replacedIn, replacedAt: kept.at, replacedBy: "review"))
+            }
+            pending = nil
+        }
+        for publication in publications {
+            guard entries.count < limit else { break }
+            let replaced = try await record(id, in: ReviewPaths.replaced(of: path, publication: publication.sequence))
+            let added = replaced == nil ? try await record(id, in: ReviewPaths.added(of: path, publication: publication.sequence)) : nil
+            guard replaced != nil || added != nil else { continue }
+            // This publication wrote the value the newer one replaced.
+            settle(writtenBy: publication.version!)
+            if let replaced { pending = (replaced, publication.version!, publication.at) }
+        }
+        if entries.count < limit { settle(writtenBy: 0) }
+        return entries
+    }
+
     // MARK: - Steps
 
     /// Freezes the workspace as the state a reviewer decides on. Throws ``ReviewError``.

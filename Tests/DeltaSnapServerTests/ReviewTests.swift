@@ -202,6 +202,15 @@ import Testing
             #expect(records.first { $0.id == "new-1" }?.isHidden == true)
             #expect(try await fixture.database.store.record("new-1", in: "catalogue") == nil)
             #expect(try await fixture.changes(token: reviewer).isEmpty, "the workspace was rolled back too")
+            // Its history is what the publications replaced: the approved price by the rollback,
+            // the original by the approval (written before review: version 0).
+            let history = try await fixture.send("GET", "/v1/collections/catalogue/records/\(SyntheticRecords.id(7))/history", token: reader)
+            #expect(history.status == 200)
+            let entries = try JSONReader(bytes: history.body).readValue()["history"]
+            guard case .array(let list)? = entries, list.count == 2 else { Issue.record("history: \(history.text)"); return }
+            #expect(list[0]["value"]?["price"] == .number("700") && list[0]["replacedIn"] == .number("3") && list[0]["version"] == .number("2"))
+            #expect(list[1]["value"].map { try? Record(parsing: $0).bytes } == original.bytes && list[1]["replacedIn"] == .number("2"))
+            #expect(list[1]["version"] == .number("0") && list[0]["replacedBy"] == .string("review"))
             // The same records digest the same, workspace or published: a preview device checks
             // the workspace against a signed entry of the collection's name.
             let digests = try await fixture.database.store.publishedState(of: ["catalogue", ReviewPaths.workspace(of: "catalogue")]).entries.map(\.digest)

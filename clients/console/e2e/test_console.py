@@ -159,6 +159,8 @@ class Console(unittest.TestCase):
         collections = self.find("#collection-list").text
         self.assertIn("catalogue", collections)
         self.find("#collection-list span.size", "B")
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        d.save_screenshot(os.path.join(ARTIFACTS, "console-collections.png"))
 
         # The queue: a partition's request, declined through the page.
         self.find("nav button[data-tab=reviews]").click()

@@ -121,14 +121,16 @@ public final class BufferedLogOutput: Sendable {
     /// Adds a `request` line (``RequestLog``) formatted straight into the buffer: the same
     /// bytes ``BufferedLogHandler`` writes for `logger.info("request", metadata: …)` with
     /// these six keys, in their sorted order.
+    /// `microseconds` is written as milliseconds with three decimals (`duration_ms=0.042`).
     func appendRequest(
-        label: String, bytes: Int?, durationMilliseconds: String, method: String, path: String, requestID: String, status: Int
+        label: String, bytes: Int?, microseconds: Int64, method: String, path: String, requestID: String, status: Int
     ) {
-        let now = Int64(Date().timeIntervalSince1970)
+        // `time(2)`, not `Date()`: one call per logged answer, and only the second is printed.
+        let now = Int64(time(nil))
         let due = state.withLockedValue { state in
             let stamp = state.timestamp(now)
             return Self.appendRequest(
-                to: &state.pending, stamp: stamp, label: label, bytes: bytes, durationMilliseconds: durationMilliseconds, method: method,
+                to: &state.pending, stamp: stamp, label: label, bytes: bytes, microseconds: microseconds, method: method,
                 path: path, requestID: requestID, status: status)
         }
         if due { flush() }
@@ -136,7 +138,7 @@ public final class BufferedLogOutput: Sendable {
 
     /// The bytes of one `request` line, appended to `pending`; whether the buffer is full.
     private static func appendRequest(
-        to pending: inout [UInt8], stamp: String, label: String, bytes: Int?, durationMilliseconds: String, method: String, path: String,
+        to pending: inout [UInt8], stamp: String, label: String, bytes: Int?, microseconds: Int64, method: String, path: String,
         requestID: String, status: Int
     ) -> Bool {
         pending.append(contentsOf: stamp.utf8)
@@ -145,7 +147,13 @@ public final class BufferedLogOutput: Sendable {
         pending.append(contentsOf: ": bytes=".utf8)
         if let bytes { Self.appendDecimal(bytes, to: &pending) } else { pending.append(contentsOf: "streamed".utf8) }
         pending.append(contentsOf: " duration_ms=".utf8)
-        pending.append(contentsOf: durationMilliseconds.utf8)
+        let micros = max(0, microseconds)
+        Self.appendDecimal(Int(micros / 1000), to: &pending)
+        pending.append(UInt8(ascii: "."))
+        let fraction = Int(micros % 1000)
+        pending.append(UInt8(ascii: "0") + UInt8(fraction / 100))
+        pending.append(UInt8(ascii: "0") + UInt8(fraction / 10 % 10))
+        pending.append(UInt8(ascii: "0") + UInt8(fraction % 10))
         pending.append(contentsOf: " method=".utf8)
         pending.append(contentsOf: method.utf8)
         pending.append(contentsOf: " path=".utf8)

@@ -45,7 +45,7 @@ extension DeltaSnapAPI {
         let (store, metrics) = (self.store, self.metrics)
         // Whether the blob is still there, asked before the head is sent: once it is, a failed
         // read can only cut the connection — a client would see an empty reply, not a 404.
-        let files = store as? any AttachmentFiles
+        let files = attachmentFiles
         let present = if let file = files?.attachmentFile(hash) { FileManager.default.isReadableFile(atPath: file) } else { try await store.attachmentSize(hash) != nil }
         guard present else {
             // Collected since the reference was remembered (a record stopped referring to it).
@@ -73,7 +73,7 @@ extension DeltaSnapAPI {
     /// copy), from memory, or read from the store (then kept in memory: the store has no file
     /// to read it from next time).
     private func smallBlob(_ reference: AttachmentReference) async throws -> ByteBuffer {
-        if let files = store as? any AttachmentFiles, let file = files.attachmentFile(reference.sha256),
+        if let files = attachmentFiles, let file = files.attachmentFile(reference.sha256),
            let bytes = attachmentMemory.readSmallFile(file, size: reference.size)
         {
             return bytes

@@ -35,7 +35,7 @@ extension DeltaSnapAPI {
     /// Nil when it is not that plain (``attachmentFromMemory(collection:sha256:ifNoneMatch:range:ifRange:sendsBody:allowsFile:)``
     /// answers then, or the router).
     func plainDownload(collection name: String, sha256 hash: String) -> (head: ByteBuffer, file: String, size: UInt64)? {
-        guard let files = store as? any AttachmentFiles, CollectionName.isValid(name), let collection = CollectionPath(name: name, key: nil),
+        guard let files = attachmentFiles, CollectionName.isValid(name), let collection = CollectionPath(name: name, key: nil),
               configuration.access.isPublicRead(collection),
               let (reference, head) = attachmentMemory.publicHead(of: hash, in: name, encode: Self.encodedPublicHead),
               let file = files.attachmentFile(hash)
@@ -99,7 +99,7 @@ extension DeltaSnapAPI {
             metrics.countFastPathAttachmentAnswer(status: answer.status.code)
             return (answer.status, answer.headers, .none)
         }
-        let file = (store as? any AttachmentFiles)?.attachmentFile(hash)
+        let file = attachmentFiles?.attachmentFile(hash)
         if allowsFile, let file { return (answer.status, answer.headers, .file(path: file, range: served)) }
         guard reference.size <= AttachmentMemory.smallBlobBytes,
               let whole = file.flatMap({ attachmentMemory.readSmallFile($0, size: reference.size) }) ?? attachmentMemory.body(of: hash)

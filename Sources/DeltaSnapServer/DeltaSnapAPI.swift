@@ -108,6 +108,9 @@ public final class DeltaSnapAPI: Sendable {
     let heads: HeadCache
     /// Owned: ``shutdown()`` closes it.
     let store: any CollectionStore
+    /// `store` as a keeper of one file per blob (the embedded default), cast once: a cast to
+    /// a protocol existential on every download was a measurable part of a small one's CPU.
+    let attachmentFiles: (any AttachmentFiles)?
     let fullBodies = FullBodyCache()
     let deltas = DeltaCache()
     let accessControl: AccessControl
@@ -147,6 +150,7 @@ public final class DeltaSnapAPI: Sendable {
             throw error
         }
         self.store = store
+        attachmentFiles = store as? any AttachmentFiles
         pagedVersions = PagedVersions(budgetBytes: configuration.pagingBudgetBytes)
         memberships = MembershipDirectory(collection: policy.rules.memberships, store: store, heads: heads)
         do {

@@ -73,13 +73,14 @@ struct RequestLog: Sendable {
         since start: ContinuousClock.Instant, bytes: Int?
     ) {
         guard logger.logLevel <= .info else { return }
-        let duration = Self.milliseconds(ContinuousClock.now - start)
+        let elapsed = ContinuousClock.now - start
         if let output {
             output.appendRequest(
-                label: logger.label, bytes: bytes, durationMilliseconds: duration, method: method.rawValue, path: path,
+                label: logger.label, bytes: bytes, microseconds: Self.microseconds(elapsed), method: method.rawValue, path: path,
                 requestID: requestID, status: status.code)
             return
         }
+        let duration = Self.milliseconds(elapsed)
         logger.info("request", metadata: [
             "request_id": .string(requestID),
             "method": .string(method.rawValue),
@@ -91,9 +92,13 @@ struct RequestLog: Sendable {
     }
 
     static func milliseconds(_ duration: Duration) -> String {
-        let (seconds, attoseconds) = duration.components
-        let micros = seconds * 1_000_000 + attoseconds / 1_000_000_000_000
+        let micros = microseconds(duration)
         return "\(micros / 1000).\(String(micros % 1000 + 1000).dropFirst())"
+    }
+
+    static func microseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return seconds * 1_000_000 + attoseconds / 1_000_000_000_000
     }
 }
 

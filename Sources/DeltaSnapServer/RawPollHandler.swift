@@ -212,7 +212,10 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
             needsFlush = false
             context.flush()
         }
-        context.fireChannelReadComplete()
+        // Until it steps aside, this handler read every byte itself: nothing behind it (the
+        // HTTP decoder, Hummingbird's stream) has had a read this round to complete, and the
+        // walk through them was a percent of a small download's CPU.
+        if steppedAside { context.fireChannelReadComplete() }
     }
 
     /// The end of input, or of the connection, reaches the decoder after any bytes held.

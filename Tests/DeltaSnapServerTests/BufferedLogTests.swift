@@ -41,6 +41,10 @@ import Testing
         let withoutDuration = { (line: Substring) in line.replacingOccurrences(of: #"duration_ms=[0-9.]+"#, with: "", options: .regularExpression) }
         #expect(withoutDuration(direct) == withoutDuration(viaSwiftLog))
         #expect(direct.hasPrefix(" info deltasnap: bytes=1428 duration_ms="))
+        // Both write milliseconds with three decimals.
+        #expect(direct.range(of: #"duration_ms=[0-9]+\.[0-9]{3} "#, options: .regularExpression) != nil)
+        #expect(viaSwiftLog.range(of: #"duration_ms=[0-9]+\.[0-9]{3} "#, options: .regularExpression) != nil)
+        #expect(RequestLog.milliseconds(.microseconds(42)) == "0.042" && RequestLog.milliseconds(.microseconds(12_345)) == "12.345")
         #expect(direct.hasSuffix(" method=GET path=/v1/collections/items request_id=abc-1 status=200 [DeltaSnapServer] request"))
         #expect(written[2].hasSuffix(" error deltasnap: error=x [DeltaSnapServerTests] store unreachable"))
         #expect(written[0].utf8.count > 24 && written[0].dropFirst(19).hasPrefix("+0000 "))

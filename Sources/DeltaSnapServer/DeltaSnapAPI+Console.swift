@@ -124,8 +124,10 @@ extension DeltaSnapAPI {
         var sizes: [JSONValue] = []
         for path in paths {
             guard let head = try await heads.head(of: path, store: store) else { continue }
-            var counted = (bytes: consoleSizes.bytes(of: head) ?? 0, version: head.version)
-            if consoleSizes.bytes(of: head) == nil {
+            var counted = (bytes: UInt64(0), version: head.version)
+            if let known = consoleSizes.bytes(of: head) {
+                counted.bytes = known
+            } else {
                 var total: UInt64 = 0
                 let source = try await store.openRecords(in: path, after: nil)
                 do {
@@ -202,8 +204,8 @@ extension DeltaSnapAPI {
 /// The console's byte counts, by collection or partition and the head they were counted at.
 final class ConsoleSizes: Sendable {
     private let counted = NIOLockedValueBox<[String: (token: ServerToken, bytes: UInt64)]>([:])
-    /// Counts kept at most; beyond, the oldest guess is simply all of them going (a console
-    /// asks about a page of names at a time).
+    /// Counts kept at most; past it they are all dropped and counted again when asked (a
+    /// console asks about a page of names at a time).
     static let capacity = 10_000
 
     func bytes(of head: CollectionHead) -> UInt64? {

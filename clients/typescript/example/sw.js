@@ -3,7 +3,7 @@
 // live in IndexedDB and photos in OPFS, kept by the DeltaSnap client, whose /v1/ requests
 // pass through untouched.
 const CACHE = "deltasnap-notes-shell-v1";
-const SHELL = ["notes.html", "notes.js", "deltasnap.js", "download-worker.js"];
+const SHELL = ["notes.html", "notes.js", "example.css", "deltasnap.js", "download-worker.js"];
 
 self.addEventListener("install", (event) => {
   event.waitUntil(caches.open(CACHE).then((cache) => cache.addAll(SHELL)).then(() => self.skipWaiting()));

@@ -128,17 +128,12 @@ extension DeltaSnapAPI {
             if let known = consoleSizes.bytes(of: head) {
                 counted.bytes = known
             } else {
-                var total: UInt64 = 0
-                let source = try await store.openRecords(in: path, after: nil)
-                do {
+                counted = try await store.withRecords(in: path) { source in
+                    var total: UInt64 = 0
                     while try await source.next({ total += UInt64($0.count) }) {}
-                    await source.close()
-                } catch {
-                    await source.close()
-                    throw error
+                    consoleSizes.keep(total, for: source.head)
+                    return (total, source.head.version)
                 }
-                consoleSizes.keep(total, for: source.head)
-                counted = (total, source.head.version)
             }
             sizes.append(.object([
                 JSONMember("bytes", .number(String(counted.bytes))), JSONMember("name", .string(path)),
@@ -168,14 +163,10 @@ extension DeltaSnapAPI {
         }
         guard let head = try await heads.head(of: path, store: store) else { throw APIError.unknownCollection(path) }
         let limit = min(500, max(1, query.get("limit").flatMap { Int($0) } ?? 50))
-        let source = try await store.openPage(of: path, after: query.get("after").map { String($0) }, limit: limit)
-        var records: [JSONValue] = []
-        do {
+        let records = try await store.withPage(of: path, after: query.get("after").map { String($0) }, limit: limit) { source in
+            var records: [JSONValue] = []
             while try await source.next({ records.append(try JSONReader(bytes: Array($0)).readValue()) }) {}
-            await source.close()
-        } catch {
-            await source.close()
-            throw error
+            return records
         }
         let versions: [JSONValue] = try await store.versions(of: path, limit: 20).map {
             .object([JSONMember("committedAt", .string(HTTPDate.format($0.committedAt))), JSONMember("version", .number(String($0.version)))])

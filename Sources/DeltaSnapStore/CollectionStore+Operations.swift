@@ -65,6 +65,22 @@ extension CollectionStore {
         }
     }
 
+    /// Reads a page of `collection`'s head (``openPage(of:after:limit:)``): the source is
+    /// closed whatever `body` does.
+    public func withPage<T>(
+        of collection: String, after id: String?, limit: Int, _ body: (any RecordSource) async throws -> T
+    ) async throws -> T {
+        let source = try await openPage(of: collection, after: id, limit: limit)
+        do {
+            let result = try await body(source)
+            await source.close()
+            return result
+        } catch {
+            await source.close()
+            throw error
+        }
+    }
+
     /// Writes the visible records as NDJSON sorted by id, one canonical record a line, in
     /// chunks of about 64 KiB: what `deltasnap export` prints, byte for byte what the
     /// client's `dump` prints for the same state.

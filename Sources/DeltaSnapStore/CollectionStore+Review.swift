@@ -113,29 +113,24 @@ extension CollectionStore {
     /// (an older release) are not in it; the path's own log still has them.
     public func pendingReviews(after: String?, limit: Int) async throws -> [(path: String, request: ReviewLogEntry)] {
         guard try await head(of: ReviewPaths.queue) != nil else { return [] }
-        let source = try await openPage(of: ReviewPaths.queue, after: after, limit: limit)
-        var found: [(path: String, request: ReviewLogEntry)] = []
-        do {
+        return try await withPage(of: ReviewPaths.queue, after: after, limit: limit) { source in
+            var found: [(path: String, request: ReviewLogEntry)] = []
             while try await source.next({ bytes in
                 let record = try Record.parse(Array(bytes))
                 if let entry = ReviewLogEntry(record: record) { found.append((record.id, entry)) }
             }) {}
-        } catch {
-            await source.close()
-            throw error
+            return found
         }
-        await source.close()
-        return found
     }
 
     /// The values review publications (approvals, rollbacks) replaced in record `id` of `path`,
     /// newest first, at most `limit` — a reviewed collection's history: its published values
     /// change only through review, and pushes' history stays with the workspace, unpublished.
     /// `version` is the publication that had written the value, 0 when it predates the last
-    /// 1,000 publications (or the review); `replacedBy` is `"review"` (history is as public as
-    /// the collection: no reviewer's name).
+    /// ``reviewHistoryDepth`` publications (or the review); `replacedBy` is `"review"` (history
+    /// is as public as the collection: no reviewer's name).
     public func reviewHistory(of id: String, in path: String, limit: Int) async throws -> [HistoryEntry] {
-        let publications = try await reviewState(of: path).log.filter { $0.published && $0.version != nil }.suffix(1000).reversed()
+        let publications = try await reviewState(of: path).log.filter { $0.published && $0.version != nil }.suffix(Self.reviewHistoryDepth).reversed()
         var entries: [HistoryEntry] = []
         var pending: (value: Record, replacedIn: UInt64, at: Int64)?
         func settle(writtenBy version: UInt64) {
@@ -156,6 +151,10 @@ extension CollectionStore {
         if entries.count < limit { settle(writtenBy: 0) }
         return entries
     }
+
+    /// The publications a reviewed record's history looks through, newest first: each costs
+    /// up to two store reads, on an endpoint anyone who may read the collection can ask.
+    public static var reviewHistoryDepth: Int { 100 }
 
     // MARK: - Steps
 

@@ -124,14 +124,10 @@ final class RecordMergeCursor {
     private func fetch(after id: String?) async throws {
         let limit = pageSize
         pageSize = min(pageSize * 4, 16_384)
-        let source = try await store.openPage(of: collection, after: id, limit: limit)
-        var records: [Record] = []
-        do {
+        let records = try await store.withPage(of: collection, after: id, limit: limit) { source in
+            var records: [Record] = []
             while try await source.next({ records.append(try Record.parse(Array($0))) }) {}
-            await source.close()
-        } catch {
-            await source.close()
-            throw error
+            return records
         }
         page = records
         position = 0

@@ -11,6 +11,7 @@
 # Cases (the issue's targets in brackets):
 #   download  GET of a BIG_MB blob with curl, REPEAT times each, median MB/s   [>= 0.9x nginx]
 #   small     wrk over SMALL blobs of 20 KiB, each URL in turn                 [>= 0.8x nginx req/s]
+#             (also beside nginx with open_file_cache, as deltasnap keeps small blobs' descriptors)
 #   upload    PUT of the BIG_MB blob (whole; and resumable in 8 MiB parts)     [>= 100 MiB/s]
 #   rss       server RSS growth over a 1 GiB upload then download             [< 50 MiB]
 # nginx serves the same files (hard links of the store's blobs) with sendfile, one worker per
@@ -28,6 +29,7 @@ RSS_GB="${RSS_GB:-1}"
 NGINX_WORKERS="${NGINX_WORKERS:-auto}"
 DS_PORT="${DS_PORT:-18090}"
 NGINX_PORT="${NGINX_PORT:-18091}"
+NGINX_CACHED_PORT="${NGINX_CACHED_PORT:-18092}"
 TOKEN=bench-token
 
 need nginx wrk curl
@@ -83,6 +85,15 @@ start_nginx_with "http://127.0.0.1:$NGINX_PORT/" <<NGINX
         root $TMP/www;
         location / { default_type application/octet-stream; }
     }
+    # The second reference: nginx keeping descriptors open as deltasnap keeps small blobs'
+    # (open_file_cache is off in nginx's default configuration).
+    server {
+        listen 127.0.0.1:$NGINX_CACHED_PORT;
+        root $TMP/www;
+        open_file_cache max=16384 inactive=60s;
+        open_file_cache_valid 60s;
+        location / { default_type application/octet-stream; }
+    }
 NGINX
 start_serve "$BIN" "$DB" "$DS_PORT" --write-token "$TOKEN" --log-level "${SERVE_LOG:-warning}" --max-attachment-bytes $((4 << 30))
 NG="http://127.0.0.1:$NGINX_PORT/v1/collections/$COLLECTION/attachments"
@@ -116,13 +127,20 @@ cpu_ticks() { local total=0 pid; for pid in "$@"; do total=$((total + $(awk '{ p
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 # deltasnap's first answer of each blob goes through the router (it remembers the reference
 # there): one pass over them all first, for both servers alike.
-for side in nginx deltasnap; do
-    url=$([[ $side == nginx ]] && echo "http://127.0.0.1:$NGINX_PORT" || echo "http://127.0.0.1:$DS_PORT")
+side_url() {
+    case "$1" in
+        nginx) echo "http://127.0.0.1:$NGINX_PORT" ;;
+        nginx-ofc) echo "http://127.0.0.1:$NGINX_CACHED_PORT" ;;
+        deltasnap) echo "http://127.0.0.1:$DS_PORT" ;;
+    esac
+}
+for side in nginx nginx-ofc deltasnap; do
+    url=$(side_url "$side")
     wrk -t1 -c8 -d"$(( (SMALL + 9999) / 10000 * 2 ))s" -s "$TMP/paths.lua" "$url" >/dev/null
 done
-for side in nginx deltasnap; do
-    url=$([[ $side == nginx ]] && echo "http://127.0.0.1:$NGINX_PORT" || echo "http://127.0.0.1:$DS_PORT")
-    pids=$([[ $side == nginx ]] && pgrep -P "$NGINX_PID" | tr '\n' ' ' || echo "$DS_PID")
+for side in nginx nginx-ofc deltasnap; do
+    url=$(side_url "$side")
+    pids=$([[ $side == deltasnap ]] && echo "$DS_PID" || pgrep -P "$NGINX_PID" | tr '\n' ' ')
     before=$(cpu_ticks $pids)
     wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s "$TMP/paths.lua" "$url" >"$TMP/wrk-$side.txt"
     after=$(cpu_ticks $pids)
@@ -179,11 +197,13 @@ echo "|-------------------------|-----------:|-----------:|-------:|--------|"
 printf '| download %4s MiB (MB/s) | %10s | %10s | %6s | ≥ 0.9  |\n' "$BIG_MB" "$(get download-nginx 2)" "$(get download-deltasnap 2)" "$(ratio "$(get download-deltasnap 2)" "$(get download-nginx 2)")"
 printf '| 20 KiB blobs (req/s)    | %10s | %10s | %6s | ≥ 0.8  |\n' "$(get small-nginx 2)" "$(get small-deltasnap 2)" "$(ratio "$(get small-deltasnap 2)" "$(get small-nginx 2)")"
 printf '| … server CPU µs/request | %10s | %10s | %6s |        |\n' "$(get small-nginx 4)" "$(get small-deltasnap 4)" "$(ratio "$(get small-deltasnap 4)" "$(get small-nginx 4)")"
+printf '| … nginx open_file_cache | %10s | %10s | %6s |        |\n' "$(get small-nginx-ofc 2)" "$(get small-deltasnap 2)" "$(ratio "$(get small-deltasnap 2)" "$(get small-nginx-ofc 2)")"
+printf '| … its CPU µs/request    | %10s | %10s | %6s |        |\n' "$(get small-nginx-ofc 4)" "$(get small-deltasnap 4)" "$(ratio "$(get small-deltasnap 4)" "$(get small-nginx-ofc 4)")"
 printf '| upload whole (MB/s)     |          - | %10s |      - | ≥ 105 (100 MiB/s) |\n' "$(get upload-whole 2)"
 printf '| upload resumable (MB/s) |          - | %10s |      - | ≥ 105 |\n' "$(get upload-resumable 2)"
 if ((RSS_GB > 0)); then
     echo
     echo "server RSS (MB): before $(get rss 2), after a $RSS_GB GiB upload $(get rss 3), after its download $(get rss 4) (peak $(get rss 5)); growth $(awk -v a="$(get rss 4)" -v b="$(get rss 2)" 'BEGIN { printf "%.1f", a - b }') MB [< 50]"
 fi
-non2xx="$(get small-nginx 3)$(get small-deltasnap 3)"
-[[ -z "$non2xx" ]] || echo "non-2xx answers in the small case: nginx $(get small-nginx 3), deltasnap $(get small-deltasnap 3)"
+non2xx="$(get small-nginx 3)$(get small-nginx-ofc 3)$(get small-deltasnap 3)"
+[[ -z "$non2xx" ]] || echo "non-2xx answers in the small case: nginx $(get small-nginx 3), nginx open_file_cache $(get small-nginx-ofc 3), deltasnap $(get small-deltasnap 3)"

@@ -71,20 +71,33 @@ final class AttachmentMemory: Sendable {
         }
     }
 
-    /// Small blob files held open, as nginx's `open_file_cache`: a download is then one
-    /// `pread`. A blob file never changes (it is named by its bytes' hash), and one removed
-    /// by garbage collection stays readable through a descriptor opened before.
-    private let openFiles = NIOLockedValueBox(BoundedCache<String, OpenFile>(capacity: 256))
+    /// Small blob files held open, as nginx's `open_file_cache`: a download then costs no
+    /// `open`/`close` — which were a tenth of a 20 KiB download's CPU (docs/BENCHMARKS.md). A
+    /// blob file never changes (it is named by its bytes' hash); one removed by garbage
+    /// collection stays readable through a descriptor opened before, so a descriptor is
+    /// trusted for ``lifetime`` only, as a reference is. Only small blobs: a large one's `open`
+    /// is nothing beside its transfer, and a removed one's space is freed sooner.
+    private let openFiles = NIOLockedValueBox(BoundedCache<String, BlobFile>(capacity: AttachmentMemory.openFileCapacity()))
 
-    /// The whole file at `path`, `size` bytes (nil when it cannot be read whole).
-    func readSmallFile(_ path: String, size: UInt64) -> ByteBuffer? {
-        var file = openFiles.withLockedValue { $0.value(forKey: path) }
-        if file == nil {
-            guard let opened = OpenFile(path) else { return nil }
-            openFiles.withLockedValue { $0.set(opened, forKey: path) }
-            file = opened
-        }
-        return file!.read(size)
+    /// Descriptors kept at most: half the process's limit (the rest is for connections and the
+    /// store; `deltasnap serve` raises its soft limit to the hard one first), and no more than
+    /// 16,384.
+    static func openFileCapacity() -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 256 }
+        let soft = limit.rlim_cur >= rlim_t(Int.max) ? Int.max : Int(limit.rlim_cur)
+        return min(16_384, soft / 2)
+    }
+
+    /// The open file of blob `sha256` (`path` names it; nil when it cannot be opened): kept
+    /// for a small blob, opened for this request alone otherwise.
+    func file(of sha256: String, size: UInt64, at path: () -> String?) -> BlobFile? {
+        guard size <= Self.smallBlobBytes else { return path().flatMap(BlobFile.init) }
+        let now = ContinuousClock.now
+        if let kept = openFiles.withLockedValue({ $0.value(forKey: sha256) }), now - kept.opened < Self.lifetime { return kept }
+        guard let opened = path().flatMap(BlobFile.init) else { return nil }
+        openFiles.withLockedValue { $0.set(opened, forKey: sha256) }
+        return opened
     }
 
     /// The whole bytes of the small blob `sha256`, when kept.
@@ -97,10 +110,12 @@ final class AttachmentMemory: Sendable {
     }
 }
 
-/// A file descriptor shared by the requests reading it; closed once the last of them and
-/// the cache let go of it (so evicting it never closes it under a reader).
-private final class OpenFile: Sendable {
+/// A blob's file descriptor, shared by the requests reading it: closed once the last of them
+/// and the cache let go of it, so evicting it never closes it under a reader — nor under a
+/// `sendfile` in flight, whose completion holds it (``lend()``).
+final class BlobFile: Sendable {
     let descriptor: Int32
+    let opened = ContinuousClock.now
 
     init?(_ path: String) {
         descriptor = open(path, O_RDONLY | O_CLOEXEC)
@@ -126,5 +141,17 @@ private final class OpenFile: Sendable {
             return done
         }
         return read == count ? buffer : nil
+    }
+
+    /// A handle over this descriptor for NIO's `FileRegion` (`sendfile` reads at explicit
+    /// offsets, so requests sharing it never disturb each other). NIO's handle owns what it
+    /// wraps: once the write completed, ``giveBack(_:)`` takes the descriptor back, while
+    /// this object is still held.
+    func lend() -> NIOFileHandle {
+        NIOFileHandle(_deprecatedTakingOwnershipOfDescriptor: descriptor)
+    }
+
+    func giveBack(_ handle: NIOFileHandle) {
+        _ = try? handle.takeDescriptorOwnership()
     }
 }

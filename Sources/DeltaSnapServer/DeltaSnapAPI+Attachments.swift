@@ -73,8 +73,8 @@ extension DeltaSnapAPI {
     /// copy), from memory, or read from the store (then kept in memory: the store has no file
     /// to read it from next time).
     private func smallBlob(_ reference: AttachmentReference) async throws -> ByteBuffer {
-        if let files = attachmentFiles, let file = files.attachmentFile(reference.sha256),
-           let bytes = attachmentMemory.readSmallFile(file, size: reference.size)
+        if let files = attachmentFiles,
+           let bytes = attachmentMemory.file(of: reference.sha256, size: reference.size, at: { files.attachmentFile(reference.sha256) })?.read(reference.size)
         {
             return bytes
         }

@@ -26,29 +26,27 @@ extension DeltaSnapAPI {
         /// None (`HEAD`, `304`).
         case none
         case bytes(ByteBuffer)
-        /// These bytes of the store's own file, for `sendfile` (``RawPollHandler``).
-        case file(path: String, range: Range<UInt64>)
+        /// These bytes of the store's own file, open, for `sendfile` (``RawPollHandler``).
+        case file(BlobFile, range: Range<UInt64>)
     }
 
     /// The plainest download — `GET` of a whole blob of a public collection, no validator —
     /// from raw bytes: the head encoded once per blob, the body the store's file (`sendfile`).
     /// Nil when it is not that plain (``attachmentFromMemory(collection:sha256:ifNoneMatch:range:ifRange:sendsBody:allowsFile:)``
     /// answers then, or the router).
-    func plainDownload(collection name: String, sha256 hash: String) -> (head: ByteBuffer, file: String, size: UInt64)? {
+    func plainDownload(collection name: String, sha256 hash: String) -> (head: ByteBuffer, file: BlobFile, size: UInt64)? {
         guard let files = attachmentFiles, CollectionName.isValid(name), let collection = CollectionPath(name: name, key: nil),
               configuration.access.isPublicRead(collection),
               let (reference, head) = attachmentMemory.publicHead(of: hash, in: name, encode: Self.encodedPublicHead),
-              let file = files.attachmentFile(hash)
+              let file = attachmentMemory.file(of: hash, size: reference.size, at: { files.attachmentFile(hash) })
         else { return nil }
+        countDownload(bytes: reference.size)
         return (head, file, reference.size)
     }
 
-    /// Counts a download answered before the router. One sent from the store's file
-    /// (``plainDownload(collection:sha256:)``, a file region of
-    /// ``attachmentFromMemory(collection:sha256:ifNoneMatch:range:ifRange:sendsBody:allowsFile:)``)
-    /// is counted once the file is open: a blob removed meanwhile goes to the router, which
-    /// counts its own answer.
-    func countDownload(status: HTTPResponse.Status = .ok, bytes: UInt64) {
+    /// Counts a download answered before the router — once its file is open or its bytes
+    /// read: a blob removed meanwhile goes to the router, which counts its own answer.
+    private func countDownload(status: HTTPResponse.Status = .ok, bytes: UInt64) {
         metrics.countFastPathAttachmentAnswer(status: status.code)
         metrics.attachmentBytesSent.increment(by: Int(bytes))
     }
@@ -85,8 +83,7 @@ extension DeltaSnapAPI {
     /// The answer to a download of `sha256` from the public collection `name`, when memory has
     /// its reference (and, for the body, the store's file or memory its bytes); nil sends the
     /// request to the router. `allowsFile`: the caller sends a file region (`sendfile`);
-    /// otherwise a small blob's bytes are read. Counted here — but a file region, which its
-    /// sender counts once the file is open (``countDownload(status:bytes:)``).
+    /// otherwise a small blob's bytes are read. Counted here.
     func attachmentFromMemory(
         collection name: String, sha256 hash: String, ifNoneMatch: String?, range: String?, ifRange: String?, sendsBody: Bool, allowsFile: Bool
     ) -> (status: HTTPResponse.Status, headers: HTTPFields, body: AttachmentBody)? {
@@ -99,10 +96,12 @@ extension DeltaSnapAPI {
             metrics.countFastPathAttachmentAnswer(status: answer.status.code)
             return (answer.status, answer.headers, .none)
         }
-        let file = attachmentFiles?.attachmentFile(hash)
-        if allowsFile, let file { return (answer.status, answer.headers, .file(path: file, range: served)) }
-        guard reference.size <= AttachmentMemory.smallBlobBytes,
-              let whole = file.flatMap({ attachmentMemory.readSmallFile($0, size: reference.size) }) ?? attachmentMemory.body(of: hash)
+        let file = attachmentFiles.flatMap { files in attachmentMemory.file(of: hash, size: reference.size, at: { files.attachmentFile(hash) }) }
+        if allowsFile, let file {
+            countDownload(status: answer.status, bytes: UInt64(served.count))
+            return (answer.status, answer.headers, .file(file, range: served))
+        }
+        guard reference.size <= AttachmentMemory.smallBlobBytes, let whole = file?.read(reference.size) ?? attachmentMemory.body(of: hash)
         else { return nil }
         countDownload(status: answer.status, bytes: UInt64(served.count))
         return (answer.status, answer.headers, .bytes(whole.getSlice(at: whole.readerIndex + Int(served.lowerBound), length: served.count)!))

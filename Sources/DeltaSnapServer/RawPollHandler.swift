@@ -75,11 +75,11 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
         case collection(FastAnswer)
         /// The index's or a view's `304`: its head and `ETag`.
         case indexNotModified(IndexHeaders, etag: String)
-        /// A download: its status, header fields and body (bytes, or an open file's region).
+        /// A download: its status, header fields and body (bytes, or a range of an open file).
         case attachment(HTTPResponse.Status, HTTPFields, ByteBuffer?)
-        case attachmentFile(HTTPResponse.Status, HTTPFields, FileRegion)
+        case attachmentFile(HTTPResponse.Status, HTTPFields, BlobFile, Range<UInt64>)
         /// A public `200` of the whole blob: its head encoded once, and its file.
-        case plainFile(ByteBuffer, FileRegion)
+        case plainFile(ByteBuffer, BlobFile, size: UInt64)
     }
 
     private func answer(to poll: PollRequestHead, start: ContinuousClock.Instant) -> Answer? {
@@ -101,22 +101,16 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// file (NIO's `FileRegion`, written here below every handler that would need bytes).
     private func downloadAnswer(collection name: String, sha256: String, ifNoneMatch: String) -> Answer? {
         if ifNoneMatch.isEmpty, let plain = service.plainDownload(collection: name, sha256: sha256) {
-            guard let handle = try? NIOFileHandle(_deprecatedPath: plain.file) else { return nil }
-            service.countDownload(bytes: plain.size)
-            return .plainFile(plain.head, FileRegion(fileHandle: handle, readerIndex: 0, endIndex: Int(plain.size)))
+            return .plainFile(plain.head, plain.file, size: plain.size)
         }
         guard let answer = service.attachmentFromMemory(
             collection: name, sha256: sha256, ifNoneMatch: ifNoneMatch.isEmpty ? nil : ifNoneMatch, range: nil, ifRange: nil, sendsBody: true,
             allowsFile: true)
         else { return nil }
-        switch answer.body {
-        case .none: return .attachment(answer.status, answer.headers, nil)
-        case .bytes(let bytes): return .attachment(answer.status, answer.headers, bytes)
-        case .file(let path, let range):
-            // Opened here, on the event loop, as nginx opens a static file; closed once sent.
-            guard let handle = try? NIOFileHandle(_deprecatedPath: path) else { return nil }
-            service.countDownload(status: answer.status, bytes: UInt64(range.count))
-            return .attachmentFile(answer.status, answer.headers, FileRegion(fileHandle: handle, readerIndex: Int(range.lowerBound), endIndex: Int(range.upperBound)))
+        return switch answer.body {
+        case .none: .attachment(answer.status, answer.headers, nil)
+        case .bytes(let bytes): .attachment(answer.status, answer.headers, bytes)
+        case .file(let file, let range): .attachmentFile(answer.status, answer.headers, file, range)
         }
     }
 
@@ -156,10 +150,10 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
             tail.writeString("\r\n")
         case .collection(.delta):
             status = .ok
-        case .plainFile(let head, _):
+        case .plainFile(let head, _, _):
             status = .ok
             tail.writeImmutableBuffer(head)
-        case .attachment(let answered, let fields, _), .attachmentFile(let answered, let fields, _):
+        case .attachment(let answered, let fields, _), .attachmentFile(let answered, let fields, _, _):
             // As NIO's encoder writes the same fields: the status line, then each in order.
             status = answered
             tail.writeString("HTTP/1.1 \(answered.code) \(answered.reasonPhrase)\r\n")
@@ -182,20 +176,22 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
             bodyBytes = body.readableBytes
             tail.writeBuffer(&body)
             context.write(wrapOutboundOut(tail), promise: nil)
-        } else if let region = answer.fileRegion {
+        } else if let (file, range) = answer.file {
             // Corked while the head and the file go out, as nginx's `tcp_nopush`: the head
             // leaves in the file's first segment, not in one of its own (which cost the
             // client a wakeup per download).
             let options = context.channel.syncOptions
             if let cork = Self.cork { try? options?.setOption(cork, value: 1) }
             context.write(wrapOutboundOut(tail), promise: nil)
+            let handle = file.lend()
             let sent = context.eventLoop.makePromise(of: Void.self)
             sent.futureResult.whenComplete { _ in
                 if let cork = Self.cork { try? options?.setOption(cork, value: 0) }
-                try? region.fileHandle.close()
+                file.giveBack(handle)
             }
+            let region = FileRegion(fileHandle: handle, readerIndex: Int(range.lowerBound), endIndex: Int(range.upperBound))
             context.write(NIOAny(IOData.fileRegion(region)), promise: sent)
-            bodyBytes = region.readableBytes
+            bodyBytes = range.count
         } else {
             context.write(wrapOutboundOut(tail), promise: nil)
         }
@@ -241,10 +237,11 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
 }
 
 extension RawPollHandler.Answer {
-    /// The file region a download's body is, if it is one.
-    fileprivate var fileRegion: FileRegion? {
+    /// The open file and the range of it a download's body is, if it is one.
+    fileprivate var file: (BlobFile, Range<UInt64>)? {
         switch self {
-        case .attachmentFile(_, _, let region), .plainFile(_, let region): region
+        case .attachmentFile(_, _, let file, let range): (file, range)
+        case .plainFile(_, let file, let size): (file, 0..<size)
         default: nil
         }
     }

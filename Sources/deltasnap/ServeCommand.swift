@@ -185,6 +185,7 @@ struct ServeCommand: AsyncParsableCommand {
         let logOutput = BufferedLogOutput.standardError
         LoggingSystem.bootstrap { label in BufferedLogHandler(label: label, output: logOutput) }
         defer { logOutput.flush() }
+        Self.raiseDescriptorLimit()
         try await reportingErrors {
             // Whatever was logged comes out before the one-line error that ends the run.
             do { try await serve(logOutput: logOutput) } catch {
@@ -192,6 +193,17 @@ struct ServeCommand: AsyncParsableCommand {
                 throw error
             }
         }
+    }
+
+    /// Raises the soft limit on open descriptors to the hard one, as Go's runtime does for every
+    /// server and nginx's `worker_rlimit_nofile` allows: the soft default (often 1,024) is
+    /// meant for programs that do not expect many connections, and the server also keeps small
+    /// blobs' files open (half the limit, `AttachmentMemory`).
+    static func raiseDescriptorLimit() {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = limit.rlim_max
+        _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
     }
 
     /// `HOST:PORT`, `[::1]:PORT` for an IPv6 host.

@@ -397,6 +397,41 @@ import Testing
         }
     }
 
+    /// Small blobs' files are kept open and lent to every download (nginx's
+    /// `open_file_cache`): a descriptor NIO closed after one `sendfile`, or one reused for
+    /// another file, would cut or mix the downloads that follow.
+    @Test func keptDescriptorsServeEveryLaterDownloadWhole() async throws {
+        try await withServer(.sqlite) { fixture in
+            var blobs: [(url: String, bytes: [UInt8])] = []
+            for seed in UInt8(40)..<43 {
+                let bytes = Self.blob(20_480 + Int(seed), seed: seed)
+                let reference = try await fixture.upload(bytes, to: "/v1/collections/notes")
+                #expect(try await fixture.request("PUT", "/v1/collections/notes/records/n\(seed)", body: Array(#"{"photo":\#(reference)}"#.utf8)).status == 200)
+                blobs.append(("/v1/collections/notes/attachments/\(Self.sha256(bytes))", bytes))
+            }
+            func fastAnswers() async throws -> Int {
+                let text = try await fixture.request("GET", "/metrics").text
+                return text.split(separator: "\n").first { $0.hasPrefix("deltasnap_fast_path_responses_total ") }.flatMap { Int($0.split(separator: " ")[1]) } ?? 0
+            }
+            for blob in blobs { #expect(try await fixture.request("GET", blob.url, as: nil).body == blob.bytes) }  // remembered by the router
+            let before = try await fastAnswers()
+            for round in 0..<30 {
+                let blob = blobs[round % blobs.count]
+                let response = try await fixture.request("GET", blob.url, as: nil)
+                #expect(response.status == 200 && response.body == blob.bytes, "download \(round): \(response.status), \(response.body.count) bytes")
+            }
+            let together = try await withThrowingTaskGroup(of: Bool.self) { group in
+                for round in 0..<30 {
+                    let blob = blobs[round % blobs.count]
+                    group.addTask { try await fixture.request("GET", blob.url, as: nil).body == blob.bytes }
+                }
+                return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+            }
+            #expect(together == 30)
+            #expect(try await fastAnswers() == before + 60, "not all answered before the router")
+        }
+    }
+
     /// A large blob's file gone under the reference the server remembers (the SQLite store
     /// keeps blobs as files; garbage collection removes them): the fast path, which sends it by
     /// `sendfile`, cannot open it and leaves the request to the router — counting nothing.

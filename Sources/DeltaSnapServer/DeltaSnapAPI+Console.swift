@@ -100,7 +100,7 @@ extension DeltaSnapAPI {
     /// `?collection=NAME&prefix=P&limit=N`: the partitions whose key starts with `P`, with their heads.
     private func consolePartitions(_ request: Request) async throws -> Response {
         let query = request.uri.queryParameters
-        guard let name = query.get("collection").map { String($0) }, CollectionName.isValid(name), !ReviewPaths.isReserved(name) else {
+        guard let name = query.get("collection").map({ String($0) }), CollectionName.isValid(name), !ReviewPaths.isReserved(name) else {
             throw APIError(.badRequest, "bad_collection_name", "collection must be a collection name")
         }
         let prefix = query.get("prefix").map { String($0) } ?? ""
@@ -146,10 +146,10 @@ extension DeltaSnapAPI {
     /// `?collection=PATH&id=ID`: the visible record, or null.
     private func consoleRecord(_ request: Request) async throws -> Response {
         let query = request.uri.queryParameters
-        guard let path = query.get("collection").map { String($0) }, CollectionPath(path) != nil, !ReviewPaths.isReserved(path) else {
+        guard let path = query.get("collection").map({ String($0) }), CollectionPath(path) != nil, !ReviewPaths.isReserved(path) else {
             throw APIError(.badRequest, "bad_collection_name", "collection must be NAME or NAME/KEY")
         }
-        guard let id = query.get("id").map { String($0) }, !id.isEmpty else { throw APIError(.badRequest, "invalid_record", "id is required") }
+        guard let id = query.get("id").map({ String($0) }), !id.isEmpty else { throw APIError(.badRequest, "invalid_record", "id is required") }
         let record = try await store.record(id, in: path)
         let value = try record.map { try JSONReader(bytes: $0.bytes).readValue() } ?? .null
         return Self.privateJSON(.object([JSONMember("collection", .string(path)), JSONMember("record", value)]))
@@ -158,7 +158,7 @@ extension DeltaSnapAPI {
     /// `?collection=PATH&after=ID&limit=N`: a page of the head's records, by id.
     private func consoleRecords(_ request: Request) async throws -> Response {
         let query = request.uri.queryParameters
-        guard let path = query.get("collection").map { String($0) }, CollectionPath(path) != nil, !ReviewPaths.isReserved(path) else {
+        guard let path = query.get("collection").map({ String($0) }), CollectionPath(path) != nil, !ReviewPaths.isReserved(path) else {
             throw APIError(.badRequest, "bad_collection_name", "collection must be NAME or NAME/KEY")
         }
         guard let head = try await heads.head(of: path, store: store) else { throw APIError.unknownCollection(path) }

@@ -50,6 +50,11 @@ struct ServeCommand: AsyncParsableCommand {
             When the database is out of reach, what needs it answers 503 with Retry-After \
             (304s keep coming from the heads in memory) and the server reconnects by itself. \
             Stops gracefully on SIGINT or SIGTERM.
+
+            Raises its soft limit on open files to the hard one (ulimit -Hn); up to half of \
+            it (at most 16,384) may hold small attachments' files open, as nginx's \
+            open_file_cache does. Expecting more connections than the other half? Raise the \
+            hard limit.
             """
     )
 

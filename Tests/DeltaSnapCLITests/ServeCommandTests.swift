@@ -15,10 +15,12 @@ import Glibc
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
         try Fixtures.importText(Fixtures.ndjson(0..<10), into: try SQLiteDatabase(path: db), collection: "items")
-        let result = try await offPool { () -> (Int32, Int, String) in
+        let result = try await offPool { () -> (Int32, Int, String, [String]) in
             let process = Process()
-            process.executableURL = URL(fileURLWithPath: CLI.binary)
-            process.arguments = ["serve", "--db", db, "--port", "0", "--log-level", "warning"]
+            // Started with a low soft limit on open files, as many systems start a program:
+            // serve raises it to the hard one (it keeps small blobs' files open).
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", #"ulimit -Sn 256 && exec "$0" serve --db "$1" --port 0 --log-level warning"#, CLI.binary, db]
             let output = Pipe()
             process.standardOutput = output
             process.standardError = FileHandle.nullDevice
@@ -33,14 +35,19 @@ import Glibc
             }
             guard let range = line.range(of: "http://127.0.0.1:"),
                   let port = Int(line[range.upperBound...].prefix { $0.isNumber })
-            else { return (-1, 0, line) }
+            else { return (-1, 0, line, []) }
             let response = try RawHTTPClient(port: port).request("GET", "/v1/collections/items")
+            let limits = (try? String(contentsOfFile: "/proc/\(process.processIdentifier)/limits", encoding: .utf8)) ?? ""
+            let openFiles = limits.split(separator: "\n").first { $0.hasPrefix("Max open files") }.map {
+                $0.dropFirst("Max open files".count).split(separator: " ").prefix(2).map(String.init)
+            } ?? []
             kill(process.processIdentifier, SIGTERM)
             process.waitUntilExit()
-            return (process.terminationStatus, response.status, line)
+            return (process.terminationStatus, response.status, line, openFiles)
         }
         #expect(result.1 == 200, "\(result.2)")
         #expect(result.0 == 0, "exit status after SIGTERM")
+        #expect(result.3.count == 2 && result.3[0] == result.3[1] && result.3[0] != "256", "open files soft/hard: \(result.3)")
     }
 
     /// docs/PROTOCOL.md §8.1: an index lifetime under 60 seconds is refused at start, as a

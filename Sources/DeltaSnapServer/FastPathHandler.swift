@@ -31,9 +31,14 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var droppingRequestParts = false
     private var needsFlush = false
 
+    private let logger: Logger
+    /// The last request handed to the router, named when the connection is closed under it.
+    private var lastRouted: HTTPRequest?
+
     init(service: DeltaSnapAPI, logger: Logger, routed: RoutedRequests) {
         self.routed = routed
         self.service = service
+        self.logger = logger
         writer = PollResponseWriter(service: service, logger: logger)
     }
 
@@ -64,6 +69,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 return
             }
             routed.count += 1
+            lastRouted = request
             context.fireChannelRead(data)
         case .body:
             if !droppingRequestParts { context.fireChannelRead(data) }
@@ -94,6 +100,19 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         if case .end = unwrapOutboundIn(data) { routed.count -= 1 }
         context.write(data, promise: promise)
+    }
+
+    /// A close from behind this handler (Hummingbird's connection task, its state handler)
+    /// while a request is with the router leaves its client an empty or cut reply: said at
+    /// warning level, with the request, since nothing else would show it (a close that the
+    /// client's end of input or a failed read caused comes from NIO itself, not through here).
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        if mode != .input, routed.count > 0, let request = lastRouted {
+            logger.warning("closing a connection with a request unanswered", metadata: [
+                "method": "\(request.method)", "path": "\(request.path ?? "")", "unanswered": "\(routed.count)", "mode": "\(mode)",
+            ])
+        }
+        context.close(mode: mode, promise: promise)
     }
 
     // MARK: - Held requests on the public index

@@ -4,6 +4,10 @@ import DeltaSnapSQLiteStore
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import Foundation
+import HTTPTypes
+import Logging
+import NIOEmbedded
+import NIOHTTPTypes
 import Testing
 
 /// Polls answered from memory before the router (a current token's 304, a cached delta)
@@ -246,5 +250,35 @@ import Testing
             #expect(try await get(server, "/v1/collections/items", authorized.merging(["If-None-Match": etag]) { $1 }).status == 304)
             #expect(try await fastPathAnswers(server) == 0)
         }
+    }
+}
+
+extension FastPathTests {
+    /// A connection closed from behind the fast path while a request is with the router (an
+    /// empty or cut reply for its client) is said at warning level, naming the request; one
+    /// whose answer ended is not.
+    @Test func aCloseUnderAnUnansweredRequestIsLoggedWithIt() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let api = try await DeltaSnapAPI(store: try SQLiteCollectionStore(path: dir.file("s.sqlite")))
+        let lines = CapturingLogHandler.Lines([])
+        let logger = Logger(label: "fast") { _ in CapturingLogHandler(lines: lines) }
+        let put = HTTPRequest(method: .put, scheme: nil, authority: "x", path: "/v1/collections/items/records/a")
+        func warnings() -> [CapturingLogHandler.Line] { lines.withLock { $0 }.filter { $0.message.contains("unanswered") } }
+
+        let answered = EmbeddedChannel(handler: FastPathHandler(service: api, logger: logger, routed: RoutedRequests()))
+        try answered.writeInbound(HTTPRequestPart.head(put))
+        try answered.writeOutbound(HTTPResponsePart.head(HTTPResponse(status: .ok)))
+        try answered.writeOutbound(HTTPResponsePart.end(nil))
+        try await answered.close().get()
+        #expect(warnings().isEmpty)
+
+        let cut = EmbeddedChannel(handler: FastPathHandler(service: api, logger: logger, routed: RoutedRequests()))
+        try cut.writeInbound(HTTPRequestPart.head(put))
+        try await cut.close().get()
+        let said = warnings()
+        #expect(said.count == 1 && said.first?.level == .warning && said.first?.metadata["path"] == "/v1/collections/items/records/a"
+            && said.first?.metadata["method"] == "PUT", "\(said)")
+        await api.shutdown()
     }
 }

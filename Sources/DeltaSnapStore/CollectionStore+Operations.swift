@@ -54,15 +54,7 @@ extension CollectionStore {
     public func withRecords<T>(
         in collection: String, after version: UInt64? = nil, _ body: (any RecordSource) async throws -> T
     ) async throws -> T {
-        let source = try await openRecords(in: collection, after: version)
-        do {
-            let result = try await body(source)
-            await source.close()
-            return result
-        } catch {
-            await source.close()
-            throw error
-        }
+        try await openRecords(in: collection, after: version).closing(after: body)
     }
 
     /// Reads a page of `collection`'s head (``openPage(of:after:limit:)``): the source is
@@ -70,15 +62,7 @@ extension CollectionStore {
     public func withPage<T>(
         of collection: String, after id: String?, limit: Int, _ body: (any RecordSource) async throws -> T
     ) async throws -> T {
-        let source = try await openPage(of: collection, after: id, limit: limit)
-        do {
-            let result = try await body(source)
-            await source.close()
-            return result
-        } catch {
-            await source.close()
-            throw error
-        }
+        try await openPage(of: collection, after: id, limit: limit).closing(after: body)
     }
 
     /// Writes the visible records as NDJSON sorted by id, one canonical record a line, in
@@ -177,5 +161,20 @@ extension CollectionStore {
             return try Baker.writeSignedIndex(sequence: published.sequence, entry: entry, head: head, keys: keys, into: directory)
         }
         throw StoreError.busy("collection \(collection) kept changing while its index was written; retry")
+    }
+}
+
+extension RecordSource {
+    /// Runs `body` on this source, then closes it whatever `body` does: the one rule of
+    /// ``CollectionStore/withRecords(in:after:_:)`` and ``CollectionStore/withPage(of:after:limit:_:)``.
+    func closing<T>(after body: (any RecordSource) async throws -> T) async throws -> T {
+        do {
+            let result = try await body(self)
+            await close()
+            return result
+        } catch {
+            await close()
+            throw error
+        }
     }
 }

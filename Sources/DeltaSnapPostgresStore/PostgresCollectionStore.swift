@@ -148,9 +148,10 @@ public final class PostgresCollectionStore: CollectionStore {
     }
 
     public func push(
-        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy
+        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy,
+        attachments: AttachmentProof
     ) async throws -> PushOutcome {
-        try await primary.push(mutations, from: client, user: user, to: collection, retention: retention, merge: merge)
+        try await primary.push(mutations, from: client, user: user, to: collection, retention: retention, merge: merge, attachments: attachments)
     }
 
     public func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry] {
@@ -233,6 +234,20 @@ public final class PostgresCollectionStore: CollectionStore {
     public func attachmentSize(_ sha256: String) async throws -> UInt64? {
         // From the primary: a blob just stored is there before any replica has it.
         try await primary.attachmentSize(sha256)
+    }
+
+    public func noteAttachmentUpload(_ sha256: String, into collection: String) async throws {
+        try await primary.noteAttachmentUpload(sha256, into: collection)
+    }
+
+    public func attachmentUploaded(_ sha256: String, into collection: String) async throws -> Bool {
+        // From the primary, as the upload it follows.
+        try await primary.attachmentUploaded(sha256, into: collection)
+    }
+
+    public func collections(referringTo sha256: String, limit: Int) async throws -> [String] {
+        // From the primary: a record just committed proves the bytes to its readers at once.
+        try await primary.collections(referringTo: sha256, limit: limit)
     }
 
     public func attachment(_ sha256: String, in collection: String) async throws -> AttachmentReference? {

@@ -53,6 +53,8 @@ extension PostgresDatabase {
             if !plan.remove.isEmpty {
                 try await connection.query("DELETE FROM deltasnap_blobs WHERE sha256 = ANY(\(plan.remove))", logger: logger)
                 try await connection.query("DELETE FROM deltasnap_blob_chunks WHERE sha256 = ANY(\(plan.remove))", logger: logger)
+                // A collected blob proves nothing any more: whoever holds the bytes uploads again.
+                try await connection.query("DELETE FROM deltasnap_attachment_possession WHERE sha256 = ANY(\(plan.remove))", logger: logger)
             }
             try await connection.query("DELETE FROM deltasnap_attachment_orphans", logger: logger)
             if !plan.orphans.isEmpty {

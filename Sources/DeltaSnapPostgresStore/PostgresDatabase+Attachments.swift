@@ -116,6 +116,50 @@ extension PostgresDatabase {
         return sizes
     }
 
+    /// Notes that `sha256` was uploaded into `collection` (see ``DeltaSnapStore/CollectionStore/noteAttachmentUpload(_:into:)``).
+    package func noteAttachmentUpload(_ sha256: String, into collection: String) async throws {
+        try await pool.withConnection { connection in
+            try await connection.query("""
+                INSERT INTO deltasnap_attachment_possession(collection, sha256) VALUES (\(collection), \(sha256)) ON CONFLICT DO NOTHING
+                """, logger: logger)
+        }
+    }
+
+    /// Whether `sha256` was uploaded into `collection` and is still held.
+    package func attachmentUploaded(_ sha256: String, into collection: String) async throws -> Bool {
+        let found = try await rows("""
+            SELECT 1 FROM deltasnap_attachment_possession p JOIN deltasnap_blobs b ON b.sha256 = p.sha256
+            WHERE p.collection = \(collection) AND p.sha256 = \(sha256)
+            """, as: Int32.self)
+        return !found.isEmpty
+    }
+
+    /// At most `limit` collections and partitions whose records refer to `sha256`, sorted.
+    package func collections(referringTo sha256: String, limit: Int) async throws -> [String] {
+        try await rows("""
+            SELECT c.name FROM deltasnap_attachment_refs r JOIN deltasnap_collections c ON c.cid = r.cid
+            WHERE r.sha256 = \(sha256) ORDER BY c.name COLLATE "C" LIMIT \(Int64(limit))
+            """, as: String.self)
+    }
+
+    /// Which of `hashes` the records of collection `cid` refer to (or did, until the next
+    /// garbage collection): a push may name them again without proof.
+    func referred(_ hashes: [String], by cid: Int64, on connection: PostgresConnection) async throws -> Set<String> {
+        guard !hashes.isEmpty else { return [] }
+        var found = Set<String>()
+        for try await sha256 in try await connection.query(
+            "SELECT sha256 FROM deltasnap_attachment_refs WHERE cid = \(cid) AND sha256 = ANY(\(hashes))", logger: logger
+        ).decode(String.self) { found.insert(sha256) }
+        return found
+    }
+
+    /// Schema v9: which scopes each blob was uploaded into — what a writer there may name
+    /// (docs/PROTOCOL.md §12.2). A scope whose records refer to a blob proves it already.
+    static let schemaV9 = [
+        "CREATE TABLE deltasnap_attachment_possession(collection TEXT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY(collection, sha256))",
+        "CREATE INDEX deltasnap_attachment_possession_by_hash ON deltasnap_attachment_possession(sha256)",
+    ]
+
     /// Schema v6: which collections' (and partitions') records refer to which blob, with the
     /// media type the first such reference stated — who may read a blob, and what it is served
     /// as — and since when an unreferenced blob has been so (garbage collection).

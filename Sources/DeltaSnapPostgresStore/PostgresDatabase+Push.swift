@@ -14,7 +14,7 @@ extension PostgresDatabase {
     /// ```
     package func push(
         _ mutations: [ParsedMutation], from client: String, user: String? = nil, to collection: String, retention: PushRetention = PushRetention(),
-        merge policy: MergePolicy = .fields
+        merge policy: MergePolicy = .fields, attachments proof: AttachmentProof = .unchecked
     ) async throws -> PushOutcome {
         try CollectionPath.validate(collection)
         let ledgerClient = PushPlan.ledgerKey(client: client, user: user)
@@ -76,8 +76,12 @@ extension PostgresDatabase {
             }
             for (record, _) in stored.values { candidates.formUnion(AttachmentRule.hashesMentioned(in: record)) }
             let held = try await attachmentSizes(Array(candidates), on: connection)
+            // What the writer did not prove counts only where this collection refers to it already.
+            let unproven = proof.isUnchecked ? [] : candidates.filter { !proof.allows($0) }
+            let referred = try await referred(Array(unproven), by: locked.cid, on: connection)
             let plan = try PushPlan(
-                mutations, lastSeq: lastSeq, storedStatus: { statuses[$0] }, stored: { stored[$0] }, fork: fork, attachmentSize: { held[$0] })
+                mutations, lastSeq: lastSeq, storedStatus: { statuses[$0] }, stored: { stored[$0] }, fork: fork,
+                attachmentSize: { proof.allows($0) || referred.contains($0) ? held[$0] : nil })
             let records = plan.finalValues.map { $0.value ?? Record.tombstone(id: $0.id) }
             let written = try await merge(RecordStream(records: records, name: "push"), into: locked, replace: false, progress: nil, on: connection)
             let results = plan.results(committedAs: written.head?.version ?? 0)

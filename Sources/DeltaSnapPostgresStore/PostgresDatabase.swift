@@ -25,7 +25,7 @@ import PostgresNIO
 final class PostgresDatabase: Sendable {
     /// Version of the `deltasnap_*` tables this release creates and reads; recorded in
     /// `deltasnap_schema`, so a later release can migrate step by step.
-    package static let schemaVersion = 8
+    package static let schemaVersion = 9
 
     /// The channel every commit notifies (payload `NAME VERSION`), delivered at commit.
     package static let notificationChannel = "deltasnap_heads"
@@ -79,7 +79,7 @@ final class PostgresDatabase: Sendable {
             }
             guard found <= Self.schemaVersion else { throw StoreError.newerSchema(found: found, supported: Self.schemaVersion) }
             // Each step once, in order: a store made by an older release is brought forward.
-            for (version, statements) in [(1, Self.schemaV1), (2, Self.schemaV2), (3, Self.schemaV3), (4, Self.schemaV4), (5, Self.schemaV5), (6, Self.schemaV6), (7, Self.schemaV7), (8, Self.schemaV8)] where found < version {
+            for (version, statements) in [(1, Self.schemaV1), (2, Self.schemaV2), (3, Self.schemaV3), (4, Self.schemaV4), (5, Self.schemaV5), (6, Self.schemaV6), (7, Self.schemaV7), (8, Self.schemaV8), (9, Self.schemaV9)] where found < version {
                 for statement in statements { try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger) }
                 try await connection.query("INSERT INTO deltasnap_schema(version) VALUES (\(version))", logger: logger)
             }

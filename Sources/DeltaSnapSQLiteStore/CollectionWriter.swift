@@ -157,6 +157,16 @@ package final class CollectionWriter {
         }
     }
 
+    /// Whether this collection's records refer to blob `sha256` (or did, until the next
+    /// garbage collection): a push may name it again without proof (``AttachmentProof``).
+    package func refers(to sha256: String) throws -> Bool {
+        let select = try statements("SELECT 1 FROM attachment_refs WHERE cid = ? AND sha256 = ?")
+        try select.bind(1, cid)
+        try select.bind(2, sha256)
+        defer { select.reset() }
+        return try select.step()
+    }
+
     /// The record `id` as committed before this write (visible or a tombstone), with the
     /// version that wrote it; `nil` when the collection never held it.
     package func stored(id: String) throws -> (record: Record, version: UInt64)? {

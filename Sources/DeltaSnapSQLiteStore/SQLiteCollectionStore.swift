@@ -132,9 +132,10 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
     }
 
     public func push(
-        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy
+        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy,
+        attachments: AttachmentProof
     ) async throws -> PushOutcome {
-        try await writing { try $0.push(mutations, from: client, user: user, to: collection, retention: retention, merge: merge) }
+        try await writing { try $0.push(mutations, from: client, user: user, to: collection, retention: retention, merge: merge, attachments: attachments) }
     }
 
     public func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry] {
@@ -166,6 +167,19 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
 
     public func attachmentSize(_ sha256: String) async throws -> UInt64? {
         blobs.size(of: sha256)
+    }
+
+    public func noteAttachmentUpload(_ sha256: String, into collection: String) async throws {
+        try await writing { try $0.noteAttachmentUpload(sha256, into: collection) }
+    }
+
+    public func attachmentUploaded(_ sha256: String, into collection: String) async throws -> Bool {
+        guard blobs.size(of: sha256) != nil else { return false }
+        return try await reading { try $0.attachmentUploaded(sha256, into: collection) }
+    }
+
+    public func collections(referringTo sha256: String, limit: Int) async throws -> [String] {
+        try await reading { try $0.collections(referringTo: sha256, limit: limit) }
     }
 
     public func attachment(_ sha256: String, in collection: String) async throws -> AttachmentReference? {

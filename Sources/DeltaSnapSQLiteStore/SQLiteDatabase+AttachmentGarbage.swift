@@ -38,7 +38,11 @@ extension SQLiteDatabase {
             }
             let plan = sweep.plan(held: held, orphanedSince: orphaned)
             var garbage = AttachmentGarbage(waiting: plan.orphans.count)
+            // A collected blob proves nothing any more: whoever holds the bytes uploads again.
+            let forget = try db.prepare("DELETE FROM attachment_possession WHERE sha256 = ?")
             for sha256 in plan.remove {
+                try forget.bind(1, sha256)
+                try forget.run()
                 let size = blobs.size(of: sha256) ?? 0
                 if blobs.remove(sha256) {
                     garbage.removed += 1

@@ -17,7 +17,7 @@ extension SQLiteDatabase {
     /// retries); only the writes themselves are refused.
     package func push(
         _ mutations: [ParsedMutation], from client: String, user: String? = nil, to collection: String, retention: PushRetention = PushRetention(),
-        merge policy: MergePolicy = .fields
+        merge policy: MergePolicy = .fields, attachments proof: AttachmentProof = .unchecked
     ) throws -> PushOutcome {
         try CollectionPath.validate(collection)
         return try db.transaction(.immediate) {
@@ -31,7 +31,11 @@ extension SQLiteDatabase {
                 ? ForkCheck(client: client, epoch: writer.epoch, committedByThisClient: { try ledger.committed(version: $0) }) : nil
             let plan = try PushPlan(
                 mutations, lastSeq: lastSeq, storedStatus: { try ledger.storedStatus(seq: $0) }, stored: { try writer.stored(id: $0) }, fork: fork,
-                attachmentSize: blobs.size(of:))
+                attachmentSize: { sha256 in
+                    // What the writer did not prove counts only where this collection refers to it already.
+                    guard try proof.allows(sha256) || writer.refers(to: sha256) else { return nil }
+                    return blobs.size(of: sha256)
+                })
             for (id, final) in plan.finalValues {
                 try writer.put(final ?? Record.tombstone(id: id))
             }

@@ -57,4 +57,33 @@ extension SQLiteDatabase {
         while try select.step() { tokens.append(select.string(0)) }
         return tokens
     }
+
+    /// Notes that `sha256` was uploaded into `collection` (see ``DeltaSnapStore/CollectionStore/noteAttachmentUpload(_:into:)``).
+    package func noteAttachmentUpload(_ sha256: String, into collection: String) throws {
+        let insert = try db.prepare("INSERT OR IGNORE INTO attachment_possession(collection, sha256) VALUES (?, ?)")
+        try insert.bind(1, collection)
+        try insert.bind(2, sha256)
+        try insert.run()
+    }
+
+    /// Whether `sha256` was uploaded into `collection`.
+    package func attachmentUploaded(_ sha256: String, into collection: String) throws -> Bool {
+        let select = try db.prepare("SELECT 1 FROM attachment_possession WHERE collection = ? AND sha256 = ?")
+        try select.bind(1, collection)
+        try select.bind(2, sha256)
+        defer { select.reset() }
+        return try select.step()
+    }
+
+    /// At most `limit` collections and partitions whose records refer to `sha256`, sorted.
+    package func collections(referringTo sha256: String, limit: Int) throws -> [String] {
+        let select = try db.prepare("""
+            SELECT c.name FROM attachment_refs r JOIN collections c ON c.cid = r.cid WHERE r.sha256 = ? ORDER BY c.name LIMIT ?
+            """)
+        try select.bind(1, sha256)
+        try select.bind(2, Int64(limit))
+        var names: [String] = []
+        while try select.step() { names.append(select.string(0)) }
+        return names
+    }
 }

@@ -25,7 +25,7 @@ package final class SQLiteDatabase {
     /// The blobs records may refer to, beside the file.
     package let blobs: BlobDirectory
 
-    static let schemaVersion: Int64 = 8
+    static let schemaVersion: Int64 = 9
 
     package init(path: String, configuration: StoreConfiguration = StoreConfiguration(), readOnly: Bool = false) throws {
         if let epoch = configuration.epochForNewCollections, !ServerToken.isEpoch(epoch) {
@@ -72,6 +72,14 @@ package final class SQLiteDatabase {
             }
             // How far each follower's source ran ahead of it, as it last measured (the console's health).
             if current < 8 { try db.execute("ALTER TABLE source_positions ADD COLUMN lag_bytes INTEGER; ALTER TABLE source_positions ADD COLUMN lag_at INTEGER") }
+            // Which scopes each blob was uploaded into: what a writer there may name (§12.2).
+            // A scope whose records refer to a blob already proves it, so nothing is copied.
+            if current < 9 {
+                try db.execute("""
+                    CREATE TABLE IF NOT EXISTS attachment_possession(collection TEXT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY(collection, sha256)) WITHOUT ROWID;
+                    CREATE INDEX IF NOT EXISTS attachment_possession_by_hash ON attachment_possession(sha256);
+                    """)
+            }
             try db.execute("PRAGMA user_version = \(Self.schemaVersion)")
         }
     }

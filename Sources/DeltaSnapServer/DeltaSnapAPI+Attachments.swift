@@ -148,6 +148,7 @@ extension DeltaSnapAPI {
         }
         guard let complete = fields.complete else {
             try await receive(request) { next in try await store.storeAttachment(reference, from: next) }
+            try await store.noteAttachmentUpload(hash, into: path.description)
             metrics.attachmentsStored.increment()
             return Self.stored(reference, status: .created)
         }
@@ -199,6 +200,40 @@ extension DeltaSnapAPI {
         return Response(status: .noContent, headers: [.cacheControl: "no-store"])
     }
 
+    // MARK: - Proof of possession
+
+    /// What a push by `principal` to `path` may name (docs/PROTOCOL.md §12.2): the blobs its
+    /// values mention that the writer uploaded into `path`, or that a record it may read
+    /// refers to. The store adds what `path`'s records already refer to. A hash the writer
+    /// cannot prove is then refused as one no one stored (`missing_attachment`): knowing a
+    /// hash — of another user's private file — never reads its bytes, and the one copy the
+    /// store keeps serves every scope that proved it.
+    func attachmentProof(for mutations: [ParsedMutation], writing path: CollectionPath, as principal: Principal) async throws -> AttachmentProof {
+        // The data owner may read every record: whatever it names it could read anyway.
+        if principal.isAdmin { return .unchecked }
+        var mentioned = Set<String>()
+        for parsed in mutations { if let value = parsed.mutation?.value { mentioned.formUnion(AttachmentRule.hashesMentioned(in: value)) } }
+        var proven = Set<String>()
+        for sha256 in mentioned where try await mayName(sha256, writing: path, as: principal) { proven.insert(sha256) }
+        return .proven(proven)
+    }
+
+    /// Whether `principal` holds the bytes of `sha256`: uploaded into `path`, or referred to
+    /// by a record of a collection or partition it may read (review bookkeeping excluded: it
+    /// is read through the review endpoints only).
+    private func mayName(_ sha256: String, writing path: CollectionPath, as principal: Principal) async throws -> Bool {
+        if try await store.attachmentUploaded(sha256, into: path.description) { return true }
+        for name in try await store.collections(referringTo: sha256, limit: Self.proofScopesChecked) where !ReviewPaths.isReserved(name) {
+            guard let scope = CollectionPath(name) else { continue }
+            if try await accessControl.mayRead(scope, as: principal, memberships: memberships) { return true }
+        }
+        return false
+    }
+
+    /// How many of the collections referring to a blob a proof looks at: a file shared by
+    /// thousands of private partitions is proven by uploading it (the writer holds it).
+    static let proofScopesChecked = 1000
+
     // MARK: - Helpers
 
     /// Streams `request`'s content into the upload from `offset`, then answers: the stored
@@ -238,6 +273,7 @@ extension DeltaSnapAPI {
                 "the upload was marked complete at \(received) bytes, but the attachment \(upload.reference.sha256) is \(upload.reference.size); nothing was kept")
         }
         try await store.completeUpload(upload.token)
+        try await store.noteAttachmentUpload(upload.reference.sha256, into: upload.collection)
         metrics.attachmentsStored.increment()
         var response = Self.stored(upload.reference, status: creating ? .created : .ok)
         // Set, not appended: both carry Cache-Control.

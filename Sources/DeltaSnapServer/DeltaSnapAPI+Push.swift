@@ -21,10 +21,12 @@ extension DeltaSnapAPI {
             throw APIError(.badRequest, "invalid_batch", error.description)
         }
         if holdsMemberships(name) { try Self.checkMemberships(in: mutations) }
+        // A blob is named only by a writer who proves it holds the bytes (§12.2).
+        let proof = try await attachmentProof(for: mutations, writing: try collectionPath(context), as: principal)
         // Write numbers are per client *of a user*: one user cannot advance another's.
         let outcome = try await store.push(
             mutations, from: client, user: principal.isAdmin ? nil : principal.subject, to: try await writeTarget(name), retention: configuration.pushRetention,
-            merge: configuration.forkCollections.contains(CollectionPath(name)?.name ?? name) ? .fork : .fields)
+            merge: configuration.forkCollections.contains(CollectionPath(name)?.name ?? name) ? .fork : .fields, attachments: proof)
         if let head = outcome.head { heads.update(head) }
         var response = outcome.response
         // A reviewed collection's push went to its workspace: the answer names the collection

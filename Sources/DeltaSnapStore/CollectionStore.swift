@@ -91,9 +91,12 @@ public protocol CollectionStore: Sendable {
     /// Forgets a follower's position (`follow --drop-slot`); whether there was one.
     func forgetSourcePosition(of follower: String) async throws -> Bool
     /// One client's batch of offline writes (two-way sync), idempotent by sequence number,
-    /// merged by `merge` (``MergePolicy/fork``: conflict copies).
+    /// merged by `merge` (``MergePolicy/fork``: conflict copies). A write whose value names
+    /// a blob that `attachments` does not prove and that `collection`'s records do not
+    /// already refer to is refused `missing_attachment`, as one the store does not hold.
     func push(
-        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy
+        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy,
+        attachments: AttachmentProof
     ) async throws -> PushOutcome
     /// The values writes replaced, newest first.
     func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry]
@@ -113,6 +116,17 @@ public protocol CollectionStore: Sendable {
     func storeAttachment(_ reference: AttachmentReference, from next: () async throws -> [UInt8]?) async throws
     /// The size of the attachment `sha256` when the store holds it, else nil.
     func attachmentSize(_ sha256: String) async throws -> UInt64?
+    /// Notes that the bytes of `sha256`, proven, were uploaded into `collection` (or a
+    /// partition): a writer of it may then name them in a push (``AttachmentProof``). Kept
+    /// until the blob is collected; noting it again is harmless.
+    func noteAttachmentUpload(_ sha256: String, into collection: String) async throws
+    /// Whether the bytes of `sha256` were uploaded into `collection` (``noteAttachmentUpload(_:into:)``)
+    /// and are still held.
+    func attachmentUploaded(_ sha256: String, into collection: String) async throws -> Bool
+    /// At most `limit` collections and partitions whose records refer to `sha256` (or did,
+    /// until the next garbage collection), sorted: where a writer who may read one of them
+    /// proves it holds those bytes.
+    func collections(referringTo sha256: String, limit: Int) async throws -> [String]
     /// The attachment `sha256` as `collection` (or partition) refers to it — its size, and
     /// the media type its first reference there stated — when the store holds it and a
     /// record of `collection` refers to it (or did, until the next garbage collection);

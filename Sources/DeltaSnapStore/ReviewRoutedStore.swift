@@ -114,10 +114,11 @@ public struct ReviewRoutedStore: CollectionStore {
     }
 
     public func push(
-        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy
+        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy,
+        attachments: AttachmentProof
     ) async throws -> PushOutcome {
         let into = try await prepare([collection])[0]
-        return try await base.push(mutations, from: client, user: user, to: into, retention: retention, merge: merge)
+        return try await base.push(mutations, from: client, user: user, to: into, retention: retention, merge: merge, attachments: attachments)
     }
 
     private func routed(_ partitions: [PartitionRecords]) async throws -> [PartitionRecords] {
@@ -146,6 +147,15 @@ public struct ReviewRoutedStore: CollectionStore {
         try await base.storeAttachment(reference, from: next)
     }
     public func attachmentSize(_ sha256: String) async throws -> UInt64? { try await base.attachmentSize(sha256) }
+    public func noteAttachmentUpload(_ sha256: String, into collection: String) async throws {
+        try await base.noteAttachmentUpload(sha256, into: collection)
+    }
+    public func attachmentUploaded(_ sha256: String, into collection: String) async throws -> Bool {
+        try await base.attachmentUploaded(sha256, into: collection)
+    }
+    public func collections(referringTo sha256: String, limit: Int) async throws -> [String] {
+        try await base.collections(referringTo: sha256, limit: limit)
+    }
     public func attachment(_ sha256: String, in collection: String) async throws -> AttachmentReference? { try await base.attachment(sha256, in: collection) }
     public func readAttachment(_ sha256: String, range: Range<UInt64>, _ body: ([UInt8]) async throws -> Void) async throws {
         try await base.readAttachment(sha256, range: range, body)

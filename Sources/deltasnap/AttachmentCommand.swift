@@ -62,6 +62,8 @@ struct AttachmentAddCommand: AsyncParsableCommand {
                     let reference = try AttachmentReference(sha256: sha256, size: size, type: type ?? MediaType.guess(for: file))
                     let input = try ChunkSources.file(at: file)
                     try await store.storeAttachment(reference) { try input() }
+                    // Uploaded into --collection: its writers may name it in a push (§12.2).
+                    try await store.noteAttachmentUpload(sha256, into: collection)
                     print(reference)
                 }
             }

@@ -75,7 +75,7 @@ import Testing
             ALTER TABLE deltasnap_blob_chunks ALTER COLUMN start TYPE INTEGER USING (start / 1048576)::integer;
             ALTER TABLE deltasnap_blob_chunks RENAME COLUMN start TO seq;
             DROP TABLE deltasnap_attachment_refs; DROP TABLE deltasnap_attachment_orphans; DROP TABLE deltasnap_uploads;
-            DROP TABLE deltasnap_source_positions;
+            DROP TABLE deltasnap_source_positions; DROP TABLE deltasnap_attachment_possession;
             DELETE FROM deltasnap_schema WHERE version >= 6;
             """)
         let database = try await PostgresDatabase.connect(cluster.url)

@@ -80,17 +80,25 @@ struct BodyApplier {
                 ON CONFLICT(\(scope.key("id"))) DO UPDATE SET hash = excluded.hash, body = excluded.body
                 """)
             let delete = try db.prepare("DELETE FROM records WHERE \(scope.condition()) AND id = ?")
-            func write(_ record: Record, hash: UInt64) throws {
+            // The record's file references change with it, in this transaction (a record
+            // of a full body has none to replace: they were all forgotten first).
+            func write(_ record: Record, hash: UInt64, replacing: Bool) throws {
                 try upsert.bind(1, record.id)
                 try upsert.bind(2, hash)
                 try upsert.bind(3, blob: record.bytes)
                 try upsert.run()
+                if replacing {
+                    try storage.indexReferences(.record, id: record.id, bytes: record.bytes)
+                } else {
+                    try storage.addReferences(.record, id: record.id, bytes: record.bytes)
+                }
             }
 
             switch header.kind {
             case .full:
                 // A full body replaces: records absent from it are gone.
                 try db.execute("DELETE FROM records WHERE \(scope.condition())")
+                try storage.unindexAllReferences(.record)
                 var previousID: String?
                 try readRecords(reader) { record in
                     guard !record.isHidden else { throw ApplyError.body(.tombstoneInFullBody(id: record.id)) }
@@ -98,7 +106,7 @@ struct BodyApplier {
                     previousID = record.id
                     let hash = record.hash
                     accumulator.insert(id: record.id, hash: hash, canonical: record.bytes)
-                    try write(record, hash: hash)
+                    try write(record, hash: hash, replacing: false)
                     changed += 1
                 }
             case .delta:
@@ -124,8 +132,9 @@ struct BodyApplier {
                     case .hidden:
                         try delete.bind(1, record.id)
                         try delete.run()
+                        try storage.unindexReferences(.record, id: record.id)
                     case .upserted:
-                        try write(record, hash: hash)
+                        try write(record, hash: hash, replacing: true)
                     }
                     changed += 1
                     if changedIDs.count < ApplyResult.changedIDLimit { changedIDs.append(record.id) }

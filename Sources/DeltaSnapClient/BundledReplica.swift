@@ -87,7 +87,11 @@ public enum BundledReplica {
             let reader = BodyReader(nextChunk: try ChunkSources.gunzip(try ChunkSources.file(at: snapshot)))
             let (_, state) = try BodyApplier(storage: storage, collection: collection).apply(reader, state: try storage.loadState(), etag: nil, lastModified: nil)
             guard state.hasData else { throw Unusable(path: snapshot, reason: "the snapshot holds no data") }
-            try storage.writeTransaction { try storage.setValue(collection, for: Self.collectionKey) }
+            try storage.writeTransaction {
+                try storage.setValue(collection, for: Self.collectionKey)
+                // Its references are indexed; what a device must fetch is for it to settle.
+                try storage.db.execute("DELETE FROM attachment_changes")
+            }
             try storage.db.execute("PRAGMA journal_mode=DELETE; VACUUM;")
         }
         let summary = try inspect(temporary)

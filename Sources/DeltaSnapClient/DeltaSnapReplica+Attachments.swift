@@ -47,6 +47,7 @@ extension DeltaSnapReplica {
     public func setAttachmentPolicy(_ policy: AttachmentPolicy) {
         attachmentPolicy = policy
         attachmentsNeedScan = true
+        attachmentsSettledEagerly = false
     }
 
     /// Sets the most bytes of cached attachments kept (nil: no limit); applied now.
@@ -87,7 +88,7 @@ extension DeltaSnapReplica {
 
     /// The reference a record (or a queued write) of the replica makes to `sha256`, or nil.
     public func attachmentReference(_ sha256: String) throws -> AttachmentReference? {
-        try storage.referencedAttachments()[sha256]
+        try storage.referencedAttachment(sha256)
     }
 
     // MARK: - Sync
@@ -116,40 +117,85 @@ extension DeltaSnapReplica {
 
     /// After a pull: downloads what the records refer to (``AttachmentPolicy/eager``), then
     /// lets go of files no record refers to any more and keeps the cache within its limit.
+    ///
+    /// O(changes): it reads the references that came or went since the last settle
+    /// (``AttachmentIndex``), never the records. Every reference is gone over only once per
+    /// replica in eager mode (its first sync, or after a lazy one), or when the policy changed.
     func settleAttachments(after outcome: SyncOutcome) async {
         switch outcome {
-        case .applied, .reset: attachmentsNeedScan = true
-        case .notModified: break
+        case .applied, .reset, .notModified: break
         case .failed, .deferred, .postponed: return
         }
-        guard attachmentsNeedScan else { return }
-        guard let referenced = try? storage.referencedAttachments() else { return }
-        if attachmentPolicy == .eager {
+        let eager = attachmentPolicy == .eager
+        let everything = attachmentsNeedScan || (eager && !attachmentsSettledEagerly && !storage.settledEagerly)
+        guard let changes = try? storage.attachmentChanges() else { return }
+        // The steady state: no reference changed, nothing is read but that.
+        guard everything || !changes.hashes.isEmpty || lastAttachmentReport.uploaded > 0 else { return }
+        var referenced: [String: AttachmentReference] = [:]
+        var released: [String] = []
+        do {
+            if everything {
+                referenced = try storage.referencedAttachments()
+            } else {
+                for sha256 in changes.hashes.sorted() {
+                    if let reference = try storage.referencedAttachment(sha256) { referenced[sha256] = reference } else { released.append(sha256) }
+                }
+            }
+        } catch {
+            return
+        }
+        var retry = Set<String>()
+        var fetched = false
+        if eager {
             var budget = networkBudget.maximumBodyBytes.map { max(0, $0 - lastSyncBytesReceived) }
             for reference in referenced.values.sorted(by: { $0.sha256 < $1.sha256 }) where attachments.path(of: reference.sha256) == nil {
                 do {
                     let before = lastAttachmentReport.downloadedBytes
                     _ = try await localCopy(of: reference, budget: budget)
                     budget = budget.map { $0 - Int(lastAttachmentReport.downloadedBytes - before) }
+                    fetched = true
                 } catch AttachmentError.postponed {
                     lastAttachmentReport.postponed += 1
+                    retry.insert(reference.sha256)
                 } catch {
                     lastAttachmentReport.failures.append("\(reference.sha256): \(error)")
+                    retry.insert(reference.sha256)
                 }
             }
         }
-        attachmentsNeedScan = lastAttachmentReport.postponed > 0 || !lastAttachmentReport.failures.isEmpty
-        try? releaseAttachments(referenced: referenced)
+        // Files no record refers to any more (a deleted record, a replaced photo); a file
+        // waiting for upload is never evicted.
+        if everything {
+            for file in attachments.cachedFiles() where referenced[file.sha256] == nil { attachments.evict(file.sha256) }
+        } else {
+            for sha256 in released { attachments.evict(sha256) }
+        }
+        // What failed or waits over the budget is looked at again by the next sync.
+        try? storage.consumeAttachmentChanges(through: changes.through, keeping: retry)
+        if everything && eager {
+            attachmentsSettledEagerly = true
+            try? storage.setSettledEagerly(true)
+        } else if !eager {
+            attachmentsSettledEagerly = false
+            try? storage.setSettledEagerly(false)
+        }
+        attachmentsNeedScan = !retry.isEmpty && storage.borrowed != nil
+        if everything || fetched || lastAttachmentReport.uploaded > 0 { trimAttachmentCache() }
     }
 
     /// Removes cached files no record refers to (a deleted record, a replaced photo), then
     /// the least recently used until the cache fits its limit. Files waiting for upload stay.
-    func releaseAttachments(referenced known: [String: AttachmentReference]? = nil) throws {
-        let referenced = try known ?? storage.referencedAttachments()
-        var cached = attachments.cachedFiles()
-        for file in cached where referenced[file.sha256] == nil { attachments.evict(file.sha256) }
-        cached.removeAll { referenced[$0.sha256] == nil }
+    /// O(references + cached files), from the index: run when the limit changes, not per sync.
+    func releaseAttachments() throws {
+        let referenced = try storage.referencedAttachments()
+        for file in attachments.cachedFiles() where referenced[file.sha256] == nil { attachments.evict(file.sha256) }
+        trimAttachmentCache()
+    }
+
+    /// Evicts the least recently used cached files until the cache fits its limit.
+    private func trimAttachmentCache() {
         guard let limit = attachmentCacheLimit else { return }
+        let cached = attachments.cachedFiles()
         var total = cached.reduce(0) { $0 + $1.size }
         for file in cached.sorted(by: { $0.used < $1.used }) where total > limit {
             attachments.evict(file.sha256)
@@ -302,61 +348,88 @@ extension DeltaSnapReplica {
     }
 
     /// Downloads `reference` into `partial/`, resuming with `Range` after a cut, proves it and
-    /// moves it into `cached/`.
+    /// moves it into `cached/`. The bytes of a cut answer are kept (``SyncResponseCut``) and
+    /// the download goes on from them at once, as long as each try brings more; when one
+    /// brings nothing, the partial file stays for the next sync or `attachment get`. Nothing
+    /// is visible before the whole file's size and SHA-256 are proven.
     private func download(_ reference: AttachmentReference, budget: Int?) async throws {
         let partial = attachments.partialPath(reference.sha256)
-        var held = (try? FileManager.default.attributesOfItem(atPath: partial)[.size] as? NSNumber)?.uint64Value ?? 0
+        var held = Self.fileSize(partial)
         if held > reference.size {
             try? FileManager.default.removeItem(atPath: partial)
             held = 0
         }
         if let budget, reference.size - held > UInt64(budget) { throw AttachmentError.postponed("attachment \(reference.sha256)") }
-        var headers = requestHeaders()
-        headers["Accept-Encoding"] = "identity"
-        if held > 0 {
-            headers["Range"] = "bytes=\(held)-"
-            headers["If-Range"] = "\"\(reference.sha256)\""
-        }
-        let response: SyncResponse
-        do {
-            response = try await transport.fetch(SyncRequest(url: attachmentURL(reference.sha256), headers: headers, timeout: timeout, maximumBodyBytes: budget))
-        } catch is SyncBodyOverBudget {
-            throw AttachmentError.postponed("attachment \(reference.sha256)")
-        } catch {
-            throw AttachmentError.failed(Self.describe(error))
-        }
-        defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
-        let received = response.bodyFile.flatMap { (try? FileManager.default.attributesOfItem(atPath: $0.path)[.size] as? NSNumber)?.uint64Value } ?? 0
-        switch response.status {
-        case 200:
-            try FileManager.default.createDirectory(atPath: (partial as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-            try? FileManager.default.removeItem(atPath: partial)
-            if let body = response.bodyFile {
-                try FileManager.default.moveItem(atPath: body.path, toPath: partial)
-            } else {
-                _ = FileManager.default.createFile(atPath: partial, contents: nil)
+        var spent: UInt64 = 0
+        while true {
+            var headers = requestHeaders()
+            headers["Accept-Encoding"] = "identity"
+            if held > 0 {
+                headers["Range"] = "bytes=\(held)-"
+                // Bytes of another representation are never appended to these.
+                headers["If-Range"] = "\"\(reference.sha256)\""
             }
-        case 206 where response.header("Content-Range")?.hasPrefix("bytes \(held)-") == true:
-            guard let body = response.bodyFile, let output = FileHandle(forWritingAtPath: partial), let input = FileHandle(forReadingAtPath: body.path) else {
-                throw AttachmentError.failed("the partial download of \(reference.sha256) cannot be continued")
+            let request = SyncRequest(
+                url: attachmentURL(reference.sha256), headers: headers, timeout: timeout, maximumBodyBytes: budget.map { $0 - Int(spent) }, keepsCutBody: true)
+            let response: SyncResponse
+            var cut: SyncResponseCut?
+            do {
+                response = try await transport.fetch(request)
+            } catch let error as SyncResponseCut {
+                response = error.response
+                cut = error
+            } catch is SyncBodyOverBudget {
+                throw AttachmentError.postponed("attachment \(reference.sha256)")
+            } catch {
+                throw AttachmentError.failed(Self.describe(error))
             }
-            defer {
-                try? output.close()
-                try? input.close()
+            defer { response.bodyFile.map { try? FileManager.default.removeItem(at: $0) } }
+            let received = response.bodyFile.map { Self.fileSize($0.path) } ?? 0
+            switch response.status {
+            case 200:
+                try FileManager.default.createDirectory(atPath: (partial as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                try? FileManager.default.removeItem(atPath: partial)
+                if let body = response.bodyFile {
+                    try FileManager.default.moveItem(atPath: body.path, toPath: partial)
+                } else {
+                    _ = FileManager.default.createFile(atPath: partial, contents: nil)
+                }
+            case 206 where response.header("Content-Range")?.hasPrefix("bytes \(held)-") == true:
+                guard let body = response.bodyFile, let output = FileHandle(forWritingAtPath: partial), let input = FileHandle(forReadingAtPath: body.path) else {
+                    throw AttachmentError.failed("the partial download of \(reference.sha256) cannot be continued")
+                }
+                defer {
+                    try? output.close()
+                    try? input.close()
+                }
+                try output.seekToEnd()
+                while let chunk = try input.read(upToCount: 1 << 20), !chunk.isEmpty { try output.write(contentsOf: chunk) }
+            case 404:
+                throw AttachmentError.unavailable("attachment \(reference.sha256)")
+            case 416:
+                try? FileManager.default.removeItem(atPath: partial)
+                throw AttachmentError.failed("the partial download of \(reference.sha256) did not fit the file; it begins again")
+            default:
+                throw AttachmentError.failed("status \(response.status) for attachment \(reference.sha256)")
             }
-            try output.seekToEnd()
-            while let chunk = try input.read(upToCount: 1 << 20), !chunk.isEmpty { try output.write(contentsOf: chunk) }
-        case 404:
-            throw AttachmentError.unavailable("attachment \(reference.sha256)")
-        case 416:
-            try? FileManager.default.removeItem(atPath: partial)
-            throw AttachmentError.failed("the partial download of \(reference.sha256) did not fit the file; it begins again")
-        default:
-            throw AttachmentError.failed("status \(response.status) for attachment \(reference.sha256)")
+            lastAttachmentReport.downloadedBytes += received
+            spent += received
+            guard let cut else { break }
+            held = Self.fileSize(partial)
+            // Cut after the last byte: the proof below decides.
+            if held >= reference.size { break }
+            // A cut that brought nothing new: the partial file waits for a later try.
+            guard received > 0 else {
+                throw AttachmentError.failed("the download of \(reference.sha256) was cut at byte \(held) of \(reference.size) (\(cut.reason)); it resumes there")
+            }
         }
-        lastAttachmentReport.downloadedBytes += received
         try attachments.keepProven(partial, as: reference)
         lastAttachmentReport.downloaded += 1
+    }
+
+    /// The size of the file at `path` (0 when there is none).
+    private static func fileSize(_ path: String) -> UInt64 {
+        (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.uint64Value ?? 0
     }
 
     private func uploadHeaders() -> [String: String] {
@@ -393,21 +466,6 @@ extension DeltaSnapReplica {
 }
 
 extension ReplicaStorage {
-    /// The attachments the records as the app sees them (queued writes included) refer to.
-    func referencedAttachments() throws -> [String: AttachmentReference] {
-        var found: [String: AttachmentReference] = [:]
-        try forEachRecord { bytes in
-            guard AttachmentReference.mayBeReferredTo(in: bytes) else { return }
-            let value = try JSONReader(bytes: Array(bytes)).readValue()
-            for reference in (try? AttachmentReference.references(in: value)) ?? [] { found[reference.sha256] = reference }
-        }
-        for write in try pendingWrites(includeAcknowledged: true) {
-            guard let value = write.value else { continue }
-            for reference in (try? AttachmentReference.references(in: value)) ?? [] { found[reference.sha256] = reference }
-        }
-        return found
-    }
-
     /// What `deltasnap attachments` lists: each referenced attachment and each file waiting
     /// for upload, with its state in `files`.
     func attachmentStatuses(_ files: LocalAttachments) throws -> [AttachmentStatus] {

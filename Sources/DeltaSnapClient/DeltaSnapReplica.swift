@@ -70,9 +70,13 @@ public actor DeltaSnapReplica {
     public internal(set) var attachmentCacheLimit: UInt64?
     /// What the last sync did with attachments: uploads, downloads, what waits.
     public internal(set) var lastAttachmentReport = AttachmentReport()
-    /// Whether the records may refer to files not here yet (set when data arrives or a
-    /// download is left for later): a sync that applied nothing then skips the scan.
-    var attachmentsNeedScan = true
+    /// Whether the next sync must go over every reference of the index (the policy
+    /// changed, or a bundled replica read in place could not keep a failed download for
+    /// later); otherwise a sync looks only at the references that changed.
+    var attachmentsNeedScan = false
+    /// Whether this process went over every reference eagerly (a bundled replica read in
+    /// place cannot remember it in its file).
+    var attachmentsSettledEagerly = false
 
     /// Opens (or creates) the replica at `path`. When it holds no data yet and
     /// `bundledSnapshot` is given, the bundle is used first: a gzip `.snapshot` is loaded

@@ -44,6 +44,7 @@ extension ReplicaStorage {
         // What the device showed when the write was made: the server state it holds.
         if let base = try self.value(for: "token") { try insert.bind(6, base) } else { try insert.bindNull(6) }
         try insert.run()
+        if let normalized { try addReferences(.pendingWrite, id: String(seq), bytes: CanonicalJSON.bytes(normalized)) }
         try setValue(String(seq), for: "lastSeq")
         try setOverlay(id: id, to: local)
         return seq
@@ -71,10 +72,12 @@ extension ReplicaStorage {
             if let value = write.value { try update.bind(2, blob: CanonicalJSON.bytes(value)) } else { try update.bindNull(2) }
             try update.bind(3, earlier.seq)
             try update.run()
+            try indexReferences(.pendingWrite, id: String(earlier.seq), bytes: write.value.map { CanonicalJSON.bytes($0) })
         case .nothing:
             let drop = try statement("DELETE FROM pending WHERE \(scope.condition()) AND seq = ?")
             try drop.bind(1, earlier.seq)
             try drop.run()
+            try unindexReferences(.pendingWrite, id: String(earlier.seq))
         }
     }
 
@@ -198,6 +201,7 @@ extension ReplicaStorage {
             for (write, _) in refused {
                 try drop.bind(1, write.seq)
                 try drop.run()
+                try unindexReferences(.pendingWrite, id: String(write.seq))
             }
             for id in Set(refused.map(\.write.id)) { try rebuildOverlay(id: id) }
         }
@@ -207,11 +211,19 @@ extension ReplicaStorage {
     /// their value), then recomputes every local value over the new server state.
     func settleAfterPull(droppingAcknowledgedThrough seq: UInt64?) throws {
         if let seq {
+            // Their file references go with them (O(writes dropped)).
+            let unindex = try statement("""
+                DELETE FROM attachment_refs WHERE collection = \(scope.literal) AND source = \(AttachmentIndex.Source.pendingWrite.rawValue)
+                AND id IN (SELECT CAST(seq AS TEXT) FROM pending WHERE \(scope.condition()) AND acked = 1 AND seq <= ?)
+                """)
+            try unindex.bind(1, seq)
+            try unindex.run()
             let drop = try statement("DELETE FROM pending WHERE \(scope.condition()) AND acked = 1 AND seq <= ?")
             try drop.bind(1, seq)
             try drop.run()
         }
         try db.execute("DELETE FROM overlay WHERE \(scope.condition())")
+        try unindexAllReferences(.overlay)
         let ids = try db.prepare("SELECT DISTINCT id FROM pending WHERE \(scope.condition())")
         var pendingIDs: [String] = []
         while try ids.step() { pendingIDs.append(ids.string(0)) }
@@ -239,6 +251,7 @@ extension ReplicaStorage {
             let delete = try statement("DELETE FROM overlay WHERE \(scope.condition()) AND id = ?")
             try delete.bind(1, id)
             try delete.run()
+            try unindexReferences(.overlay, id: id)
         }
     }
 
@@ -248,5 +261,6 @@ extension ReplicaStorage {
         try upsert.bind(1, id)
         if let record { try upsert.bind(2, blob: record.bytes) } else { try upsert.bindNull(2) }
         try upsert.run()
+        try indexReferences(.overlay, id: id, bytes: record?.bytes)
     }
 }

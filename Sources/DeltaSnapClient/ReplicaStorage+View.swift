@@ -32,6 +32,9 @@ extension ReplicaStorage {
                 for table in ["records", "state", "pending", "overlay"] {
                     try db.execute("DELETE FROM \(table) WHERE \(scope.condition())")
                 }
+                // Its files leave with its directory: nothing of it is left to settle.
+                try unindexAllReferences(nil)
+                try db.execute("DELETE FROM attachment_changes WHERE collection = \(scope.literal)")
                 return lost
             }
         }

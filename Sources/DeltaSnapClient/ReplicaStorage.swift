@@ -64,6 +64,8 @@ final class ReplicaStorage {
         // Replicas from before conflict copies lack `pending.base`, those from before views
         // the `collection` columns.
         try ReplicaScope.migrate(db)
+        // Replicas from before the file-reference index get it, built once.
+        try AttachmentIndex.migrate(db)
         return db
     }
 
@@ -144,6 +146,7 @@ final class ReplicaStorage {
         }
         defer { try? db.execute("DETACH DATABASE bundle") }
         try writeTransaction {
+            try unindexAllReferences(.record)
             // A bundle holds one collection, in whichever layout it was baked.
             try db.execute("""
                 DELETE FROM records WHERE \(scope.condition());
@@ -151,6 +154,7 @@ final class ReplicaStorage {
                 INSERT OR REPLACE INTO state(collection, key, value) SELECT \(scope.literal), key, value FROM bundle.state
                     WHERE key IN ('etag', 'lastModified', 'token', 'checksum', 'count');
                 """)
+            try indexAllRecords()
             try settleAfterPull(droppingAcknowledgedThrough: nil)
         }
     }

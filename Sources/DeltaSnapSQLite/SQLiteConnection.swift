@@ -18,6 +18,8 @@ import CSQLite
 package final class SQLiteConnection {
     let handle: OpaquePointer
     package let path: String
+    /// What this connection's statements have read so far (``readStatistics``).
+    let reads = ReadCounter()
 
     /// Process-wide settings, made once before the first connection opens: SQLite reads
     /// them only then.
@@ -115,6 +117,76 @@ package final class SQLiteConnection {
 
     var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
 
+    /// How much this connection has read since it opened (or since the last
+    /// ``resetReadStatistics()``): for tests that pin a cost by counting work instead of
+    /// timing it (a one-record delta must not read the whole replica).
+    ///
+    /// ```swift
+    /// db.resetReadStatistics()
+    /// try apply(delta)
+    /// #expect(db.readStatistics.fullScanSteps < 100)
+    /// ```
+    package var readStatistics: ReadStatistics {
+        var statistics = reads.totals
+        // Statements still running (or cached, not reset since) count too.
+        var statement = sqlite3_next_stmt(handle, nil)
+        while let current = statement {
+            statistics.virtualMachineSteps += Int(sqlite3_stmt_status(current, SQLITE_STMTSTATUS_VM_STEP, 0))
+            statistics.fullScanSteps += Int(sqlite3_stmt_status(current, SQLITE_STMTSTATUS_FULLSCAN_STEP, 0))
+            statement = sqlite3_next_stmt(handle, current)
+        }
+        // Pages fetched through the pager, whatever ran: also `execute`'s statements, which
+        // are finalized inside sqlite3_exec before their own counters can be read.
+        var current: Int32 = 0
+        var highwater: Int32 = 0
+        sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_HIT, &current, &highwater, 0)
+        statistics.pagesRead = Int(current)
+        sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_MISS, &current, &highwater, 0)
+        statistics.pagesRead += Int(current)
+        return statistics
+    }
+
+    /// Starts ``readStatistics`` from zero.
+    package func resetReadStatistics() {
+        reads.totals = ReadStatistics()
+        var statement = sqlite3_next_stmt(handle, nil)
+        while let current = statement {
+            _ = sqlite3_stmt_status(current, SQLITE_STMTSTATUS_VM_STEP, 1)
+            _ = sqlite3_stmt_status(current, SQLITE_STMTSTATUS_FULLSCAN_STEP, 1)
+            statement = sqlite3_next_stmt(handle, current)
+        }
+        var current: Int32 = 0
+        var highwater: Int32 = 0
+        sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_HIT, &current, &highwater, 1)
+        sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_MISS, &current, &highwater, 1)
+    }
+
     /// The SQLite library version, e.g. "3.40.1".
     package static var libraryVersion: String { String(cString: sqlite3_libversion()) }
+}
+
+
+/// Work a connection's statements did (``SQLiteConnection/readStatistics``).
+package struct ReadStatistics: Sendable, Equatable {
+    /// Virtual machine instructions run (SQLite's `SQLITE_STMTSTATUS_VM_STEP`): grows with
+    /// every row a statement visits, whichever way it reaches it.
+    package var virtualMachineSteps = 0
+    /// Rows visited by full table or index scans (`SQLITE_STMTSTATUS_FULLSCAN_STEP`).
+    package var fullScanSteps = 0
+    /// Pages fetched from the page cache or the file (`SQLITE_DBSTATUS_CACHE_HIT` + `_MISS`).
+    package var pagesRead = 0
+
+    package init() {}
+}
+
+/// The counts of finalized statements, shared with them: a statement may outlive the
+/// connection object (SQLite closes it once the last one is finalized).
+final class ReadCounter {
+    var totals = ReadStatistics()
+
+    /// Adds (and clears) `statement`'s own counters.
+    func collect(_ statement: OpaquePointer) {
+        totals.virtualMachineSteps += Int(sqlite3_stmt_status(statement, SQLITE_STMTSTATUS_VM_STEP, 1))
+        totals.fullScanSteps += Int(sqlite3_stmt_status(statement, SQLITE_STMTSTATUS_FULLSCAN_STEP, 1))
+    }
 }

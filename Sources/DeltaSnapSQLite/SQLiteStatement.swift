@@ -8,6 +8,8 @@ package final class SQLiteStatement {
     let handle: OpaquePointer
     unowned let connection: SQLiteConnection
     package let sql: String
+    /// The connection's read counter, which this statement's counts join when it is finalized.
+    private let reads: ReadCounter
 
     /// SQLite copies bound text and blobs (SQLITE_TRANSIENT, which does not import into Swift).
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
@@ -16,9 +18,11 @@ package final class SQLiteStatement {
         self.handle = handle
         self.connection = connection
         self.sql = sql
+        reads = connection.reads
     }
 
     deinit {
+        reads.collect(handle)
         sqlite3_finalize(handle)
     }
 

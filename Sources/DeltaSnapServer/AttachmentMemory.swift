@@ -100,6 +100,18 @@ final class AttachmentMemory: Sendable {
         return opened
     }
 
+    /// Descriptors kept open now.
+    var keptFileCount: Int {
+        openFiles.withLockedValue { $0.count }
+    }
+
+    /// Lets `count` kept descriptors go (each closes once no download holds it): they share
+    /// the connections' budget and give way before a connection is refused
+    /// (``ConnectionGovernor``).
+    func releaseKeptFiles(_ count: Int) {
+        openFiles.withLockedValue { $0.evict(count) }
+    }
+
     /// The whole bytes of the small blob `sha256`, when kept.
     func body(of sha256: String) -> ByteBuffer? {
         bodies.withLockedValue { $0.value(forKey: sha256) }

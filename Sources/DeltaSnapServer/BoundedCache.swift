@@ -105,6 +105,14 @@ struct BoundedCache<Key: Hashable, Value> {
         return slot.value
     }
 
+    /// Forgets up to `count` entries by the same CLOCK as eviction (what room is made by,
+    /// when the owner needs some back: kept descriptors giving way to connections).
+    mutating func evict(_ count: Int) {
+        for _ in 0..<max(0, count) {
+            guard evictOne(sparing: nil) else { return }
+        }
+    }
+
     /// Forgets everything.
     mutating func removeAll() {
         slots.removeAll()

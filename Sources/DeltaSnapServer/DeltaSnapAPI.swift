@@ -63,6 +63,9 @@ public struct DeltaSnapServerConfiguration: Sendable {
     public var waitDebounce: Duration = .milliseconds(50)
     /// Serve the operator's console at `/console/` and its admin-only JSON at `/v1/console/`.
     public var console = false
+    /// Timeouts and the connection cap of ``DeltaSnapAPI/httpServer(logger:)`` (by default
+    /// derived from the process's open-file limit when the service is made).
+    public var connections = ConnectionLimits.forThisProcess()
 
     public init(
         writeToken: String? = nil, maximumWriteBodyBytes: Int = 32 * 1024 * 1024,
@@ -233,13 +236,23 @@ public final class DeltaSnapAPI: Sendable {
     /// let app = Application(router: router, server: api.httpServer(logger: logger))
     /// ```
     public func httpServer(logger: Logger = Logger(label: "deltasnap")) -> HTTPServerBuilder {
-        HTTPServerBuilder { [self] responder in
+        let governor = connectionGovernor(logger: logger)
+        return HTTPServerBuilder { [self] responder in
             PollingHTTP1Channel(
                 http1: HTTP1Channel(
                     responder: InformationalResponder.wrapping(responder, limit: { self.uploadLimit(version: $0) }, logger: logger),
                     configuration: .init(additionalChannelHandlers: self.channelHandlers(logger: logger))),
-                service: self, requestLogger: logger)
+                service: self, governor: governor, requestLogger: logger)
         }
+    }
+
+    /// The cap and timeouts of one server's connections; kept attachment descriptors share
+    /// their budget and give way first.
+    func connectionGovernor(logger: Logger) -> ConnectionGovernor {
+        ConnectionGovernor(
+            limits: configuration.connections, metrics: ConnectionMetrics(factory: metrics.factory), logger: logger,
+            keptFiles: { [attachmentMemory] in attachmentMemory.keptFileCount },
+            releaseKeptFiles: { [attachmentMemory] count in attachmentMemory.releaseKeptFiles(count) })
     }
 
     /// The handlers between Hummingbird's HTTP codec and its router: polls answered from
@@ -249,7 +262,10 @@ public final class DeltaSnapAPI: Sendable {
         // One count per connection, kept by the fast path (the only handler that sees which
         // requests go on to the router) and read by the malformed-request handler.
         let routed = RoutedRequests()
-        return [MalformedRequestHandler(metrics: metrics, routed: routed), FastPathHandler(service: self, logger: logger, routed: routed)]
+        return [
+            RequestBoundaryHandler(), MalformedRequestHandler(metrics: metrics, routed: routed),
+            FastPathHandler(service: self, logger: logger, routed: routed),
+        ]
     }
 
     /// Every DeltaSnap route (collections, writes, `/v1/index`, `/healthz`, `/metrics`) as a

@@ -68,7 +68,9 @@ public struct DeltaSnapServer: Sendable {
         let app = Application(
             router: router,
             server: service.httpServer(logger: logger),
-            configuration: .init(address: .hostname(host, port: port), serverName: nil),
+            configuration: .init(
+                address: .hostname(host, port: port), serverName: nil, backlog: 511,
+                availableConnectionsDelegate: DescriptorBackstop(maximum: service.configuration.connections.acceptingAtMost)),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) },
             logger: logger)
         // The watcher and the compaction schedule run beside the server and are cancelled when

@@ -2,23 +2,33 @@ import HummingbirdCore
 import Logging
 import NIOCore
 
-/// Hummingbird's HTTP/1.1 child channel with ``RawPollHandler`` put in front of its HTTP
-/// codec (Hummingbird's own `additionalChannelHandlers` go behind it).
+/// Hummingbird's HTTP/1.1 child channel with ``ConnectionGuardHandler`` (timeouts, the idle
+/// list) and ``RawPollHandler`` put in front of its HTTP codec (Hummingbird's own
+/// `additionalChannelHandlers` go behind it) — or, for a connection refused at the cap, only
+/// ``ShedConnectionHandler``.
 struct PollingHTTP1Channel: ServerChildChannel {
     typealias Value = HTTP1Channel.Value
 
     let http1: HTTP1Channel
     let service: DeltaSnapAPI
+    let governor: ConnectionGovernor
     /// The server's logger, for the request log lines of the answers given here.
     let requestLogger: Logger
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        http1.setup(channel: channel, logger: logger).flatMapThrowing { value in
+        // Decided before anything is set up: a refused connection costs a canned answer.
+        let admission = governor.admit(channel)
+        return http1.setup(channel: channel, logger: logger).flatMapThrowing { value in
+            guard case .admitted(let sweeper) = admission else {
+                try channel.pipeline.syncOperations.addHandler(ShedConnectionHandler(), position: .first)
+                return value
+            }
             // A poll is a few hundred bytes, and thousands of connections may sit idle on a
             // held request: reads start at 512 bytes, not NIO's 2 KB (1.5 KB less per waiting
             // connection, docs/BENCHMARKS.md), and grow for larger requests.
             try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65536))
             try channel.pipeline.syncOperations.addHandler(RawPollHandler(service: service, logger: requestLogger), position: .first)
+            try channel.pipeline.syncOperations.addHandler(ConnectionGuardHandler(sweeper: sweeper, openedAt: .now()), position: .first)
             return value
         }
     }

@@ -53,6 +53,12 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
             buffer = held
             partial = nil
         }
+        var answered = false
+        // The connection's guard times requests by what it is told: these never reach the
+        // decoder, so the handlers that tell it of the others never see them.
+        defer {
+            if answered { context.triggerUserOutboundEvent(ConnectionEvent.answeredBeforeDecoder(partialHead: partial != nil), promise: nil) }
+        }
         while buffer.readableBytes > 0 {
             let start = ContinuousClock.now
             guard let length = buffer.withUnsafeReadableBytes(Self.headLength) else {
@@ -67,6 +73,7 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
             buffer.moveReaderIndex(forwardBy: length)
             write(answer, to: poll, start: start, context: context)
             needsFlush = true
+            answered = true
         }
     }
 

@@ -19,13 +19,15 @@ extension StoreLocation {
     /// pins an epoch or commit time (tests, reproducible builds); by default it is read from
     /// the environment (`DELTASNAP_EPOCH`, `DELTASNAP_COMMIT_TIME`). `readOnly` (for reading
     /// commands: export, bake) creates no SQLite file where there was none.
+    /// `maximumReaders`: SQLite read transactions open at once (a server sizes it to its
+    /// open-file limit: three descriptors each).
     public func open(
-        configuration: StoreConfiguration = .fromEnvironment(), readOnly: Bool = false,
+        configuration: StoreConfiguration = .fromEnvironment(), readOnly: Bool = false, maximumReaders: Int = 64,
         logger: Logger = Logger(label: "deltasnap.store")
     ) async throws -> any CollectionStore {
         switch self {
         case .sqlite(let path):
-            try SQLiteCollectionStore(path: path, configuration: configuration, readOnly: readOnly)
+            try SQLiteCollectionStore(path: path, configuration: configuration, readOnly: readOnly, maximumReaders: maximumReaders)
         case .postgres(let url, let readReplica):
             try await PostgresCollectionStore.connect(url: url, readReplica: readReplica, configuration: configuration, logger: logger)
         }

@@ -121,8 +121,23 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("A YAML file of access rules: per collection who may read and write it (public, admin, owner, member, claims) and whether it is partitioned (NAME/KEY); the memberships collection. See docs/PROTOCOL.md §10.", valueName: "FILE"))
     var rules: String?
 
-    @Option(name: .long, help: "Requests GET /v1/index?wait= may hold at once (a long-poll each); one more is answered 503 with Retry-After.")
-    var maxWaiters = 10_000
+    @Option(name: .long, help: "Requests GET /v1/index?wait= may hold at once (a long-poll each); one more is answered 503 with Retry-After. Default: the connection cap.")
+    var maxWaiters: Int?
+
+    @Option(name: .long, help: ArgumentHelp("Seconds a request head may take to arrive whole (nginx's client_header_timeout); then 408 and the connection is closed.", valueName: "SECONDS"))
+    var headerTimeout: Double = 60
+
+    @Option(name: .long, help: ArgumentHelp("Seconds a request body may go without sending a byte the server asked for (nginx's client_body_timeout); then the connection is closed (a resumable upload resumes on the next one).", valueName: "SECONDS"))
+    var bodyTimeout: Double = 60
+
+    @Option(name: .long, help: ArgumentHelp("Seconds a keep-alive connection with no request in flight is kept (nginx's keepalive_timeout). A held long-poll is never idle.", valueName: "SECONDS"))
+    var idleTimeout: Double = 75
+
+    @Option(name: .long, help: ArgumentHelp("Seconds a client may read nothing of a response before the connection is closed (nginx's send_timeout).", valueName: "SECONDS"))
+    var sendTimeout: Double = 60
+
+    @Option(name: .long, help: ArgumentHelp("Connections held at once. At the cap the keep-alive connection idle the longest is closed for a new one; with none idle a new one is answered 503 with Retry-After. Default: the open-file limit (raised to its hard limit at start) less what the store, per-request files and the runtime keep; printed at start.", valueName: "N"))
+    var maxConnections: Int?
 
     @Option(name: .long, help: "Milliseconds within which commits wake a waiting /v1/index request once: the first wakes it at once, the rest at the end of the interval.")
     var waitDebounceMs = 50
@@ -160,7 +175,11 @@ struct ServeCommand: AsyncParsableCommand {
         if let compactOlderThan, !(compactOlderThan >= 0) { throw ValidationError("--compact-older-than must be 0 or more days") }
         guard compactEvery > 0 else { throw ValidationError("--compact-every must be positive") }
         guard indexMaxAge > 0 else { throw ValidationError("--index-max-age must be positive") }
-        guard maxWaiters >= 0 else { throw ValidationError("--max-waiters must be 0 or more") }
+        if let maxWaiters, maxWaiters < 0 { throw ValidationError("--max-waiters must be 0 or more") }
+        for (flag, seconds) in [("--header-timeout", headerTimeout), ("--body-timeout", bodyTimeout), ("--idle-timeout", idleTimeout), ("--send-timeout", sendTimeout)] {
+            guard seconds > 0, seconds <= 86_400 else { throw ValidationError("\(flag) must be more than 0 and at most 86400 seconds") }
+        }
+        if let maxConnections, maxConnections < 1 { throw ValidationError("--max-connections must be 1 or more") }
         guard (0...10_000).contains(waitDebounceMs) else { throw ValidationError("--wait-debounce-ms must be 0...10000") }
         guard indexLifetime >= 60 else { throw ValidationError("--index-lifetime must be at least 60 seconds") }
         for name in TokenCommand.list(mergeFork) where !CollectionName.isValid(name) {
@@ -211,6 +230,18 @@ struct ServeCommand: AsyncParsableCommand {
         _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
     }
 
+    /// The timeouts and the cap from the flags; the cap, unless given, from the open-file
+    /// limit (already raised).
+    var connectionLimits: ConnectionLimits {
+        var limits = ConnectionLimits.forThisProcess()
+        if let maxConnections { limits.maximumConnections = maxConnections }
+        limits.headerTimeout = .milliseconds(Int64(headerTimeout * 1000))
+        limits.bodyTimeout = .milliseconds(Int64(bodyTimeout * 1000))
+        limits.idleTimeout = .milliseconds(Int64(idleTimeout * 1000))
+        limits.sendTimeout = .milliseconds(Int64(sendTimeout * 1000))
+        return limits
+    }
+
     /// `HOST:PORT`, `[::1]:PORT` for an IPv6 host.
     static func hostAndPort(_ text: String) -> (String, Int)? {
         guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else { return nil }
@@ -247,12 +278,15 @@ struct ServeCommand: AsyncParsableCommand {
             compaction: compactionSchedule, signingKeys: try signingKey.map { try IndexSigningKey(contentsOf: $0) },
             indexMaxAge: indexMaxAge, indexLifetime: indexLifetime, requestLogOutput: logOutput,
             forkCollections: Set(TokenCommand.list(mergeFork)))
-        configuration.maximumWaiters = maxWaiters
+        configuration.connections = connectionLimits
+        configuration.maximumWaiters = maxWaiters ?? configuration.connections.maximumConnections
         configuration.maximumAttachmentBytes = maxAttachmentBytes
         configuration.console = console
         configuration.waitDebounce = .milliseconds(waitDebounceMs)
         let location = try StoreLocation(db, readReplica: readDb)
-        var server = try await DeltaSnapServer(store: try await location.open(logger: logger), configuration: configuration, logger: logger)
+        let store = try await location.open(maximumReaders: configuration.connections.storeReaders, logger: logger)
+        var server = try await DeltaSnapServer(store: store, configuration: configuration, logger: logger)
+        printError("deltasnap: \(configuration.connections.summary)")
         server.staticFiles = staticDirectory
         if let metricsListen, let (metricsHost, metricsPort) = Self.hostAndPort(metricsListen) {
             server.metricsAddress = .init(host: metricsHost, port: metricsPort) { boundPort in

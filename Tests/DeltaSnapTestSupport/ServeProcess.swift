@@ -25,10 +25,12 @@ package final class ServeProcess: Sendable {
 
     /// Starts `deltasnap serve --port 0 ARGUMENTS` and waits for its "serving" line (and for a
     /// line starting with each of `awaiting`).
-    package static func start(_ arguments: [String], awaiting: [String] = []) throws -> ServeProcess {
+    /// `launcher` runs it through another program (`["/usr/bin/prlimit", "--nofile=512:512"]`).
+    package static func start(_ arguments: [String], awaiting: [String] = [], launcher: [String] = []) throws -> ServeProcess {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: CLI.binary)
-        process.arguments = ["serve", "--port", "0", "--log-level", "warning"] + arguments
+        let command = launcher + [CLI.binary, "serve", "--port", "0", "--log-level", "warning"] + arguments
+        process.executableURL = URL(fileURLWithPath: command[0])
+        process.arguments = Array(command.dropFirst())
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
@@ -50,6 +52,9 @@ package final class ServeProcess: Sendable {
         }
         return ServeProcess(port: port, lines: lines, process: process)
     }
+
+    /// Whether the process is still running (it did not crash).
+    package var isRunning: Bool { process.isRunning }
 
     /// SIGTERM, then waits for the exit.
     package func stop() {

@@ -24,7 +24,8 @@ package final class TestServer: Sendable {
         compaction: CompactionSchedule? = nil, port: Int = 0, signingKeys: [IndexSigningKey] = [], indexMaxAge: Int = 30,
         readDatabase: String? = nil, changePollInterval: Duration = .milliseconds(20), forkCollections: Set<String> = [],
         partitionHeadCapacity: Int = 100_000, maximumWaiters: Int = 10_000, waitDebounce: Duration = .milliseconds(50),
-        indexLifetime: Int? = nil, pagingBudgetBytes: Int? = nil, maximumAttachmentBytes: UInt64? = nil, console: Bool = false
+        indexLifetime: Int? = nil, pagingBudgetBytes: Int? = nil, maximumAttachmentBytes: UInt64? = nil, console: Bool = false,
+        connections: ConnectionLimits? = nil
     ) async throws -> TestServer {
         let logger = logger ?? {
             var quiet = Logger(label: "test-server")
@@ -41,6 +42,7 @@ package final class TestServer: Sendable {
         configuration.maximumWaiters = maximumWaiters
         configuration.waitDebounce = waitDebounce
         configuration.console = console
+        if let connections { configuration.connections = connections }
         // Below `serve`'s 60-second floor, so a test sees a document re-signed within seconds.
         if let indexLifetime { configuration.indexLifetime = indexLifetime }
         if let pagingBudgetBytes { configuration.pagingBudgetBytes = pagingBudgetBytes }

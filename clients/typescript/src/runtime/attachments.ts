@@ -41,6 +41,21 @@ export interface AttachmentProgress {
   size: number;
 }
 
+/**
+ * The replica's file references as the store keeps them (`FileRefs`): what a sync reads
+ * instead of the records.
+ */
+export interface FileIndex {
+  /** Hashes whose references came or went since they were settled, with their change numbers. */
+  changes(): Promise<Record<string, number>>;
+  /** The reference made to `sha256`, or null when nothing refers to it any more. */
+  reference(sha256: string): Promise<AttachmentReference | null>;
+  /** Every referenced file (O(references)). */
+  all(): Promise<Map<string, AttachmentReference>>;
+  /** Forgets the changes settled. */
+  settled(changes: Record<string, number>): Promise<void>;
+}
+
 /** What the transfers need from the replica. */
 export interface TransferContext {
   /** The collection's (or partition's) URL: files are at `…/attachments/{sha256}`. */
@@ -84,9 +99,10 @@ export class ReplicaAttachments {
   /** The last sync's report. */
   report: AttachmentReport = emptyAttachmentReport();
   /**
-   * The next sync looks at the records again: a pull brought a reference, files are held
-   * (one may have lost its last reference), the policy changed, or a file failed or waited.
-   * A replica that never meets a file never reads its records for references.
+   * The next sync goes over every file reference (from the store's index, never the
+   * records): the first sync of this page when files are held, the policy or budget
+   * changed, or a file failed or waited. Otherwise a sync looks only at the references
+   * that changed ({@link FileIndex.changes}).
    */
   needScan = false;
   /** The first sync of this page has not looked yet (files held from an earlier visit). */
@@ -122,10 +138,9 @@ export class ReplicaAttachments {
     this.holds = true;
   }
 
-  /** After a pull that got an answer: decides whether {@link settle} must look at the records. */
-  async notePull(applied: boolean, mentionsFiles: boolean): Promise<void> {
-    if (mentionsFiles) this.needScan = true;
-    else if ((applied || !this.looked) && !this.needScan) this.needScan = await this.holdsFiles();
+  /** After a pull that got an answer: the first of this page goes over every reference when files are held (from an earlier visit). */
+  async notePull(): Promise<void> {
+    if (!this.looked && !this.needScan) this.needScan = await this.holdsFiles();
     this.looked = true;
   }
 
@@ -136,6 +151,12 @@ export class ReplicaAttachments {
   }
 
   // MARK: - The app's side
+
+  /** Whether this replica holds the bytes of `sha256` (waiting for upload, or downloaded and checked). */
+  async hasBytes(sha256: string): Promise<boolean> {
+    const entry = await (await this.files()).ledger.get(sha256);
+    return entry !== undefined && entry.area !== "partial";
+  }
 
   /** Keeps `blob` as a file waiting for upload and returns its reference. */
   async attach(blob: Blob, type: string): Promise<AttachmentReference> {
@@ -232,29 +253,57 @@ export class ReplicaAttachments {
 
   /**
    * After a pull: downloads what the records refer to (`eager`, within the budget), then
-   * lets go of files no record refers to and keeps the cache within its limit.
+   * lets go of files no record refers to and keeps the cache within its limit. O(changes):
+   * it reads the references that came or went (the store keeps them as records are
+   * written), never the records; every reference only when {@link needScan}.
    */
-  async settle(referenced: () => Promise<Map<string, AttachmentReference>>): Promise<void> {
-    if (!this.needScan) return;
-    const found = await referenced();
-    if (found.size === 0 && this.opened === null) { this.needScan = false; return; }
+  async settle(index: FileIndex): Promise<void> {
+    const changes = await index.changes();
+    const everything = this.needScan;
+    if (!everything && Object.keys(changes).length === 0) return;
+    let referenced = new Map<string, AttachmentReference>();
+    const released: string[] = [];
+    if (everything) referenced = await index.all();
+    else {
+      for (const sha256 of Object.keys(changes).sort()) {
+        const reference = await index.reference(sha256);
+        if (reference) referenced.set(sha256, reference);
+        else released.push(sha256);
+      }
+    }
+    if (referenced.size === 0 && released.length === 0 && this.opened === null) {
+      await index.settled(changes);
+      this.needScan = false;
+      return;
+    }
     const files = await this.files();
+    const unsettled = new Set<string>();
+    let fetched = false;
     if (this.policy === "eager") {
       let budget = this.budget;
-      for (const r of [...found.values()].sort((a, b) => (a.sha256 < b.sha256 ? -1 : 1))) {
+      for (const r of [...referenced.values()].sort((a, b) => (a.sha256 < b.sha256 ? -1 : 1))) {
         if (await files.read(r.sha256)) continue;
         const before = this.report.downloadedBytes;
         try {
           await this.blob(r, budget);
+          fetched = true;
           if (budget !== null) budget = Math.max(0, budget - (this.report.downloadedBytes - before));
         } catch (error) {
+          unsettled.add(r.sha256);
           if (error instanceof AttachmentError && error.code === "attachment_postponed") this.report.postponed++;
           else this.report.failures.push(`${r.sha256}: ${(error as Error).message}`);
         }
       }
     }
-    this.needScan = this.report.postponed > 0 || this.report.failures.length > 0;
-    await this.release(found);
+    // What failed or waited stays a change: the next sync tries it again.
+    await index.settled(Object.fromEntries(Object.entries(changes).filter(([sha256]) => !unsettled.has(sha256))));
+    this.needScan = everything && unsettled.size > 0;
+    if (everything) return this.release(referenced);
+    for (const sha256 of released) {
+      const entry = await files.ledger.get(sha256);
+      if (entry && entry.area !== "pending" && !this.downloads.has(sha256)) await this.forget(files, sha256);
+    }
+    if (fetched) await this.trim(files);
   }
 
   /** Removes cached files no record refers to, then the least recently used over the limit. Files waiting for upload stay. */
@@ -266,7 +315,13 @@ export class ReplicaAttachments {
       if (!referenced.has(e.sha256)) await this.forget(files, e.sha256);
       else if (e.area === "cached") kept.push(e);
     }
+    await this.trim(files, kept);
+  }
+
+  /** Evicts the least recently used cached files until the cache fits its limit. */
+  private async trim(files: AttachmentFiles, cached?: { sha256: string; size: number; used: number }[]): Promise<void> {
     if (this.cacheLimit === null) return;
+    const kept = cached ?? (await files.ledger.all()).filter((e) => e.area === "cached" && !this.downloads.has(e.sha256));
     let total = kept.reduce((sum, e) => sum + e.size, 0);
     for (const e of kept.sort((a, b) => a.used - b.used)) {
       if (total <= this.cacheLimit) break;

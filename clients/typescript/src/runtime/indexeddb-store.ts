@@ -39,7 +39,8 @@ export class IndexedDBStore extends TableStore {
   static async open(name: string): Promise<{ store: IndexedDBStore; created: boolean }> {
     if (typeof indexedDB === "undefined") throw new StorageError("IndexedDB is not available in this context (a private window or a non-browser runtime: use a MemoryStorage there)");
     let created = false;
-    const open = indexedDB.open(name, 1);
+    // Version 2 added the `refs` table (file references); an older database is upgraded in place and indexed on first use.
+    const open = indexedDB.open(name, 2);
     open.onupgradeneeded = (event) => {
       created = event.oldVersion === 0;
       const db = open.result;

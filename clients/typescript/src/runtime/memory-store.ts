@@ -15,7 +15,17 @@ const copy = <T>(value: T): T => (value === undefined ? value : structuredClone(
 export class MemoryDatabase {
   readonly tables = new Map<TableName, Map<TableKey, unknown>>(TABLES.map((name) => [name, new Map()]));
   deleted = false;
+  /**
+   * Rows read, by table (`pages`, `refs`…; `pages:keys` for keys read without their rows):
+   * tests pin what a sync step costs by counting, not timing.
+   */
+  rowsRead: Record<string, number> = {};
   private tail: Promise<unknown> = Promise.resolve();
+
+  /** Counts `rows` read from `table`. */
+  noteRead(table: string, rows: number): void {
+    this.rowsRead[table] = (this.rowsRead[table] ?? 0) + rows;
+  }
 
   /** Runs transactions one at a time, in the order they were asked for (serializable, as IndexedDB's). */
   serialize<T>(body: () => Promise<T>): Promise<T> {
@@ -51,15 +61,18 @@ class MemoryTables implements Tables {
   }
 
   async get<T>(table: TableName, key: TableKey): Promise<T | undefined> {
+    this.database.noteRead(table, 1);
     return copy(this.table(table).get(key)) as T | undefined;
   }
 
   async getAll<T>(table: TableName): Promise<T[]> {
     const rows = this.table(table);
+    this.database.noteRead(table, rows.size);
     return [...rows.keys()].sort(compareKeys).map((key) => copy(rows.get(key)) as T);
   }
 
   async getAllKeys(table: TableName): Promise<TableKey[]> {
+    this.database.noteRead(`${table}:keys`, this.table(table).size);
     return [...this.table(table).keys()].sort(compareKeys);
   }
 
@@ -187,5 +200,15 @@ export class MemoryStorage implements ReplicaStorage {
   /** The names of the databases held, sorted. */
   names(): string[] {
     return [...this.databases.keys()].sort();
+  }
+
+  /** The rows read from database `name` since it opened or since {@link resetRowsRead}, by table (see `MemoryDatabase.rowsRead`). */
+  rowsRead(name: string): Record<string, number> {
+    return { ...(this.databases.get(name)?.rowsRead ?? {}) };
+  }
+
+  resetRowsRead(name: string): void {
+    const database = this.databases.get(name);
+    if (database) database.rowsRead = {};
   }
 }

@@ -356,14 +356,9 @@ export class DeltaSnapReplica extends EventTarget {
     return this.persisted;
   }
 
-  /** The references the records as the app sees them (queued writes included) make. */
-  private async referencedAttachments(): Promise<Map<string, AttachmentReference>> {
-    const found = new Map<string, AttachmentReference>();
-    for (const [, body] of await this.store.all()) {
-      if (!body.includes('"$attachment"')) continue;
-      try { for (const r of referencesIn(body)) found.set(r.sha256, r); } catch { /* not a reference: plain data */ }
-    }
-    return found;
+  /** The files the records and local values refer to: read from the store's index of references, never from every record. */
+  private referencedAttachments(): Promise<Map<string, AttachmentReference>> {
+    return this.store.referencedFiles();
   }
 
   private transferMoved(progress: AttachmentProgress): void {
@@ -408,8 +403,7 @@ export class DeltaSnapReplica extends EventTarget {
       const serverWait = await waitingUntil(this.ctx, waits === "none" ? "none" : "serverRequested", "pull");
       const pulled: PullOutcome = serverWait !== null ? { kind: "deferred", until: serverWait } : await pull(this.ctx, settleThrough);
       if (pulled.kind !== "failed" && pulled.kind !== "deferred") {
-        const applied = pulled.kind === "applied" || pulled.kind === "reset";
-        await this.files.notePull(applied, applied && pulled.mentionsFiles).catch(() => { this.files.needScan = true; });
+        await this.files.notePull().catch(() => { this.files.needScan = true; });
         await this.settleFiles();
       }
       result = { push: pushed, pull: pulled, attachments: this.files.report };
@@ -427,7 +421,13 @@ export class DeltaSnapReplica extends EventTarget {
   /** Downloads (eager) and releases files after a pull; a storage failure is reported, never thrown: the records stand. */
   private async settleFiles(): Promise<void> {
     try {
-      await this.files.settle(() => this.referencedAttachments());
+      const store = this.store;
+      await this.files.settle({
+        changes: () => store.fileChanges(),
+        reference: (sha256) => store.fileReference(sha256),
+        all: () => store.referencedFiles(),
+        settled: (changes) => store.settleFileChanges(changes),
+      });
     } catch (error) {
       this.files.report.failures.push((error as Error).message);
       this.files.needScan = true;

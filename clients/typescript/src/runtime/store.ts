@@ -1,6 +1,8 @@
 import { fold } from "../protocol/fold.js";
 import { applyLenient, applyStrict, Mutation, Operation } from "../protocol/merge.js";
 import { RecordPages } from "./record-pages.js";
+import { FileRefs } from "./file-refs.js";
+import type { AttachmentReference } from "../protocol/attachment.js";
 import type { AttachmentFiles } from "./attachment-files.js";
 
 /**
@@ -125,6 +127,14 @@ export interface ReplicaStore {
   settlePush(accepted: number[], refused: number[]): Promise<void>;
   /** A new client id (the server reported numbers this replica never gave out). */
   rotateClientId(): Promise<string>;
+  /** The file reference a record or local value makes to `sha256`, or null: one read (the `refs` table, kept as rows are written). */
+  fileReference(sha256: string): Promise<AttachmentReference | null>;
+  /** Every file the records and local values refer to: O(references), never a read of every record. */
+  referencedFiles(): Promise<Map<string, AttachmentReference>>;
+  /** The hashes whose last reference went or first came since they were settled, each with its change number. */
+  fileChanges(): Promise<Record<string, number>>;
+  /** Forgets the changes `settled` (those another tab did not change again meanwhile). */
+  settleFileChanges(settled: Record<string, number>): Promise<void>;
   /** The tab is about to be frozen: end the transactions still open and start none until {@link resume}. */
   suspend(): void;
   resume(): void;
@@ -161,9 +171,9 @@ export interface ReplicaStorage {
   readonly markers: MarkerStore | null;
 }
 
-/** The four tables of a replica's database. */
-export type TableName = "pages" | "overlay" | "pending" | "meta";
-export const TABLES: readonly TableName[] = ["pages", "overlay", "pending", "meta"];
+/** The tables of a replica's database (`refs`: its file references, see `FileRefs`). */
+export type TableName = "pages" | "overlay" | "pending" | "meta" | "refs";
+export const TABLES: readonly TableName[] = ["pages", "overlay", "pending", "meta", "refs"];
 export type TableKey = string | number;
 
 /**
@@ -241,7 +251,11 @@ export abstract class TableStore implements ReplicaStore {
     return this.transaction("readwrite", async (t) => {
       const next = { ...(await stateIn(t)), ...change };
       t.put("meta", next, "state");
-      if (settleThrough !== undefined) await settleAfterPull(t, settleThrough);
+      if (settleThrough !== undefined) {
+        const refs = await FileRefs.open(t);
+        await settleAfterPull(t, settleThrough, refs);
+        refs.flush();
+      }
       return next;
     });
   }
@@ -296,16 +310,29 @@ export abstract class TableStore implements ReplicaStore {
     return this.transaction("readwrite", async (t) => {
       const current = await stateIn(t);
       if (current.token !== prepared.expectToken) throw new StateMovedError(`the replica moved to ${current.token} meanwhile`);
-      if (prepared.replaceAll) RecordPages.replaceAll(t, prepared.upserts);
+      // File references change with the records, in this transaction: O(changes).
+      const refs = await FileRefs.open(t);
+      if (prepared.replaceAll) {
+        RecordPages.replaceAll(t, prepared.upserts);
+        await refs.clearRecords();
+        for (const [id, body] of prepared.upserts) if (body.includes('"$attachment"')) await refs.set("r", id, body);
+      }
       const pages = await RecordPages.open(t);
       if (!prepared.replaceAll) {
-        for (const [id, body] of prepared.upserts) await pages.set(id, body);
-        for (const id of prepared.deletes) await pages.delete(id);
+        for (const [id, body] of prepared.upserts) {
+          await pages.set(id, body);
+          await refs.set("r", id, body);
+        }
+        for (const id of prepared.deletes) {
+          await pages.delete(id);
+          await refs.set("r", id, null);
+        }
       }
       const next = { ...current, ...prepared.state };
       t.put("meta", next, "state");
-      await settleAfterPull(t, settleThrough, pages);
+      await settleAfterPull(t, settleThrough, refs, pages);
       pages.flush();
+      refs.flush();
       return next;
     });
   }
@@ -331,6 +358,7 @@ export abstract class TableStore implements ReplicaStore {
         const serverHasRecord = (await pages.get(write.id)) !== undefined;
         const folded = fold(write, { op: tail.op, id: tail.id, value: tail.value }, serverHasRecord);
         if (folded !== null) {
+          const refs = await FileRefs.open(t);
           const rest = all.filter((w) => w.seq !== tail.seq);
           let result: PendingWrite;
           if (folded === "nothing") {
@@ -341,7 +369,8 @@ export abstract class TableStore implements ReplicaStore {
             t.put("pending", result, tail.seq);
             rest.push(result);
           }
-          await rebuildOverlay(t, write.id, rest, pages);
+          await rebuildOverlay(t, write.id, refs, rest, pages);
+          refs.flush();
           return result;
         }
       }
@@ -350,6 +379,9 @@ export abstract class TableStore implements ReplicaStore {
       t.add("pending", pending, pending.seq);
       t.put("meta", { ...queue, lastSeq: pending.seq }, "queue");
       t.put("overlay", { body: value }, write.id);
+      const refs = await FileRefs.open(t);
+      await refs.set("o", write.id, value);
+      refs.flush();
       return pending;
     });
   }
@@ -391,8 +423,46 @@ export abstract class TableStore implements ReplicaStore {
         const w = await t.get<PendingWrite>("pending", seq);
         if (w) { t.delete("pending", seq); touched.add(w.id); }
       }
-      for (const id of touched) await rebuildOverlay(t, id);
+      const refs = await FileRefs.open(t);
+      for (const id of touched) await rebuildOverlay(t, id, refs);
+      refs.flush();
     });
+  }
+
+  // MARK: - File references
+
+  async fileReference(sha256: string): Promise<AttachmentReference | null> {
+    await this.ensureFileRefs();
+    return this.transaction("readonly", (t) => FileRefs.reference(t, sha256));
+  }
+
+  async referencedFiles(): Promise<Map<string, AttachmentReference>> {
+    await this.ensureFileRefs();
+    return this.transaction("readonly", (t) => FileRefs.all(t));
+  }
+
+  async fileChanges(): Promise<Record<string, number>> {
+    return this.transaction("readonly", async (t) => (await t.get<Record<string, number>>("meta", "fileChanges")) ?? {});
+  }
+
+  async settleFileChanges(settled: Record<string, number>): Promise<void> {
+    if (Object.keys(settled).length === 0) return;
+    await this.transaction("readwrite", async (t) => {
+      const changes = (await t.get<Record<string, number>>("meta", "fileChanges")) ?? {};
+      for (const [sha256, n] of Object.entries(settled)) if (changes[sha256] === n) delete changes[sha256];
+      t.put("meta", changes, "fileChanges");
+    });
+  }
+
+  /** Whether the `refs` table is built: a database from before it is indexed once, from its rows. */
+  private refsBuilt = false;
+
+  private async ensureFileRefs(): Promise<void> {
+    if (this.refsBuilt) return;
+    this.refsBuilt = await this.transaction("readonly", async (t) => (await t.get<boolean>("meta", "refsBuilt")) ?? false);
+    if (this.refsBuilt) return;
+    await this.transaction("readwrite", async (t) => (await FileRefs.open(t)).flush());
+    this.refsBuilt = true;
   }
 
   async rotateClientId(): Promise<string> {
@@ -418,29 +488,33 @@ async function ensureQueue(t: Tables): Promise<QueueState> {
 }
 
 /** Drops accepted writes up to `through` and recomputes every overlay (inside a pull's transaction). */
-async function settleAfterPull(t: Tables, through: number | null, pages?: RecordPages): Promise<void> {
+async function settleAfterPull(t: Tables, through: number | null, refs: FileRefs, pages?: RecordPages): Promise<void> {
   const pending = await t.getAll<PendingWrite>("pending");
   const kept: PendingWrite[] = [];
   for (const w of pending) {
     if (through !== null && w.acked && w.seq <= through) t.delete("pending", w.seq);
     else kept.push(w);
   }
+  // The local values' file references go with them (O(local values)).
+  for (const id of await t.getAllKeys("overlay")) await refs.set("o", id as string, null);
   t.clear("overlay");
   if (kept.length === 0) return;
   const server = pages ?? (await RecordPages.open(t));
-  for (const id of new Set(kept.map((w) => w.id))) await rebuildOverlay(t, id, kept, server);
+  for (const id of new Set(kept.map((w) => w.id))) await rebuildOverlay(t, id, refs, kept, server);
 }
 
 /** An id's local value: its server value with its pending writes replayed leniently, in seq order. */
-async function rebuildOverlay(t: Tables, id: string, pending?: PendingWrite[], pages?: RecordPages): Promise<void> {
+async function rebuildOverlay(t: Tables, id: string, refs: FileRefs, pending?: PendingWrite[], pages?: RecordPages): Promise<void> {
   const writes = (pending ?? (await t.getAll<PendingWrite>("pending"))).filter((w) => w.id === id);
   if (writes.length === 0) {
     t.delete("overlay", id);
+    await refs.set("o", id, null);
     return;
   }
   let value = (await (pages ?? (await RecordPages.open(t))).get(id)) ?? null;
   for (const w of writes.sort((a, b) => a.seq - b.seq)) value = applyLenient({ op: w.op, id, value: w.value }, value);
   t.put("overlay", { body: value }, id);
+  await refs.set("o", id, value);
 }
 
 /** A lowercase UUID, as the Swift client makes (1–128 of `A-Za-z0-9._:-`, §5.5). */

@@ -22,9 +22,14 @@ public struct SyncRequest: Sendable, Equatable {
     /// Stop, and throw ``SyncBodyOverBudget``, rather than receive a body larger than this
     /// (a metered network's ``NetworkBudget``); nil: any size.
     public var maximumBodyBytes: Int?
+    /// When the connection is cut after part of a `200` or `206` body arrived, throw
+    /// ``SyncResponseCut`` with those bytes kept, rather than drop them: a download goes on
+    /// from there with `Range` (a transport that cannot keep them throws its own error).
+    public var keepsCutBody: Bool
 
     public init(
-        url: URL, method: String = "GET", headers: [String: String], body: [UInt8]? = nil, timeout: Duration, maximumBodyBytes: Int? = nil
+        url: URL, method: String = "GET", headers: [String: String], body: [UInt8]? = nil, timeout: Duration, maximumBodyBytes: Int? = nil,
+        keepsCutBody: Bool = false
     ) {
         self.url = url
         self.method = method
@@ -32,7 +37,29 @@ public struct SyncRequest: Sendable, Equatable {
         self.body = body
         self.timeout = timeout
         self.maximumBodyBytes = maximumBodyBytes
+        self.keepsCutBody = keepsCutBody
     }
+}
+
+/// A `200` or `206` whose connection was cut before its body ended, for a request that
+/// asked to keep what arrived (``SyncRequest/keepsCutBody``): ``response`` holds the status,
+/// the headers and the bytes received (``SyncResponse/bodyFile``, which the caller deletes).
+///
+/// ```swift
+/// do { response = try await transport.fetch(request) } catch let cut as SyncResponseCut { keep(cut.response) }
+/// ```
+public struct SyncResponseCut: Error, Sendable, CustomStringConvertible {
+    /// What arrived before the cut.
+    public var response: SyncResponse
+    /// Why the connection ended (the transport's error, described).
+    public var reason: String
+
+    public init(response: SyncResponse, reason: String) {
+        self.response = response
+        self.reason = reason
+    }
+
+    public var description: String { "the answer was cut after part of its body: \(reason)" }
 }
 
 /// A `200` whose body is over the request's ``SyncRequest/maximumBodyBytes``: its announced

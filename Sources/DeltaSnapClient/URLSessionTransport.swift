@@ -21,7 +21,7 @@ public final class URLSessionTransport: NSObject, SyncTransport, @unchecked Send
         configuration.timeoutIntervalForRequest = seconds
         configuration.timeoutIntervalForResource = max(seconds, 3600)
         let file = directory.appendingPathComponent("deltasnap-body-\(UUID().uuidString)")
-        let receiver = try BodyReceiver(file: file, limit: request.maximumBodyBytes)
+        let receiver = try BodyReceiver(file: file, limit: request.maximumBodyBytes, keepsCutBody: request.keepsCutBody)
         let session = URLSession(configuration: configuration, delegate: receiver, delegateQueue: nil)
         defer { session.finishTasksAndInvalidate() }
         var urlRequest = URLRequest(url: request.url)
@@ -48,6 +48,8 @@ private final class BodyReceiver: NSObject, URLSessionDataDelegate, @unchecked S
     private let file: URL
     private let handle: FileHandle
     private let limit: Int?
+    /// Whether a body cut short is handed over (``SyncResponseCut``) instead of dropped.
+    private let keepsCutBody: Bool
     // NSLock, not Mutex: the client is Foundation-only and builds for iOS 17, where
     // Synchronization's Mutex is not available (iOS 18); it links no NIO.
     private let lock = NSLock()
@@ -56,9 +58,10 @@ private final class BodyReceiver: NSObject, URLSessionDataDelegate, @unchecked S
     private var written = 0
     private var writeError: (any Error)?
 
-    init(file: URL, limit: Int?) throws {
+    init(file: URL, limit: Int?, keepsCutBody: Bool) throws {
         self.file = file
         self.limit = limit
+        self.keepsCutBody = keepsCutBody
         guard FileManager.default.createFile(atPath: file.path, contents: nil) else {
             throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: file.path])
         }
@@ -126,11 +129,16 @@ private final class BodyReceiver: NSObject, URLSessionDataDelegate, @unchecked S
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-        let (continuation, response, written, writeError) = lock.withLock {
+        let (continuation, response, written, writeError, cancelled) = lock.withLock {
             defer { self.continuation = nil }
-            return (self.continuation, self.response, self.written, self.writeError)
+            return (self.continuation, self.response, self.written, self.writeError, self.isCancelled)
         }
         try? handle.close()
+        // A connection cut mid-body: what arrived is kept for a Range request to go on from.
+        if keepsCutBody, let error, writeError == nil, !cancelled, written > 0, let response, response.statusCode == 200 || response.statusCode == 206 {
+            continuation?.resume(throwing: SyncResponseCut(response: SyncResponse(status: response.statusCode, headers: Self.fields(of: response), bodyFile: file), reason: error.localizedDescription))
+            return
+        }
         if let failure = writeError ?? error {
             try? FileManager.default.removeItem(at: file)
             continuation?.resume(throwing: failure)
@@ -141,11 +149,15 @@ private final class BodyReceiver: NSObject, URLSessionDataDelegate, @unchecked S
             continuation?.resume(throwing: URLError(.badServerResponse))
             return
         }
+        if written == 0 { try? FileManager.default.removeItem(at: file) }
+        continuation?.resume(returning: SyncResponse(status: response.statusCode, headers: Self.fields(of: response), bodyFile: written == 0 ? nil : file))
+    }
+
+    private static func fields(of response: HTTPURLResponse) -> [String: String] {
         var headers: [String: String] = [:]
         for (name, value) in response.allHeaderFields {
             if let name = name as? String, let value = value as? String { headers[name] = value }
         }
-        if written == 0 { try? FileManager.default.removeItem(at: file) }
-        continuation?.resume(returning: SyncResponse(status: response.statusCode, headers: headers, bodyFile: written == 0 ? nil : file))
+        return headers
     }
 }

@@ -20,17 +20,23 @@ package final class CuttingProxy: @unchecked Sendable {
     package let port: Int
     private let upstreamPort: Int
     private let cutEvery: Int?
+    private let cutDownstreamEvery: Int?
     private let bytesPerSecond: Int?
     private let listener: Int32
     private let lock = NSLock()
     private var forwarded = 0
+    private var returned = 0
+    private var ranges = 0
     private var cuts = 0
     private var open: [(Int32, Int32)] = []
     private var stopped = false
 
-    package init(upstreamPort: Int, cutEvery: Int? = nil, bytesPerSecond: Int? = nil) throws {
+    /// `cutDownstreamEvery`: cut every open connection each time the server→client traffic,
+    /// counted over all connections, passes another that many bytes (a download's network).
+    package init(upstreamPort: Int, cutEvery: Int? = nil, cutDownstreamEvery: Int? = nil, bytesPerSecond: Int? = nil) throws {
         self.upstreamPort = upstreamPort
         self.cutEvery = cutEvery
+        self.cutDownstreamEvery = cutDownstreamEvery
         self.bytesPerSecond = bytesPerSecond
         (listener, port) = try LoopbackSocket.listen()
         LoopbackSocket.acceptEach(on: listener, isStopped: { [self] in lock.withLock { stopped } }) { [self] client in connect(client) }
@@ -38,6 +44,11 @@ package final class CuttingProxy: @unchecked Sendable {
 
     /// Bytes forwarded from clients to the server so far.
     package var bytesUpstream: Int { lock.withLock { forwarded } }
+    /// Bytes forwarded from the server to clients so far.
+    package var bytesDownstream: Int { lock.withLock { returned } }
+    /// Requests forwarded with a `Range: bytes=` header field (a resumed download), as seen in
+    /// the client→server bytes.
+    package var rangeRequests: Int { lock.withLock { ranges } }
     /// Connections cut so far.
     package var cutCount: Int { lock.withLock { cuts } }
 
@@ -71,22 +82,30 @@ package final class CuttingProxy: @unchecked Sendable {
             let count = buffer.withUnsafeMutableBytes { read(source, $0.baseAddress, $0.count) }
             guard count > 0 else { break }
             var chunk = count
-            if upstream, let cutEvery {
+            if upstream {
+                // A request head fits one read on loopback: enough to count resumed downloads.
+                let text = String(decoding: buffer[0..<count], as: UTF8.self).lowercased()
+                let found = text.components(separatedBy: "\r\nrange: bytes=").count - 1
+                if found > 0 { lock.withLock { ranges += found } }
+            }
+            let every = upstream ? cutEvery : cutDownstreamEvery
+            if let every {
                 // Forward only up to the next cut, then cut every open connection.
                 let (allowed, cutNow) = lock.withLock { () -> (Int, Bool) in
-                    let next = (forwarded / cutEvery + 1) * cutEvery
-                    return forwarded + count >= next ? (next - forwarded, true) : (count, false)
+                    let moved = upstream ? forwarded : returned
+                    let next = (moved / every + 1) * every
+                    return moved + count >= next ? (next - moved, true) : (count, false)
                 }
                 chunk = allowed
                 if !writeAll(buffer, count: chunk, to: destination) { break }
-                lock.withLock { forwarded += chunk }
+                lock.withLock { if upstream { forwarded += chunk } else { returned += chunk } }
                 if cutNow {
                     cutAll()
                     break
                 }
             } else {
                 if !writeAll(buffer, count: chunk, to: destination) { break }
-                if upstream { lock.withLock { forwarded += chunk } }
+                lock.withLock { if upstream { forwarded += chunk } else { returned += chunk } }
             }
             if upstream, let bytesPerSecond { usleep(useconds_t(Double(chunk) / Double(bytesPerSecond) * 1_000_000)) }
         }

@@ -237,12 +237,13 @@ test("an upload cut mid-way resumes at the server's offset, also from a replica 
   assert.deepEqual((await server.record("notes", "big")).file, ref);
 });
 
-test("a write referring to a file the server lacks is refused missing_attachment; a malformed reference is refused before queueing", async () => {
+test("a write referring to a file the replica neither holds nor reads is refused missing_attachment before queueing; so is a malformed reference", async () => {
   const replica = await open({ collection: "notes", accessToken: server.tokens.alice });
-  await replica.put("ghost", { photo: { $attachment: "c".repeat(64), size: 3, type: "image/png" } });
-  const result = await replica.sync();
-  assert.equal(result.push.refused[0]?.code, "missing_attachment", JSON.stringify(result.push));
+  await assert.rejects(
+    replica.put("ghost", { photo: { $attachment: "c".repeat(64), size: 3, type: "image/png" } }),
+    (e) => e instanceof WriteRefusedError && e.code === "missing_attachment");
   assert.equal(await replica.get("ghost"), undefined);
+  assert.equal((await replica.pendingWrites()).length, 0);
   await assert.rejects(replica.put("bad", { photo: { $attachment: "nope", size: 1, type: "a/b" } }), (e) => e instanceof WriteRefusedError && e.code === "invalid_attachment");
   await assert.rejects(replica.attach(new Blob(["x"]), "not a type"), (e) => e.code === "invalid_attachment");
 });
@@ -257,6 +258,9 @@ test("another user's partition file is not readable: the server's 404, and nothi
   assert.equal(report.pushes["attempts/alice"].accepted, 1, JSON.stringify(report.pushes));
   const bobs = await open({ collection: "attempts/alice", accessToken: server.tokens.bob });
   await assert.rejects(bobs.attachment(ref), (e) => e.code === "attachment_unavailable");
+  // Bob knows the hash, not the bytes: his replica refuses to name it in his own partition (§12.2).
+  const bobsOwn = await open({ collection: "attempts/bob", accessToken: server.tokens.bob });
+  await assert.rejects(bobsOwn.put("b9", { photo: ref }), (e) => e instanceof WriteRefusedError && e.code === "missing_attachment");
   const alices = await open({ collection: "attempts/alice", accessToken: server.tokens.alice });
   await alices.sync();
   assert.equal(hex(new Uint8Array(await (await alices.attachment(ref)).arrayBuffer())), ref.$attachment);

@@ -251,7 +251,17 @@ export class DeltaSnapReplica extends EventTarget {
     if (value !== null) {
       try { text = canonicalString(fromPlain(value)); } catch (error) { throw new WriteRefusedError("invalid_record", `the value for "${id}" is not JSON: ${(error as Error).message}`, id); }
       // The server refuses a write with a malformed reference (§12.1): refused here, before it is queued.
-      try { referencesIn(text); } catch (error) { throw new WriteRefusedError("invalid_attachment", `the value for "${id}": ${(error as Error).message}`, id); }
+      let references: AttachmentReference[];
+      try { references = referencesIn(text); } catch (error) { throw new WriteRefusedError("invalid_attachment", `the value for "${id}": ${(error as Error).message}`, id); }
+      // A reference must prove its bytes (§12.2): a file this replica holds (attached here, or
+      // downloaded) or one its records name. A hash alone — another user's — is refused
+      // here, as the server would refuse it (missing_attachment), before it is queued.
+      for (const r of references) {
+        if (await this.files.hasBytes(r.sha256)) continue;
+        if (await this.store.fileReference(r.sha256)) continue;
+        throw new WriteRefusedError(
+          "missing_attachment", `the value for "${id}" refers to attachment ${r.sha256}, which this replica neither holds nor reads in a record: attach the file first`, id);
+      }
     }
     const write = await this.store.enqueue({ op, id, value: text }, Date.now());
     await this.rememberPending();

@@ -17,18 +17,26 @@ extension DeltaSnapAPI {
     func getAttachment(_ request: Request, context: some RequestContext, bodyless: Bool) async throws -> Response {
         let path = try collectionPath(context)
         let hash = try context.parameters.require("hash")
-        let isPublic = configuration.access.isPublicRead(path)
+        var isPublic = configuration.access.isPublicRead(path)
         if !isPublic { _ = try await authorize(request, path, for: .read) }
         let name = path.description
         var reference = attachmentMemory.reference(of: hash, in: name)
         if reference == nil {
             // One answer for a hash that is not held, one no record here refers to, and one
             // that is not a hash: nothing tells whether someone else stored those bytes.
-            guard AttachmentReference.isSHA256(hash), let found = try await store.attachment(hash, in: name) else {
+            guard AttachmentReference.isSHA256(hash) else { throw APIError.unknownAttachment(hash, in: path) }
+            if let found = try await store.attachment(hash, in: name) {
+                attachmentMemory.remember(found, in: name)
+                reference = found
+            } else if let workspace = try await previewedName(of: path, for: request), let found = try await store.attachment(hash, in: workspace) {
+                // A preview device (§13.5) sees the workspace's files as its records: the
+                // photo a change adds. Not remembered under `name` (others would be served it)
+                // and never kept by a shared cache.
+                reference = found
+                isPublic = false
+            } else {
                 throw APIError.unknownAttachment(hash, in: path)
             }
-            attachmentMemory.remember(found, in: name)
-            reference = found
         }
         let held = reference!
         var answer = try Self.attachmentAnswer(

@@ -87,10 +87,12 @@ struct AttachmentGetCommand: AsyncParsableCommand {
         abstract: "Write a verified copy of an attachment a replica's records refer to.",
         discussion: """
             From the replica's own copy when it has one (or the bundled one), else downloaded \
-            from the collection URL — resumed with Range after a cut — and checked against the \
-            size and SHA-256 its record states before anything is written to --out. Exit 1 when \
-            no record of the replica refers to HASH or the bytes are not the attachment's; 4 \
-            when the server cannot be reached (try later).
+            from the collection URL and checked against the size and SHA-256 its record states \
+            before anything is written to --out. A cut download keeps what arrived (the \
+            replica's partial/ directory) and goes on with Range: bytes=N- (and If-Range) at \
+            once while each try brings more, and from there on the next run. Exit 1 when no \
+            record of the replica refers to HASH or the bytes are not the attachment's; 4 when \
+            the server cannot be reached or the download was cut without progress (try later).
             """
     )
 

@@ -15,6 +15,11 @@ struct LocalCommand: AsyncParsableCommand {
 
             --attach FIELD=PATH (put, patch, insert; repeatable) copies a file into the replica \
             and sets FIELD to its reference; the file is uploaded before the write is pushed. \
+            Its media type comes from the file's extension, case-insensitively (jpg/jpeg, png, \
+            gif, webp, heic, svg, pdf, txt, md, html, json, csv, mp3, m4a, mp4, mov, zip); any \
+            other extension, or none, is application/octet-stream — the bytes are never \
+            sniffed. A reference must name a file the replica holds or a record it reads names \
+            (the server refuses a bare hash: missing_attachment). \
             JSON may be given as - to read it from standard input. Each write commits to the \
             replica together with its queued write in one transaction. A write that can never \
             be accepted (an insert of an id that exists, a patch of one that does not, a value \

@@ -19,8 +19,9 @@ struct PullCommand: AsyncParsableCommand {
 
             Exit codes: 0 done; 1 error (no usable data, an answer that could not be used, \
             another collection…); 2 usage; 4 not done now, try later (server unreachable, \
-            408/429/5xx, its wait still running, or an update or a file over --max-bytes \
-            postponed). \
+            408/429/5xx, its wait still running, an update or a file over --max-bytes \
+            postponed, or a file that could not be downloaded or did not match its SHA-256: \
+            one line on stderr; pull prints no attachments: line). \
             With --collections, the worst of all.
 
             With --trusted-key (signing.pub from `deltasnap keygen`), the pull goes through the \

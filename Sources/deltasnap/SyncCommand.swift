@@ -19,7 +19,13 @@ struct SyncCommand: AsyncParsableCommand {
             pulled: OUTCOME token=… …       as `deltasnap pull` prints it
             attachments: uploaded N (B bytes), downloaded M (C bytes)
                                             the files sent before the writes that refer to
-                                            them, and those fetched (--attachments)
+                                            them, and those fetched (--attachments): N and M
+                                            count files finished (M: proven and kept), B and
+                                            C the bytes moved by this run — after a resume
+                                            only the rest; C also counts bytes of a download
+                                            refused as not matching, or cut. Then, when some:
+                                            ", K postponed over the budget", ", K failed (…)".
+                                            A view's sync (BASE_URL) prints no such line.
 
             Retries are safe: every write carries this replica's client id and write number, \
             so the server never applies one twice. A wait the server asked for (Retry-After, \
@@ -47,7 +53,9 @@ struct SyncCommand: AsyncParsableCommand {
             Exit codes: 0 done; 1 error (the replica holds no data, an answer could not be \
             used, another collection…); 2 usage; 3 some writes refused; 4 not done now, try \
             later (server unreachable, 408/429/5xx, its wait still running, an update or a file \
-            over --max-bytes postponed). When several apply, the first of 1, 4, 3 wins.
+            over --max-bytes postponed, a file that could not be downloaded or did not match its \
+            SHA-256 — the records are there, the next sync fetches it again). When several \
+            apply, the first of 1, 4, 3 wins.
             """
     )
 

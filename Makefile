@@ -10,7 +10,7 @@ PORT ?= 8080
 SAMPLE_EPOCH := 00000000005a3b1e
 SAMPLE_DATE := 1767225600
 
-.PHONY: view-scale-test live-tests bench-live browser-tests browser-client bench-browser deps build build-release run run-postgres serve demo test conformance soak bench bench-http bench-import-stall bench-postgres bench-first-sync bench-partitions bench-attachments bench-source bench-review fuzz snapshots check-snapshots clean help
+.PHONY: view-scale-test live-tests bench-live browser-tests browser-client bench-browser deps build build-release run run-postgres serve demo test conformance soak bench bench-http bench-import-stall bench-postgres bench-first-sync bench-partitions bench-attachments bench-source bench-review bench-connections fuzz snapshots check-snapshots clean help
 
 help:
 	@echo "make run         import the sample into $(DB) if absent, bake it, and serve it on $(HOST):$(PORT)"
@@ -28,6 +28,7 @@ help:
 	@echo "make bench-partitions  import --partition-by; a view's 304 vs nginx; 1M partitions, 10k users: RSS, a changed view"
 	@echo "make bench-attachments a 100 MiB download and 10k x 20 KiB beside nginx; upload MB/s; RSS over a 1 GiB upload and download"
 	@echo "make bench-source  deltasnap follow: a 1M-row copy, 20k mixed source transactions beside PostgreSQL's own rate, commit -> live client"
+	@echo "make bench-connections  idle connections, live waiters, slowloris at 150 % of the cap: RSS each, fresh-client p50/p99, CPU; beside nginx"
 	@echo "make bench-review  review before publish: approving 100k changed records beside an import of them; the first page of a 10k-record diff"
 	@echo "make bench-first-sync  a bundled 1M-record .replica: first sync answered 304, first 1-record delta (RECORDS)"
 	@echo "make fuzz        libFuzzer on every parser, FUZZ_SECONDS (60) per target"
@@ -94,6 +95,11 @@ bench-source: deps
 
 bench-review: deps
 	Benchmarks/bench-review.sh
+
+# Idle connections, live waiters and half-sent heads held against serve's cap, beside nginx
+# with Debian's defaults: how many, RSS each, a fresh client's latency, CPU while shedding.
+bench-connections: deps
+	Benchmarks/bench-connections.sh
 
 # SQLite vs 2 instances on PostgreSQL behind nginx; import rates; a 1M full body (MILLION=0 skips it).
 bench-postgres: deps

@@ -71,7 +71,7 @@ daemon off;
 worker_processes ${NGINX_WORKERS:-auto};
 pid $TMP/nginx/nginx.pid;
 error_log $TMP/nginx/error.log warn;
-events { worker_connections 1024; }
+events { worker_connections ${NGINX_WORKER_CONNECTIONS:-1024}; }
 http {
     ${NGINX_ACCESS_LOG:-access_log off;}
     client_body_temp_path $TMP/nginx/tmp/body;

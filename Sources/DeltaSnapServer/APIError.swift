@@ -96,6 +96,15 @@ package struct APIError: Error, HTTPResponseError, Sendable {
         }
     }
 
+    /// `503` with `Retry-After`: the server has no descriptor to spare for this request now
+    /// (counted as shed for a `transfer`).
+    static func overCapacity(metrics: ConnectionMetrics) -> APIError {
+        metrics.shedTransfer.increment()
+        return APIError(
+            .serviceUnavailable, "over_capacity", "the server is serving as many file downloads as it may at once; retry shortly",
+            headers: [.retryAfter: "1"])
+    }
+
     static func badCollectionName(_ name: String) -> APIError {
         APIError(.badRequest, "bad_collection_name", InvalidCollectionName(name: name).description)
     }

@@ -77,6 +77,13 @@ final class AttachmentMemory: Sendable {
     /// collection stays readable through a descriptor opened before, so a descriptor is
     /// trusted for ``lifetime`` only, as a reference is. Only small blobs: a large one's `open`
     /// is nothing beside its transfer, and a removed one's space is freed sooner.
+    /// The descriptors large blobs' downloads open for themselves.
+    let transfers: TransferGate
+
+    init(transferDescriptors: Int = 256) {
+        transfers = TransferGate(capacity: transferDescriptors)
+    }
+
     private let openFiles = NIOLockedValueBox(BoundedCache<String, BlobFile>(capacity: AttachmentMemory.openFileCapacity()))
 
     /// Descriptors kept at most: half the process's limit (the rest is for connections and the
@@ -92,10 +99,14 @@ final class AttachmentMemory: Sendable {
     /// The open file of blob `sha256` (`path` names it; nil when it cannot be opened): kept
     /// for a small blob, opened for this request alone otherwise.
     func file(of sha256: String, size: UInt64, at path: () -> String?) -> BlobFile? {
-        guard size <= Self.smallBlobBytes else { return path().flatMap(BlobFile.init) }
+        guard size <= Self.smallBlobBytes else {
+            // Opened per download, so counted: none is opened past the gate's capacity.
+            guard let slot = transfers.enter() else { return nil }
+            return path().flatMap { BlobFile($0, holding: slot) }
+        }
         let now = ContinuousClock.now
         if let kept = openFiles.withLockedValue({ $0.value(forKey: sha256) }), now - kept.opened < Self.lifetime { return kept }
-        guard let opened = path().flatMap(BlobFile.init) else { return nil }
+        guard let opened = path().flatMap({ BlobFile($0) }) else { return nil }
         openFiles.withLockedValue { $0.set(opened, forKey: sha256) }
         return opened
     }
@@ -128,9 +139,12 @@ final class AttachmentMemory: Sendable {
 final class BlobFile: Sendable {
     let descriptor: Int32
     let opened = ContinuousClock.now
+    /// The transfer slot a per-download descriptor is counted in (nil for a kept one).
+    private let slot: TransferGate.Slot?
 
-    init?(_ path: String) {
+    init?(_ path: String, holding slot: TransferGate.Slot? = nil) {
         descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        self.slot = slot
         guard descriptor >= 0 else { return nil }
     }
 

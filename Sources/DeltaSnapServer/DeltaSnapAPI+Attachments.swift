@@ -61,11 +61,17 @@ extension DeltaSnapAPI {
             throw APIError.unknownAttachment(hash, in: path)
         }
         if let files, let file = files.attachmentFile(hash) {
+            // The file is open while the body is written: counted, so a download past the
+            // gate is refused rather than take a descriptor the process needs.
+            guard let slot = attachmentMemory.transfers.enter() else { throw APIError.overCapacity(metrics: connectionMetrics) }
             // Straight from the file into network buffers (NIO's thread pool), as nginx would.
             metrics.attachmentBytesSent.increment(by: served.count)
             let body = try await FileIO().loadFile(
                 path: file, range: Int(served.lowerBound)...Int(served.upperBound - 1), context: context, chunkLength: Self.fileChunkBytes)
-            return Response(status: answer.status, headers: answer.headers, body: body)
+            return Response(status: answer.status, headers: answer.headers, body: ResponseBody(contentLength: served.count) { writer in
+                try await body.write(writer)
+                withExtendedLifetime(slot) {}
+            })
         }
         return Response(status: answer.status, headers: answer.headers, body: ResponseBody(contentLength: served.count) { writer in
             try await store.readAttachment(hash, range: served) { chunk in

@@ -108,6 +108,8 @@ public struct DeltaSnapServerConfiguration: Sendable {
 public final class DeltaSnapAPI: Sendable {
     public let configuration: DeltaSnapServerConfiguration
     public let metrics = ServerMetrics()
+    /// Connections open, shed and timed out (``ConnectionGovernor``), on the same registry.
+    let connectionMetrics: ConnectionMetrics
     let heads: HeadCache
     /// Owned: ``shutdown()`` closes it.
     let store: any CollectionStore
@@ -127,7 +129,7 @@ public final class DeltaSnapAPI: Sendable {
     /// Resumable uploads a request is appending to now.
     let activeUploads = ActiveUploads()
     /// Attachments served lately: references, and small blobs whole.
-    let attachmentMemory = AttachmentMemory()
+    let attachmentMemory: AttachmentMemory
     /// The last pushes answered, for the console.
     let recentPushes = RecentPushes()
     let consoleSizes = ConsoleSizes()
@@ -140,6 +142,8 @@ public final class DeltaSnapAPI: Sendable {
     /// failed init).
     public init(store: any CollectionStore, configuration: DeltaSnapServerConfiguration = DeltaSnapServerConfiguration()) async throws {
         self.configuration = configuration
+        attachmentMemory = AttachmentMemory(transferDescriptors: configuration.connections.transferDescriptors)
+        connectionMetrics = ConnectionMetrics(factory: metrics.factory)
         reviewed = configuration.access.rules.reviewed
         var policy = configuration.access
         policy.adminToken = configuration.writeToken ?? policy.adminToken
@@ -250,7 +254,7 @@ public final class DeltaSnapAPI: Sendable {
     /// their budget and give way first.
     func connectionGovernor(logger: Logger) -> ConnectionGovernor {
         ConnectionGovernor(
-            limits: configuration.connections, metrics: ConnectionMetrics(factory: metrics.factory), logger: logger,
+            limits: configuration.connections, metrics: connectionMetrics, logger: logger,
             keptFiles: { [attachmentMemory] in attachmentMemory.keptFileCount },
             releaseKeptFiles: { [attachmentMemory] count in attachmentMemory.releaseKeptFiles(count) })
     }

@@ -234,7 +234,10 @@ struct ServeCommand: AsyncParsableCommand {
     /// limit (already raised).
     var connectionLimits: ConnectionLimits {
         var limits = ConnectionLimits.forThisProcess()
-        if let maxConnections { limits.maximumConnections = maxConnections }
+        if let maxConnections {
+            limits.maximumConnections = maxConnections
+            limits.capIsSetByHand = true
+        }
         limits.headerTimeout = .milliseconds(Int64(headerTimeout * 1000))
         limits.bodyTimeout = .milliseconds(Int64(bodyTimeout * 1000))
         limits.idleTimeout = .milliseconds(Int64(idleTimeout * 1000))
@@ -287,6 +290,10 @@ struct ServeCommand: AsyncParsableCommand {
         let store = try await location.open(maximumReaders: configuration.connections.storeReaders, logger: logger)
         var server = try await DeltaSnapServer(store: store, configuration: configuration, logger: logger)
         printError("deltasnap: \(configuration.connections.summary)")
+        let safe = ConnectionLimits.forThisProcess().maximumConnections
+        if configuration.connections.maximumConnections > safe {
+            printError("deltasnap: warning: --max-connections \(configuration.connections.maximumConnections) is more than the open-file limit leaves room for (\(safe)): at that many connections the store or the runtime may find no descriptor free; raise the limit (ulimit -n) instead")
+        }
         server.staticFiles = staticDirectory
         if let metricsListen, let (metricsHost, metricsPort) = Self.hostAndPort(metricsListen) {
             server.metricsAddress = .init(host: metricsHost, port: metricsPort) { boundPort in

@@ -252,3 +252,27 @@ import Testing
         }
     }
 }
+
+/// Files opened per download are counted: none past the gate, each slot back when its file goes.
+@Suite struct TransferGateTests {
+    @Test func aLargeBlobIsOpenedOnlyWhileASlotIsFree() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let path = dir.file("blob")
+        FileManager.default.createFile(atPath: path, contents: Data(count: Int(AttachmentMemory.smallBlobBytes) + 1))
+        let memory = AttachmentMemory(transferDescriptors: 1)
+        let size = AttachmentMemory.smallBlobBytes + 1
+        var first = memory.file(of: "a", size: size, at: { path })
+        #expect(first != nil)
+        #expect(memory.file(of: "a", size: size, at: { path }) == nil, "a second large file past the gate")
+        first = nil
+        #expect(memory.transfers.count == 0)
+        #expect(memory.file(of: "a", size: size, at: { path }) != nil)
+        // Small blobs' kept descriptors are not counted here: they give way to connections instead.
+        let small = memory.file(of: "b", size: 10, at: { path })
+        #expect(small != nil && memory.keptFileCount == 1 && memory.transfers.count == 0)
+        memory.releaseKeptFiles(1)
+        #expect(memory.keptFileCount == 0)
+        _ = first
+    }
+}

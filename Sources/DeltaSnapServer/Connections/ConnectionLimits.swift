@@ -30,6 +30,8 @@ public struct ConnectionLimits: Sendable, Equatable {
     public var storeReaders: Int
     /// The descriptor limit these were derived from (`nil`: set by hand).
     public var descriptorLimit: Int?
+    /// The cap was given (`--max-connections`), not derived from the limit.
+    public var capIsSetByHand = false
 
     /// Limits sized for a process allowed `descriptorLimit` open descriptors: room is kept
     /// for the store (``storeReaders``), for files opened per request
@@ -87,7 +89,9 @@ public struct ConnectionLimits: Sendable, Equatable {
     /// One line for the operator: the cap and where it comes from.
     public var summary: String {
         var line = "connections: at most \(maximumConnections)"
-        if let descriptorLimit {
+        if capIsSetByHand || descriptorLimit == nil {
+            line += " (set by --max-connections" + (descriptorLimit.map { "; open-file limit \($0)" } ?? "") + ")"
+        } else if let descriptorLimit {
             line += " (open-file limit \(descriptorLimit), of which \(descriptorLimit - maximumConnections) kept for the store, per-request files and the runtime)"
         }
         return line + "; timeouts: head \(Self.seconds(headerTimeout)), body \(Self.seconds(bodyTimeout)), idle \(Self.seconds(idleTimeout)), send \(Self.seconds(sendTimeout))"

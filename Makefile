@@ -10,7 +10,7 @@ PORT ?= 8080
 SAMPLE_EPOCH := 00000000005a3b1e
 SAMPLE_DATE := 1767225600
 
-.PHONY: view-scale-test live-tests bench-live browser-tests browser-client bench-browser deps build build-release run run-postgres serve demo test conformance soak bench bench-http bench-import-stall bench-postgres bench-first-sync bench-partitions bench-attachments bench-source bench-review bench-connections fuzz snapshots check-snapshots clean help
+.PHONY: view-scale-test live-tests bench-live browser-tests browser-client bench-browser deps build build-release run run-postgres serve demo test conformance soak bench bench-http bench-import-stall bench-postgres bench-first-sync bench-growth bench-partitions bench-attachments bench-source bench-review bench-connections fuzz snapshots check-snapshots clean help
 
 help:
 	@echo "make run         import the sample into $(DB) if absent, bake it, and serve it on $(HOST):$(PORT)"
@@ -31,6 +31,7 @@ help:
 	@echo "make bench-connections  idle connections, live waiters, slowloris at 150 % of the cap: RSS each, fresh-client p50/p99, CPU; beside nginx"
 	@echo "make bench-review  review before publish: approving 100k changed records beside an import of them; the first page of a 10k-record diff"
 	@echo "make bench-first-sync  a bundled 1M-record .replica: first sync answered 304, first 1-record delta (RECORDS)"
+	@echo "make bench-growth  import, bake, first pull, a 1-record delta, pull --snapshot, serve RSS at SIZES (10k 1M 10M); PG=1 PostgreSQL too"
 	@echo "make fuzz        libFuzzer on every parser, FUZZ_SECONDS (60) per target"
 	@echo "make snapshots   rebake Snapshots/ from Snapshots/sample/ (reproducible)"
 	@echo "make view-scale-test  10,000 users (VIEW_USERS), 200 shared sets: each user's synced view is exactly their slice, both stores"
@@ -80,6 +81,10 @@ bench-import-stall: deps
 # The first sync of a bundled .replica: a 304 never copies it; the first delta (RECORDS, 1M).
 bench-first-sync: deps
 	Benchmarks/bench-first-sync.sh
+
+# Growth (issue 44): each step's time and peak RSS at SIZES records, the smallest replica's delta beside.
+bench-growth: deps
+	Benchmarks/bench-growth.sh
 
 # Partitions and views: import --partition-by, a view's 304 next to nginx's, 1M partitions with 10k users.
 bench-partitions: deps

@@ -66,6 +66,9 @@ final class ReplicaStorage {
         try ReplicaScope.migrate(db)
         // Replicas from before the file-reference index get it, built once.
         try AttachmentIndex.migrate(db)
+        // A view's sync asks which partitions hold data (`key = 'token'`): by this index it
+        // reads those rows, not every partition's bookkeeping.
+        try db.execute("CREATE INDEX IF NOT EXISTS state_by_key ON state(key, collection)")
         return db
     }
 

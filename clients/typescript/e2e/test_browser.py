@@ -872,6 +872,19 @@ class BrowserClient(unittest.TestCase):
         self.assertEqual(refused, "attachment_unavailable")
         self.assertEqual(ENV.js("return (await window.replica.attachmentStatuses()).length;"), 0)
 
+        # Bob knows the hash of Alice's file, not its bytes: his page refuses to name it in his
+        # own partition before anything is queued (PROTOCOL §12.2), and the server refuses a
+        # push that names it exactly as a file it does not hold.
+        ENV.harness(f"collection=attempts/bob&db=e2e-files-bob-own&sync=0&attachments=lazy&token={ENV.tokens['bob']}")
+        named = ENV.js("try { await window.replica.put('b1', { photo: arguments[0] }); return 'queued'; } catch (e) { return e.code; }", ref)
+        self.assertEqual(named, "missing_attachment")
+        self.assertEqual(ENV.js("return (await window.replica.pendingWrites()).length;"), 0)
+        push = {"client": "e2e-bob", "mutations": [{"seq": 1, "op": "put", "id": "b1", "value": {"photo": ref}}]}
+        status, _, body = http_bytes("POST", f"{ENV.server_url}/v1/collections/attempts/partitions/bob/mutations", json.dumps(push).encode(),
+                                     {"Authorization": f"Bearer {ENV.tokens['bob']}", "Content-Type": "application/json"})
+        self.assertEqual(status, 200)
+        self.assertIn(b'"missing_attachment"', body)
+
     def test_17_the_notes_example_opens_offline_from_its_service_worker_with_its_photos(self):
         # On the server's own origin: nothing else answers there once the server is stopped.
         page = f"{ENV.server_url}/notes.html?collection=album&db=e2e-notes&poll=0&token={ENV.notes_jwt}"

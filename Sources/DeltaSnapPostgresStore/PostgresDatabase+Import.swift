@@ -5,6 +5,9 @@ import Foundation
 import PostgresNIO
 
 extension PostgresDatabase {
+    /// Ids of an unsorted input kept in memory to name a repeat's line (~20 MB).
+    static let seenInMemoryLimit = 250_000
+
     /// Imports every record `stream` yields into `collection` as one new version (none when
     /// nothing changed), like ``DeltaSnapStore/Importer``: only records whose canonical bytes
     /// change are written; with `replace`, records the input does not mention are hidden.
@@ -91,7 +94,12 @@ extension PostgresDatabase {
             CREATE TEMP TABLE deltasnap_incoming(id TEXT COLLATE "C" NOT NULL, hidden BOOLEAN NOT NULL, hash BIGINT NOT NULL, body BYTEA NOT NULL)
             ON COMMIT DROP
             """, logger: logger)
+        // The ids of an input out of order, for refusing a repeat at its line — up to
+        // `seenInMemoryLimit` of them (~20 MB): past that they are let go, and the temporary
+        // table, which holds them all, is asked for a repeat once the input is in. Memory
+        // stays bounded whatever the input's size (a Set of 4M ids was 150 MB).
         var seen = Set<String>()
+        var seenOverflowed = false
         // Ids in ascending order need no memory of them: a repeat is one out of order.
         var lastAscending: String?
         var absentCount = 0
@@ -109,8 +117,12 @@ extension PostgresDatabase {
                 if stream.idsAscend {
                     if let last = lastAscending, !last.utf8Precedes(record.id) { throw stream.failure(StoreError.duplicateID(record.id).description) }
                     lastAscending = record.id
-                } else {
+                } else if !seenOverflowed {
                     guard seen.insert(record.id).inserted else { throw stream.failure(StoreError.duplicateID(record.id).description) }
+                    if seen.count > Self.seenInMemoryLimit {
+                        seen = []
+                        seenOverflowed = true
+                    }
                 }
                 do {
                     for reference in try AttachmentRule.references(in: record) where referenced[reference.sha256] == nil {
@@ -125,6 +137,11 @@ extension PostgresDatabase {
                 if rows.isFull { return true }
             }
             return false
+        }
+        if seenOverflowed {
+            for try await id in try await connection.query(
+                "SELECT id FROM deltasnap_incoming GROUP BY id HAVING count(*) > 1 ORDER BY id LIMIT 1", logger: logger
+            ).decode(String.self) { throw StoreError.duplicateID(id) }
         }
         try await requireAttachments(referenced, of: locked, from: stream, on: connection)
         if replace {

@@ -18,7 +18,14 @@ package final class CollectionWriter {
     private let configuration: StoreConfiguration
     private var previous: CollectionHead?
     private var state: StateAccumulator
+    /// The ids put in this write, for refusing a repeat: in memory up to
+    /// ``seenInMemoryLimit``, then in a temporary table (SQLite's temp file, behind its
+    /// bounded page cache), so an import of any size, its ids in any order, holds bounded
+    /// memory (a Set of 4M ids was 150 MB).
     private var seen = Set<String>()
+    private var seenSpilled = false
+    /// ~20 MB of ids; small writes never touch the temporary table (tests lower it).
+    package var seenInMemoryLimit = 250_000
     /// In ``putAscending(_:replacing:)``'s mode: the last id put, instead of every id seen.
     private var lastAscending: String?
 
@@ -76,8 +83,43 @@ package final class CollectionWriter {
     /// Adds, changes, hides or un-hides one record. Throws ``StoreError/duplicateID(_:)``
     /// when the same id was already put in this write.
     package func put(_ record: Record) throws {
-        guard seen.insert(record.id).inserted else { throw StoreError.duplicateID(record.id) }
+        guard try noteSeen(record.id) else { throw StoreError.duplicateID(record.id) }
         try apply(record)
+    }
+
+    /// Notes `id` as put in this write; false when it was already.
+    private func noteSeen(_ id: String) throws -> Bool {
+        guard seenSpilled else {
+            guard seen.insert(id).inserted else { return false }
+            if seen.count > seenInMemoryLimit { try spillSeen() }
+            return true
+        }
+        let insert = try statements("INSERT OR IGNORE INTO temp.deltasnap_seen_ids(id) VALUES (?)")
+        try insert.bind(1, id)
+        try insert.run()
+        return db.changes == 1
+    }
+
+    /// Moves the ids seen so far into the temporary table; from then on it alone holds them.
+    private func spillSeen() throws {
+        try db.execute("CREATE TEMP TABLE IF NOT EXISTS deltasnap_seen_ids(id TEXT PRIMARY KEY) WITHOUT ROWID; DELETE FROM temp.deltasnap_seen_ids;")
+        let insert = try statements("INSERT OR IGNORE INTO temp.deltasnap_seen_ids(id) VALUES (?)")
+        // In order: appends to the B-tree rather than random inserts.
+        for id in seen.sorted() {
+            try insert.bind(1, id)
+            try insert.run()
+        }
+        seen = []
+        seenSpilled = true
+    }
+
+    /// Whether `id` was put in this write.
+    private func wasSeen(_ id: String) throws -> Bool {
+        guard seenSpilled else { return seen.contains(id) }
+        let select = try statements("SELECT 1 FROM temp.deltasnap_seen_ids WHERE id = ?")
+        try select.bind(1, id)
+        defer { select.reset() }
+        return try select.step()
     }
 
     /// ``put(_:)`` for records in strictly ascending id order (``DeltaSnapStore/RecordStream/idsAscend``),
@@ -203,19 +245,18 @@ package final class CollectionWriter {
             while try page.step() {
                 let id = page.string(0)
                 last = id
-                if !seen.contains(id) { absent.append(id) }
+                if try !wasSeen(id) { absent.append(id) }
             }
             guard let last else { return }
             after = last
-            for id in absent {
-                seen.remove(id)  // put() refuses ids already seen
-                try put(Record.tombstone(id: id))
-            }
+            for id in absent { try put(Record.tombstone(id: id)) }
         }
     }
 
     /// Records the version when anything changed; called by ``SQLiteDatabase/write(to:_:)``.
     func commit() throws -> WriteResult {
+        // The spilled ids are of no further use: their temp file space goes back.
+        if seenSpilled { try db.execute("DELETE FROM temp.deltasnap_seen_ids") }
         guard state.upserted + state.hidden > 0 else {
             // Nothing changed: no version. Throwing would roll back, but a no-op write is
             // not an error, so undo the possible collection creation explicitly.

@@ -27,6 +27,12 @@ struct ImportCommand: AsyncParsableCommand {
             into it is checked first, and refused whole (one FILE:LINE line per bad record, \
             exit 1) when a record's role is not exactly "read" or "write" or its id is not a \
             partition NAME/KEY — such a record would grant nothing.
+
+            Memory is bounded whatever the input's size and the order of its ids: the \
+            records stream through, and the ids seen (to refuse a repeat) are kept in \
+            memory up to 250,000, then in a temporary table on disk (PostgreSQL: its \
+            temporary table is asked for a repeat). Peak RSS stays under 100 MB (measured \
+            flat from 200k to 800k shuffled ids; make bench-growth measures it at 10M).
             """
     )
 

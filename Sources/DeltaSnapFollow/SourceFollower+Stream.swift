@@ -352,10 +352,15 @@ struct StreamState {
             follower.logger.notice("transaction \(transaction.xid): more than \(follower.options.spillRows) rows, staged in a temporary file until its commit")
         }
         // A value the update left unsent (unchanged TOAST) is in the old row when the table
-        // sends whole old rows (REPLICA IDENTITY FULL).
+        // sends whole old rows (REPLICA IDENTITY FULL). An old key tuple (a key change under
+        // the default identity) sends every other column as NULL: that NULL is no value, and
+        // the unsent one stays to be taken from the row's earlier state.
         var new = new
         if let values = new, let old, old.count == values.count {
-            new = zip(values, old).map { value, previous in value == .unchangedToast ? previous : value }
+            new = zip(values, old).map { value, previous in
+                if value == .unchangedToast, case .text = previous { return previous }
+                return value
+            }
         }
         var leaving: (path: String, id: String)?
         if let old, case .success(let named) = shape.path(of: old) { leaving = named }
@@ -368,19 +373,22 @@ struct StreamState {
         case .failure(let problem):
             follower.logger.error("\(relation.qualifiedName): a row is not published: \(problem)")
         case .success(let row):
-            // Where the row stood before this change: its unsent values are there.
+            // Where the row stood before this change: its unsent values are there. Read
+            // before a key change leaves a tombstone there (which would hide them).
             let from = leaving ?? (row.path, row.id)
+            let waiting = row.unchanged.isEmpty ? nil : try transaction.pending(at: from.path, id: from.id)
+            let written = row.unchanged.isEmpty || waiting != nil ? nil : try transaction.record(at: from.path, id: from.id)
             if from.path != row.path || from.id != row.id { try transaction.set(.tombstone(id: from.id), at: from.path) }
             if row.unchanged.isEmpty {
                 try transaction.set(row.record(filling: nil)!, at: row.path)
-            } else if let earlier = try transaction.pending(at: from.path, id: from.id) {
+            } else if let earlier = waiting {
                 // Changed before in this transaction and still waiting for the store's values.
                 var merged = row
                 let known = Set(row.members.map(\.key))
                 merged.members += earlier.row.members.filter { !known.contains($0.key) && row.unchanged.contains($0.key) }
                 merged.unchanged = row.unchanged.filter { name in !merged.members.contains { $0.key == name } }
                 try transaction.wait(PendingRow(row: merged, from: earlier.from))
-            } else if let earlier = try transaction.record(at: from.path, id: from.id) {
+            } else if let earlier = written {
                 guard let record = row.record(filling: earlier) else {
                     return follower.logger.error("\(relation.qualifiedName): a row is not published: \(TableShape.RowProblem.unchangedValue(row.unchanged[0]))")
                 }

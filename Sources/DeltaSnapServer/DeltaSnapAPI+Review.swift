@@ -2,6 +2,7 @@ import DeltaSnapCore
 import DeltaSnapStore
 import Foundation
 import Hummingbird
+import Logging
 import NIOCore
 
 /// Review before publish (docs/PROTOCOL.md §13): the pending change as per-record diffs, the
@@ -17,7 +18,7 @@ extension DeltaSnapAPI {
         router.head(RouterPath(base + "/review/log")) { [self] request, context in Self.headOnly(try await reviewLog(request, path: try collectionPath(context))) }
         for step in ReviewStep.allCases {
             router.post(RouterPath(base + "/review/\(step.rawValue)")) { [self] request, context in
-                try await takeReviewStep(step, request, path: try collectionPath(context))
+                try await takeReviewStep(step, request, path: try collectionPath(context), logger: context.logger)
             }
         }
         for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
@@ -66,7 +67,7 @@ extension DeltaSnapAPI {
 
     /// `POST {base}/review/request|approve|decline|rollback` with an optional JSON body
     /// `{"comment":…}` (a decline needs one; a rollback needs `"version"`, and takes `"ids"`).
-    func takeReviewStep(_ step: ReviewStep, _ request: Request, path: CollectionPath) async throws -> Response {
+    func takeReviewStep(_ step: ReviewStep, _ request: Request, path: CollectionPath, logger: Logger) async throws -> Response {
         let settings = try reviewSettings(of: path)
         let principal = try await reviewPrincipal(request, path: path, settings: settings, for: step == .request ? .request : .decide)
         var request = request
@@ -94,6 +95,11 @@ extension DeltaSnapAPI {
             }
         } catch let error as ReviewError {
             throw APIError(error)
+        }
+        if let withdrawn = entry.withdrewRequest {
+            logger.info("review request withdrawn by a rollback", metadata: [
+                "collection": .string(name), "request": .stringConvertible(withdrawn), "by": .string(who), "step": .stringConvertible(entry.sequence),
+            ])
         }
         var members = [JSONMember("collection", .string(name)), JSONMember("entry", entry.json)]
         if entry.published, let head = try await store.head(of: name) {
@@ -168,7 +174,10 @@ struct ReviewStepBody {
         if !bytes.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
             let value: JSONValue
             do {
-                value = try JSONReader(bytes: bytes).readValue()
+                // One value and nothing after it, as the write API reads a record.
+                let reader = JSONReader(bytes: bytes)
+                value = try reader.readValue()
+                guard try reader.isAtEnd() else { throw reader.error("unexpected data after the JSON object") }
             } catch {
                 throw APIError(.badRequest, "invalid_json", "the body of a review step is a JSON object like {\"comment\":\"…\"}: \(error)")
             }

@@ -180,15 +180,25 @@ final class ViewIndex: Sendable {
         var dependencies = ViewDependencies(heads: [], collectionCount: collections.count, heldAt: heldAt)
         var listedCollections: [Int] = []
         let previews = principal.claims?.preview == true ? accessControl.policy.rules.reviewed : [:]
+        // A preview device's view lists a reviewed collection's workspace in its place. The
+        // view depends on both heads, each where ``ViewDependencies/position(of:)`` finds it
+        // by name: the collection's among the collections, the workspace's (a partition of
+        // the reserved collection) among the partitions — else a workspace write or an
+        // approval would never be seen to move the view (issue 45).
+        var partitionRun: [(name: String, token: ServerToken?, floor: UInt64, listed: Bool)] = []
         for served in collections {
-            var head = served.head
-            // A preview device's view lists a reviewed collection's workspace in its place.
-            if previews[head.name] != nil, let workspace = try await heads.head(of: ReviewPaths.workspace(of: head.name), store: store) { head = workspace }
+            let head = served.head
             dependencies.heads.append((head.name, head.token, head.floor))
-            guard let path = CollectionPath(served.head.name) else { continue }
-            if try await accessControl.mayRead(path, as: principal, memberships: memberships) { listedCollections.append(dependencies.heads.count - 1) }
+            guard let path = CollectionPath(head.name) else { continue }
+            let readable = try await accessControl.mayRead(path, as: principal, memberships: memberships)
+            if previews[head.name] != nil {
+                let name = ReviewPaths.workspace(of: head.name)
+                let workspace = try await heads.head(of: name, store: store)
+                partitionRun.append((name, workspace?.token, workspace?.floor ?? 0, readable && workspace != nil))
+                if workspace != nil { continue }
+            }
+            if readable { listedCollections.append(dependencies.heads.count - 1) }
         }
-        var listedPartitions: [Int] = []
         var candidates = Set<String>()
         // Read once for every candidate below, not once per candidate.
         let roles = principal.claims == nil ? [:] : try await memberships.roles(of: principal.subject)
@@ -199,12 +209,20 @@ final class ViewIndex: Sendable {
             candidates.formUnion(roles.keys)
             candidates.formUnion(((claims.read ?? []) + (claims.write ?? [])).filter(CollectionPath.isPartition))
         }
-        for name in candidates.sorted(by: { $0.utf8Precedes($1) }) {
+        candidates.subtract(partitionRun.map(\.name))
+        for name in candidates {
             let head = try await heads.head(of: name, store: store)
-            dependencies.heads.append((name, head?.token, head?.floor ?? 0))
-            guard head != nil, let path = CollectionPath(name), try await accessControl.mayRead(path, as: principal, memberships: memberships, roles: roles)
-            else { continue }
-            listedPartitions.append(dependencies.heads.count - 1)
+            var listed = false
+            if head != nil, let path = CollectionPath(name) {
+                listed = try await accessControl.mayRead(path, as: principal, memberships: memberships, roles: roles)
+            }
+            partitionRun.append((name, head?.token, head?.floor ?? 0, listed))
+        }
+        partitionRun.sort { $0.name.utf8Precedes($1.name) }
+        var listedPartitions: [Int] = []
+        for entry in partitionRun {
+            dependencies.heads.append((entry.name, entry.token, entry.floor))
+            if entry.listed { listedPartitions.append(dependencies.heads.count - 1) }
         }
         // Both lists are in name order already: merged, not sorted again.
         let looked = dependencies.heads

@@ -204,6 +204,8 @@ extension CollectionStore {
 
     /// Publishes a new version equal to published version `version` — or, with `ids`, those
     /// records only as they were then — and brings the workspace's copies of them back too.
+    /// A request waiting for a decision is withdrawn by it (PROTOCOL.md §13): it leaves the
+    /// queue, and the rollback's entry names it (`withdrewRequest`).
     /// Throws ``ReviewError/unknownVersion(path:version:oldest:)`` for a version the review log
     /// cannot restore (from before the first publication through review).
     public func rollbackReview(
@@ -257,11 +259,12 @@ extension CollectionStore {
         let previous = published ?? 0
         let sequence = state.nextSequence
         // Versions count up by one per commit, and only review steps commit to `path`.
+        let withdrawn = step == .rollback ? state.pending?.sequence : nil
         let entry = ReviewLogEntry(
             sequence: sequence, step: step, by: who, at: now, comment: comment, version: changes.isEmpty ? nil : previous + 1,
-            previousVersion: previous, changes: changes.count, restoredVersion: restoredVersion, restoredIDs: ids)
+            previousVersion: previous, changes: changes.count, restoredVersion: restoredVersion, restoredIDs: ids, withdrewRequest: withdrawn)
         var alongside = [PartitionRecords(path: ReviewPaths.log(of: path), records: [try entry.record()])]
-        if step == .approve { alongside.append(PartitionRecords(path: ReviewPaths.queue, records: [Record.tombstone(id: path)])) }
+        if step == .approve || withdrawn != nil { alongside.append(PartitionRecords(path: ReviewPaths.queue, records: [Record.tombstone(id: path)])) }
         if let extra, !changes.isEmpty { alongside.append(PartitionRecords(path: extra, records: changes.map { $0.after ?? Record.tombstone(id: $0.id) })) }
         let results = try await self.publish(ReviewPublication(
             path: path, expectedVersion: published, changes: changes, source: source,

@@ -31,10 +31,13 @@ public struct ReviewLogEntry: Sendable, Equatable {
     public var restoredVersion: UInt64?
     /// A rollback of chosen records only: their ids.
     public var restoredIDs: [String]?
+    /// A rollback taken while a request waited: that request's sequence. The rollback ends it
+    /// (withdrawn: it leaves the queue, nothing it froze is published; request again).
+    public var withdrewRequest: Int?
 
     public init(
         sequence: Int, step: ReviewStep, by: String, at: Int64, comment: String? = nil, version: UInt64? = nil, previousVersion: UInt64? = nil,
-        changes: Int = 0, restoredVersion: UInt64? = nil, restoredIDs: [String]? = nil
+        changes: Int = 0, restoredVersion: UInt64? = nil, restoredIDs: [String]? = nil, withdrewRequest: Int? = nil
     ) {
         self.sequence = sequence
         self.step = step
@@ -46,6 +49,7 @@ public struct ReviewLogEntry: Sendable, Equatable {
         self.changes = changes
         self.restoredVersion = restoredVersion
         self.restoredIDs = restoredIDs
+        self.withdrewRequest = withdrewRequest
     }
 
     /// Whether this step published (an approval or a rollback).
@@ -68,6 +72,7 @@ public struct ReviewLogEntry: Sendable, Equatable {
         if let previousVersion { members.append(JSONMember("previousVersion", .number(String(previousVersion)))) }
         if let restoredVersion { members.append(JSONMember("restoredVersion", .number(String(restoredVersion)))) }
         if let restoredIDs { members.append(JSONMember("restoredIds", .array(restoredIDs.map(JSONValue.string)))) }
+        if let withdrewRequest { members.append(JSONMember("withdrewRequest", .number(String(withdrewRequest)))) }
         members.sort { $0.key.utf8Precedes($1.key) }
         return .object(members)
     }
@@ -95,7 +100,8 @@ public struct ReviewLogEntry: Sendable, Equatable {
         self.init(
             sequence: Int(sequence), step: step, by: by, at: at, comment: comment, version: Self.integer(value["version"]).map(UInt64.init),
             previousVersion: Self.integer(value["previousVersion"]).map(UInt64.init), changes: Int(Self.integer(value["changes"]) ?? 0),
-            restoredVersion: Self.integer(value["restoredVersion"]).map(UInt64.init), restoredIDs: ids)
+            restoredVersion: Self.integer(value["restoredVersion"]).map(UInt64.init), restoredIDs: ids,
+            withdrewRequest: Self.integer(value["withdrewRequest"]).map(Int.init))
     }
 
     private static func integer(_ value: JSONValue?) -> Int64? {

@@ -198,9 +198,11 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
             headers: held.wait.headers)
         writeIndexAnswer(answer, to: held.request, start: held.start, context: context)
         context.flush()
-        if held.request.headerFields[values: .connection].contains(where: { $0.lowercased().contains("close") }) {
-            context.close(promise: nil)
-        }
+    }
+
+    /// `Connection: close`: the client wants the connection closed after this answer.
+    static func asksToClose(_ request: HTTPRequest) -> Bool {
+        request.headerFields[values: .connection].contains { $0.lowercased().contains("close") }
     }
 
     /// Writes an answer of `GET /v1/index` given here (flushed with the read, or by the caller).
@@ -233,8 +235,16 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let body = request.method == .get ? body : nil
         context.write(wrapOutboundOut(.head(HTTPResponse(status: status, headerFields: headers))), promise: nil)
         if let body { context.write(wrapOutboundOut(.body(body)), promise: nil) }
-        context.write(wrapOutboundOut(.end(nil)), promise: nil)
-        needsFlush = true
+        if Self.asksToClose(request) {
+            // Answered here, so Hummingbird, which closes such a connection after its own
+            // answers, never saw the request: close it once the answer is out.
+            needsFlush = false
+            let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+            context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in loopBound.value.close(promise: nil) }
+        } else {
+            context.write(wrapOutboundOut(.end(nil)), promise: nil)
+            needsFlush = true
+        }
         writer.finished(
             identity, route: route, method: request.method, path: request.path ?? "", status: status, since: start, bodyBytes: body?.readableBytes)
     }

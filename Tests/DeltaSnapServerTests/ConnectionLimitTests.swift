@@ -212,6 +212,22 @@ import Testing
         }
     }
 
+    /// Answers given before the router honour `Connection: close` as the router's do: a
+    /// client reading to the end of the connection is not left waiting for the idle timeout.
+    @Test(arguments: ["/v1/index", "/v1/collections/items", "/healthz"])
+    func connectionCloseIsHonouredWhoeverAnswers(path: String) async throws {
+        try await withServer(Self.limits(timeout: .seconds(30))) { server in
+            let closed = try await offPool { () -> Bool in
+                let socket = try LoopbackSocket.connect(to: server.port)
+                defer { close(socket) }
+                let request = Array("GET \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8)
+                _ = request.withUnsafeBytes { write(socket, $0.baseAddress, $0.count) }
+                return Self.closedByServer(socket, within: 5)
+            }
+            #expect(closed)
+        }
+    }
+
     @Test func atTheCapTheOldestIdleConnectionMakesRoom() async throws {
         try await withServer(Self.limits(cap: 2, timeout: .seconds(30))) { server in
             try await offPool {

@@ -30,6 +30,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
         // Per-user tokens for two-way sync: HS256, EdDSA and ES256 JWTs.
         .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
+        // Identity providers' key sets (`serve --jwks-url`): fetched with the maintained NIO
+        // client for its connect/read timeouts and streamed body (size-capped); URLSession on
+        // Linux has neither a response-size limit nor NIO's event loops the server runs on.
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         // Operators' metrics: swift-metrics handles, exported at /metrics by swift-prometheus.
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
@@ -85,6 +89,7 @@ let package = Package(
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

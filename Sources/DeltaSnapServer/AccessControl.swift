@@ -2,14 +2,16 @@ import DeltaSnapCore
 import Foundation
 import Hummingbird
 import JWTKit
+import Logging
 import NIOConcurrencyHelpers
 
 /// Who may read and write which collection.
 ///
 /// Two kinds of bearer token are accepted: the data owner's admin token (`--write-token`),
 /// which may do everything, and per-user JWTs signed by the app's own auth service —
-/// HS256 with a shared secret, or EdDSA (Ed25519) / ES256 with a public key — whose claims
-/// name the collections the holder may write and, for private collections, read.
+/// HS256 with a shared secret, EdDSA (Ed25519) / ES256 with a public key, or any key of an
+/// identity provider's published key sets (``keySets``: RS256, PS256, ES256, EdDSA…) —
+/// whose claims name the collections the holder may write and, for private collections, read.
 /// Collections are public to read unless listed in ``privateCollections``.
 ///
 /// ```swift
@@ -29,6 +31,18 @@ public struct AccessPolicy: Sendable {
     /// Per-collection rules and partitions (`serve --rules FILE`); collections they do not
     /// name follow the settings above.
     public var rules: AccessRules
+    /// Identity providers' key sets (`serve --jwks-url`, `--jwks-file`): a token naming one
+    /// of their `kid`s is verified with that key, by the key's algorithm alone.
+    public var keySets: [JWKSKeySource] = []
+    /// Accepted `iss` values; empty: not checked.
+    public var issuers: [String] = []
+    /// Accepted `aud` values (a token's `aud` must name one); empty: not checked.
+    public var audiences: [String] = []
+    /// Where the subject, roles, read and write lists are in a token's claims.
+    public var claims = ClaimMapping()
+    /// Where refused tokens are logged (at debug, with their `kid`, `iss` and `aud`, never
+    /// the token) and key-set refreshes that failed (at warning).
+    public var tokenLogger = Logger(label: "deltasnap.tokens")
 
     public init(
         adminToken: String? = nil, jwtSecret: String? = nil, jwtPublicKeyPEM: String? = nil, privateCollections: Set<String> = [],
@@ -42,7 +56,7 @@ public struct AccessPolicy: Sendable {
     }
 
     /// Whether any token can write.
-    public var acceptsWrites: Bool { adminToken != nil || jwtSecret != nil || jwtPublicKeyPEM != nil }
+    public var acceptsWrites: Bool { adminToken != nil || jwtSecret != nil || jwtPublicKeyPEM != nil || !keySets.isEmpty }
 
     /// Whether every collection is public to read: then no poll needs its token checked.
     public var everythingPublic: Bool { privateCollections.isEmpty && !rules.hasNonPublicReads }
@@ -91,6 +105,16 @@ public struct AccessClaims: JWTPayload, Equatable {
         self.read = read.isEmpty ? nil : read
         self.roles = roles.isEmpty ? nil : roles
         self.preview = preview ? true : nil
+    }
+
+    /// Claims as read by a ``ClaimMapping``, kept as they are.
+    init(sub: SubjectClaim, exp: ExpirationClaim, write: [String]?, read: [String]?, roles: [String]?, preview: Bool?) {
+        self.sub = sub
+        self.exp = exp
+        self.write = write
+        self.read = read
+        self.roles = roles
+        self.preview = preview
     }
 
     private enum CodingKeys: String, CodingKey { case sub, exp, write, read, roles, preview }
@@ -148,6 +172,29 @@ public struct AccessClaims: JWTPayload, Equatable {
         await keys.add(hmac: AccessControl.hmacKey(secret), digestAlgorithm: .sha256)
         return try await keys.sign(self)
     }
+
+    /// Signs claims with a private key in PEM form — RSA (RS256) or P-256 (ES256) — under
+    /// `kid`: a provider's token for development, verified by `serve --jwks-file` or
+    /// `--jwks-url` with the public half of the key in a key set.
+    ///
+    /// ```swift
+    /// let jwt = try await AccessClaims(subject: "alice", expires: .now + 3600, write: ["notes"], read: [])
+    ///     .signed(privateKeyPEM: pem, kid: "dev-1")
+    /// ```
+    public func signed(privateKeyPEM pem: String, kid: String) async throws -> String {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .integerSecondsSince1970
+        let keys = JWTKeyCollection(defaultJWTSerializer: DefaultJWTSerializer(jsonEncoder: encoder))
+        let identifier = JWKIdentifier(string: kid)
+        if let key = try? ES256PrivateKey(pem: pem) {
+            await keys.add(ecdsa: key, kid: identifier)
+        } else if let key = try? Insecure.RSA.PrivateKey(pem: pem) {
+            await keys.add(rsa: key, digestAlgorithm: .sha256, kid: identifier)
+        } else {
+            throw AccessControlError.unsupportedPrivateKey
+        }
+        return try await keys.sign(self, kid: identifier)
+    }
 }
 
 /// Who a request acts as, once its token is checked.
@@ -167,15 +214,16 @@ struct Principal: Sendable {
 /// (401 for a missing or invalid token, 403 for a valid one without the right).
 final class AccessControl: Sendable {
     let policy: AccessPolicy
-    /// One key collection per configured key, tried in turn: a token without a `kid` then
-    /// still finds its key whichever kind it is. Built once, on first use, because
-    /// `JWTKeyCollection` is an actor; the keys themselves are parsed (and refused) at init.
-    private let keySets: Task<[JWTKeyCollection], Never>
+    /// Every configured key: the secret's, the PEM key's and the key sets'.
+    private let verifier: TokenVerifier
     /// Tokens that verified, until they expire (bounded).
     private let verified = VerifiedTokens()
+    /// Refused tokens by reason; nil for a policy checked outside a service.
+    private let metrics: TokenMetrics?
 
-    init(policy: AccessPolicy) throws {
+    init(policy: AccessPolicy, metrics: TokenMetrics? = nil) throws {
         self.policy = policy
+        self.metrics = metrics
         var hmac: HMACKey?
         if let secret = policy.jwtSecret {
             guard !secret.isEmpty else { throw AccessControlError.emptySecret }
@@ -192,13 +240,17 @@ final class AccessControl: Sendable {
                 throw AccessControlError.unsupportedPublicKey
             }
         }
-        keySets = Task { [hmac, eddsa, ecdsa] in
+        // One key collection per configured key, tried in turn: a token without a `kid` then
+        // still finds its key whichever kind it is. Built once, on first use, because
+        // `JWTKeyCollection` is an actor; the keys themselves are parsed (and refused) above.
+        let staticKeys = Task { [hmac, eddsa, ecdsa] in
             var sets: [JWTKeyCollection] = []
             if let hmac { sets.append(await JWTKeyCollection().add(hmac: hmac, digestAlgorithm: .sha256)) }
             if let eddsa { sets.append(await JWTKeyCollection().add(eddsa: eddsa)) }
             if let ecdsa { sets.append(await JWTKeyCollection().add(ecdsa: ecdsa)) }
             return sets
         }
+        verifier = TokenVerifier(staticKeys: staticKeys, hasStaticKeys: hmac != nil || eddsa != nil || ecdsa != nil, policy: policy)
     }
 
     /// The HS256 key of `secret`. jwt-kit traps on keys under 32 bytes; HMAC pads every key
@@ -308,36 +360,23 @@ final class AccessControl: Sendable {
 
     private func verify(_ token: String) async throws -> Principal {
         if let known = knownPrincipal(token) { return known }
-        var failure: (any Error)?
-        for keys in await keySets.value {
-            do {
-                let claims = try await keys.verify(token, as: AccessClaims.self)
-                let principal = Principal(subject: claims.sub.value, claims: claims, isAdmin: false)
-                verified.remember(token, as: principal, until: claims.exp.value)
-                return principal
-            } catch {
-                // An expiry is the most useful thing to report; otherwise the first failure.
-                if failure == nil || Self.isExpiry(error) { failure = error }
+        do {
+            let result = try await verifier.verify(token)
+            let principal = Principal(subject: result.claims.sub.value, claims: result.claims, isAdmin: false)
+            verified.remember(token, as: principal, until: result.until, keySet: result.keySet, removals: result.removals)
+            return principal
+        } catch {
+            metrics?.count(error.reason)
+            let logger = policy.tokenLogger
+            if logger.logLevel <= .debug {
+                // What an operator needs to see a wrong issuer, audience or key set; never the token.
+                let fields = TokenVerifier.describedFields(token)
+                logger.debug("bearer token refused: \(error.message)", metadata: [
+                    "reason": "\(error.reason.rawValue)", "kid": "\(fields.kid)", "iss": "\(fields.iss)", "aud": "\(fields.aud)",
+                ])
             }
-        }
-        let reason = failure.map(Self.describe) ?? "it is not the admin token, and this server accepts no JWTs"
-        throw APIError(.unauthorized, "invalid_token", "the bearer token was refused: \(reason)",
-                       headers: [.wwwAuthenticate: "Bearer error=\"invalid_token\""])
-    }
-
-    private static func isExpiry(_ error: any Error) -> Bool {
-        String(describing: error).contains("expired")
-    }
-
-    private static func describe(_ error: any Error) -> String {
-        guard let jwtError = error as? JWTError else {
-            return error is DecodingError ? "its claims are not DeltaSnap's (it needs \"sub\" and \"exp\")" : "it is not a valid JWT"
-        }
-        switch jwtError.errorType {
-        case .signatureVerificationFailed: return "its signature does not verify"
-        case .claimVerificationFailure: return isExpiry(error) ? "it has expired" : "a claim did not verify"
-        case .malformedToken: return "it is not a well-formed JWT"
-        default: return "it is not a valid JWT for this server (it needs \"sub\" and \"exp\" claims and the configured key's signature)"
+            throw APIError(.unauthorized, "invalid_token", "the bearer token was refused: \(error.message)",
+                           headers: [.wwwAuthenticate: "Bearer error=\"invalid_token\""])
         }
     }
 
@@ -385,11 +424,13 @@ final class AccessControl: Sendable {
 public enum AccessControlError: Error, CustomStringConvertible {
     case emptySecret
     case unsupportedPublicKey
+    case unsupportedPrivateKey
 
     public var description: String {
         switch self {
         case .emptySecret: "the JWT secret is empty"
         case .unsupportedPublicKey: "the JWT public key is neither an Ed25519 (EdDSA) nor a P-256 (ES256) key in PEM form"
+        case .unsupportedPrivateKey: "the private key is neither an RSA (RS256) nor a P-256 (ES256) key in PEM form"
         }
     }
 }
@@ -412,6 +453,9 @@ final class VerifiedTokens: Sendable {
     private struct Verified: Sendable {
         var principal: Principal
         var expires: Date
+        /// A key set's token: verified again once that set has dropped a key since.
+        var keySet: JWKSKeySource?
+        var removals: Int
     }
 
     init(capacity: Int = 10_000) {
@@ -421,7 +465,7 @@ final class VerifiedTokens: Sendable {
     func principal(for token: String, now: Date) -> Principal? {
         entries.withLockedValue { cache in
             guard let entry = cache.value(forKey: token) else { return nil }
-            guard entry.expires > now else {
+            guard entry.expires > now, entry.keySet.map({ $0.removals == entry.removals }) ?? true else {
                 cache.removeValue(forKey: token)
                 return nil
             }
@@ -429,7 +473,7 @@ final class VerifiedTokens: Sendable {
         }
     }
 
-    func remember(_ token: String, as principal: Principal, until expires: Date) {
-        entries.withLockedValue { $0.set(Verified(principal: principal, expires: expires), forKey: token) }
+    func remember(_ token: String, as principal: Principal, until expires: Date, keySet: JWKSKeySource? = nil, removals: Int = 0) {
+        entries.withLockedValue { $0.set(Verified(principal: principal, expires: expires, keySet: keySet, removals: removals), forKey: token) }
     }
 }

@@ -149,7 +149,7 @@ public final class DeltaSnapAPI: Sendable {
         policy.adminToken = configuration.writeToken ?? policy.adminToken
         waiters = IndexWaiters(debounce: configuration.waitDebounce, capacity: configuration.maximumWaiters)
         do {
-            accessControl = try AccessControl(policy: policy)
+            accessControl = try AccessControl(policy: policy, metrics: TokenMetrics(factory: metrics.factory))
             heads = HeadCache(
                 try await store.collections(), partitionCapacity: configuration.partitionHeadCapacity, onChange: { [waiters] in waiters.changed() })
         } catch {

@@ -35,7 +35,8 @@ struct ServeCommand: AsyncParsableCommand {
             at --log-level info, logs one line with it: method, path, status, duration, bytes.
 
             Who may write: the admin token (--write-token) may do everything; per-user JWTs \
-            (--jwt-secret for HS256, --jwt-public-key for EdDSA/ES256) may write the \
+            (--jwt-secret for HS256, --jwt-public-key for EdDSA/ES256, --jwks-url for an \
+            identity provider's key set: RS256, PS256, ES256, EdDSA) may write the \
             collections their "write" claim names and read the private ones their "read" \
             claim names. `deltasnap token` mints one for development.
 
@@ -84,6 +85,30 @@ struct ServeCommand: AsyncParsableCommand {
 
     @Option(name: .long, help: "PEM file of the public key of per-user JWTs: Ed25519 (EdDSA) or P-256 (ES256).")
     var jwtPublicKey: String?
+
+    @Option(name: .long, help: ArgumentHelp("An identity provider's JSON Web Key Set (https://…/.well-known/jwks.json; http:// on loopback only): a JWT whose kid is in it verifies with that key, by the key's algorithm (RS256, PS256, ES256, EdDSA…). Repeat for several providers. Fetched at start (exit 1 if it cannot be), again when its Cache-Control max-age runs out (kept 5 minutes to 24 hours; 1 hour without one) and for an unknown kid at most every 30 s; while the provider is unreachable the last good set stays in use. docs/CLIENT.md has each provider's URL.", valueName: "URL"))
+    var jwksUrl: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("A JSON Web Key Set file, used as --jwks-url uses a fetched set (read again hourly and for an unknown kid). Repeatable.", valueName: "FILE"))
+    var jwksFile: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("Accept only JWTs whose iss is this (repeatable: any of them). Tokens from a key set: exp, nbf and iat are checked with 60 s of leeway.", valueName: "ISSUER"))
+    var jwtIssuer: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("Accept only JWTs whose aud names this (repeatable: any of them), e.g. your API's identifier or the provider's project or client id.", valueName: "AUDIENCE"))
+    var jwtAudience: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("Where a JWT holds its user id: a claim path (dots step into objects; a claim whose own name has dots, like https://example.com/id, is matched whole).", valueName: "PATH"))
+    var subjectClaim = "sub"
+
+    @Option(name: .long, help: ArgumentHelp("Where a JWT holds its roles, e.g. realm_access.roles (Keycloak), cognito:groups (Cognito), https://example.com/roles (Auth0).", valueName: "PATH"))
+    var rolesClaim = "roles"
+
+    @Option(name: .long, help: ArgumentHelp("Where a JWT lists the collections it may read (a list, or one string separated by spaces or commas).", valueName: "PATH"))
+    var readClaim = "read"
+
+    @Option(name: .long, help: ArgumentHelp("Where a JWT lists the collections it may write (a list, or one string separated by spaces or commas).", valueName: "PATH"))
+    var writeClaim = "write"
 
     @Option(name: .long, help: "Collections only token holders may read, comma-separated.")
     var privateCollections: String = ""
@@ -269,6 +294,7 @@ struct ServeCommand: AsyncParsableCommand {
             guard let pem = FileManager.default.contents(atPath: jwtPublicKey) else { throw FileError(path: jwtPublicKey, reason: "cannot be read") }
             access.jwtPublicKeyPEM = String(decoding: pem, as: UTF8.self)
         }
+        try await configureIdentityProviders(&access, logger: logger)
         access.privateCollections = Set(TokenCommand.list(privateCollections))
         if let rules {
             guard let text = try? String(contentsOfFile: rules, encoding: .utf8) else { throw FileError(path: rules, reason: "cannot be read") }
@@ -302,7 +328,7 @@ struct ServeCommand: AsyncParsableCommand {
         }
         // Anything else in the process that reports through swift-metrics lands on the same /metrics.
         MetricsSystem.bootstrap(server.service.metrics.factory)
-        let writes = token != nil || access.jwtSecret != nil || access.jwtPublicKeyPEM != nil
+        let writes = token != nil || access.jwtSecret != nil || access.jwtPublicKeyPEM != nil || !access.keySets.isEmpty
         let host = self.host
         try await server.run(host: host, port: port) { boundPort in
             // One parseable line on stdout: scripts and tests wait for it.

@@ -1,22 +1,32 @@
 import ArgumentParser
+import DeltaSnapCore
 import DeltaSnapServer
 import Foundation
 
 struct TokenCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "token",
-        abstract: "Mint a per-user access token (an HS256 JWT) for development and tests.",
+        abstract: "Mint a per-user access token (an HS256, RS256 or ES256 JWT) for development and tests.",
         discussion: """
             In production the app's own auth service signs these; `serve --jwt-secret S` checks \
             them. Claims: sub (the user), exp, the collections the holder may write and \
             read ("*" means all), the roles a reviewed collection's rule names (--role) and \
             preview (--preview: a preview device, which reads reviewed collections' workspaces). \
-            Prints the token on one line.
+            Prints the token on one line. With --private-key FILE (an RSA or P-256 key in \
+            PEM form) and --kid K instead of --secret, the token is RS256 or ES256 with that \
+            kid, as an identity provider signs them: `serve --jwks-file` with the public half \
+            of the key in a key set verifies it.
             """
     )
 
     @Option(name: .long, help: "The shared HS256 secret (the one given to `serve --jwt-secret`).")
-    var secret: String
+    var secret: String?
+
+    @Option(name: .long, help: ArgumentHelp("Sign with this private key (PEM: RSA for RS256, P-256 for ES256) instead of a secret.", valueName: "FILE"))
+    var privateKey: String?
+
+    @Option(name: .long, help: "The kid of --private-key's key in the key set that serve reads.")
+    var kid: String?
 
     @Option(name: .long, help: "The user the token is for (its `sub` claim).")
     var subject: String
@@ -37,7 +47,11 @@ struct TokenCommand: AsyncParsableCommand {
     var expiresIn: Int = 3600
 
     func validate() throws {
-        guard !secret.isEmpty else { throw ValidationError("--secret must not be empty") }
+        switch (secret, privateKey) {
+        case (let secret?, nil): guard !secret.isEmpty else { throw ValidationError("--secret must not be empty") }
+        case (nil, _?): guard let kid, !kid.isEmpty else { throw ValidationError("--private-key needs --kid") }
+        default: throw ValidationError("give one of --secret and --private-key")
+        }
         guard !subject.isEmpty else { throw ValidationError("--subject must not be empty") }
         guard expiresIn != 0 else { throw ValidationError("--expires-in must not be 0") }
     }
@@ -47,7 +61,12 @@ struct TokenCommand: AsyncParsableCommand {
             let claims = AccessClaims(
                 subject: subject, expires: Date().addingTimeInterval(TimeInterval(expiresIn)),
                 write: Self.list(write), read: Self.list(read), roles: role.flatMap(Self.list), preview: preview)
-            print(try await claims.signed(secret: secret))
+            if let privateKey {
+                guard let pem = FileManager.default.contents(atPath: privateKey) else { throw FileError(path: privateKey, reason: "cannot be read") }
+                print(try await claims.signed(privateKeyPEM: String(decoding: pem, as: UTF8.self), kid: kid ?? ""))
+            } else {
+                print(try await claims.signed(secret: secret ?? ""))
+            }
         }
     }
 

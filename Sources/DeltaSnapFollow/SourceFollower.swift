@@ -143,6 +143,7 @@ package final class SourceFollower: Sendable {
         guard walLevel == "logical" else {
             throw FollowError.source("the source has wal_level=\(walLevel); logical decoding needs wal_level=logical (ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)")
         }
+        try await checkPrivileges(on: connection)
         var shapes: [String: TableShape] = [:]
         for table in options.tables { shapes[table.qualifiedName] = try await shape(of: table, on: connection) }
         try await ensurePublication(on: connection)
@@ -158,6 +159,28 @@ package final class SourceFollower: Sendable {
             shapes[name] = try TableShape(table: shape.table, columns: columns, key: shape.key)
         }
         try await stream(from: position!, shapes: shapes, on: connection, catalog: catalog)
+    }
+
+    /// Refuses, before anything is written (the store, a publication, a slot), a role that
+    /// cannot follow: logical decoding needs `REPLICATION` (or a superuser), the copy needs
+    /// `SELECT` on every table. Bad input leaves nothing behind (issue 45).
+    private func checkPrivileges(on connection: PostgresConnection) async throws {
+        var role = ""
+        var replication = false
+        for try await (name, allowed) in try await connection.query(
+            "SELECT current_user::text, rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user", logger: logger
+        ).decode((String, Bool).self) { (role, replication) = (name, allowed) }
+        guard replication else {
+            throw FollowError.source("role \(role) may not use logical replication: it needs the REPLICATION attribute (ALTER ROLE \(Self.quoted(role)) REPLICATION)")
+        }
+        for table in options.tables {
+            let name = Self.quoted(table.schema) + "." + Self.quoted(table.table)
+            for try await allowed in try await connection.query(
+                "SELECT has_table_privilege(to_regclass(\(name)), 'SELECT') WHERE to_regclass(\(name)) IS NOT NULL", logger: logger
+            ).decode(Bool.self) where !allowed {
+                throw FollowError.source("role \(role) may not read \(table.qualifiedName) (GRANT SELECT ON \(name) TO \(Self.quoted(role)))")
+            }
+        }
     }
 
     /// A table's columns and primary key from the catalog; checks what following it needs.
@@ -228,6 +251,19 @@ package final class SourceFollower: Sendable {
         return true
     }
 
+    /// A column as the copy reads it: the text of its type's output function — what the
+    /// stream (pgoutput) sends for it, so a value maps the same copied or streamed. A cast to
+    /// `text` gives that for most types, but not `char(n)` (the cast trims the padding) nor
+    /// `inet` (the cast adds `/32`, `/128`): for those, `concat` (which calls the output
+    /// function) on a value that is not NULL.
+    static func copiedText(_ column: PgRelation.Column) -> String {
+        let name = quoted(column.name)
+        switch column.typeOID {
+        case 1042, 869: return "CASE WHEN \(name) IS NULL THEN NULL ELSE concat(\(name)) END"
+        default: return name + "::text"
+        }
+    }
+
     static func quoted(_ identifier: String) -> String {
         "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
     }
@@ -252,7 +288,7 @@ package final class SourceFollower: Sendable {
             }
             for table in options.tables {
                 let shape = shapes[table.qualifiedName]!
-                let columns = shape.columns.map { Self.quoted($0.name) + "::text" }.joined(separator: ", ")
+                let columns = shape.columns.map(Self.copiedText).joined(separator: ", ")
                 let query = PostgresQuery(unsafeSQL: "SELECT \(columns) FROM \(Self.quoted(table.schema)).\(Self.quoted(table.table))")
                 for try await row in try await connection.query(query, logger: logger) {
                     let values = row.map { cell in cell.bytes.map { PgValue.text(String(buffer: $0)) } ?? .null }

@@ -96,7 +96,10 @@ public struct AccessRules: Sendable, Equatable {
         do {
             root = try Yams.load(yaml: yaml)
         } catch {
-            throw .unreadable("not YAML: \(error)")
+            // Yams describes an error over several lines (the line, a caret under the place);
+            // an error is one line: its first, which says where and what.
+            let lines = String(describing: error).split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+            throw .unreadable("not YAML: \(lines.first { !$0.isEmpty } ?? "unreadable")")
         }
         guard let document = root as? [String: Any] else { throw .unreadable("the file must be a mapping with \"collections\" (and \"memberships\")") }
         for key in document.keys where key != "collections" && key != "memberships" {

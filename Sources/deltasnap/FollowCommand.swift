@@ -31,7 +31,8 @@ struct FollowCommand: AsyncParsableCommand {
             wal_level=logical; the role needs REPLICATION and SELECT on the tables (--create also \
             needs to own them, to create the publication). One line per published batch goes to \
             standard output (attempts/alice: version 12, 3 rows, lag 4 ms). Stop it with SIGINT \
-            or SIGTERM; --drop-slot removes the slot when the follower is retired (a forgotten \
+            or SIGTERM (a clean stop, logged; a stopped follower's slot keeps the source's WAL \
+            until it resumes); --drop-slot removes the slot (not the publication) when the follower is retired (a forgotten \
             slot keeps WAL on the source's disk: --max-lag-bytes reports one that holds back too much; \
             --metrics-listen serves deltasnap_follow_slot_lag_bytes and the other metrics at /metrics).
             """
@@ -154,7 +155,22 @@ struct FollowCommand: AsyncParsableCommand {
                 let follower = SourceFollower(options: options, store: routed, logger: logger) { line in
                     FileHandle.standardOutput.write(Data((line + "\n").utf8))
                 }
-                try await follower.run()
+                // SIGINT or SIGTERM stops it between two store commits: each commit holds the
+                // position it reached, so nothing is lost, and the slot keeps the rest.
+                let task = Task { try await follower.run() }
+                let stop = StopRequest()
+                let logger = logger
+                StopSignals.install { name in
+                    stop.set(name)
+                    logger.notice("\(name): stopping")
+                    task.cancel()
+                }
+                let result = await task.result
+                if let name = stop.name {
+                    logger.notice("stopped on \(name); slot \(options.slot) keeps the source's WAL from here until a follower resumes it (deltasnap follow --drop-slot removes it when this follower is retired)")
+                    return
+                }
+                try result.get()
             }
         }
     }

@@ -14,12 +14,12 @@ import Testing
         let process = Process()
         let output: String
 
-        init(_ arguments: [String], output: String, command: [String] = ["follow"]) throws {
+        init(_ arguments: [String], output: String, command: [String] = ["follow"], executable: String = CLI.binary) throws {
             self.output = output
             if !FileManager.default.fileExists(atPath: output) { FileManager.default.createFile(atPath: output, contents: nil) }
             let log = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
             log.seekToEndOfFile()
-            process.executableURL = URL(fileURLWithPath: CLI.binary)
+            process.executableURL = URL(fileURLWithPath: executable)
             process.arguments = command + arguments
             process.standardOutput = log
             process.standardError = log

@@ -112,3 +112,19 @@ extension ReviewTests {
         }
     }
 }
+
+/// Issue 45 point 6: a rules file that is not YAML is refused in one line, exit status 1.
+@Suite struct BrokenRulesFileTests {
+    @Test func aRulesFileThatIsNotYAMLIsRefusedInOneLine() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let rules = dir.file("rules.yaml")
+        try "collections:\n  catalogue: { read: public, write: admin\n  other: [x\n".write(toFile: rules, atomically: true, encoding: .utf8)
+        let input = dir.file("in.ndjson")
+        try #"{"id":"a"}"#.write(toFile: input, atomically: true, encoding: .utf8)
+        let result = try await CLI.run(["import", "--rules", rules, "--db", dir.file("s.sqlite"), "--collection", "catalogue", input])
+        #expect(result.status == 1)
+        let said = result.stderr.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(said.contains("not YAML") && !said.contains("\n"), "\(result.stderr)")
+    }
+}

@@ -83,9 +83,9 @@ package final class CuttingProxy: @unchecked Sendable {
             guard count > 0 else { break }
             var chunk = count
             if upstream {
-                // A request head fits one read on loopback: enough to count resumed downloads.
-                let text = String(decoding: buffer[0..<count], as: UTF8.self).lowercased()
-                let found = text.components(separatedBy: "\r\nrange: bytes=").count - 1
+                // A request head starts a read on loopback: its first bytes are enough to count
+                // resumed downloads, without scanning (and slowing) every byte of an upload.
+                let found = Self.rangeFields(in: buffer, count: min(count, 8192))
                 if found > 0 { lock.withLock { ranges += found } }
             }
             let every = upstream ? cutEvery : cutDownstreamEvery
@@ -113,6 +113,21 @@ package final class CuttingProxy: @unchecked Sendable {
         shutdown(destination, Int32(SHUT_RDWR))
         lock.withLock { open.removeAll { $0.0 == source || $0.1 == source } }
         close(source)
+    }
+
+    private static let rangeField = Array("\r\nrange: bytes=".utf8)
+
+    /// How many `Range: bytes=` header fields (any case) the first `count` bytes hold.
+    private static func rangeFields(in buffer: [UInt8], count: Int) -> Int {
+        let field = rangeField
+        guard count >= field.count else { return 0 }
+        var found = 0
+        for start in 0...(count - field.count) where buffer[start] == 13 {
+            var index = 0
+            while index < field.count, buffer[start + index] | (buffer[start + index] >= 65 && buffer[start + index] <= 90 ? 0x20 : 0) == field[index] { index += 1 }
+            if index == field.count { found += 1 }
+        }
+        return found
     }
 
     private func cutAll() {

@@ -111,6 +111,36 @@ extension ReviewTests {
             #expect(try await fixture.database.store.record("x2", in: "catalogue") != nil)
         }
     }
+
+    /// PROTOCOL §13.3 as written for issue 45: the admin token approves its own request under
+    /// `self-approve: false`, a JWT with `sub: "admin"` is no admin token, and a decline
+    /// changes nothing (`changes: 0`).
+    @Test(.timeLimit(.minutes(3)), arguments: TestBackend.allCases)
+    func theAdminTokenAndAnAdminNamedUserUnderSelfApproveFalse(_ backend: TestBackend) async throws {
+        try await withServer(backend) { fixture in
+            let namedAdmin = try await fixture.token("admin", roles: ["reviewer"])
+            let reviewer = try await fixture.token("rev", roles: ["reviewer"])
+            #expect(try await fixture.send("PUT", "/v1/collections/catalogue/records/x1", token: TestServer.writeToken, body: #"{"id":"x1"}"#).status == 200)
+            try await fixture.step("request", token: TestServer.writeToken)
+            try await fixture.step("approve", token: namedAdmin, status: 403)
+            let declined = try #require(try await fixture.step("decline", token: reviewer, body: #"{"comment":"no"}"#))
+            #expect(declined["entry"]?["changes"] == .number("0"))
+            try await fixture.step("request", token: TestServer.writeToken)
+            try await fixture.step("approve", token: TestServer.writeToken)
+        }
+    }
+
+    /// Under `self-approve: true` an editor who is no reviewer decides any request.
+    @Test(.timeLimit(.minutes(3)), arguments: TestBackend.allCases)
+    func anEditorDecidesAnyRequestUnderSelfApproveTrue(_ backend: TestBackend) async throws {
+        try await withServer(backend, selfApprove: true) { fixture in
+            let editor = try await fixture.token("ed", roles: ["editor"])
+            let other = try await fixture.token("ed2", roles: ["editor"])
+            #expect(try await fixture.send("PUT", "/v1/collections/catalogue/records/x1", token: TestServer.writeToken, body: #"{"id":"x1"}"#).status == 200)
+            try await fixture.step("request", token: other)
+            try await fixture.step("approve", token: editor)
+        }
+    }
 }
 
 /// Issue 45 point 6: a rules file that is not YAML is refused in one line, exit status 1.

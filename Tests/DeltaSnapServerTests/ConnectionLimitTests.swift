@@ -143,6 +143,16 @@ import Testing
         return line.flatMap { Int(Double($0.split(separator: " ").last!) ?? -1) } ?? 0
     }
 
+    /// Sends `bytes` on a new connection and reports whether the server closed it within
+    /// `seconds` (reading and dropping whatever it answered).
+    static func sendsAndIsClosed(_ bytes: String, port: Int, within seconds: Int) throws -> Bool {
+        let socket = try LoopbackSocket.connect(to: port)
+        defer { close(socket) }
+        let request = Array(bytes.utf8)
+        _ = request.withUnsafeBytes { write(socket, $0.baseAddress, $0.count) }
+        return closedByServer(socket, within: seconds)
+    }
+
     /// Reads until the server closes the connection; false when it is still open after `seconds`.
     static func closedByServer(_ socket: Int32, within seconds: Int) -> Bool {
         var timeout = timeval(tv_sec: seconds, tv_usec: 0)
@@ -169,12 +179,8 @@ import Testing
 
     @Test func anIdleKeepAliveConnectionIsClosedAfterTheIdleTimeout() async throws {
         try await withServer(Self.limits()) { server in
-            let closed = try await offPool { () -> Bool in
-                let socket = try LoopbackSocket.connect(to: server.port)
-                defer { close(socket) }
-                let request = Array("GET /v1/collections/items HTTP/1.1\r\nHost: x\r\n\r\n".utf8)
-                _ = request.withUnsafeBytes { write(socket, $0.baseAddress, $0.count) }
-                return Self.closedByServer(socket, within: 10)
+            let closed = try await offPool {
+                try Self.sendsAndIsClosed("GET /v1/collections/items HTTP/1.1\r\nHost: x\r\n\r\n", port: server.port, within: 10)
             }
             #expect(closed)
             #expect(try await metric(server, #"deltasnap_connection_timeouts_total{kind="idle"}"#) == 1)
@@ -199,13 +205,9 @@ import Testing
 
     @Test func aStalledBodyIsClosedAfterTheBodyTimeout() async throws {
         try await withServer(Self.limits()) { server in
-            let closed = try await offPool { () -> Bool in
-                let socket = try LoopbackSocket.connect(to: server.port)
-                defer { close(socket) }
+            let closed = try await offPool {
                 let head = "PUT /v1/collections/items/r1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(TestServer.writeToken)\r\nContent-Length: 100\r\n\r\n{\"a\":"
-                let bytes = Array(head.utf8)
-                _ = bytes.withUnsafeBytes { write(socket, $0.baseAddress, $0.count) }
-                return Self.closedByServer(socket, within: 10)
+                return try Self.sendsAndIsClosed(head, port: server.port, within: 10)
             }
             #expect(closed)
             #expect(try await metric(server, #"deltasnap_connection_timeouts_total{kind="body"}"#) == 1)
@@ -217,12 +219,8 @@ import Testing
     @Test(arguments: ["/v1/index", "/v1/collections/items", "/healthz"])
     func connectionCloseIsHonouredWhoeverAnswers(path: String) async throws {
         try await withServer(Self.limits(timeout: .seconds(30))) { server in
-            let closed = try await offPool { () -> Bool in
-                let socket = try LoopbackSocket.connect(to: server.port)
-                defer { close(socket) }
-                let request = Array("GET \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8)
-                _ = request.withUnsafeBytes { write(socket, $0.baseAddress, $0.count) }
-                return Self.closedByServer(socket, within: 5)
+            let closed = try await offPool {
+                try Self.sendsAndIsClosed("GET \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", port: server.port, within: 5)
             }
             #expect(closed)
         }
@@ -275,7 +273,7 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let path = dir.file("blob")
-        FileManager.default.createFile(atPath: path, contents: Data(count: Int(AttachmentMemory.smallBlobBytes) + 1))
+        #expect(FileManager.default.createFile(atPath: path, contents: Data(count: Int(AttachmentMemory.smallBlobBytes) + 1)))
         let memory = AttachmentMemory(transferDescriptors: 1)
         let size = AttachmentMemory.smallBlobBytes + 1
         var first = memory.file(of: "a", size: size, at: { path })

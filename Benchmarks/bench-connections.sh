@@ -33,13 +33,14 @@ probe() { python3 "$ROOT/Benchmarks/connections_probe.py" "$@"; }
 NINETY=$((SERVE_CAP * 9 / 10))
 SLOW=$((SERVE_CAP * 3 / 2))
 say "1. deltasnap: $NINETY idle keep-alive connections (90 % of the cap of $SERVE_CAP)"
-probe idle --port "$PORT" --pid "$DS_PID" --count "$NINETY" --label deltasnap
+probe idle --port "$PORT" --pid "$DS_PID" --count "$NINETY" --hold-path /healthz --label deltasnap
 say "2. deltasnap: $WAITERS held long-polls"
 probe waiters --port "$PORT" --pid "$DS_PID" --count "$WAITERS" --label deltasnap
 say "3. deltasnap: $SLOW half-sent heads (150 % of the cap)"
 probe slowloris --port "$PORT" --pid "$DS_PID" --count "$SLOW" --label deltasnap
 kill -0 "$DS_PID" && say "serve still running: $(vmrss_mb "$DS_PID") MB RSS"
 
+echo '{"status":"ok"}' >"$TMP/www/healthz"
 chmod 755 "$TMP" && chmod -R a+rX "$TMP/www"
 NGINX_PORT=$(free_port)
 NGINX_WORKER_CONNECTIONS=768 start_nginx_with "http://127.0.0.1:$NGINX_PORT/countries.snapshot" <<NGINX
@@ -50,5 +51,5 @@ NGINX_MASTER=$NGINX_PID
 NGINX_WORKER=$(pgrep -P "$NGINX_MASTER" | head -1)
 NGINX_CAP=$((768 * $(nproc)))
 say "4. nginx (Debian defaults: $NGINX_CAP connections): the same holds, measured on one worker"
-probe idle --port "$NGINX_PORT" --pid "$NGINX_WORKER" --count $((NGINX_CAP * 9 / 10)) --path /countries.snapshot --label nginx
+probe idle --port "$NGINX_PORT" --pid "$NGINX_WORKER" --count $((NGINX_CAP * 9 / 10)) --path /countries.snapshot --hold-path /healthz --label nginx
 probe slowloris --port "$NGINX_PORT" --pid "$NGINX_WORKER" --count $((NGINX_CAP * 3 / 2)) --path /countries.snapshot --label nginx

@@ -210,9 +210,8 @@ final class ViewIndex: Sendable {
             candidates.formUnion(((claims.read ?? []) + (claims.write ?? [])).filter(CollectionPath.isPartition))
         }
         candidates.subtract(partitionRun.map(\.name))
-        let candidateHeads = try await Self.heads(of: candidates, in: heads, store: store)
         for name in candidates {
-            let head = candidateHeads[name] ?? nil
+            let head = try await heads.head(of: name, store: store)
             var listed = false
             if head != nil, let path = CollectionPath(name) {
                 listed = try await accessControl.mayRead(path, as: principal, memberships: memberships, roles: roles)
@@ -232,29 +231,6 @@ final class ViewIndex: Sendable {
     }
 
     /// Two lists in name order (UTF-8), as one.
-    /// The heads of `names`, read with up to ``concurrentHeadReads`` store reads in flight: a
-    /// user's first view may name a thousand partitions none of which is in memory yet, and
-    /// one read after another (a round trip each on PostgreSQL) took longer than a client's
-    /// timeout on a loaded machine.
-    static func heads(of names: Set<String>, in heads: HeadCache, store: any CollectionStore) async throws -> [String: CollectionHead?] {
-        var found: [String: CollectionHead?] = [:]
-        found.reserveCapacity(names.count)
-        try await withThrowingTaskGroup(of: (String, CollectionHead?).self) { group in
-            var pending = names.makeIterator()
-            for _ in 0..<concurrentHeadReads {
-                guard let name = pending.next() else { break }
-                group.addTask { (name, try await heads.head(of: name, store: store)) }
-            }
-            while let (name, head) = try await group.next() {
-                found[name] = head
-                if let next = pending.next() { group.addTask { (next, try await heads.head(of: next, store: store)) } }
-            }
-        }
-        return found
-    }
-
-    static let concurrentHeadReads = 16
-
     static func merged<T>(_ a: [T], _ b: [T], name: (T) -> String) -> [T] {
         var out: [T] = []
         out.reserveCapacity(a.count + b.count)

@@ -11,8 +11,10 @@ import Testing
 /// A sync step costs O(changes), not O(replica) (issue 44): what a one-record delta makes
 /// the replica's SQLite read — counted by SQLite itself, not timed — is the same on a
 /// 100,000-record replica as on a 1,000-record one, with files referred to or without.
-/// Real server on 127.0.0.1, real replica files.
-@Suite struct SyncCostTests {
+/// Real server on 127.0.0.1, real replica files. One test at a time: each applies a
+/// 100k-record replica, SQLite work the client's actor does on the cooperative pool, which two
+/// at once would fill (stalling every in-process test server's handlers).
+@Suite(.serialized) struct SyncCostTests {
     /// What SQLite read while a replica of `records` records (`files` of them referring to
     /// a file, eagerly downloaded) pulled a one-record delta — which gives a file record a
     /// new file when there are files.
@@ -27,7 +29,10 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let path = dir.file("s.sqlite")
-        do {
+        // Seconds of synchronous SQLite at 100k records: off Swift's cooperative pool, whose
+        // two threads here also run every in-process test server's handlers (blocked, they
+        // stalled other suites' requests past their 30 s timeouts).
+        try await offPool {
             let store = try SQLiteDatabase(path: path)
             try Fixtures.importText(Fixtures.ndjson(0..<records), into: store, collection: "items")
         }

@@ -77,38 +77,44 @@ final class AttachmentMemory: Sendable {
     /// collection stays readable through a descriptor opened before, so a descriptor is
     /// trusted for ``lifetime`` only, as a reference is. Only small blobs: a large one's `open`
     /// is nothing beside its transfer, and a removed one's space is freed sooner.
-    /// The descriptors large blobs' downloads open for themselves.
-    let transfers: TransferGate
-
-    init(transferDescriptors: Int = 256) {
-        transfers = TransferGate(capacity: transferDescriptors)
-    }
-
     private let openFiles = NIOLockedValueBox(BoundedCache<String, BlobFile>(capacity: AttachmentMemory.openFileCapacity()))
+    /// The descriptors downloads open for themselves (a large blob's, or a small one's when
+    /// no more may be kept).
+    let transfers: TransferGate
+    /// How many descriptors connections leave for kept files now (``ConnectionGovernor``'s
+    /// cap less the connections open): a file is kept only within it, so connections and
+    /// kept files together never pass the cap, whichever comes first.
+    private let roomToKeep: @Sendable () -> Int
+
+    /// `roomToKeep`: the descriptors connections leave for kept files now (unbounded by default).
+    init(transferDescriptors: Int = 256, roomToKeep: @escaping @Sendable () -> Int = { .max }) {
+        transfers = TransferGate(capacity: transferDescriptors)
+        self.roomToKeep = roomToKeep
+    }
 
     /// Descriptors kept at most: half the process's limit (the rest is for connections and the
     /// store; `deltasnap serve` raises its soft limit to the hard one first), and no more than
     /// 16,384.
     static func openFileCapacity() -> Int {
-        var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 256 }
-        let soft = limit.rlim_cur >= rlim_t(Int.max) ? Int.max : Int(limit.rlim_cur)
-        return min(16_384, soft / 2)
+        min(16_384, ConnectionLimits.currentDescriptorLimit() / 2)
     }
 
-    /// The open file of blob `sha256` (`path` names it; nil when it cannot be opened): kept
-    /// for a small blob, opened for this request alone otherwise.
+    /// The open file of blob `sha256` (`path` names it; nil when it cannot be opened, or when
+    /// no descriptor may be taken for it now): kept for a small blob while there is room,
+    /// opened for this request alone otherwise.
     func file(of sha256: String, size: UInt64, at path: () -> String?) -> BlobFile? {
-        guard size <= Self.smallBlobBytes else {
-            // Opened per download, so counted: none is opened past the gate's capacity.
-            guard let slot = transfers.enter() else { return nil }
-            return path().flatMap { BlobFile($0, holding: slot) }
+        if size <= Self.smallBlobBytes {
+            let now = ContinuousClock.now
+            if let kept = openFiles.withLockedValue({ $0.value(forKey: sha256) }), now - kept.opened < Self.lifetime { return kept }
+            if keptFileCount < roomToKeep() {
+                guard let opened = path().flatMap({ BlobFile($0) }) else { return nil }
+                openFiles.withLockedValue { $0.set(opened, forKey: sha256) }
+                return opened
+            }
         }
-        let now = ContinuousClock.now
-        if let kept = openFiles.withLockedValue({ $0.value(forKey: sha256) }), now - kept.opened < Self.lifetime { return kept }
-        guard let opened = path().flatMap({ BlobFile($0) }) else { return nil }
-        openFiles.withLockedValue { $0.set(opened, forKey: sha256) }
-        return opened
+        // Opened per download, so counted: none is opened past the gate's capacity.
+        guard let slot = transfers.enter() else { return nil }
+        return path().flatMap { BlobFile($0, holding: slot) }
     }
 
     /// Descriptors kept open now.

@@ -110,6 +110,8 @@ public final class DeltaSnapAPI: Sendable {
     public let metrics = ServerMetrics()
     /// Connections open, shed and timed out (``ConnectionGovernor``), on the same registry.
     let connectionMetrics: ConnectionMetrics
+    /// Connections open now, across the servers built by ``httpServer(logger:)``.
+    let openConnections: ConnectionCount
     let heads: HeadCache
     /// Owned: ``shutdown()`` closes it.
     let store: any CollectionStore
@@ -142,7 +144,11 @@ public final class DeltaSnapAPI: Sendable {
     /// failed init).
     public init(store: any CollectionStore, configuration: DeltaSnapServerConfiguration = DeltaSnapServerConfiguration()) async throws {
         self.configuration = configuration
-        attachmentMemory = AttachmentMemory(transferDescriptors: configuration.connections.transferDescriptors)
+        let openConnections = ConnectionCount()
+        self.openConnections = openConnections
+        let cap = configuration.connections.maximumConnections
+        attachmentMemory = AttachmentMemory(
+            transferDescriptors: configuration.connections.transferDescriptors, roomToKeep: { cap - openConnections.value })
         connectionMetrics = ConnectionMetrics(factory: metrics.factory)
         reviewed = configuration.access.rules.reviewed
         var policy = configuration.access
@@ -254,7 +260,7 @@ public final class DeltaSnapAPI: Sendable {
     /// their budget and give way first.
     func connectionGovernor(logger: Logger) -> ConnectionGovernor {
         ConnectionGovernor(
-            limits: configuration.connections, metrics: connectionMetrics, logger: logger,
+            limits: configuration.connections, metrics: connectionMetrics, logger: logger, open: openConnections,
             keptFiles: { [attachmentMemory] in attachmentMemory.keptFileCount },
             releaseKeptFiles: { [attachmentMemory] count in attachmentMemory.releaseKeptFiles(count) })
     }

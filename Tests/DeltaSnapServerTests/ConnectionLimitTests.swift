@@ -2,6 +2,7 @@ import DeltaSnapSQLiteStore
 @testable import DeltaSnapServer
 import DeltaSnapTestSupport
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import Testing
 
@@ -288,5 +289,24 @@ import Testing
         memory.releaseKeptFiles(1)
         #expect(memory.keptFileCount == 0)
         _ = first
+    }
+
+    /// Kept descriptors stay within what connections leave them: past it, a small blob is
+    /// opened for its download alone, through the gate, and closed after.
+    @Test func smallBlobsAreKeptOnlyWithinTheRoomConnectionsLeave() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let path = dir.file("blob")
+        #expect(FileManager.default.createFile(atPath: path, contents: Data(count: 10)))
+        let room = NIOLockedValueBox(1)
+        let memory = AttachmentMemory(transferDescriptors: 1, roomToKeep: { room.withLockedValue { $0 } })
+        #expect(memory.file(of: "a", size: 10, at: { path }) != nil && memory.keptFileCount == 1)
+        var second = memory.file(of: "b", size: 10, at: { path })
+        #expect(second != nil && memory.keptFileCount == 1 && memory.transfers.count == 1)
+        #expect(memory.file(of: "c", size: 10, at: { path }) == nil, "no room kept and the gate full")
+        second = nil
+        room.withLockedValue { $0 = 2 }
+        #expect(memory.file(of: "c", size: 10, at: { path }) != nil && memory.keptFileCount == 2 && memory.transfers.count == 0)
+        _ = second
     }
 }

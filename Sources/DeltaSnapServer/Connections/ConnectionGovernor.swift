@@ -27,25 +27,24 @@ final class ConnectionGovernor: Sendable {
         let idle: NIOLockedValueBox<IdleSummary>
     }
 
-    private struct Counts {
-        var open = 0
-        var lastWarning: NIODeadline?
-    }
 
     let limits: ConnectionLimits
     let metrics: ConnectionMetrics
     private let logger: Logger
     private let loops = NIOLockedValueBox<[ObjectIdentifier: Loop]>([:])
-    private let counts = NIOLockedValueBox(Counts())
+    /// Connections open now, shared with the kept attachment descriptors, which leave them room.
+    private let open: ConnectionCount
+    private let lastWarning = NIOLockedValueBox<NIODeadline?>(nil)
     /// Descriptors held open for small attachments, and how to let some go.
     private let keptFiles: @Sendable () -> Int
     private let releaseKeptFiles: @Sendable (Int) -> Void
     static let warningInterval: TimeAmount = .seconds(60)
 
     init(
-        limits: ConnectionLimits, metrics: ConnectionMetrics, logger: Logger,
+        limits: ConnectionLimits, metrics: ConnectionMetrics, logger: Logger, open: ConnectionCount = ConnectionCount(),
         keptFiles: @escaping @Sendable () -> Int = { 0 }, releaseKeptFiles: @escaping @Sendable (Int) -> Void = { _ in }
     ) {
+        self.open = open
         self.limits = limits
         self.metrics = metrics
         self.logger = logger
@@ -53,18 +52,12 @@ final class ConnectionGovernor: Sendable {
         self.releaseKeptFiles = releaseKeptFiles
     }
 
-    /// Connections open now (admitted or being refused).
-    var openConnections: Int { counts.withLockedValue { $0.open } }
-
     /// Decides on `channel`, just accepted: called on its event loop before it is registered.
     func admit(_ channel: any Channel) -> Admission {
-        let open = counts.withLockedValue { counts in
-            counts.open += 1
-            return counts.open
-        }
+        let open = self.open.opened()
         metrics.open.increment()
         channel.closeFuture.whenComplete { [self] _ in
-            counts.withLockedValue { $0.open -= 1 }
+            self.open.closed()
             metrics.open.decrement()
         }
         // Kept attachment descriptors come out of the same budget, and give way first.
@@ -100,9 +93,9 @@ final class ConnectionGovernor: Sendable {
 
     private func warnWhileShedding(open: Int) {
         let now = NIODeadline.now()
-        let due = counts.withLockedValue { counts -> Bool in
-            if let last = counts.lastWarning, now - last < Self.warningInterval { return false }
-            counts.lastWarning = now
+        let due = lastWarning.withLockedValue { last -> Bool in
+            if let last, now - last < Self.warningInterval { return false }
+            last = now
             return true
         }
         guard due else { return }
@@ -119,6 +112,28 @@ final class ConnectionGovernor: Sendable {
         let sweeper = ConnectionSweeper(eventLoop: eventLoop, limits: limits, metrics: metrics, idle: idle)
         loops.withLockedValue { $0[key] = Loop(eventLoop: eventLoop, sweeper: NIOLoopBound(sweeper, eventLoop: eventLoop), idle: idle) }
         return sweeper
+    }
+}
+
+/// Connections open now (admitted, or being refused): counted by the ``ConnectionGovernor``,
+/// read by ``AttachmentMemory``, whose kept descriptors share the cap with them.
+final class ConnectionCount: Sendable {
+    private let count = NIOLockedValueBox(0)
+
+    init() {}
+
+    var value: Int { count.withLockedValue { $0 } }
+
+    /// Counts one more; the count with it.
+    func opened() -> Int {
+        count.withLockedValue {
+            $0 += 1
+            return $0
+        }
+    }
+
+    func closed() {
+        count.withLockedValue { $0 -= 1 }
     }
 }
 

@@ -134,11 +134,12 @@ extension PostgresDatabase {
         return !found.isEmpty
     }
 
-    /// At most `limit` collections and partitions whose records refer to `sha256`, sorted.
+    /// At most `limit` collections and partitions whose records refer to `sha256`, in no
+    /// particular order: unsorted, the index stops at `limit`.
     package func collections(referringTo sha256: String, limit: Int) async throws -> [String] {
         try await rows("""
             SELECT c.name FROM deltasnap_attachment_refs r JOIN deltasnap_collections c ON c.cid = r.cid
-            WHERE r.sha256 = \(sha256) ORDER BY c.name COLLATE "C" LIMIT \(Int64(limit))
+            WHERE r.sha256 = \(sha256) LIMIT \(Int64(limit))
             """, as: String.self)
     }
 

@@ -75,10 +75,12 @@ extension SQLiteDatabase {
         return try select.step()
     }
 
-    /// At most `limit` collections and partitions whose records refer to `sha256`, sorted.
+    /// At most `limit` collections and partitions whose records refer to `sha256`, in no
+    /// particular order: unsorted, the index stops at `limit` (a file a million partitions
+    /// share is not read whole on each push).
     package func collections(referringTo sha256: String, limit: Int) throws -> [String] {
         let select = try db.prepare("""
-            SELECT c.name FROM attachment_refs r JOIN collections c ON c.cid = r.cid WHERE r.sha256 = ? ORDER BY c.name LIMIT ?
+            SELECT c.name FROM attachment_refs r JOIN collections c ON c.cid = r.cid WHERE r.sha256 = ? LIMIT ?
             """)
         try select.bind(1, sha256)
         try select.bind(2, Int64(limit))

@@ -237,6 +237,9 @@ extension DeltaSnapAPI {
     /// is read through the review endpoints only).
     private func mayName(_ sha256: String, writing path: CollectionPath, as principal: Principal) async throws -> Bool {
         if try await store.attachmentUploaded(sha256, into: path.description) { return true }
+        // The scope's own records refer to it (a patch of a record with a photo): proven by the
+        // store's push anyway, so the readable scopes are not looked through.
+        if try await store.attachment(sha256, in: path.description) != nil { return true }
         for name in try await store.collections(referringTo: sha256, limit: Self.proofScopesChecked) where !ReviewPaths.isReserved(name) {
             guard let scope = CollectionPath(name) else { continue }
             if try await accessControl.mayRead(scope, as: principal, memberships: memberships) { return true }

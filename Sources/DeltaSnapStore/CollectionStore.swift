@@ -124,7 +124,7 @@ public protocol CollectionStore: Sendable {
     /// and are still held.
     func attachmentUploaded(_ sha256: String, into collection: String) async throws -> Bool
     /// At most `limit` collections and partitions whose records refer to `sha256` (or did,
-    /// until the next garbage collection), sorted: where a writer who may read one of them
+    /// until the next garbage collection), in no particular order: where a writer who may read one of them
     /// proves it holds those bytes.
     func collections(referringTo sha256: String, limit: Int) async throws -> [String]
     /// The attachment `sha256` as `collection` (or partition) refers to it — its size, and

@@ -312,7 +312,7 @@ extension DeltaSnapReplica {
                 throw AttachmentError.failed("the upload of \(sha256) expired; it begins again")
             case 400:
                 let refusal = Self.readBody(answer)
-                guard Self.errorCode(refusal) == "attachment_mismatch" else {
+                guard ServerErrorBody(refusal)?.code == "attachment_mismatch" else {
                     throw Self.uploadFailure(status: answer.status, body: refusal, "appending at \(offset)")
                 }
                 // The server received other bytes than the file's (something on the way changed
@@ -454,15 +454,10 @@ extension DeltaSnapReplica {
     }
 
     private static func uploadFailure(status: Int, body: [UInt8], _ step: String) -> AttachmentError {
-        let message = (try? JSONReader(bytes: body).readValue())?["message"].flatMap { if case .string(let text) = $0 { text } else { nil } }
-        let why = "status \(status) \(step)\(errorCode(body).map { " \($0)" } ?? "")\(message.map { ": \($0)" } ?? "")"
+        let why = "status \(status) \(step)\(ServerErrorBody(body).map { " \($0.code): \($0.message)" } ?? "")"
         return (400...499).contains(status) && ![408, 429].contains(status) ? .refused(why) : .failed(why)
     }
 
-    /// The `error` code of a JSON error body.
-    private static func errorCode(_ body: [UInt8]) -> String? {
-        (try? JSONReader(bytes: body).readValue())?["error"].flatMap { if case .string(let text) = $0 { text } else { nil } }
-    }
 }
 
 extension ReplicaStorage {

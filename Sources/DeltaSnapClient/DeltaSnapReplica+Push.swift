@@ -183,21 +183,27 @@ extension DeltaSnapReplica {
     }
 
     /// A small answer's body (a push answer, a history), gzip decoded; its file is removed.
-    static func readBody(_ response: SyncResponse) -> [UInt8] {
+    static func readBody(_ response: SyncResponse, atMost limit: Int? = nil) -> [UInt8] {
         guard let file = response.bodyFile else { return [] }
         defer { try? FileManager.default.removeItem(at: file) }
-        guard let data = FileManager.default.contents(atPath: file.path) else { return [] }
+        guard let data = limit.map({ firstBytes(of: file, count: $0) }) ?? FileManager.default.contents(atPath: file.path) else { return [] }
         let bytes = [UInt8](data)
         // URLSession usually decodes gzip itself; a transport that does not leaves it to us.
         if bytes.starts(with: [0x1F, 0x8B]), let decoded = try? GzipDecompressor.decompress(bytes) { return decoded }
         return bytes
     }
 
+    /// The first `count` bytes of `file`: an error's reason needs no more, and a proxy's page
+    /// may be large.
+    private static func firstBytes(of file: URL, count: Int) -> Data? {
+        guard let handle = try? FileHandle(forReadingFrom: file) else { return nil }
+        defer { try? handle.close() }
+        return try? handle.read(upToCount: count)
+    }
+
     /// The `{"error","message"}` body of an error answer.
     private static func errorText(_ body: [UInt8]) -> MutationRefusal? {
-        guard let value = try? JSONReader(bytes: body).readValue(), case .string(let code)? = value["error"] else { return nil }
-        let message: String = if case .string(let text)? = value["message"] { text } else { code }
-        return MutationRefusal(code: code, message: message)
+        ServerErrorBody(body).map { MutationRefusal(code: $0.code, message: $0.message) }
     }
 
     // MARK: - Status

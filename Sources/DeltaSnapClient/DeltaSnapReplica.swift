@@ -425,8 +425,10 @@ public actor DeltaSnapReplica {
                 }
             }
         case .keep(let retryable, let unavailable, let why):
+            // What the server said (`503 over_capacity: … retry after 1 s`), not the bare status.
+            let said = ServerErrorBody(Self.readBody(response, atMost: 64 << 10)).map { " (\($0))" } ?? ""
             return recordFailure(
-                "\(reason.map { "\($0); " } ?? "")\(why)", retryable: retryable, serverAsked: serverAsked, now: now, unavailable: unavailable)
+                "\(reason.map { "\($0); " } ?? "")\(why)\(said)", retryable: retryable, serverAsked: serverAsked, now: now, unavailable: unavailable)
         }
     }
 

@@ -79,11 +79,11 @@ public enum RecordHistory {
         var headers = SyncRequest.headers(accessToken: accessToken)
         headers["Accept"] = "application/json"
         let response = try await transport.fetch(SyncRequest(url: url, headers: headers, timeout: timeout))
-        let value = try? JSONReader(bytes: DeltaSnapReplica.readBody(response)).readValue()
+        let body = DeltaSnapReplica.readBody(response)
         guard response.status == 200 else {
-            let message: String = if case .string(let text)? = value?["message"] { text } else { "unexpected answer" }
-            throw RecordHistoryError.refused(id: id, status: response.status, message: message)
+            throw RecordHistoryError.refused(id: id, status: response.status, message: ServerErrorBody(body)?.message ?? "unexpected answer")
         }
+        let value = try? JSONReader(bytes: body).readValue()
         guard case .array(let list)? = value?["history"] else { throw RecordHistoryError.unreadable(id: id) }
         return try list.map { json in
             guard let entry = RecordHistoryEntry(json) else { throw RecordHistoryError.unreadable(id: id) }

@@ -232,45 +232,6 @@ import Testing
         }
     }
 
-    /// The issue's 1 GiB through a proxy that cuts every 64 MiB, in a bounded form for CI (4
-    /// cuts rather than 16; `DELTASNAP_CUT_UPLOAD_MB=1024 DELTASNAP_CUT_EVERY_MB=64`
-    /// runs the full one): the upload completes in one sync, and what crossed the proxy is at
-    /// most 1.1 times the file.
-    @Test(.timeLimit(.minutes(5))) func anUploadThroughAProxyThatCutsEveryFewMegabytesCompletes() async throws {
-        let environment = ProcessInfo.processInfo.environment
-        // Each cut loses what was in flight (socket buffers, whatever the file: a few hundred
-        // KiB, over 500 KiB on a loaded machine where the server reads slower), so the bounded
-        // form keeps cuts as far apart, relative to that, as the full one's: 32 MiB cut every
-        // 8 MiB allows 800 KiB a cut (the full one 6.4 MiB).
-        let megabytes = environment["DELTASNAP_CUT_UPLOAD_MB"].flatMap(Int.init) ?? 32
-        let cutEvery = (environment["DELTASNAP_CUT_EVERY_MB"].flatMap(Int.init) ?? 8) << 20
-        try await withWorld { world in
-            let size = megabytes << 20
-            let file = world.dir.file("big.bin")
-            FileManager.default.createFile(atPath: file, contents: nil)
-            let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: file))
-            for part in 0..<(size >> 20) { try handle.write(contentsOf: Data(Self.photo(1 << 20, seed: UInt8(truncatingIfNeeded: part)))) }
-            try handle.close()
-            let proxy = try CuttingProxy(upstreamPort: world.server.port, cutEvery: cutEvery)
-            defer { proxy.stop() }
-            let phone = try DeltaSnapReplica(
-                path: world.dir.file("phone.sqlite"), collection: "notes", url: URL(string: "http://127.0.0.1:\(proxy.port)/v1/collections/notes")!,
-                retryPolicy: RetryPolicy(initialDelay: 0.01, maximumDelay: 0.05), timeout: .seconds(30), accessToken: TestServer.writeToken)
-            await phone.setAttachmentPolicy(.none)
-            let reference = try await phone.attach(URL(fileURLWithPath: file), type: "application/octet-stream")
-            try await phone.put(id: "n1", json: #"{"file":\#(reference)}"#)
-            // A cut may also fall on the push or the pull: sync again until the write landed.
-            for _ in 0..<10 where try await !phone.pendingWrites().isEmpty { await phone.sync(ignoringBackoff: true) }
-            let (files, pushed) = (await phone.lastAttachmentReport, await phone.lastPushReport)
-            #expect(try await phone.pendingWrites().isEmpty, "\(files) \(pushed)")
-            #expect(proxy.cutCount >= size / cutEvery - 1, "the proxy cut \(proxy.cutCount) times")
-            #expect(Double(proxy.bytesUpstream) <= 1.1 * Double(size), "\(proxy.bytesUpstream) bytes crossed for a \(size)-byte file")
-            let held = try SQLiteCollectionStore(path: world.dir.file("s.sqlite"), readOnly: true)
-            #expect(try await held.attachmentSize(reference.sha256) == UInt64(size))
-            #expect(try Fixtures.export(world.store, "notes").contains(reference.sha256))
-        }
-    }
-
     /// A proxy that flips one byte of an upload: the server refuses it and keeps nothing, the
     /// write waits, and the file is sent again whole.
     @Test func anUploadAProxyChangedIsRefusedAndSentAgainWhole() async throws {

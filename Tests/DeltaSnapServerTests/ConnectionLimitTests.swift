@@ -1,3 +1,4 @@
+import DeltaSnapClient
 import DeltaSnapSQLiteStore
 @testable import DeltaSnapServer
 import DeltaSnapTestSupport
@@ -224,6 +225,30 @@ import Testing
                 try Self.sendsAndIsClosed("GET \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", port: server.port, within: 5)
             }
             #expect(closed)
+        }
+    }
+
+    /// A client refused at the cap says what the server said, keeps its data, and waits as
+    /// asked: the `503`'s reason and `Retry-After` reach the app (and `deltasnap pull`).
+    @Test func aClientRefusedAtTheCapReportsWhyAndWhenToRetry() async throws {
+        try await withServer(Self.limits(cap: 1, timeout: .seconds(30))) { server in
+            let slow = try LoopbackSocket.connect(to: server.port)
+            defer { close(slow) }
+            let bytes = Array("GET /v1/coll".utf8)
+            _ = bytes.withUnsafeBytes { write(slow, $0.baseAddress, $0.count) }
+            let deadline = Date().addingTimeInterval(10)
+            while Self.metric(server, "deltasnap_connections_open") < 1, Date() < deadline { try await Task.sleep(for: .milliseconds(10)) }
+            let dir = try TemporaryDirectory()
+            defer { dir.remove() }
+            let replica = try DeltaSnapReplica(
+                path: dir.file("r.sqlite"), collection: "items", url: URL(string: "\(server.baseURL)/v1/collections/items")!)
+            let now = Date()
+            guard case .failed(let reason, let retryAfter) = await replica.pull(now: now, ignoringBackoff: true) else {
+                Issue.record("a pull at the cap did not fail")
+                return
+            }
+            #expect(reason.contains("503") && reason.contains("over_capacity"), "\(reason)")
+            #expect(retryAfter.map { $0.timeIntervalSince(now) >= 1 } == true, "\(String(describing: retryAfter))")
         }
     }
 

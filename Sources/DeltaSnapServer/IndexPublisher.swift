@@ -19,6 +19,9 @@ final class IndexPublisher: Sendable {
     struct Published: Sendable {
         /// The entries it lists, in order.
         var stated: [StatedEntry]
+        /// The store's publication sequence its entries were read at: of two documents for one
+        /// slot, the one read later states the later state.
+        var sequence: UInt64
         var issued: Int64
         var document: ByteBuffer
         var etag: String
@@ -28,6 +31,12 @@ final class IndexPublisher: Sendable {
         /// Bytes it holds, roughly: its document, and a reference and a head per entry.
         var size: Int {
             document.readableBytes + stated.count * 8 + (dependencies?.heads.count ?? 0) * 48
+        }
+
+        /// Whether it states a later state of the store than `other` (a later read), or the
+        /// same one signed later.
+        func isNewer(than other: Published) -> Bool {
+            (sequence, issued) > (other.sequence, other.issued)
         }
 
         /// Whether it lists exactly the heads `keys` names, in that order.
@@ -86,12 +95,14 @@ final class IndexPublisher: Sendable {
         var built = try await task.value
         built.dependencies = dependencies
         let kept = built
-        state.withLockedValue { state in
-            // Two requests may build at once; keep the newer one.
-            if let held = state.published.peek(slot), held.issued > kept.issued { return }
+        return state.withLockedValue { state in
+            // Builds for one slot overlap (each request whose heads differ starts one), and the
+            // one that read earlier may finish last: the later state is kept and answered, so
+            // no client is handed a document older than one already served (guarantee 2).
+            if let held = state.published.peek(slot), held.isNewer(than: kept) { return held }
             state.published.set(kept, forKey: slot, cost: kept.size)
+            return kept
         }
-        return built
     }
 
     /// The public index as last built, when it lists exactly `heads` and needs no
@@ -148,37 +159,40 @@ final class IndexPublisher: Sendable {
         }
     }
 
-    /// Reads (from `store`) and serialises only the entries not stated before: an entry — a
-    /// token and the digest of its state — never changes, so a view of a thousand
-    /// partitions of which one changed reads and writes one, and copies the others' bytes.
-    /// The sequence is read every time.
+    /// Reads every entry it lists from `store` in one read transaction, and serialises only
+    /// those not stated before: a document states one state of the store, so the collections
+    /// one commit changed are listed together, at that commit or before it (PROTOCOL §8.1).
+    /// The heads asked for only say which entries to list: they may mix commits (a body read
+    /// installs its own collection's head before the change watcher reports the others of its
+    /// commit), so an entry is never taken from them, nor from an earlier document, without
+    /// the read confirming it. A confirmed entry — a token and the digest of its state, which
+    /// never change — is copied as bytes, so a view of a thousand partitions of which one
+    /// changed makes a point read per entry (one query on PostgreSQL) and serialises one.
     private func build(
         entryKeys: [EntryKey], previous: [StatedEntry], subject: String?, store: any CollectionStore, now: Int64
     ) async throws -> Published {
-        // The document this one replaces lists nearly all of them, in the same (name) order:
-        // walked side by side, and the table of entries stated before asked for the rest.
-        var known: [StatedEntry?] = []
-        known.reserveCapacity(entryKeys.count)
-        var cursor = 0
-        for key in entryKeys {
-            while cursor < previous.count, previous[cursor].key.name.utf8Precedes(key.name) { cursor += 1 }
-            known.append(cursor < previous.count && previous[cursor].key == key ? previous[cursor] : nil)
-        }
-        state.withLockedValue { state in
-            for position in known.indices where known[position] == nil { known[position] = state.entries[entryKeys[position]] }
-        }
+        let read = try await store.publishedState(of: entryKeys.map(\.name))
         var asked: [String: EntryKey] = [:]
-        for (key, known) in zip(entryKeys, known) where known == nil { asked[key.name] = key }
-        let read = try await store.publishedState(of: entryKeys.filter { asked[$0.name] != nil }.map(\.name))
-        let fresh = Dictionary(read.entries.map { ($0.collection, StatedEntry($0, expected: asked[$0.collection])) }, uniquingKeysWith: { $1 })
-        // A read entry may be newer than the head asked for (a commit since): it is what the
-        // store states now, and the published key says so.
-        var listed = zip(entryKeys, known).compactMap { key, known in known ?? fresh[key.name] }
+        asked.reserveCapacity(entryKeys.count)
+        for key in entryKeys { asked[key.name] = key }
+        var previousByKey: [EntryKey: StatedEntry] = [:]
+        previousByKey.reserveCapacity(previous.count)
+        for stated in previous { previousByKey[stated.key] = stated }
+        var fresh: [StatedEntry] = []
+        var listed = state.withLockedValue { state in
+            read.entries.map { entry -> StatedEntry in
+                let key = EntryKey(entry, sharing: asked[entry.collection])
+                if let known = previousByKey[key] ?? state.entries[key] { return known }
+                let stated = StatedEntry(entry, expected: asked[entry.collection])
+                fresh.append(stated)
+                return stated
+            }
+        }
         state.withLockedValue { state in
             if state.entries.count + fresh.count > entryCapacity { state.entries.removeAll(keepingCapacity: true) }
-            for stated in fresh.values { state.entries[stated.key] = stated }
+            for stated in fresh { state.entries[stated.key] = stated }
         }
-        // Canonical JSON orders members by their UTF-8 bytes; the heads come in that order
+        // Canonical JSON orders members by their UTF-8 bytes; the store reads them in that order
         // (but where a preview device's view states a workspace under another name).
         if !zip(listed, listed.dropFirst()).allSatisfy({ $0.statedName.utf8Precedes($1.statedName) }) {
             listed.sort { $0.statedName.utf8Precedes($1.statedName) }
@@ -187,7 +201,7 @@ final class IndexPublisher: Sendable {
             sequence: read.sequence, issued: now, expires: now + lifetime, subject: subject, members: listed.map(\.member))
         let document = IndexDocument.signed(index: index, keys: keys)
         let etag = "\"" + SHA256.hash(data: document).prefix(12).map { String(format: "%02x", $0) }.joined() + "\""
-        return Published(stated: listed, issued: now, document: ByteBuffer(bytes: document), etag: etag)
+        return Published(stated: listed, sequence: read.sequence, issued: now, document: ByteBuffer(bytes: document), etag: etag)
     }
 }
 

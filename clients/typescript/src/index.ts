@@ -19,16 +19,14 @@ export { AttachmentFiles, openAttachmentFiles } from "./runtime/attachment-files
 export type { AttachmentEntry, FileBytes, FileLedger, FileWriter } from "./runtime/attachment-files.js";
 export { DeltaSnapView, jwtSubject } from "./runtime/view.js";
 export type { ViewOptions, ViewSyncReport } from "./runtime/view.js";
-export { LiveLoop } from "./runtime/live.js";
-export type { LiveOptions, LiveStep } from "./runtime/live.js";
+export type { LiveOptions } from "./runtime/live.js";
 export type { PullOutcome, PushReport, RefusedWrite, SyncPhase, WaitPolicy } from "./runtime/sync-engine.js";
 export type { RetryPolicy } from "./protocol/retry.js";
 export { AttachmentError, BodyError, BundleError, DeltaSnapError, JSONParseError, StorageError, TrustError, WriteRefusedError } from "./protocol/errors.js";
-// Storage: the interface the sync engine uses, the IndexedDB store and the in-memory one.
-export { EMPTY_STATE, StateMovedError, TableStore, TABLES, newClientId } from "./runtime/store.js";
-export type {
-  MarkerStore, PendingWrite, PreparedApply, QueueState, ReplicaState, ReplicaStorage, ReplicaStore, TableKey, TableName, Tables,
-} from "./runtime/store.js";
-export { IndexedDBStore, indexedDBStorage } from "./runtime/indexeddb-store.js";
-export { MemoryDatabase, MemoryStorage, MemoryStore } from "./runtime/memory-store.js";
+// Where replicas are kept: the IndexedDB storage (the default), the in-memory one, and the
+// interfaces a storage of the app's own implements. The building blocks of a storage backend
+// (`TableStore`, `MemoryStore`, `IndexedDBStore`…) are in `deltasnap/internal`.
+export type { MarkerStore, PendingWrite, ReplicaStorage, ReplicaStore } from "./runtime/store.js";
+export { indexedDBStorage } from "./runtime/indexeddb-store.js";
+export { MemoryStorage } from "./runtime/memory-store.js";
 export type { Mutation, Operation } from "./protocol/merge.js";

@@ -6,20 +6,12 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { lib } from "./fixtures.mjs";
 import { startServer } from "./support/server.mjs";
 import { installFakeBrowserStorage } from "./support/fake-indexeddb.mjs";
 import { installFakeOPFS, removeFakeOPFS } from "./support/fake-opfs.mjs";
+import { AttachmentFiles, DeltaSnapReplica, DeltaSnapView, MemoryStorage, WriteRefusedError, attachmentReportLine, indexedDBStorage } from "deltasnap";
+import { SHA256Stream, isMediaType, parseReference, referenceJSON, referencesIn, sha256OfBlob } from "deltasnap/protocol";
 
-const { DeltaSnapReplica } = await lib("runtime/replica");
-const { DeltaSnapView } = await lib("runtime/view");
-const { MemoryStorage } = await lib("runtime/memory-store");
-const { indexedDBStorage } = await lib("runtime/indexeddb-store");
-const { AttachmentFiles } = await lib("runtime/attachment-files");
-const { attachmentReportLine } = await lib("runtime/attachments");
-const { parseReference, referencesIn, referenceJSON, isMediaType } = await lib("protocol/attachment");
-const { SHA256Stream, sha256OfBlob } = await lib("protocol/sha256");
-const { WriteRefusedError } = await lib("protocol/errors");
 
 let server;
 const opened = [];

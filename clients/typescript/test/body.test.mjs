@@ -2,11 +2,10 @@
 // bodies a client must refuse.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { lib, vectors } from "./fixtures.mjs";
+import { vectors } from "./fixtures.mjs";
+import { StateChecksum, canonicalRecord, parseBody, scanCanonicalRecord } from "deltasnap/protocol";
+import { gunzip } from "deltasnap/internal";
 
-const { parseBody } = await lib("protocol/body");
-const { StateChecksum } = await lib("protocol/checksum");
-const { gunzip } = await lib("runtime/bundle");
 const { readFileSync } = await import("node:fs");
 
 const full = vectors.bodies.fullBody;
@@ -85,8 +84,6 @@ test("the bundled snapshot (gzip) decodes, parses and verifies", async () => {
 });
 
 test("the canonical fast path takes canonical records as they are and nothing else", async () => {
-  const { scanCanonicalRecord } = await lib("protocol/canonical-scan");
-  const { canonicalRecord } = await lib("protocol/body");
   for (const { input, canonical } of vectors.canonicalJSON.valid) {
     const fast = scanCanonicalRecord(canonical, 0);
     assert.ok(fast, canonical);

@@ -3,13 +3,11 @@
 // keeps the answer; public requests keep their cache modes (the shared-cache design).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { lib, vectors } from "./fixtures.mjs";
+import { vectors } from "./fixtures.mjs";
+import { DeltaSnapView } from "deltasnap";
+import { DEFAULT_RETRY_POLICY, TrustedKey } from "deltasnap/protocol";
+import { MemoryStore, pull, requestInit } from "deltasnap/internal";
 
-const { requestInit, pull } = await lib("runtime/sync-engine");
-const { MemoryStore } = await lib("runtime/memory-store");
-const { DeltaSnapView } = await lib("runtime/view");
-const { TrustedKey } = await lib("protocol/signed-index");
-const { DEFAULT_RETRY_POLICY } = await lib("protocol/retry");
 
 test("requestInit: a tokened request is no-store whatever the public mode; a public one keeps it", () => {
   for (const publicCache of ["default", "no-cache", "reload", "no-store"]) {

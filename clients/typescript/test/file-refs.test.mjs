@@ -6,12 +6,10 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { lib } from "./fixtures.mjs";
 import { cli, startServer } from "./support/server.mjs";
+import { DeltaSnapReplica, MemoryStorage } from "deltasnap";
+import { MemoryStore } from "deltasnap/internal";
 
-const { DeltaSnapReplica } = await lib("runtime/replica");
-const { MemoryStorage } = await lib("runtime/memory-store");
-const { MemoryStore } = await lib("runtime/memory-store");
 
 const BIG = 20_000;
 let server;

@@ -4,4 +4,3 @@ import { fileURLToPath } from "node:url";
 
 export const vectorsPath = fileURLToPath(new URL("../../../Tests/Fixtures/protocol-vectors.json", import.meta.url));
 export const vectors = JSON.parse(readFileSync(vectorsPath, "utf8"));
-export const lib = (name) => import(new URL(`../dist/lib/${name}.js`, import.meta.url).href);

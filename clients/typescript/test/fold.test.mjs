@@ -1,10 +1,8 @@
 // Folding queued writes (PROTOCOL.md §6 step 5a), the rows of the Swift client's WriteCoalescing.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { lib } from "./fixtures.mjs";
+import { applyStrict, fold } from "deltasnap/protocol";
 
-const { fold } = await lib("protocol/fold");
-const { applyStrict } = await lib("protocol/merge");
 const w = (op, value = null, id = "r1") => ({ op, id, value });
 
 test("patches merge their fields and keep a removal", () => {

@@ -1,10 +1,8 @@
 // The fallback ladder, the push answer table and backoff (PROTOCOL.md §6 steps 2–4 and 7).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { lib } from "./fixtures.mjs";
+import { decideAfterUnusableBody, decidePullAnswer, decidePushAnswer, retryDelay, serverDelay } from "deltasnap/protocol";
 
-const { decidePullAnswer, decideAfterUnusableBody, decidePushAnswer } = await lib("protocol/ladder");
-const { retryDelay, serverDelay } = await lib("protocol/retry");
 
 test("conditional request: 304 keeps, 200 applies, errors keep the data", () => {
   assert.deepEqual(decidePullAnswer("conditional", 304), { action: "not-modified" });

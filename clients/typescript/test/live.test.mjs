@@ -1,7 +1,7 @@
 // LiveLoop: the pauses of live mode, as the Swift client's (docs/CLIENT.md "Live mode").
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { LiveLoop } from "../dist/lib/runtime/live.js";
+import { LiveLoop } from "deltasnap/internal";
 
 test("changes and timeouts go on at once; waits are clamped to 1–60", () => {
   const loop = new LiveLoop({ wait: 90 });

@@ -1,10 +1,9 @@
 // The merge rule of pending writes (PROTOCOL.md §5.6 strict, §6 step 5 lenient replay).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { lib } from "./fixtures.mjs";
+import { applyLenient, applyStrict } from "deltasnap/protocol";
+import { pushBody } from "deltasnap/internal";
 
-const { applyStrict, applyLenient } = await lib("protocol/merge");
-const { pushBody } = await lib("runtime/sync-engine");
 
 const AD = '{"id":"AD","name":"Andorra","pop":77000}';
 

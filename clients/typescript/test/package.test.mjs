@@ -5,7 +5,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -27,14 +27,30 @@ test("package.json names both entry points, their types and the files to ship", 
   assert.equal(manifest.name, "deltasnap");
   assert.match(manifest.version, /^\d+\.\d+\.\d+$/);
   assert.equal(manifest.type, "module");
-  assert.deepEqual(Object.keys(manifest.exports), [".", "./protocol", "./package.json"]);
-  for (const entry of [".", "./protocol"]) {
+  assert.deepEqual(Object.keys(manifest.exports), [".", "./protocol", "./internal", "./package.json"]);
+  for (const entry of [".", "./protocol", "./internal"]) {
     const { types, default: main } = manifest.exports[entry];
     assert.ok(existsSync(join(PACKAGE, main)), `${main} is built (run build.sh)`);
     assert.ok(existsSync(join(PACKAGE, types)), `${types} is built`);
   }
   assert.equal(manifest.types, manifest.exports["."].types);
   assert.equal(manifest.dependencies, undefined, "no runtime dependency");
+});
+
+// Import diagnostics: a missing entry point, or a name it does not export (or exports under another kind).
+const IMPORT_ERRORS = new Set(["TS2305", "TS2307", "TS2459", "TS2460", "TS2614", "TS2724", "TS1192"]);
+
+test("the tests use the package as an app does: through its entry points, every imported name declared there", () => {
+  const tests = readdirSync(join(PACKAGE, "test")).filter((f) => f.endsWith(".mjs")).concat(readdirSync(join(PACKAGE, "test/support")).map((f) => `support/${f}`));
+  for (const f of tests) assert.doesNotMatch(readFileSync(join(PACKAGE, "test", f), "utf8"), /(from\s*|import\()["'`](\.\.?\/)+(\.\.\/)*[^"'`]*dist\/lib\//, `${f} imports a built module directly`);
+  // tsc over the tests (checkJs) resolves "deltasnap", "deltasnap/protocol" and "deltasnap/internal"
+  // through package.json's exports to their .d.ts, as a user's project does.
+  const result = spawnSync("tsc", ["-p", join(PACKAGE, "test")], { encoding: "utf8" });
+  if (result.error) throw new Error(`tsc could not run: ${result.error.message}`);
+  const lines = result.stdout.split("\n").filter((l) => / error TS\d+/.test(l));
+  const importErrors = lines.filter((l) => IMPORT_ERRORS.has(/ error (TS\d+)/.exec(l)[1]));
+  assert.deepEqual(importErrors, [], "imports the entry points do not declare");
+  assert.ok(!/Cannot find module 'deltasnap/.test(result.stdout), result.stdout);
 });
 
 test("npm pack → npm install in a scratch project (offline) → both entry points import and type-check", () => {
@@ -70,6 +86,12 @@ test("npm pack → npm install in a scratch project (offline) → both entry poi
       assert.equal(app.TrustError, protocol.TrustError, "one error class behind both entry points");
       assert.equal(app.canonicalize, undefined, "the app API leaves the wire-level modules to deltasnap/protocol");
       assert.equal(protocol.DeltaSnapReplica, undefined);
+      // Storage internals are the internal entry's, not the app API's.
+      const internal = await import("deltasnap/internal");
+      for (const name of ["TableStore", "TABLES", "newClientId", "MemoryStore", "IndexedDBStore", "EMPTY_STATE", "LiveLoop"]) {
+        assert.equal(app[name], undefined, name + " is not in the app API");
+        assert.ok(internal[name], name + " is in deltasnap/internal");
+      }
       assert.equal(protocol.xxh64(new TextEncoder().encode(${JSON.stringify(xxh.utf8)})).toString(16).padStart(16, "0"), ${JSON.stringify(xxh.xxh64)});
       assert.equal(protocol.canonicalize('{"b":1,"a":2}'), '{"a":2,"b":1}');
       // The app API works in node, kept in memory.

@@ -2,9 +2,8 @@
 // table (string keys ordered as IndexedDB orders them).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { lib } from "./fixtures.mjs";
+import { PAGE_SIZE, RecordPages } from "deltasnap/internal";
 
-const { RecordPages, PAGE_SIZE } = await lib("runtime/record-pages");
 
 function fakeTransaction() {
   const rows = new Map();

@@ -8,15 +8,12 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { lib } from "./fixtures.mjs";
 import { cli, startServer } from "./support/server.mjs";
 import { installFakeBrowserStorage } from "./support/fake-indexeddb.mjs";
 import { eventually, nextEvent } from "./support/browser.mjs";
+import { BundleError, DeltaSnapReplica, MemoryStorage, WriteRefusedError, indexedDBStorage } from "deltasnap";
+import { TrustedKey } from "deltasnap/protocol";
 
-const { DeltaSnapReplica } = await lib("runtime/replica");
-const { MemoryStorage } = await lib("runtime/memory-store");
-const { indexedDBStorage } = await lib("runtime/indexeddb-store");
-const { BundleError, WriteRefusedError } = await lib("protocol/errors");
 
 let server;
 let bundle;
@@ -368,7 +365,6 @@ describe("the bundle", () => {
       [{ bundledSnapshot: "bundle:badgzip" }, /not valid gzip/, { "bundle:badgzip": new Uint8Array([0x1f, 0x8b, 1, 2, 3]) }],
       [{ bundledSnapshot: "bundle:latin1" }, /is not UTF-8/, { "bundle:latin1": new Uint8Array([0xff, 0xfe, 0x41]) }],
     ];
-    const { TrustedKey } = await lib("protocol/signed-index");
     const otherKey = `ed25519-public:${Buffer.alloc(32, 7).toString("base64")}`;
     await TrustedKey.parse(otherKey);
     for (const [options, message, extra] of cases) {

@@ -3,13 +3,10 @@
 // Then what only the IndexedDB store does: open, blocked, commit failures, versionchange.
 import { test, describe } from "node:test";
 import assert from "node:assert/strict";
-import { lib } from "./fixtures.mjs";
 import { installFakeBrowserStorage } from "./support/fake-indexeddb.mjs";
+import { MemoryStorage, StorageError, WriteRefusedError, indexedDBStorage } from "deltasnap";
+import { EMPTY_STATE, IndexedDBStore, MemoryStore, StateMovedError } from "deltasnap/internal";
 
-const { MemoryStorage, MemoryStore } = await lib("runtime/memory-store");
-const { IndexedDBStore, indexedDBStorage } = await lib("runtime/indexeddb-store");
-const { StateMovedError, EMPTY_STATE } = await lib("runtime/store");
-const { StorageError, WriteRefusedError } = await lib("protocol/errors");
 
 const backends = {
   memory: () => new MemoryStorage(),

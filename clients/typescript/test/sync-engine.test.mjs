@@ -4,11 +4,9 @@
 // a real server is in replica.test.mjs.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { lib } from "./fixtures.mjs";
+import { DEFAULT_RETRY_POLICY } from "deltasnap/protocol";
+import { MemoryStore, fetchTextWithTimeout, fetchWithTimeout, pull, push, pushBody, waitingUntil } from "deltasnap/internal";
 
-const { push, pull, pushBody, waitingUntil, fetchWithTimeout, fetchTextWithTimeout } = await lib("runtime/sync-engine");
-const { MemoryStore } = await lib("runtime/memory-store");
-const { DEFAULT_RETRY_POLICY } = await lib("protocol/retry");
 
 const json = (body, status = 200, headers = {}) => new Response(typeof body === "string" ? body : JSON.stringify(body), { status, headers });
 /** An answer accepting every write of the request (optionally with per-write changes). */

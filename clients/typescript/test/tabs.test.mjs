@@ -4,12 +4,10 @@
 // `deltasnap serve` on loopback.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { lib } from "./fixtures.mjs";
 import { startServer } from "./support/server.mjs";
 import { eventually, installBrowser, nextEvent, sleep } from "./support/browser.mjs";
+import { DeltaSnapReplica, MemoryStorage } from "deltasnap";
 
-const { DeltaSnapReplica } = await lib("runtime/replica");
-const { MemoryStorage } = await lib("runtime/memory-store");
 
 let server;
 let browser;

@@ -3,13 +3,10 @@
 // pushed, refused views, the bookkeeping, live mode shared by two tabs.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { lib } from "./fixtures.mjs";
 import { startServer } from "./support/server.mjs";
 import { eventually, installBrowser, nextEvent, sleep } from "./support/browser.mjs";
+import { DeltaSnapError, DeltaSnapView, MemoryStorage } from "deltasnap";
 
-const { DeltaSnapView } = await lib("runtime/view");
-const { MemoryStorage } = await lib("runtime/memory-store");
-const { DeltaSnapError } = await lib("protocol/errors");
 
 let server;
 let browser;

@@ -2,11 +2,9 @@
 // `subject` of a signed view.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { lib } from "./fixtures.mjs";
+import { collectionPath, jwtSubject } from "deltasnap";
+import { parseSignedIndex } from "deltasnap/protocol";
 
-const { collectionPath } = await lib("runtime/replica");
-const { jwtSubject } = await lib("runtime/view");
-const { parseSignedIndex } = await lib("protocol/signed-index");
 
 test("a partition path is NAME/KEY with the protocol's alphabets", () => {
   assert.deepEqual(collectionPath("countries"), { name: "countries", key: null });

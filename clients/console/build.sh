@@ -1,12 +1,18 @@
 #!/bin/sh
 # Builds the operator's console (deltasnap serve --console) with Debian's tsc and esbuild:
-# type-checks src/console.ts (which reuses the browser client's protocol modules from
-# ../typescript/src/protocol), bundles it into one ES module, and writes the page, the script
+# type-checks src/console.ts, which imports the browser client's package as an app does
+# (`deltasnap/protocol`, the package built from ../typescript and linked as
+# node_modules/deltasnap, as package.json's file: dependency says), bundles it into one ES module, and writes the page, the script
 # and the style sheet, base64-encoded, into Sources/DeltaSnapServer/ConsoleAssets.swift — the
 # server embeds them, so `serve --console` needs no file beside the binary. Run it after
 # changing anything here, and commit the Swift file (.ci/browser-tests.sh checks it is current).
 set -eu
 cd "$(dirname "$0")"
+# The package, built now so the console never bundles a stale dist/, and linked where an
+# `npm install` of the file: dependency would put it (no registry, nothing downloaded).
+../typescript/build.sh >/dev/null
+mkdir -p node_modules
+ln -sfn ../../typescript node_modules/deltasnap
 tsc -p .
 mkdir -p dist
 esbuild src/console.ts --bundle --format=esm --target=es2022 --outfile=dist/console.js --log-level=warning

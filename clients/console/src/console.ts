@@ -4,9 +4,9 @@
  * review queue with side-by-side diffs and approve / decline / roll back, recent pushes and
  * health. It signs in with the admin token, kept in this tab's sessionStorage and sent as a
  * bearer token only — never in a URL, never in a cookie. No runtime dependencies; values are
- * shown in canonical JSON with the browser client's own protocol module.
+ * shown in canonical JSON with the browser client's own protocol module (`deltasnap/protocol`).
  */
-import { canonicalString, fromPlain } from "../../typescript/src/protocol/json.js";
+import { canonicalString, fromPlain } from "deltasnap/protocol";
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 type Obj = { [key: string]: Json };

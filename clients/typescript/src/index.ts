@@ -17,6 +17,8 @@ export type { AttachmentPolicy, AttachmentProgress, AttachmentReport, Attachment
 export { attachmentReportLine } from "./runtime/attachments.js";
 export { AttachmentFiles, openAttachmentFiles } from "./runtime/attachment-files.js";
 export type { AttachmentEntry, FileBytes, FileLedger, FileWriter } from "./runtime/attachment-files.js";
+export { LiveQuery, ReplicaQuery } from "./runtime/query.js";
+export type { Comparison, QueryFilter, QueryOrder, QueryValue } from "./runtime/query.js";
 export { DeltaSnapView, jwtSubject } from "./runtime/view.js";
 export type { ViewOptions, ViewSyncReport } from "./runtime/view.js";
 export type { LiveOptions } from "./runtime/live.js";

@@ -11,6 +11,7 @@ import { DEFAULT_RETRY_POLICY, RetryPolicy, serverDelay } from "../protocol/retr
 import { ALLOWED_CLOCK_SKEW, TrustedKey } from "../protocol/signed-index.js";
 import { readIndex } from "./index-client.js";
 import { indexedDBStorage } from "./indexeddb-store.js";
+import { LiveQuery, QueryEngine, ReplicaQuery } from "./query.js";
 import { PendingWrite, ReplicaStorage, ReplicaStore } from "./store.js";
 import { fetchTextWithTimeout, pull, PullOutcome, push, PushReport, requestInit, SyncContext, waitingUntil, WaitPolicy } from "./sync-engine.js";
 import { TabCoordinator, TabMessage } from "./tabs.js";
@@ -71,6 +72,8 @@ export interface ReplicaOptions {
    * download — before it is asked of the server.
    */
   bundledAttachments?: string;
+  /** Fields to index for {@link DeltaSnapReplica.query} and live queries (see `createIndex`). */
+  indexes?: string[];
 }
 
 /**
@@ -162,6 +165,10 @@ export class DeltaSnapReplica extends EventTarget {
   private closed = false;
   private readonly earlyEvents: Event[] = [];
   private readonly files: ReplicaAttachments;
+  private readonly queries: QueryEngine;
+  private readonly stopListening: (() => void) | null;
+  /** The most ids a change message to the other tabs names; a larger change says "any". */
+  private static readonly CHANGE_IDS_LIMIT = 10_000;
 
   private constructor(
     readonly collection: string, private readonly store: ReplicaStore, private readonly storage: ReplicaStorage,
@@ -174,6 +181,14 @@ export class DeltaSnapReplica extends EventTarget {
       policy: options.attachments, cacheLimit: options.attachmentCacheLimit, budget: options.attachmentBudget, bundled: options.bundledAttachments,
     });
     ctx.beforePush = (batch) => this.files.uploadFor(batch);
+    this.queries = new QueryEngine(store, (error) => this.dispatchEvent(new CustomEvent("error", { detail: error })));
+    for (const field of options.indexes ?? []) this.queries.declare(field);
+    // Live queries follow every committed transaction, this tab's at once and the others' over
+    // the BroadcastChannel, by the ids it changed.
+    this.stopListening = store.onRecordsChanged?.((ids) => {
+      this.queries.changed(ids);
+      this.tabs.post({ type: "records", ids: ids !== null && ids.length <= DeltaSnapReplica.CHANGE_IDS_LIMIT ? ids : null });
+    }) ?? null;
   }
 
   /** Opens (or creates) the replica; at first start, loads the bundled snapshot before returning. */
@@ -228,6 +243,71 @@ export class DeltaSnapReplica extends EventTarget {
   /** Visible records for which `predicate` is true. */
   async filter<T = JsonRecord>(predicate: (record: T) => boolean): Promise<T[]> {
     return (await this.all<T>()).filter(predicate);
+  }
+
+  // MARK: - Queries
+
+  /**
+   * Indexes `field` (a dotted path) of the visible records for queries that filter on it.
+   * The index lives in this tab's memory, built from one read of every record on first use
+   * and moved by the ids each change names. Also the `indexes` option of `open`.
+   *
+   * ```ts
+   * replica.createIndex("region");
+   * const europe = await replica.query(new ReplicaQuery().filter("region", "=", "Europe"));
+   * ```
+   */
+  createIndex(field: string): void {
+    this.queries.declare(field);
+  }
+
+  /**
+   * The visible records (pending local writes included) `query` selects, in its order: the
+   * Swift client's `ReplicaQuery` semantics. Through an index when a filter's field has one.
+   *
+   * ```ts
+   * const cheap = await replica.query(new ReplicaQuery().filter("price", "<", 20).order("price").limit(50));
+   * ```
+   */
+  async query<T = JsonRecord>(query: ReplicaQuery): Promise<T[]> {
+    return (await this.queries.query(query)).map((row) => row.record as T);
+  }
+
+  /**
+   * A query kept current, for `useSyncExternalStore(live.subscribe, live.getSnapshot)` or any
+   * framework: see {@link LiveQuery}. A listener is called once with the first result, then
+   * only when the result changed — after a pull, a local write (this tab's or another's), a
+   * refused write's rollback or a full reset, never for changes that leave it as it was.
+   */
+  liveQuery<T = JsonRecord>(query: ReplicaQuery): LiveQuery<T> {
+    return new LiveQuery<T>(query, this.queries);
+  }
+
+  /**
+   * Calls `callback` with the result of `query` at once, then each time it changes (see
+   * {@link liveQuery}); returns the unsubscribe.
+   *
+   * ```ts
+   * const stop = replica.watch(new ReplicaQuery().filter("done", "=", false).order("due"), (todos) => render(todos));
+   * // later: stop();
+   * ```
+   */
+  watch<T = JsonRecord>(query: ReplicaQuery, callback: (records: T[]) => void): () => void {
+    const live = this.liveQuery<T>(query);
+    return live.subscribe(() => callback(live.getSnapshot()!));
+  }
+
+  /**
+   * Resolves once every change heard so far has reached the live queries and their
+   * callbacks ran: for tests, and for code that must see its write rendered before going on.
+   */
+  settled(): Promise<void> {
+    return this.queries.settled();
+  }
+
+  /** How many times live queries ran again after changes (unrelated changes run none). */
+  get liveQueryReruns(): number {
+    return this.queries.reruns;
   }
 
   // MARK: - Writing (PROTOCOL.md §6 step 5)
@@ -488,6 +568,7 @@ export class DeltaSnapReplica extends EventTarget {
   /** Stops syncing in this tab (another tab takes over) and closes the database. */
   close(): void {
     this.closed = true;
+    this.stopListening?.();
     this.files.close();
     this.stopLive();
     if (this.timer) clearTimeout(this.timer);
@@ -614,6 +695,9 @@ export class DeltaSnapReplica extends EventTarget {
         this.dispatchEvent(new CustomEvent("change", { detail: { reason: message.reason, remote: true } }));
         if (message.reason === "local-write" && this.tabs.isLeader) this.schedule(50);
         break;
+      case "records":
+        this.queries.changed(message.ids);
+        break;
       case "sync-request":
         if (this.tabs.isLeader) this.schedule(0);
         break;
@@ -628,6 +712,8 @@ export class DeltaSnapReplica extends EventTarget {
   }
 
   private changed(reason: "local-write" | "sync" | "push"): void {
+    // A store that cannot name the records it changed: every live query runs again.
+    if (!this.store.onRecordsChanged) this.queries.changed(null);
     this.dispatchEvent(new CustomEvent("change", { detail: { reason, remote: false } }));
     this.tabs.post({ type: "changed", reason });
   }

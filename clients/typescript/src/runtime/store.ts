@@ -107,6 +107,14 @@ export interface ReplicaStore {
   get(id: string): Promise<string | null>;
   /** Every visible record as the app sees it (overlay over server state), sorted by id. */
   all(): Promise<[string, string][]>;
+  /** The visible values of `ids` (null: absent), in one transaction. Optional: without it, one `get` each. */
+  getMany?(ids: string[]): Promise<(string | null)[]>;
+  /**
+   * Calls `listener` after each committed transaction that may have changed visible records,
+   * with their ids (`null`: any record may have, e.g. a full body). Returns the removal.
+   * Optional: without it, live queries hear only the replica's own change events.
+   */
+  onRecordsChanged?(listener: (ids: string[] | null) => void): () => void;
   /** The server's values of `ids` (absent ids are missing from the map). */
   serverRecords(ids: string[]): Promise<Map<string, string>>;
   /** Every server record, in id order. */
@@ -204,7 +212,21 @@ export abstract class TableStore implements ReplicaStore {
   private gate: Promise<void> | null = null;
   private openGate: (() => void) | null = null;
 
+  private readonly changeListeners = new Set<(ids: string[] | null) => void>();
+
   protected constructor(readonly name: string) {}
+
+  onRecordsChanged(listener: (ids: string[] | null) => void): () => void {
+    this.changeListeners.add(listener);
+    return () => this.changeListeners.delete(listener);
+  }
+
+  /** Tells the listeners, after the commit, which records a transaction changed. */
+  private recordsChanged(ids: Iterable<string> | null): void {
+    const list = ids === null ? null : [...new Set(ids)];
+    if (list !== null && list.length === 0) return;
+    for (const listener of [...this.changeListeners]) listener(list);
+  }
 
   /** Runs `body` in one transaction; it commits when `body` resolves, aborts when it throws. */
   protected abstract runTransaction<T>(mode: "readonly" | "readwrite", body: (t: Tables) => Promise<T>): Promise<T>;
@@ -248,16 +270,19 @@ export abstract class TableStore implements ReplicaStore {
   }
 
   async updateState(change: Partial<ReplicaState>, settleThrough?: number | null): Promise<ReplicaState> {
-    return this.transaction("readwrite", async (t) => {
+    let touched: string[] = [];
+    const next = await this.transaction("readwrite", async (t) => {
       const next = { ...(await stateIn(t)), ...change };
       t.put("meta", next, "state");
       if (settleThrough !== undefined) {
         const refs = await FileRefs.open(t);
-        await settleAfterPull(t, settleThrough, refs);
+        touched = await settleAfterPull(t, settleThrough, refs);
         refs.flush();
       }
       return next;
     });
+    this.recordsChanged(touched);
+    return next;
   }
 
   async get(id: string): Promise<string | null> {
@@ -288,6 +313,18 @@ export abstract class TableStore implements ReplicaStore {
     });
   }
 
+  async getMany(ids: string[]): Promise<(string | null)[]> {
+    return this.transaction("readonly", async (t) => {
+      const pages = await RecordPages.open(t);
+      const out: (string | null)[] = [];
+      for (const id of ids) {
+        const local = await t.get<Overlay>("overlay", id);
+        out.push(local ? local.body : ((await pages.get(id)) ?? null));
+      }
+      return out;
+    });
+  }
+
   async serverRecords(ids: string[]): Promise<Map<string, string>> {
     return this.transaction("readonly", async (t) => {
       const pages = await RecordPages.open(t);
@@ -307,7 +344,8 @@ export abstract class TableStore implements ReplicaStore {
   // MARK: - Applying a verified body
 
   async commitApply(prepared: PreparedApply, settleThrough: number | null): Promise<ReplicaState> {
-    return this.transaction("readwrite", async (t) => {
+    let touched: string[] = [];
+    const next = await this.transaction("readwrite", async (t) => {
       const current = await stateIn(t);
       if (current.token !== prepared.expectToken) throw new StateMovedError(`the replica moved to ${current.token} meanwhile`);
       // File references change with the records, in this transaction: O(changes).
@@ -330,11 +368,14 @@ export abstract class TableStore implements ReplicaStore {
       }
       const next = { ...current, ...prepared.state };
       t.put("meta", next, "state");
-      await settleAfterPull(t, settleThrough, refs, pages);
+      touched = await settleAfterPull(t, settleThrough, refs, pages);
       pages.flush();
       refs.flush();
       return next;
     });
+    // A full body may change any record; a delta, the ids it names and those with local values.
+    this.recordsChanged(prepared.replaceAll ? null : [...prepared.upserts.map(([id]) => id), ...prepared.deletes, ...touched]);
+    return next;
   }
 
   // MARK: - The write queue
@@ -345,7 +386,7 @@ export abstract class TableStore implements ReplicaStore {
    * given the local value.
    */
   async enqueue(write: Mutation, now: number): Promise<PendingWrite> {
-    return this.transaction("readwrite", async (t) => {
+    const pending = await this.transaction("readwrite", async (t) => {
       const local = await t.get<Overlay>("overlay", write.id);
       const pages = await RecordPages.open(t);
       const current = local ? local.body : ((await pages.get(write.id)) ?? null);
@@ -384,6 +425,8 @@ export abstract class TableStore implements ReplicaStore {
       refs.flush();
       return pending;
     });
+    this.recordsChanged([write.id]);
+    return pending;
   }
 
   async updateQueue(change: Partial<QueueState>): Promise<QueueState> {
@@ -413,8 +456,8 @@ export abstract class TableStore implements ReplicaStore {
   }
 
   async settlePush(accepted: number[], refused: number[]): Promise<void> {
+    const touched = new Set<string>();
     await this.transaction("readwrite", async (t) => {
-      const touched = new Set<string>();
       for (const seq of accepted) {
         const w = await t.get<PendingWrite>("pending", seq);
         if (w) t.put("pending", { ...w, acked: true }, seq);
@@ -427,6 +470,8 @@ export abstract class TableStore implements ReplicaStore {
       for (const id of touched) await rebuildOverlay(t, id, refs);
       refs.flush();
     });
+    // Refused writes rolled back; accepted ones change nothing the app sees.
+    this.recordsChanged(touched);
   }
 
   // MARK: - File references
@@ -487,8 +532,8 @@ async function ensureQueue(t: Tables): Promise<QueueState> {
   return queue;
 }
 
-/** Drops accepted writes up to `through` and recomputes every overlay (inside a pull's transaction). */
-async function settleAfterPull(t: Tables, through: number | null, refs: FileRefs, pages?: RecordPages): Promise<void> {
+/** Drops accepted writes up to `through` and recomputes every overlay (inside a pull's transaction); returns the ids that had local values. */
+async function settleAfterPull(t: Tables, through: number | null, refs: FileRefs, pages?: RecordPages): Promise<string[]> {
   const pending = await t.getAll<PendingWrite>("pending");
   const kept: PendingWrite[] = [];
   for (const w of pending) {
@@ -496,11 +541,13 @@ async function settleAfterPull(t: Tables, through: number | null, refs: FileRefs
     else kept.push(w);
   }
   // The local values' file references go with them (O(local values)).
-  for (const id of await t.getAllKeys("overlay")) await refs.set("o", id as string, null);
+  const local = (await t.getAllKeys("overlay")) as string[];
+  for (const id of local) await refs.set("o", id, null);
   t.clear("overlay");
-  if (kept.length === 0) return;
+  if (kept.length === 0) return local;
   const server = pages ?? (await RecordPages.open(t));
   for (const id of new Set(kept.map((w) => w.id))) await rebuildOverlay(t, id, refs, kept, server);
+  return local;
 }
 
 /** An id's local value: its server value with its pending writes replayed leniently, in seq order. */

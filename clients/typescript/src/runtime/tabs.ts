@@ -14,6 +14,8 @@ import type { AttachmentProgress } from "./attachments.js";
 export type TabMessage =
   /** Data or status changed (a local write, an apply, a push answer): re-read. */
   | { type: "changed"; reason: "local-write" | "sync" | "push" }
+  /** The records a transaction of that tab changed (`null`: any may have), for this tab's live queries. */
+  | { type: "records"; ids: string[] | null }
   /** A follower wants a sync now (a user pressed "sync"). */
   | { type: "sync-request" }
   /** The leader's writes refused by the server, for every tab to show. */

@@ -1,0 +1,230 @@
+// Queries and live queries (src/runtime/query.ts, replica.ts): the Swift client's ReplicaQuery
+// semantics (operators, the order of mixed JSON types), declared indexes, and how many times a
+// watcher is told: once with its first result, then once per change of its result — none for
+// changes that leave it as it was, one per applied transaction, one for a local write, one for
+// its rollback — across a full reset, live mode and another tab. On the in-memory store and on
+// IndexedDB (the test double), then against a real `deltasnap serve`.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { installFakeBrowserStorage } from "./support/fake-indexeddb.mjs";
+import { startServer } from "./support/server.mjs";
+import { eventually, installBrowser } from "./support/browser.mjs";
+import { DeltaSnapError, DeltaSnapReplica, MemoryStorage, ReplicaQuery, indexedDBStorage } from "deltasnap";
+import { FieldIndex } from "deltasnap/internal";
+
+const rows = (records) => records.map((record) => ({ id: record.id, record }));
+const ids = (selected) => selected.map((r) => r.id);
+
+describe("ReplicaQuery", () => {
+  const mixed = [
+    { id: "s", v: "b" }, { id: "t", v: true }, { id: "f", v: false }, { id: "n", v: null }, { id: "m" },
+    { id: "i", v: 2 }, { id: "d", v: 1.5 }, { id: "a", v: [1] }, { id: "o", v: { k: 1 } }, { id: "e", v: "é" }, { id: "z", v: "Z" },
+  ];
+
+  test("mixed types order as SQLite's json_extract: null/missing, numbers (booleans as 1 and 0), text by UTF-8 bytes (objects and arrays as their JSON)", () => {
+    assert.deepEqual(ids(new ReplicaQuery().order("v").select(rows(mixed))), ["m", "n", "f", "t", "d", "i", "z", "a", "s", "o", "e"]);
+    assert.deepEqual(ids(new ReplicaQuery().order("v", true).select(rows(mixed))), ["e", "o", "s", "a", "z", "i", "d", "t", "f", "m", "n"]);
+  });
+
+  test("comparisons never match a missing or null field; booleans are numbers; other types compare by rank", () => {
+    const q = (c, v) => ids(new ReplicaQuery().filter("v", c, v).select(rows(mixed))).sort();
+    assert.deepEqual(q("=", true), ["t"]);
+    assert.deepEqual(q("=", 1), ["t"], "true is 1");
+    assert.deepEqual(q("<", 2), ["d", "f", "t"]);
+    assert.deepEqual(q(">=", "b"), ["e", "o", "s"]);
+    assert.deepEqual(q("<", "a"), ["a", "d", "f", "i", "t", "z"], "every number is below any text");
+    assert.deepEqual(q("!=", "b"), ["a", "d", "e", "f", "i", "o", "t", "z"], "!= skips null and missing too");
+    assert.deepEqual(q("=", null), [], "a comparison with null matches nothing");
+    assert.deepEqual(ids(new ReplicaQuery().whereNull("v").select(rows(mixed))).sort(), ["m", "n"]);
+  });
+
+  test("dotted paths, own fields only, ties by id, limit; bad fields and values are refused", () => {
+    const records = [{ id: "b", owner: { email: "x" } }, { id: "a", owner: { email: "x" } }, { id: "c", owner: "x" }, { id: "d", constructor: 1 }];
+    assert.deepEqual(ids(new ReplicaQuery().filter("owner.email", "=", "x").select(rows(records))), ["a", "b"]);
+    assert.deepEqual(ids(new ReplicaQuery().filter("owner.email", "=", "x").limit(1).select(rows(records))), ["a"]);
+    assert.deepEqual(ids(new ReplicaQuery().whereNull("constructor").select(rows(records))), ["a", "b", "c"], "an inherited property is no field");
+    for (const bad of ["", "1a", "a..b", "a-b", "a.b."]) assert.throws(() => new ReplicaQuery().filter(bad, "=", 1), (e) => e instanceof DeltaSnapError && e.code === "invalid_query");
+    assert.throws(() => new ReplicaQuery().filter("a", "=", { x: 1 }), (e) => e.code === "invalid_query");
+    assert.throws(() => new ReplicaQuery().filter("a", "~", 1), (e) => e.code === "invalid_query");
+  });
+
+  test("an index selects what a scan selects, for every operator, as records move", () => {
+    const index = new FieldIndex("v");
+    index.rebuild(mixed.map((r) => [r.id, r]));
+    index.set("i", { id: "i", v: 7 });
+    index.set("s", undefined);
+    index.set("new", { id: "new", v: "b" });
+    const now = mixed.filter((r) => r.id !== "s").map((r) => (r.id === "i" ? { id: "i", v: 7 } : r)).concat([{ id: "new", v: "b" }]);
+    for (const c of ["=", "!=", "<", "<=", ">", ">="]) {
+      for (const v of [1, 1.5, 7, true, "b", "é", "[1]", null]) {
+        const query = new ReplicaQuery().filter("v", c, v);
+        assert.deepEqual(index.candidates(query.filters[0]).sort(), ids(query.select(rows(now))).sort(), `v ${c} ${JSON.stringify(v)}`);
+      }
+    }
+    assert.deepEqual(index.candidates(new ReplicaQuery().whereNull("v").filters[0]).sort(), ["m", "n"]);
+    assert.equal(index.size, mixed.length);
+  });
+});
+
+const backends = {
+  memory: () => new MemoryStorage(),
+  indexeddb: () => { installFakeBrowserStorage(); return indexedDBStorage; },
+};
+
+for (const [backend, makeStorage] of Object.entries(backends)) {
+  describe(`${backend} store: what each transaction reports`, () => {
+    test("a local write names its id, a delta its ids and the local values, a full body anything; an accepted push nothing; a refusal its id", async () => {
+      const { store } = await makeStorage().open(`changes-${backend}`);
+      const heard = [];
+      store.onRecordsChanged((ids) => heard.push(ids === null ? null : [...ids].sort()));
+      await store.commitApply({ expectToken: null, replaceAll: true, upserts: [["a", '{"id":"a"}']], deletes: [], state: { token: "t.1", count: 1 } }, null);
+      await store.enqueue({ op: "put", id: "b", value: '{"id":"b"}' }, 1);
+      await store.enqueue({ op: "put", id: "c", value: '{"id":"c"}' }, 2);
+      await store.commitApply({ expectToken: "t.1", replaceAll: false, upserts: [["d", '{"id":"d"}']], deletes: ["a"], state: { token: "t.2", count: 1 } }, null);
+      const [b, c] = await store.claimBatch(10).then((r) => r.batch);
+      await store.settlePush([b.seq], [c.seq]);
+      await store.updateState({ failures: 1 });
+      assert.deepEqual(heard, [null, ["b"], ["c"], ["a", "b", "c", "d"], ["c"]]);
+      assert.deepEqual(await store.getMany(["a", "b", "c", "d"]), [null, '{"id":"b"}', null, '{"id":"d"}']);
+      store.close();
+    });
+  });
+
+  describe(`${backend} replica: watchers`, () => {
+    test("one call with the first result; one per local write that changes it; none for one that does not", async () => {
+      const replica = await DeltaSnapReplica.open({ collection: "todos", storage: makeStorage(), autoSync: false, serverURL: "http://127.0.0.1:9", indexes: ["done"] });
+      await replica.put("t1", { done: false, due: 2 });
+      await replica.put("t2", { done: true, due: 1 });
+      const calls = [];
+      const stop = replica.watch(new ReplicaQuery().filter("done", "=", false).order("due"), (todos) => calls.push(todos.map((t) => t.id)));
+      await replica.settled();
+      assert.deepEqual(calls, [["t1"]]);
+      const reruns = replica.liveQueryReruns;
+      await replica.put("t3", { done: true, due: 0 });          // outside the filter before and after
+      await replica.settled();
+      assert.deepEqual(calls, [["t1"]]);
+      assert.equal(replica.liveQueryReruns, reruns, "an unrelated write runs nothing again");
+      await replica.put("t4", { done: false, due: 1 });
+      await replica.settled();
+      assert.deepEqual(calls, [["t1"], ["t4", "t1"]]);
+      await replica.patch("t4", { note: "same place" });          // in the result: the records changed
+      await replica.patch("t2", { done: false });                 // enters it
+      await replica.settled();
+      assert.deepEqual(calls.slice(2), [["t4", "t1"], ["t2", "t4", "t1"]]);
+      assert.deepEqual(await replica.query(new ReplicaQuery().filter("done", "=", true)), [{ id: "t3", done: true, due: 0 }]);
+      stop();
+      await replica.put("t5", { done: false, due: 9 });
+      await replica.settled();
+      assert.equal(calls.length, 4, "an unsubscribed watcher hears nothing");
+      replica.close();
+    });
+
+    test("subscribe/getSnapshot keep one array until the result changes (useSyncExternalStore's contract)", async () => {
+      const replica = await DeltaSnapReplica.open({ collection: "todos", storage: makeStorage(), autoSync: false, serverURL: "http://127.0.0.1:9" });
+      const live = replica.liveQuery(new ReplicaQuery().whereNull("done"));
+      const { subscribe, getSnapshot } = live;                      // React calls them unbound
+      assert.equal(getSnapshot(), undefined);
+      let told = 0;
+      const unsubscribe = subscribe(() => told++);
+      await replica.settled();
+      const first = getSnapshot();
+      assert.deepEqual([told, first], [1, []]);
+      await replica.put("x", { done: true });
+      await replica.settled();
+      assert.equal(getSnapshot(), first, "same array: nothing re-renders");
+      await replica.put("y", { title: "open" });
+      await replica.settled();
+      assert.deepEqual([told, getSnapshot()], [2, [{ id: "y", title: "open" }]]);
+      unsubscribe();
+      replica.close();
+    });
+  });
+}
+
+describe("against deltasnap serve", () => {
+  let server;
+  let browser;
+  const opened = [];
+  before(async () => { server = await startServer(); browser = installBrowser(); });
+  after(async () => { for (const r of opened) r.close(); await server?.stop(); });
+  const open = async (options) => {
+    const replica = await DeltaSnapReplica.open({ serverURL: server.url, storage: new MemoryStorage(), autoSync: false, requestTimeout: 10_000, ...options });
+    opened.push(replica);
+    return replica;
+  };
+
+  test("one call per applied transaction that changes the result, none for unrelated ones; a write and its rollback one each; a full reset keeps it working", async () => {
+    let corrupt = false;
+    const replica = await open({
+      collection: "notes", accessToken: () => server.tokens.alice, indexes: ["topic"],
+      fetch: async (url, init) => {
+        const response = await fetch(url, init);
+        if (!corrupt || response.status !== 200 || !String(url).endsWith("/v1/collections/notes")) return response;
+        corrupt = false;
+        const text = (await response.text()).replace(/"checksum":"[0-9a-f]{16}"/, '"checksum":"0000000000000000"');
+        return new Response(text, { status: 200, headers: response.headers });
+      },
+    });
+    await replica.sync();
+    const calls = [];
+    replica.watch(new ReplicaQuery().filter("topic", "=", "watched").order("id"), (notes) => calls.push(notes.map((n) => `${n.id}:${n.text}`)));
+    await replica.settled();
+    assert.deepEqual(calls, [[]]);
+    const reruns = replica.liveQueryReruns;
+    await server.set("notes", "other", { topic: "elsewhere", text: "x" });
+    assert.equal((await replica.sync()).pull.kind, "applied");
+    await replica.settled();
+    assert.deepEqual(calls.length, 1, "an unrelated delta: no call");
+    assert.equal(replica.liveQueryReruns, reruns, "and no query ran again");
+    await server.set("notes", "w1", { topic: "watched", text: "one" });
+    await server.set("notes", "w2", { topic: "watched", text: "two" });
+    await replica.sync();
+    await replica.settled();
+    assert.deepEqual(calls.slice(1), [["w1:one", "w2:two"]], "two records, one transaction: one call");
+    // A local write, then the server refuses it: one call for each.
+    await server.set("notes", "dup", { topic: "elsewhere", text: "server's" });
+    await replica.insert("dup", { topic: "watched", text: "mine" });   // the replica has not pulled dup yet
+    await replica.settled();
+    assert.deepEqual(calls.slice(2), [["dup:mine", "w1:one", "w2:two"]]);
+    const result = await replica.sync();
+    assert.deepEqual(result.push.refused.map((w) => w.id), ["dup"]);
+    await replica.settled();
+    assert.deepEqual(calls.slice(3), [["w1:one", "w2:two"]], "the rollback: one call");
+    // A full reset (a corrupted delta costs one full fetch): the watcher hears the change, once.
+    await server.set("notes", "w1", { topic: "watched", text: "one again" });
+    corrupt = true;
+    assert.equal((await replica.sync()).pull.kind, "reset");
+    await replica.settled();
+    assert.deepEqual(calls.slice(4), [["w1:one again", "w2:two"]]);
+    await server.set("notes", "w2", null);
+    await replica.sync();
+    await replica.settled();
+    assert.deepEqual(calls.slice(5), [["w1:one again"]], "still watching after the reset");
+    assert.equal(calls.length, 6);
+  });
+
+  test("live mode brings a commit to the watcher; another tab's write reaches this tab's watcher, once", async () => {
+    const storage = new MemoryStorage();
+    browser.newDocument();
+    const a = await open({ collection: "countries", storage, databaseName: "watch-tabs", autoSync: true, live: { wait: 5 }, pollInterval: 0, accessToken: server.tokens.alice });
+    await eventually(() => a.isSyncingTab, "tab A to sync");
+    await eventually(async () => (await a.status()).token !== null, "tab A's first pull");
+    browser.newDocument();
+    const b = await open({ collection: "countries", storage, databaseName: "watch-tabs", autoSync: true, pollInterval: 0, accessToken: server.tokens.alice });
+    const seen = [];
+    b.watch(new ReplicaQuery().filter("region", "=", "Atlantis"), (records) => seen.push(records.map((r) => r.name)));
+    await eventually(() => seen.length === 1, "the first result");
+    assert.deepEqual(seen, [[]]);
+    await server.set("countries", "ZA-live", { name: "Live", region: "Atlantis" });
+    await eventually(() => seen.length === 2, "the live pull in tab A to reach tab B's watcher");
+    assert.deepEqual(seen[1], ["Live"]);
+    await a.patch("ZA-live", { name: "Live 2" });
+    await eventually(() => seen.length === 3, "tab A's local write to reach tab B's watcher");
+    assert.deepEqual(seen[2], ["Live 2"]);
+    await a.settled();
+    await b.settled();
+    await new Promise((resolve) => setTimeout(resolve, 300));   // the push and its pull: the value stays "Live 2"
+    assert.equal(seen.length, 3, "a write's push and pull change nothing more");
+    await server.set("countries", "ZA-live", null);
+  });
+});

@@ -72,6 +72,10 @@ public final class PostgresCollectionStore: CollectionStore {
         try await reader.head(of: collection)
     }
 
+    public func heads(of names: [String]) async throws -> [CollectionHead] {
+        try await reader.heads(of: names)
+    }
+
     /// A session advisory lock on the primary, named by `name`'s hash, held on a connection of
     /// its own while `body` runs (on others): every instance of the store waits for it.
     public func exclusively<T: Sendable>(_ name: String, _ body: @Sendable () async throws -> T) async throws -> T {

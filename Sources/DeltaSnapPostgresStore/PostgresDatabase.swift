@@ -277,6 +277,12 @@ final class PostgresDatabase: Sendable {
         try await pool.withConnection { try await Self.heads(on: $0, .named(name), logger: logger) }.first
     }
 
+    /// The heads of those of `names` that exist, in one query.
+    package func heads(of names: [String]) async throws -> [CollectionHead] {
+        guard !names.isEmpty else { return [] }
+        return try await pool.withConnection { try await Self.heads(on: $0, .names(names), logger: logger) }
+    }
+
     /// The heads changed under a publication sequence above `sequence`, and the highest
     /// such sequence (`sequence` when none changed): what a watcher reads to catch up.
     package func heads(publishedAfter sequence: UInt64) async throws -> (heads: [CollectionHead], through: UInt64) {
@@ -311,6 +317,7 @@ final class PostgresDatabase: Sendable {
     enum HeadSelection {
         case unpartitioned
         case named(String)
+        case names([String])
         case publishedAfter(Int64)
     }
 
@@ -322,6 +329,9 @@ final class PostgresDatabase: Sendable {
         case .named(let name):
             binds.append(name)
             filter = "WHERE c.name = $1"
+        case .names(let names):
+            binds.append(names)
+            filter = "WHERE c.name = ANY($1)"
         case .publishedAfter(let sequence):
             binds.append(sequence)
             filter = "WHERE c.published > $1"

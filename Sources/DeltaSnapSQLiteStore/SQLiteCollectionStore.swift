@@ -69,6 +69,11 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         try await reading { try $0.head(of: collection) }
     }
 
+    /// One connection from the pool for all of them.
+    public func heads(of names: [String]) async throws -> [CollectionHead] {
+        try await reading { store in try names.compactMap { try store.head(of: $0) } }
+    }
+
     public func openRecords(in collection: String, after version: UInt64?) async throws -> any RecordSource {
         try await SQLiteRecordSource.open(pool: pool, on: reads, collection: collection, selecting: version.map { .changes(after: $0) } ?? .visible)
     }

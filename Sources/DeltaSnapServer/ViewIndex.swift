@@ -210,8 +210,9 @@ final class ViewIndex: Sendable {
             candidates.formUnion(((claims.read ?? []) + (claims.write ?? [])).filter(CollectionPath.isPartition))
         }
         candidates.subtract(partitionRun.map(\.name))
+        let candidateHeads = try await heads.heads(of: Array(candidates), store: store)
         for name in candidates {
-            let head = try await heads.head(of: name, store: store)
+            let head = candidateHeads[name]
             var listed = false
             if head != nil, let path = CollectionPath(name) {
                 listed = try await accessControl.mayRead(path, as: principal, memberships: memberships, roles: roles)

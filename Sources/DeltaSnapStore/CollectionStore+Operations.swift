@@ -18,6 +18,13 @@ extension CollectionStore {
         try await importPartitions(partitions, replace: replace, recording: nil)
     }
 
+    /// One read per name (stores that cannot do better).
+    public func heads(of names: [String]) async throws -> [CollectionHead] {
+        var heads: [CollectionHead] = []
+        for name in names { if let head = try await head(of: name) { heads.append(head) } }
+        return heads
+    }
+
     /// One store transaction per source transaction (stores that cannot do better).
     public func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
         var results: [[WriteResult]] = []

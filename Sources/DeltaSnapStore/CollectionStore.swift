@@ -25,6 +25,9 @@ public protocol CollectionStore: Sendable {
     func collections() async throws -> [CollectionHead]
     /// One collection's head, or nil when it does not exist.
     func head(of collection: String) async throws -> CollectionHead?
+    /// The heads of those of `names` that exist, in one read: a view of a thousand partitions
+    /// not in memory is one query on PostgreSQL, not a thousand round trips.
+    func heads(of names: [String]) async throws -> [CollectionHead]
     /// The visible record `id` of `collection` as committed now (nil: none, or hidden).
     func record(_ id: String, in collection: String) async throws -> Record?
     /// The paths (`NAME/KEY`) of the partitions of `collection` the store holds, sorted —

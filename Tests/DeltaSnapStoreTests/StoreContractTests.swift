@@ -47,6 +47,22 @@ import Testing
         }
     }
 
+    /// Many heads in one read: those that exist, each as `head(of:)` reads it alone.
+    @Test(arguments: TestBackend.allCases)
+    func manyHeadsReadAtOnceAreEachAsReadAlone(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            _ = try await database.importText(Fixtures.ndjson(0..<3), collection: "items")
+            _ = try await database.importPartitioned(#"{"id":"a","u":"alice"}"# + "\n" + #"{"id":"b","u":"bob"}"#, collection: "sets", by: "u")
+            let names = ["sets/bob", "missing", "items", "sets/alice", "sets/carol"]
+            let many = try await database.store.heads(of: names)
+            var alone: [CollectionHead] = []
+            for name in names { if let head = try await database.head(of: name) { alone.append(head) } }
+            #expect(Set(many.map(\.name)) == ["items", "sets/alice", "sets/bob"])
+            #expect(Dictionary(uniqueKeysWithValues: many.map { ($0.name, $0) }) == Dictionary(uniqueKeysWithValues: alone.map { ($0.name, $0) }))
+            #expect(try await database.store.heads(of: []).isEmpty)
+        }
+    }
+
     @Test(arguments: TestBackend.allCases)
     func diffWritesOnlyChangedRecordsAndHidesAndUnhides(_ backend: TestBackend) async throws {
         try await withDatabase(backend) { database in

@@ -343,7 +343,8 @@ export class QueryEngine {
       for (const live of [...this.live]) { this.reruns++; await live.refresh(); }
       return;
     }
-    if (ids.length === 0) return;
+    // Nothing listens and no index is built: a change costs no read (a sync's cost stays what it was).
+    if (ids.length === 0 || (this.live.size === 0 && this.unbuilt.size === this.indexes.size)) return;
     const bodies = await readMany(this.store, ids);
     const records = new Map<string, Record<string, unknown> | undefined>();
     ids.forEach((id, i) => records.set(id, bodies[i] === null ? undefined : JSON.parse(bodies[i]!)));

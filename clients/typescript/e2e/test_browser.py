@@ -976,5 +976,63 @@ class BrowserClient(unittest.TestCase):
         ENV.wait(lambda: has("live2"), "tab B to pull live by itself", timeout=10)
         ENV.js("window.liveView.close();")
 
+    def test_18_watchers_are_told_once_per_change_of_their_result_in_every_tab(self):
+        """A live query in two tabs: none for unrelated changes, one per pull that changes it, one for a write, one for its rollback."""
+        install = ("const { ReplicaQuery } = await import('./deltasnap.js');"
+                   "window.replica.createIndex('name'); window.watched = [];"
+                   "window.replica.watch(new ReplicaQuery().filter('name', '=', 'Watchland'),"
+                   " (records) => window.watched.push({ at: Date.now(), rows: records.map((r) => r.id + ':' + (r.capital ?? '')) }));"
+                   "await window.replica.settled();")
+        watched = lambda: ENV.js("await window.replica.settled(); return window.watched.map((w) => w.rows);")
+        ENV.open(f"db=watch&poll=0&token={ENV.jwt}")
+        ENV.wait(lambda: ENV.js("return window.replica.isSyncingTab;"), "tab A to lead")
+        ENV.js(install)
+        tab_a = ENV.driver.current_window_handle
+        ENV.driver.switch_to.new_window("tab")
+        tab_b = ENV.driver.current_window_handle
+        ENV.open(f"db=watch&poll=0&token={ENV.jwt}", first_sync=False)
+        ENV.js(install)
+        self.assertEqual(watched(), [[]])
+        ENV.driver.switch_to.window(tab_a)
+        self.assertEqual(watched(), [[]])
+        reruns = ENV.js("return window.replica.liveQueryReruns;")
+        # Unrelated: a pull of another record re-runs nothing and tells no one.
+        ENV.admin("PUT", "AD", {"name": "Andorra (watch)", "alpha3": "AND"})
+        ENV.sync()
+        self.assertEqual(watched(), [[]])
+        # One re-run: the page's own list (a live query of every record); none for this watcher.
+        self.assertEqual(ENV.js("return window.replica.liveQueryReruns;"), reruns + 1)
+        # A pull that changes the result: one call here, one in the other tab.
+        ENV.admin("PUT", "WL", {"name": "Watchland"})
+        committed = time.time() * 1000
+        ENV.sync()
+        self.assertEqual(watched(), [[], ["WL:"]])
+        print(f"\n    commit → watcher (sync() asked after the commit): {ENV.js('return window.watched[1].at;') - committed:.0f} ms", file=sys.stderr)
+        ENV.driver.switch_to.window(tab_b)
+        ENV.wait(lambda: len(watched()) == 2, "tab B's watcher to hear tab A's pull")
+        self.assertEqual(watched(), [[], ["WL:"]])
+        # A local write in tab B: one call in each tab; its push and pull change nothing more.
+        ENV.js("await window.replica.patch('WL', { capital: 'Mirror' });")
+        self.assertEqual(watched()[2:], [["WL:Mirror"]])
+        ENV.driver.switch_to.window(tab_a)
+        ENV.wait(lambda: len(watched()) == 3, "tab A's watcher to hear tab B's write")
+        ENV.wait(lambda: (ENV.server_record("WL") or {}).get("capital") == "Mirror", "the syncing tab to push it")
+        ENV.sync()
+        self.assertEqual(watched()[2:], [["WL:Mirror"]])
+        # A write the server refuses (the id exists there): one call for it, one for its rollback.
+        ENV.admin("PUT", "WX", {"name": "Other"})
+        ENV.js("await window.replica.insert('WX', { name: 'Watchland', capital: 'mine' });")
+        self.assertEqual(watched()[3:], [["WL:Mirror", "WX:mine"]])
+        ENV.sync()
+        ENV.wait(lambda: ENV.js("return window.deltasnapLog.some((e) => e.type === 'refused');"), "the refusal")
+        self.assertEqual(watched()[3:], [["WL:Mirror", "WX:mine"], ["WL:Mirror"]])
+        ENV.driver.switch_to.window(tab_b)
+        ENV.wait(lambda: len(watched()) == 5, "tab B to hear the write and the rollback")
+        self.assertEqual(watched()[3:], [["WL:Mirror", "WX:mine"], ["WL:Mirror"]])
+        ENV.driver.close()
+        ENV.driver.switch_to.window(tab_a)
+        for record_id in ("WL", "WX"):
+            ENV.admin("DELETE", record_id)
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -3,7 +3,7 @@
 // ?trusted=1 (verify signed data with ./signing.pub and ./countries.index), ?bundle=0,
 // ?sync=0 (no background sync: only the "Sync now" button syncs), ?live=1 (live mode: the
 // syncing tab waits on the server for changes instead of polling; ?wait=SECONDS per request).
-import { DeltaSnapReplica, WriteRefusedError } from "./deltasnap.js";
+import { DeltaSnapReplica, ReplicaQuery, WriteRefusedError } from "./deltasnap.js";
 
 const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
@@ -30,6 +30,10 @@ async function start() {
     persist: true,
   });
   window.replica = replica;
+  // The list is a live query: it re-renders when its records change — a pull, a write in
+  // this tab or another, a rollback — and only then. Status and queue follow the events.
+  window.deltasnapRenders = 0;
+  replica.watch(new ReplicaQuery(), (records) => { countries = records; window.deltasnapRenders++; render(); });
   replica.addEventListener("change", (e) => { log("change", e.detail); render(); });
   replica.addEventListener("sync", (e) => { log("sync", e.detail); render(); });
   replica.addEventListener("leader", () => { log("leader"); render(); });
@@ -66,6 +70,7 @@ async function start() {
       banner("error", error instanceof WriteRefusedError ? `Not saved: ${error.message}` : String(error));
     }
   });
+  await replica.settled();
   await render();
   document.body.dataset.ready = "1";
 }
@@ -77,6 +82,8 @@ function banner(kind, text) {
   $("banners").append(div);
 }
 
+/** The records the live query last gave (every country, by id). */
+let countries = [];
 let rendering = Promise.resolve();
 function render() {
   rendering = rendering.then(draw).catch((error) => console.error(error));
@@ -85,7 +92,8 @@ function render() {
 
 async function draw() {
   const replica = window.replica;
-  const [records, status, pending] = await Promise.all([replica.all(), replica.status(), replica.pendingWrites()]);
+  const records = countries;
+  const [status, pending] = await Promise.all([replica.status(), replica.pendingWrites()]);
   const query = $("search").value.trim().toLowerCase();
   const pendingIds = new Set(pending.map((w) => w.id));
   const shown = query ? records.filter((r) => `${r.id} ${r.name ?? ""} ${r.officialName ?? ""}`.toLowerCase().includes(query)) : records;

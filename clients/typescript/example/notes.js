@@ -4,7 +4,7 @@
 // A service worker (sw.js) keeps the page itself, so it opens with the network off.
 // Query parameters: ?token=JWT (kept in localStorage), ?collection=NAME (default notes),
 // ?db=NAME, ?poll=SECONDS.
-import { DeltaSnapReplica } from "./deltasnap.js";
+import { DeltaSnapReplica, ReplicaQuery } from "./deltasnap.js";
 
 const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
@@ -31,6 +31,11 @@ function banner(text) {
   $("banners").append(div);
 }
 
+// The list is a live query, newest first: it re-renders when the notes change (a pull, a
+// write in any tab, a rollback) and only then; the status line also follows syncs.
+/** The notes the live query last gave; undefined until its first result. */
+let notes;
+replica.watch(new ReplicaQuery().order("createdAt", true), (records) => { notes = records; render(); });
 replica.addEventListener("change", () => render());
 replica.addEventListener("sync", () => render());
 replica.addEventListener("refused", (e) => { for (const w of e.detail) banner(`Note ${w.id} was not saved: ${w.message}`); });
@@ -68,13 +73,14 @@ let rendering = Promise.resolve();
 function render() { rendering = rendering.then(draw, draw); }
 
 async function draw() {
-  const [notes, status, files] = await Promise.all([replica.all(), replica.status(), replica.attachmentStatuses()]);
+  if (notes === undefined) return;
+  const [status, files] = await Promise.all([replica.status(), replica.attachmentStatuses()]);
   const states = new Map(files.map((f) => [f.sha256, f.state]));
   $("dot").dataset.indicator = status.indicator;
   $("status").textContent = `${notes.length} notes · ${status.queued ? `${status.queued} waiting to upload` : status.status}`;
   const list = $("notes");
   const items = [];
-  for (const note of notes.sort((a, b) => String(b.createdAt ?? "").localeCompare(String(a.createdAt ?? "")))) {
+  for (const note of notes) {
     const li = document.createElement("li");
     li.dataset.id = note.id;
     if (note.photo?.$attachment) {
@@ -98,4 +104,3 @@ async function draw() {
   list.replaceChildren(...items);
   document.body.dataset.ready = "1";
 }
-render();

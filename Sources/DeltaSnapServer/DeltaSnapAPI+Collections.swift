@@ -5,31 +5,43 @@ import Hummingbird
 
 extension DeltaSnapAPI {
     /// `GET /v1/collections`: every collection's head (partitions are listed only in their
-    /// readers' views, `GET /v1/index`).
+    /// readers' views, `GET /v1/index`). A preview token (PROTOCOL.md §13.5) is listed each
+    /// reviewed collection's workspace under the collection's name, as `GET {base}` and its
+    /// view answer it: the tokens it holds are the workspace's, so the published ones would
+    /// tell it nothing about what changed.
     func listCollections(_ request: Request) async -> Response {
         var out = Array(#"{"collections":["#.utf8)
         var listed = 0
         let policy = accessControl.policy
-        // A bad token is no error here: it lists what anyone may read.
-        let principal = policy.everythingPublic ? .anonymous : (try? await accessControl.principal(of: request)) ?? .anonymous
+        // A bad token is no error here: it lists what anyone may read. Where everything is
+        // public the token matters only for a preview device, so it is read only then.
+        let principal = policy.everythingPublic && reviewed.isEmpty ? .anonymous : (try? await accessControl.principal(of: request)) ?? .anonymous
+        let previews = principal.claims?.preview == true && !reviewed.isEmpty
         for served in heads.all {
-            let head = served.head
+            var head = served.head
             guard let path = CollectionPath(head.name), path.key == nil else { continue }
             // Private collections are listed only to those who may read them.
             if !policy.isPublicRead(path), (try? await accessControl.mayRead(path, as: principal, memberships: memberships)) != true { continue }
+            if previews, reviewed[path.name] != nil,
+               let workspace = try? await heads.served(ReviewPaths.workspace(of: path.description), store: store) {
+                head = workspace.head
+            }
             if listed > 0 { out.append(UInt8(ascii: ",")) }
             listed += 1
             CanonicalJSON.write(.object([
                 JSONMember("checksum", .string(head.checksum.description)),
                 JSONMember("count", .number(String(head.count))),
                 JSONMember("lastModified", .string(head.lastModified)),
-                JSONMember("name", .string(head.name)),
+                JSONMember("name", .string(path.description)),
                 JSONMember("token", .string(head.token.description)),
             ]), into: &out)
         }
         out.append(contentsOf: Array("]}\n".utf8))
-        // With a token the list may name private collections: that caller's alone.
-        let cacheControl = principal.isAnonymous ? CacheRule.revalidate : CacheRule.privateAnswer
+        // A verified token's list may name private collections, a preview token's states
+        // workspaces: that caller's alone. Where everything is public any other list is
+        // everyone's, whatever token it was asked with.
+        let isPrivate = previews || (!policy.everythingPublic && !principal.isAnonymous)
+        let cacheControl = isPrivate ? CacheRule.privateAnswer : CacheRule.revalidate
         return Response(status: .ok, headers: [.contentType: "application/json", .cacheControl: cacheControl], body: .init(byteBuffer: ByteBuffer(bytes: out)))
     }
 

@@ -144,6 +144,10 @@ class Console(unittest.TestCase):
 
         # One partition among PARTITIONS, by its key.
         self.find("nav button[data-tab=collections]").click()
+        # The tab shows before its lists arrive: wait for the option, not only for the select.
+        self.find("#partitioned")
+        WebDriverWait(d, WAIT).until(lambda driver: driver.execute_script(
+            "return [...document.querySelectorAll('#partitioned option')].some((o) => o.value === 'shelves');"))
         Select(self.find("#partitioned")).select_by_value("shelves")  # "lists" is partitioned too
         key = f"s{PARTITIONS * 42 // 100:06d}"
         self.find("#partition-search").send_keys(key)

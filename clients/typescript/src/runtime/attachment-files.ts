@@ -265,6 +265,22 @@ interface WritableFile extends WritableStream<Uint8Array> {
 }
 type WritableHandle = FileSystemFileHandle & { createWritable(options?: { keepExistingData?: boolean }): Promise<WritableFile> };
 
+/**
+ * Runs `body` again, a few times over ~150 ms, while OPFS says the file is locked: the download
+ * worker closes its access handle before it reports, but the browser may release the lock a
+ * moment after the page hears.
+ */
+async function unlocked<T>(body: () => Promise<T>): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await body();
+    } catch (error) {
+      if (attempt >= 4 || (error as { name?: string })?.name !== "NoModificationAllowedError") throw error;
+      await new Promise((resolve) => setTimeout(resolve, 10 << attempt));
+    }
+  }
+}
+
 class OPFSBytes implements FileBytes {
   readonly kind = "opfs";
   readonly opfs: { root: string; folder: string };
@@ -294,7 +310,7 @@ class OPFSBytes implements FileBytes {
     const move = (source as { move?: (name: string) => Promise<void> }).move;
     if (move) {
       await this.remove(to);
-      await move.call(source, to);
+      await unlocked(() => move.call(source, to));
       return;
     }
     const writer = await this.writer(to, false);
@@ -305,7 +321,7 @@ class OPFSBytes implements FileBytes {
 
   async writer(key: string, append: boolean): Promise<FileWriter> {
     const handle = (await this.handle(key, true)) as WritableHandle;
-    const writable = await handle.createWritable({ keepExistingData: append });
+    const writable = await unlocked(() => handle.createWritable({ keepExistingData: append }));
     if (append) await writable.seek((await handle.getFile()).size);
     return { write: (chunk) => writable.write(chunk), stream: writable, close: () => writable.close() };
   }

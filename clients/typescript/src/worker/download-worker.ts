@@ -44,41 +44,51 @@ async function download(job: WorkerDownload): Promise<void> {
     return post({ id: job.id, kind: "status", status: response.status });
   }
   const handle = await create.call(file);
-  let at = append ? job.held : 0;
-  let received = 0;
-  let reported = 0;
+  // The result is posted only once the handle is closed: the page moves or reads the file as
+  // soon as it hears, and OPFS refuses that while this handle still locks it ("cannot be moved
+  // while it is locked"; a resume then found nothing to resume from).
+  let reply: WorkerReply;
   try {
-    if (!append) handle.truncate(0);
-    const reader = (response.body ?? new Blob([]).stream()).getReader();
-    for (;;) {
-      let part: ReadableStreamReadResult<Uint8Array>;
-      try {
-        part = await reader.read();
-      } catch {
-        handle.flush();
-        return post({ id: job.id, kind: "cut", received, at });
-      }
-      if (part.done) break;
-      const chunk = part.value;
-      if (at + chunk.byteLength > job.size) {
-        await reader.cancel().catch(() => undefined);
-        handle.truncate(0);
-        return post({ id: job.id, kind: "too-long", received: received + chunk.byteLength });
-      }
-      handle.write(chunk, { at });
-      at += chunk.byteLength;
-      received += chunk.byteLength;
-      if (received - reported >= 1 << 20) {
-        reported = received;
-        post({ id: job.id, kind: "progress", done: at });
-      }
-    }
-    handle.flush();
-    const size = handle.getSize();
-    post({ id: job.id, kind: "done", received, size, sha256: size === job.size ? await hashOf(handle, size) : null });
+    reply = await transfer(job, response, handle, append);
   } finally {
     handle.close();
   }
+  post(reply);
+}
+
+/** The body into the locked file; the final reply (progress is posted on the way). */
+async function transfer(job: WorkerDownload, response: Response, handle: SyncHandle, append: boolean): Promise<WorkerReply> {
+  let at = append ? job.held : 0;
+  let received = 0;
+  let reported = 0;
+  if (!append) handle.truncate(0);
+  const reader = (response.body ?? new Blob([]).stream()).getReader();
+  for (;;) {
+    let part: ReadableStreamReadResult<Uint8Array>;
+    try {
+      part = await reader.read();
+    } catch {
+      handle.flush();
+      return { id: job.id, kind: "cut", received, at };
+    }
+    if (part.done) break;
+    const chunk = part.value;
+    if (at + chunk.byteLength > job.size) {
+      await reader.cancel().catch(() => undefined);
+      handle.truncate(0);
+      return { id: job.id, kind: "too-long", received: received + chunk.byteLength };
+    }
+    handle.write(chunk, { at });
+    at += chunk.byteLength;
+    received += chunk.byteLength;
+    if (received - reported >= 1 << 20) {
+      reported = received;
+      post({ id: job.id, kind: "progress", done: at });
+    }
+  }
+  handle.flush();
+  const size = handle.getSize();
+  return { id: job.id, kind: "done", received, size, sha256: size === job.size ? await hashOf(handle, size) : null };
 }
 
 /** The file's SHA-256: WebCrypto over the whole file up to the in-memory size, else streamed. */

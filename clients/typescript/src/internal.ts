@@ -22,5 +22,6 @@ export { LiveLoop } from "./runtime/live.js";
 export type { LiveStep } from "./runtime/live.js";
 export { fetchTextWithTimeout, fetchWithTimeout, pull, push, pushBody, requestInit, waitingUntil } from "./runtime/sync-engine.js";
 export type { RequestParts, SyncContext } from "./runtime/sync-engine.js";
-export { FieldIndex, QueryEngine, compareSQL, fieldValue } from "./runtime/query.js";
+export { QueryEngine, compareSQL, fieldValue } from "./runtime/query.js";
+export { StoredIndexes } from "./runtime/field-index.js";
 export type { SQLValue } from "./runtime/query.js";

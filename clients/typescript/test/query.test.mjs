@@ -10,7 +10,6 @@ import { installFakeBrowserStorage } from "./support/fake-indexeddb.mjs";
 import { startServer } from "./support/server.mjs";
 import { eventually, installBrowser } from "./support/browser.mjs";
 import { DeltaSnapError, DeltaSnapReplica, MemoryStorage, ReplicaQuery, indexedDBStorage } from "deltasnap";
-import { FieldIndex } from "deltasnap/internal";
 
 const rows = (records) => records.map((record) => ({ id: record.id, record }));
 const ids = (selected) => selected.map((r) => r.id);
@@ -47,23 +46,6 @@ describe("ReplicaQuery", () => {
     assert.throws(() => new ReplicaQuery().filter("a", "=", { x: 1 }), (e) => e.code === "invalid_query");
     assert.throws(() => new ReplicaQuery().filter("a", "~", 1), (e) => e.code === "invalid_query");
   });
-
-  test("an index selects what a scan selects, for every operator, as records move", () => {
-    const index = new FieldIndex("v");
-    index.rebuild(mixed.map((r) => [r.id, r]));
-    index.set("i", { id: "i", v: 7 });
-    index.set("s", undefined);
-    index.set("new", { id: "new", v: "b" });
-    const now = mixed.filter((r) => r.id !== "s").map((r) => (r.id === "i" ? { id: "i", v: 7 } : r)).concat([{ id: "new", v: "b" }]);
-    for (const c of ["=", "!=", "<", "<=", ">", ">="]) {
-      for (const v of [1, 1.5, 7, true, "b", "é", "[1]", null]) {
-        const query = new ReplicaQuery().filter("v", c, v);
-        assert.deepEqual(index.candidates(query.filters[0]).sort(), ids(query.select(rows(now))).sort(), `v ${c} ${JSON.stringify(v)}`);
-      }
-    }
-    assert.deepEqual(index.candidates(new ReplicaQuery().whereNull("v").filters[0]).sort(), ["m", "n"]);
-    assert.equal(index.size, mixed.length);
-  });
 });
 
 const backends = {
@@ -71,7 +53,62 @@ const backends = {
   indexeddb: () => { installFakeBrowserStorage(); return indexedDBStorage; },
 };
 
+const mixed = [
+  { id: "s", v: "b" }, { id: "t", v: true }, { id: "f", v: false }, { id: "n", v: null }, { id: "m" },
+  { id: "i", v: 2 }, { id: "d", v: 1.5 }, { id: "a", v: [1] }, { id: "o", v: { k: 1 } }, { id: "e", v: "é" }, { id: "z", v: "Z" },
+];
+const body = (record) => JSON.stringify(record);
+
 for (const [backend, makeStorage] of Object.entries(backends)) {
+  describe(`${backend} store: declared indexes`, () => {
+    // What the index gives, filtered and ordered again as the engine does, against a scan.
+    const viaIndex = async (store, query, scan = { descending: false, limit: null }) => {
+      const found = await store.indexedRows("v", query.filters[0] ?? null, scan);
+      return ids(query.select(found.map(([id, text]) => ({ id, record: JSON.parse(text) }))));
+    };
+    const viaScan = async (store, query) => ids(query.select((await store.all()).map(([id, text]) => ({ id, record: JSON.parse(text) }))));
+
+    test("an index selects what a scan selects, for every operator, as records move (deltas, a full body, local values)", async () => {
+      const { store } = await makeStorage().open(`index-${backend}`);
+      assert.equal(await store.indexedRows("v", null, { descending: false, limit: null }), null, "no index yet");
+      await store.commitApply({ expectToken: null, replaceAll: true, upserts: mixed.map((r) => [r.id, body(r)]), deletes: [], state: { token: "t.1", count: mixed.length } }, null);
+      await store.createIndex("v");
+      await store.createIndex("v");
+      await store.commitApply({ expectToken: "t.1", replaceAll: false, upserts: [["i", body({ id: "i", v: 7 })], ["new", body({ id: "new", v: "b" })]], deletes: ["s"], state: { token: "t.2", count: mixed.length } }, null);
+      await store.enqueue({ op: "patch", id: "d", value: '{"v":"local"}' }, 1);
+      await store.enqueue({ op: "delete", id: "z", value: null }, 2);
+      await store.enqueue({ op: "insert", id: "l", value: '{"id":"l","v":1}' }, 3);
+      const check = async (label) => {
+        for (const c of ["=", "!=", "<", "<=", ">", ">="]) {
+          for (const v of [1, 1.5, 7, true, "b", "é", "[1]", "local", null]) {
+            const query = new ReplicaQuery().filter("v", c, v);
+            assert.deepEqual(await viaIndex(store, query), await viaScan(store, query), `${label}: v ${c} ${JSON.stringify(v)}`);
+          }
+        }
+        const isNull = new ReplicaQuery().whereNull("v");
+        assert.deepEqual(await viaIndex(store, isNull), await viaScan(store, isNull), `${label}: whereNull`);
+      };
+      await check("after a delta and local writes");
+      // A full body rebuilds it; a record many times over splits its pages, and deletes empty them.
+      const many = Array.from({ length: 1200 }, (_, i) => ({ id: `r${String(i).padStart(4, "0")}`, v: i % 3 === 0 ? "b" : i % 7 }));
+      await store.commitApply({ expectToken: "t.2", replaceAll: true, upserts: [...mixed, ...many].map((r) => [r.id, body(r)]), deletes: [], state: { token: "t.3", count: 0 } }, null);
+      await check("after a full body");
+      await store.commitApply({ expectToken: "t.3", replaceAll: false, upserts: many.slice(0, 600).map((r) => [r.id, body({ ...r, v: 1.5 })]), deletes: many.slice(600).map((r) => r.id), state: { token: "t.4", count: 0 } }, null);
+      await check("after moving 600 records and deleting 600");
+      // Ordered with a limit: in the index's order (or backwards), ties kept, local values beside.
+      for (const descending of [false, true]) {
+        const query = new ReplicaQuery().filter("v", ">=", 1).order("v", descending).limit(5);
+        assert.deepEqual(await viaIndex(store, query, { descending, limit: 5 }), await viaScan(store, query), `limit, descending ${descending}`);
+        const all = new ReplicaQuery().order("v", descending).limit(3);
+        assert.deepEqual(await viaIndex(store, all, { descending, limit: 3 }), await viaScan(store, all), `order only, descending ${descending}`);
+      }
+      assert.deepEqual(await store.indexedRows("v", null, { descending: false, limit: 0 }).then((r) => r.length), 2, "limit 0: only the local values (d and l; z is deleted here)");
+      await store.dropIndex("v");
+      assert.equal(await store.indexedRows("v", null, { descending: false, limit: null }), null, "dropped");
+      store.close();
+    });
+  });
+
   describe(`${backend} store: what each transaction reports`, () => {
     test("a local write names its id, a delta its ids and the local values, a full body anything; an accepted push nothing; a refusal its id", async () => {
       const { store } = await makeStorage().open(`changes-${backend}`);
@@ -140,6 +177,54 @@ for (const [backend, makeStorage] of Object.entries(backends)) {
     });
   });
 }
+
+describe("a page load", () => {
+  test("finds its declared indexes in the database: an indexed query reads its range, no record page", async () => {
+    const storage = new MemoryStorage();
+    const records = Array.from({ length: 5000 }, (_, i) => ({ id: `c${String(i).padStart(5, "0")}`, region: `r${i % 100}`, n: i }));
+    {
+      const { store } = await storage.open("load");
+      await store.commitApply({ expectToken: null, replaceAll: true, upserts: records.map((r) => [r.id, JSON.stringify(r)]), deletes: [], state: { token: "t.1", count: records.length } }, null);
+      store.close();
+    }
+    const first = await DeltaSnapReplica.open({ collection: "load", databaseName: "load", storage, autoSync: false, serverURL: "http://127.0.0.1:9", indexes: ["region"] });
+    assert.equal((await first.query(new ReplicaQuery().filter("region", "=", "r7"))).length, 50);
+    first.close();
+    storage.resetRowsRead("load");
+    // The next page load: the index is there.
+    const again = await DeltaSnapReplica.open({ collection: "load", databaseName: "load", storage, autoSync: false, serverURL: "http://127.0.0.1:9", indexes: ["region"] });
+    const found = await again.query(new ReplicaQuery().filter("region", "=", "r42").order("n"));
+    assert.deepEqual(found.map((r) => r.n), Array.from({ length: 50 }, (_, i) => 42 + 100 * i));
+    const read = storage.rowsRead("load");
+    assert.equal(read.pages ?? 0, 0, `no record page read: ${JSON.stringify(read)}`);
+    assert.ok((read.indexes ?? 0) <= 3, `the directory and the page(s) of the range: ${JSON.stringify(read)}`);
+    // Observers of single records (id = …) are decided by the changed ids: no read, no re-run.
+    const calls = new Map();
+    const stops = found.slice(0, 40).map((r) => again.watch(new ReplicaQuery().filter("id", "=", r.id), (rows) => calls.set(r.id, (calls.get(r.id) ?? 0) + 1)));
+    await again.settled();
+    const reruns = again.liveQueryReruns;
+    storage.resetRowsRead("load");
+    await again.put("elsewhere", { region: "none" });
+    await again.settled();
+    assert.equal(again.liveQueryReruns, reruns, "an unrelated write: no observer runs again");
+    assert.equal(storage.rowsRead("load").pages ?? 0, 1, "only the write's own read of its page");
+    await again.patch(found[3].id, { seen: true });
+    await again.settled();
+    assert.deepEqual([again.liveQueryReruns - reruns, calls.get(found[3].id), calls.get(found[4].id)], [1, 2, 1], "the observer of that record: one call");
+    for (const stop of stops) stop();
+    // Ordered with a limit: the index's first page only.
+    storage.resetRowsRead("load");
+    again.createIndex("n");
+    assert.deepEqual((await again.query(new ReplicaQuery().order("n", true).limit(3))).map((r) => r.n), [4999, 4998, 4997]);
+    assert.equal(storage.rowsRead("load").pages, 5000 / 256 + 1 | 0, "building the index on n read every record, once");
+    storage.resetRowsRead("load");
+    assert.deepEqual((await again.query(new ReplicaQuery().filter("n", "<", 2).order("n").limit(1))).map((r) => r.n), [0]);
+    assert.equal(storage.rowsRead("load").pages ?? 0, 0);
+    await again.dropIndex("n");
+    assert.equal((await again.query(new ReplicaQuery().filter("n", "<", 2))).length, 2, "a dropped index: a scan");
+    again.close();
+  });
+});
 
 describe("against deltasnap serve", () => {
   let server;

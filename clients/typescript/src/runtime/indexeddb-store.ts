@@ -23,7 +23,7 @@ class IndexedDBTables implements Tables {
 
 /**
  * The replica in the browser's IndexedDB: one database per collection or partition, its
- * four tables as object stores, each {@link TableStore} transaction one IndexedDB
+ * tables as object stores, each {@link TableStore} transaction one IndexedDB
  * transaction (`durability: "strict"`), so a tab closed mid-apply leaves the old state or
  * the new one.
  */
@@ -39,8 +39,9 @@ export class IndexedDBStore extends TableStore {
   static async open(name: string): Promise<{ store: IndexedDBStore; created: boolean }> {
     if (typeof indexedDB === "undefined") throw new StorageError("IndexedDB is not available in this context (a private window or a non-browser runtime: use a MemoryStorage there)");
     let created = false;
-    // Version 2 added the `refs` table (file references); an older database is upgraded in place and indexed on first use.
-    const open = indexedDB.open(name, 2);
+    // Version 2 added the `refs` table (file references), version 3 `indexes` (declared
+    // indexes); an older database is upgraded in place (its file references indexed on first use).
+    const open = indexedDB.open(name, 3);
     open.onupgradeneeded = (event) => {
       created = event.oldVersion === 0;
       const db = open.result;

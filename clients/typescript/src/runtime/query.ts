@@ -108,7 +108,7 @@ function holds(comparison: Comparison, c: number): boolean {
 export type SQLValue = null | number | string;
 
 /** SQLite's value of a JSON value: booleans are 1 and 0, objects and arrays their JSON text. */
-function sqlValue(value: unknown): SQLValue {
+export function sqlValue(value: unknown): SQLValue {
   if (value === null || value === undefined) return null;
   if (typeof value === "boolean") return value ? 1 : 0;
   if (typeof value === "number" || typeof value === "string") return value;
@@ -133,96 +133,6 @@ export function compareSQL(a: SQLValue, b: SQLValue): number {
   if (ra === 1) return (a as number) < (b as number) ? -1 : (a as number) > (b as number) ? 1 : 0;
   if (ra === 2) return compareUTF8(a as string, b as string);
   return 0;
-}
-
-/**
- * A declared index: every visible record's value of one field, sorted (then by id), kept in
- * this tab's memory and moved with the ids each transaction changes. A filter on the field
- * reads only the records in its range instead of every record.
- */
-export class FieldIndex {
-  private readonly byId = new Map<string, SQLValue>();
-  private entries: { value: SQLValue; id: string }[] = [];
-
-  constructor(readonly field: string) {}
-
-  /** Rebuilds the index from every visible record. */
-  rebuild(rows: Iterable<[string, Record<string, unknown>]>): void {
-    this.byId.clear();
-    this.entries = [];
-    for (const [id, record] of rows) {
-      const value = fieldValue(record, this.field);
-      this.byId.set(id, value);
-      this.entries.push({ value, id });
-    }
-    this.entries.sort(compareEntries);
-  }
-
-  /** Moves `id` to its new value (`undefined`: the record is gone). */
-  set(id: string, record: Record<string, unknown> | undefined): void {
-    if (this.byId.has(id)) {
-      const at = this.position({ value: this.byId.get(id)!, id });
-      this.entries.splice(at, 1);
-      this.byId.delete(id);
-    }
-    if (record === undefined) return;
-    const entry = { value: fieldValue(record, this.field), id };
-    this.entries.splice(this.position(entry), 0, entry);
-    this.byId.set(id, entry.value);
-  }
-
-  /** The ids a filter on this field can select (a superset is fine: the filters run again on the records). */
-  candidates(filter: QueryFilter): string[] {
-    const nullEnd = this.bound((v) => v !== null);
-    if ("isNull" in filter) return this.ids(0, nullEnd);
-    const wanted = sqlValue(filter.value);
-    if (wanted === null) return [];
-    const lower = this.bound((v) => compareSQL(v, wanted) >= 0);
-    const upper = this.bound((v) => compareSQL(v, wanted) > 0);
-    switch (filter.comparison) {
-      case "=": return this.ids(lower, upper);
-      case "!=": return this.ids(nullEnd, lower).concat(this.ids(upper, this.entries.length));
-      case "<": return this.ids(nullEnd, lower);
-      case "<=": return this.ids(nullEnd, upper);
-      case ">": return this.ids(upper, this.entries.length);
-      case ">=": return this.ids(lower, this.entries.length);
-    }
-  }
-
-  get size(): number {
-    return this.entries.length;
-  }
-
-  private ids(from: number, to: number): string[] {
-    const out: string[] = [];
-    for (let i = from; i < to; i++) out.push(this.entries[i].id);
-    return out;
-  }
-
-  /** The first position whose value satisfies `above` (values are sorted, so `above` is monotone). */
-  private bound(above: (value: SQLValue) => boolean): number {
-    let lo = 0;
-    let hi = this.entries.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (above(this.entries[mid].value)) hi = mid; else lo = mid + 1;
-    }
-    return lo;
-  }
-
-  private position(entry: { value: SQLValue; id: string }): number {
-    let lo = 0;
-    let hi = this.entries.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (compareEntries(this.entries[mid], entry) < 0) lo = mid + 1; else hi = mid;
-    }
-    return lo;
-  }
-}
-
-function compareEntries(a: { value: SQLValue; id: string }, b: { value: SQLValue; id: string }): number {
-  return compareSQL(a.value, b.value) || compareUTF8(a.id, b.id);
 }
 
 type Row = { id: string; body: string; record: Record<string, unknown> };
@@ -281,16 +191,16 @@ export class LiveQuery<T = Record<string, unknown>> {
 }
 
 /**
- * The live queries and declared indexes of one replica in one tab. Every change reaches it
- * as the ids a committed transaction changed (this tab's, or another's over the
- * BroadcastChannel; `null`: anything may have changed, e.g. a full reset): indexes move
- * those ids, and a live query runs again only when one of them is in its result or now
- * passes its filters. Changes are handled one after another, in commit order.
+ * The live queries and declared indexes of one replica in one tab. Indexes live in the
+ * database (`StoredIndexes`, kept by every apply in any tab): declaring one builds it there
+ * once, and a query on its field reads only its range. Every change reaches the engine as
+ * the ids a committed transaction changed (this tab's, or another's over the
+ * BroadcastChannel; `null`: anything may have changed, e.g. a full reset): a live query runs
+ * again only when one of them is in its result or now passes its filters. Changes are
+ * handled one after another, in commit order.
  */
 export class QueryEngine {
-  private readonly indexes = new Map<string, FieldIndex>();
-  /** Indexes declared but not built yet (built on first use, from one read of every record). */
-  private readonly unbuilt = new Set<string>();
+  private readonly declared = new Set<string>();
   private readonly live = new Set<LiveQuery<any>>();
   private tail: Promise<void> = Promise.resolve();
   /** Re-runs of live queries, for tests and benchmarks: unrelated changes must cost none. */
@@ -298,12 +208,23 @@ export class QueryEngine {
 
   constructor(private readonly store: ReplicaStore, private readonly onError: (error: unknown) => void) {}
 
-  /** Declares an index on `field` (built on first use). */
-  declare(field: string): void {
+  /**
+   * Declares an index on `field`: queries after it wait until it is built in the database (at
+   * once when it already is: one read). Rejects when the database cannot build it; queries
+   * then read every record.
+   */
+  declare(field: string): Promise<void> {
     checkField(field);
-    if (field === "id" || this.indexes.has(field)) return;
-    this.indexes.set(field, new FieldIndex(field));
-    this.unbuilt.add(field);
+    if (field === "id" || this.declared.has(field)) return this.enqueue(async () => undefined);
+    this.declared.add(field);
+    return this.enqueue(async () => { await this.store.createIndex?.(field); });
+  }
+
+  /** Forgets the index on `field` (in every tab: it is the database's). */
+  drop(field: string): Promise<void> {
+    checkField(field);
+    this.declared.delete(field);
+    return this.enqueue(async () => { await this.store.dropIndex?.(field); });
   }
 
   /** The records `query` selects now (after every change heard so far). */
@@ -339,56 +260,81 @@ export class QueryEngine {
 
   private async apply(ids: string[] | null): Promise<void> {
     if (ids === null) {
-      for (const field of this.indexes.keys()) this.unbuilt.add(field);
       for (const live of [...this.live]) { this.reruns++; await live.refresh(); }
       return;
     }
-    // Nothing listens and no index is built: a change costs no read (a sync's cost stays what it was).
-    if (ids.length === 0 || (this.live.size === 0 && this.unbuilt.size === this.indexes.size)) return;
-    const bodies = await readMany(this.store, ids);
-    const records = new Map<string, Record<string, unknown> | undefined>();
-    ids.forEach((id, i) => records.set(id, bodies[i] === null ? undefined : JSON.parse(bodies[i]!)));
-    for (const [field, index] of this.indexes) {
-      if (this.unbuilt.has(field)) continue;
-      for (const [id, record] of records) index.set(id, record);
+    // Nothing listens: a change costs no read (a sync's cost stays what it was).
+    if (ids.length === 0 || this.live.size === 0) return;
+    const changed = new Set(ids);
+    // A query of one record by id (`filter("id", "=", …)`) is decided by the ids alone: the
+    // changed records are read only when another kind of query listens.
+    const live = [...this.live];
+    let records: Map<string, Record<string, unknown> | undefined> | null = null;
+    if (live.some((l) => idOf(l.query) === undefined)) {
+      const bodies = await readMany(this.store, ids);
+      records = new Map();
+      for (let i = 0; i < ids.length; i++) records.set(ids[i], bodies[i] === null ? undefined : JSON.parse(bodies[i]!));
     }
-    for (const live of [...this.live]) {
+    for (const query of live) {
+      const id = idOf(query.query);
       let affected = false;
-      for (const [id, record] of records) {
-        if (live.has(id) || (record !== undefined && live.query.matches(record))) { affected = true; break; }
+      if (id !== undefined) affected = id !== null && changed.has(id);
+      else {
+        for (const [id, record] of records!) {
+          if (query.has(id) || (record !== undefined && query.query.matches(record))) { affected = true; break; }
+        }
       }
-      if (affected && this.live.has(live)) { this.reruns++; await live.refresh(); }
+      if (affected && this.live.has(query)) { this.reruns++; await query.refresh(); }
     }
   }
 
-  /** Runs `query` through an index when a filter has one, else over every record. Call inside the queue. */
+  /**
+   * How an index answers `query`, or null: a filter on a declared field (`=` and `whereNull`
+   * first), or, with no such filter, an order on one with a limit. The index is read in the
+   * query's order and stops at its limit when that filter is the only one and the order starts
+   * with its field; otherwise it gives every entry in range.
+   */
+  private plan(query: ReplicaQuery): { field: string; filter: QueryFilter | null; descending: boolean; limit: number | null } | null {
+    const usable = query.filters.filter((f) => this.declared.has(f.field));
+    let filter: QueryFilter | null = usable.find((f) => "isNull" in f || f.comparison === "=") ?? usable[0] ?? null;
+    const first = query.orders[0];
+    let field: string;
+    if (filter) field = filter.field;
+    else if (first && this.declared.has(first.field) && query.maximumCount !== null && query.filters.length === 0) field = first.field;
+    else return null;
+    const ordered = first !== undefined && first.field === field && query.maximumCount !== null && query.filters.length <= 1;
+    return { field, filter, descending: ordered && first?.descending === true, limit: ordered ? query.maximumCount : null };
+  }
+
+  /** Runs `query` through an index when it can, else over every record. Call inside the queue. */
   async run(query: ReplicaQuery): Promise<Row[]> {
-    const idFilter = query.filters.find((f) => f.field === "id" && "comparison" in f && f.comparison === "=") as { value: QueryValue } | undefined;
-    let ids: string[] | null = null;
-    if (idFilter) ids = typeof idFilter.value === "string" ? [idFilter.value] : [];
-    else {
-      const filter = query.filters.find((f) => this.indexes.has(f.field));
-      if (filter) {
-        if (this.unbuilt.size) await this.build();
-        ids = this.indexes.get(filter.field)!.candidates(filter);
+    const id = idOf(query);
+    let found: [string, string][] | null = null;
+    if (id !== undefined) {
+      const body = id === null ? null : (await readMany(this.store, [id]))[0];
+      found = body === null ? [] : [[id!, body]];
+    } else {
+      const plan = this.plan(query);
+      if (plan && this.store.indexedRows) {
+        const scan = { descending: plan.descending, limit: plan.limit };
+        found = await this.store.indexedRows(plan.field, plan.filter, scan);
+        if (found === null) {
+          // Not in this database (built by no one yet, or the database is new): build it, once.
+          try { await this.store.createIndex?.(plan.field); } catch (error) { this.onError(error); }
+          found = await this.store.indexedRows(plan.field, plan.filter, scan);
+        }
       }
     }
-    let rows: Row[];
-    if (ids === null) {
-      rows = (await this.store.all()).map(([id, body]) => ({ id, body, record: JSON.parse(body) }));
-    } else {
-      const bodies = await readMany(this.store, ids);
-      rows = [];
-      ids.forEach((id, i) => { const body = bodies[i]; if (body !== null) rows.push({ id, body, record: JSON.parse(body) }); });
-    }
+    const rows = (found ?? (await this.store.all())).map(([id, body]) => ({ id, body, record: JSON.parse(body) }));
     return query.select(rows);
   }
+}
 
-  private async build(): Promise<void> {
-    const rows = (await this.store.all()).map(([id, body]): [string, Record<string, unknown>] => [id, JSON.parse(body)]);
-    for (const field of this.unbuilt) this.indexes.get(field)!.rebuild(rows);
-    this.unbuilt.clear();
-  }
+/** The id a query's `id = …` filter names (null: a non-string, which matches nothing), or undefined without one. */
+function idOf(query: ReplicaQuery): string | null | undefined {
+  const filter = query.filters.find((f) => f.field === "id" && "comparison" in f && f.comparison === "=") as { value: QueryValue } | undefined;
+  if (!filter) return undefined;
+  return typeof filter.value === "string" ? filter.value : null;
 }
 
 function readMany(store: ReplicaStore, ids: string[]): Promise<(string | null)[]> {

@@ -182,7 +182,7 @@ export class DeltaSnapReplica extends EventTarget {
     });
     ctx.beforePush = (batch) => this.files.uploadFor(batch);
     this.queries = new QueryEngine(store, (error) => this.dispatchEvent(new CustomEvent("error", { detail: error })));
-    for (const field of options.indexes ?? []) this.queries.declare(field);
+    for (const field of options.indexes ?? []) this.queries.declare(field).catch((error) => this.dispatchEvent(new CustomEvent("error", { detail: error })));
     // Live queries follow every committed transaction, this tab's at once and the others' over
     // the BroadcastChannel, by the ids it changed.
     this.stopListening = store.onRecordsChanged?.((ids) => {
@@ -248,17 +248,26 @@ export class DeltaSnapReplica extends EventTarget {
   // MARK: - Queries
 
   /**
-   * Indexes `field` (a dotted path) of the visible records for queries that filter on it.
-   * The index lives in this tab's memory, built from one read of every record on first use
-   * and moved by the ids each change names. Also the `indexes` option of `open`.
+   * Indexes `field` (a dotted path) of the records for queries that filter on it (or order
+   * on it with a limit). The index is kept in the database beside the records and changed
+   * with them by every apply, in every tab: built once, from one read of every record, when
+   * the database does not hold it yet — a page load after that reads none. It takes about the
+   * records' room again (an entry holds its record, so a query reads its results from the
+   * index's range alone). Queries asked after this call wait until it is built; it resolves
+   * then. Also the `indexes` option of `open`.
    *
    * ```ts
    * replica.createIndex("region");
    * const europe = await replica.query(new ReplicaQuery().filter("region", "=", "Europe"));
    * ```
    */
-  createIndex(field: string): void {
-    this.queries.declare(field);
+  createIndex(field: string): Promise<void> {
+    return this.queries.declare(field);
+  }
+
+  /** Removes the index on `field` from the database (for every tab: queries on it read every record). */
+  dropIndex(field: string): Promise<void> {
+    return this.queries.drop(field);
   }
 
   /**

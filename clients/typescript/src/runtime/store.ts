@@ -2,13 +2,16 @@ import { fold } from "../protocol/fold.js";
 import { applyLenient, applyStrict, Mutation, Operation } from "../protocol/merge.js";
 import { RecordPages } from "./record-pages.js";
 import { FileRefs } from "./file-refs.js";
+import { StoredIndexes } from "./field-index.js";
+import type { IndexScan } from "./field-index.js";
+import type { QueryFilter } from "./query.js";
 import type { AttachmentReference } from "../protocol/attachment.js";
 import type { AttachmentFiles } from "./attachment-files.js";
 
 /**
  * The replica's storage (PROTOCOL.md §6): the verified server state (records + state), the
  * write queue and the overlay. The sync engine, the replica and the view use only the
- * {@link ReplicaStore} interface; {@link TableStore} implements it once over four tables, and
+ * {@link ReplicaStore} interface; {@link TableStore} implements it once over its tables, and
  * a backend supplies the transactions — `IndexedDBStore` in a browser, `MemoryStore` in
  * memory (node, tests, a page that must keep nothing). Every change that must be atomic is
  * one transaction, so a tab closed at any moment leaves the old state or the new one.
@@ -17,7 +20,9 @@ import type { AttachmentFiles } from "./attachment-files.js";
  * `overlay` (id → { body: canonical text | null }: the local value of ids with pending
  * writes), `pending` (seq → PendingWrite), `meta` ("state" → ReplicaState, "queue" →
  * QueueState). The state and the queue are separate rows so that a pull (one tab) and a
- * local write (any tab) never overwrite each other's bookkeeping.
+ * local write (any tab) never overwrite each other's bookkeeping. `refs` (file references:
+ * `FileRefs`) and `indexes` (declared indexes: `StoredIndexes`) are kept with the records, in
+ * the transactions that change them.
  */
 
 /** The verified server state's bookkeeping and the sync's health. */
@@ -115,6 +120,21 @@ export interface ReplicaStore {
    * Optional: without it, live queries hear only the replica's own change events.
    */
   onRecordsChanged?(listener: (ids: string[] | null) => void): () => void;
+  /**
+   * Indexes `field` in the database (kept by every apply from then on, in every tab: see
+   * `StoredIndexes`); built once from every record, nothing when it is already. Optional:
+   * without it, queries read every record.
+   */
+  createIndex?(field: string): Promise<void>;
+  /** Forgets the index on `field`. */
+  dropIndex?(field: string): Promise<void>;
+  /**
+   * The visible records a filter on the indexed `field` may select, in one transaction: the
+   * index's entries in range (in its order, or backwards; up to `limit` and their ties) whose
+   * ids have no local value, then every local value (the caller filters and orders them all
+   * again). Null when `field` is not indexed in this database.
+   */
+  indexedRows?(field: string, filter: QueryFilter | null, scan: Omit<IndexScan, "skip">): Promise<[string, string][] | null>;
   /** The server's values of `ids` (absent ids are missing from the map). */
   serverRecords(ids: string[]): Promise<Map<string, string>>;
   /** Every server record, in id order. */
@@ -180,8 +200,8 @@ export interface ReplicaStorage {
 }
 
 /** The tables of a replica's database (`refs`: its file references, see `FileRefs`). */
-export type TableName = "pages" | "overlay" | "pending" | "meta" | "refs";
-export const TABLES: readonly TableName[] = ["pages", "overlay", "pending", "meta", "refs"];
+export type TableName = "pages" | "overlay" | "pending" | "meta" | "refs" | "indexes";
+export const TABLES: readonly TableName[] = ["pages", "overlay", "pending", "meta", "refs", "indexes"];
 export type TableKey = string | number;
 
 /**
@@ -325,6 +345,31 @@ export abstract class TableStore implements ReplicaStore {
     });
   }
 
+  // MARK: - Declared indexes
+
+  async createIndex(field: string): Promise<void> {
+    const held = await this.transaction("readonly", async (t) => (await StoredIndexes.open(t)).fields.includes(field));
+    if (held) return;
+    await this.transaction("readwrite", async (t) => {
+      const indexes = await StoredIndexes.open(t);
+      await indexes.create(field, () => RecordPages.all(t));
+    });
+  }
+
+  async dropIndex(field: string): Promise<void> {
+    await this.transaction("readwrite", async (t) => (await StoredIndexes.open(t)).drop(field));
+  }
+
+  async indexedRows(field: string, filter: QueryFilter | null, scan: Omit<IndexScan, "skip">): Promise<[string, string][] | null> {
+    return this.transaction("readonly", async (t) => {
+      const [overlayIds, overlay, indexes] = await Promise.all([t.getAllKeys("overlay"), t.getAll<Overlay>("overlay"), StoredIndexes.open(t, field)]);
+      const rows = await indexes.select(field, filter, { ...scan, skip: new Set(overlayIds as string[]) });
+      if (rows === null) return null;
+      overlayIds.forEach((id, i) => { if (overlay[i].body !== null) rows.push([id as string, overlay[i].body!]); });
+      return rows;
+    });
+  }
+
   async serverRecords(ids: string[]): Promise<Map<string, string>> {
     return this.transaction("readonly", async (t) => {
       const pages = await RecordPages.open(t);
@@ -350,19 +395,26 @@ export abstract class TableStore implements ReplicaStore {
       if (current.token !== prepared.expectToken) throw new StateMovedError(`the replica moved to ${current.token} meanwhile`);
       // File references change with the records, in this transaction: O(changes).
       const refs = await FileRefs.open(t);
+      // Declared indexes change with the records, in this transaction (nothing more when there are none).
+      const indexes = await StoredIndexes.open(t);
       if (prepared.replaceAll) {
         RecordPages.replaceAll(t, prepared.upserts);
+        await indexes.replaceAll(prepared.upserts);
         await refs.clearRecords();
         for (const [id, body] of prepared.upserts) if (body.includes('"$attachment"')) await refs.set("r", id, body);
       }
       const pages = await RecordPages.open(t);
       if (!prepared.replaceAll) {
         for (const [id, body] of prepared.upserts) {
+          const before = indexes.empty ? undefined : await pages.get(id);
           await pages.set(id, body);
+          await indexes.move(id, before, body);
           await refs.set("r", id, body);
         }
         for (const id of prepared.deletes) {
+          const before = indexes.empty ? undefined : await pages.get(id);
           await pages.delete(id);
+          await indexes.move(id, before, undefined);
           await refs.set("r", id, null);
         }
       }
@@ -370,6 +422,7 @@ export abstract class TableStore implements ReplicaStore {
       t.put("meta", next, "state");
       touched = await settleAfterPull(t, settleThrough, refs, pages);
       pages.flush();
+      indexes.flush();
       refs.flush();
       return next;
     });

@@ -26,6 +26,11 @@ public final class JSONReader {
     /// 1-based line number of the next unread byte.
     public private(set) var line = 1
 
+    /// Whether an object may name a key twice, its last value kept — PostgreSQL's `jsonb`
+    /// rule, for reading a `json` column (which keeps its text as written). Off: a duplicate
+    /// key is an error, as a record's must be.
+    public var keepsLastOfDuplicateKeys = false
+
     /// Reads from one complete buffer.
     public init(bytes: [UInt8]) {
         buffer = bytes
@@ -285,6 +290,11 @@ public final class JSONReader {
             let separator = try next()
             if separator == UInt8(ascii: "}") { break }
             guard separator == UInt8(ascii: ",") else { throw error("expected ',' or '}' in object, found \(describe(separator))") }
+        }
+        if keepsLastOfDuplicateKeys {
+            var last: [String: Int] = [:]
+            for (index, member) in members.enumerated() { last[member.key] = index }
+            if last.count < members.count { members = members.indices.filter { last[members[$0].key] == $0 }.map { members[$0] } }
         }
         members.sort { $0.key.utf8Precedes($1.key) }
         for index in members.indices.dropFirst() where members[index].key == members[index - 1].key {

@@ -3,8 +3,8 @@ import Foundation
 
 /// How a source column's value becomes a record member (docs/PROTOCOL.md is unchanged; the
 /// mapping is in docs/FOLLOW.md): PostgreSQL's text form of the value, as the session this
-/// follower opens writes it (`DateStyle ISO`, `TimeZone UTC`, `bytea_output hex`), read by
-/// the column's type. The initial copy (`col::text`) and the change stream (pgoutput's text
+/// follower opens writes it (`DateStyle ISO`, `TimeZone UTC`, `bytea_output hex`,
+/// `lc_monetary C`), read by the column's type (a domain's is its base type). The initial copy (`col::text`) and the change stream (pgoutput's text
 /// values) go through this one function, so a row reads the same either way.
 ///
 /// ```swift
@@ -22,7 +22,12 @@ package enum PgTextMapping {
             // NaN and the infinities have no JSON number: kept as PostgreSQL writes them.
             return isJSONNumber(text) ? .number(text) : .string(text)
         case PgType.json, PgType.jsonb:
-            return (try? JSONReader(bytes: Array(text.utf8)).readValue()) ?? .string(text)
+            // `json` keeps its text as written, duplicate keys too: the last value is kept, as
+            // PostgreSQL's own `::jsonb` does (a record has each member once).
+            let reader = JSONReader(bytes: Array(text.utf8))
+            reader.keepsLastOfDuplicateKeys = true
+            return (try? reader.readValue()) ?? .string(text)
+        case PgType.money: return money(text).map(JSONValue.number) ?? .string(text)
         case PgType.timestamptz: return .string(rfc3339(text, zoned: true))
         case PgType.timestamp: return .string(rfc3339(text, zoned: false))
         case PgType.bytea: return .string(base64(hex: text) ?? text)
@@ -30,10 +35,13 @@ package enum PgTextMapping {
         }
     }
 
-    /// `2026-11-27 06:20:56.5+00` → `2026-11-27T06:20:56.5Z`; infinities and BC dates as
-    /// written.
+    /// `2026-11-27 06:20:56.5+00` → `2026-11-27T06:20:56.5Z`. What RFC 3339 cannot write —
+    /// `infinity`, `-infinity`, a BC date, a year past 9999 — stays PostgreSQL's text.
     static func rfc3339(_ text: String, zoned: Bool) -> String {
-        guard text.utf8.count >= 19, !text.hasSuffix(" BC"), let space = text.firstIndex(of: " ") else { return text }
+        let bytes = text.utf8
+        guard bytes.count >= 19, bytes[bytes.index(bytes.startIndex, offsetBy: 4)] == UInt8(ascii: "-"), !text.hasSuffix(" BC"),
+              let space = text.firstIndex(of: " ")
+        else { return text }
         var result = text
         result.replaceSubrange(space...space, with: "T")
         guard zoned else { return result }
@@ -68,6 +76,15 @@ package enum PgTextMapping {
         case UInt8(ascii: "A")...UInt8(ascii: "F"): digit - UInt8(ascii: "A") + 10
         default: nil
         }
+    }
+
+    /// `money` as written under `lc_monetary C` (`$1,234.50`, `-$0.07`) → `1234.50`, `-0.07`:
+    /// the amount, in the currency's units, with the digits PostgreSQL printed.
+    static func money(_ text: String) -> String? {
+        let amount = String(text.filter { $0 != "$" && $0 != "," })
+        let parts = amount.drop { $0 == "-" }.split(separator: ".", omittingEmptySubsequences: false)
+        let isDecimal = amount.first != "." && (1...2).contains(parts.count) && parts.allSatisfy { !$0.isEmpty && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) }
+        return isDecimal && amount.filter({ $0 == "-" }).count <= 1 ? amount : nil
     }
 
     /// Whether PostgreSQL's text of a number is also a JSON number.
@@ -171,12 +188,13 @@ package enum PgType {
     package static let timestamp: UInt32 = 1114
     package static let timestamptz: UInt32 = 1184
     package static let numeric: UInt32 = 1700
+    package static let money: UInt32 = 790
     package static let jsonb: UInt32 = 3802
 
     /// Array types and their element types.
     package static let arrayElement: [UInt32: UInt32] = [
         1000: bool, 1001: bytea, 1005: int2, 1007: int4, 1016: int8, 1028: oid, 199: json, 3807: jsonb,
         1021: float4, 1022: float8, 1231: numeric, 1115: timestamp, 1185: timestamptz,
-        1009: 25, 1015: 1043, 1014: 1042, 2951: 2950, 1182: 1082, 1183: 1083,
+        791: money, 1009: 25, 1015: 1043, 1014: 1042, 2951: 2950, 1182: 1082, 1183: 1083,
     ]
 }

@@ -464,6 +464,9 @@ extension SourceFollower {
     /// record of the table in the next version.
     func adopt(_ relation: PgRelation, into shapes: inout [String: TableShape], on connection: PostgresConnection) async throws -> Reshape? {
         guard let shape = shapes[relation.qualifiedName] else { return nil }
+        // A domain's column is mapped as its base type, as the copy maps it.
+        var relation = relation
+        relation.columns = try await resolvingDomains(relation.columns, on: connection)
         let columns = relation.columns.map { PgRelation.Column(name: $0.name, typeOID: $0.typeOID, isKey: false) }
         let known = shape.columns.map { PgRelation.Column(name: $0.name, typeOID: $0.typeOID, isKey: false) }
         guard columns != known else { return nil }

@@ -128,8 +128,11 @@ package final class SourceFollower: Sendable {
         } catch {
             throw FollowError.source("cannot reach the source \(url): \(String(reflecting: error))")
         }
-        // Values are read in their text form (``PgTextMapping``): fix how that form looks.
-        for setting in ["DateStyle TO ISO", "TimeZone TO 'UTC'", "bytea_output TO hex", "extra_float_digits TO 1", "IntervalStyle TO iso_8601"] {
+        // Values are read in their text form (``PgTextMapping``): fix how that form looks
+        // (`money` by the source's locale otherwise: `lc_monetary C` writes `$1,234.50`).
+        for setting in [
+            "DateStyle TO ISO", "TimeZone TO 'UTC'", "bytea_output TO hex", "extra_float_digits TO 1", "IntervalStyle TO iso_8601", "lc_monetary TO 'C'",
+        ] {
             try await connection.query(PostgresQuery(unsafeSQL: "SET " + setting), logger: logger)
         }
         return connection
@@ -200,7 +203,7 @@ package final class SourceFollower: Sendable {
         }
         guard !columns.isEmpty else { throw FollowError.source("\(table.qualifiedName): no such table in the source (or no SELECT right on it)") }
         let key = columns.filter { $0.1 > 0 }.sorted { $0.1 < $1.1 }.map(\.0.name)
-        let shape = try TableShape(table: table, columns: columns.map(\.0), key: key)
+        let shape = try TableShape(table: table, columns: try await resolvingDomains(columns.map(\.0), on: connection), key: key)
         if let partition = table.partitionBy, identity != "f", !key.contains(partition) {
             throw FollowError.source("""
                 --partition-by \(partition): a change must name the partition it leaves, so \(partition) must be part of \(table.qualifiedName)'s \
@@ -261,6 +264,31 @@ package final class SourceFollower: Sendable {
         switch column.typeOID {
         case 1042, 869: return "CASE WHEN \(name) IS NULL THEN NULL ELSE concat(\(name)) END"
         default: return name + "::text"
+        }
+    }
+
+    /// `columns` with each domain's type replaced by its base type (through domains of
+    /// domains): a value maps as its base type does (`CREATE DOMAIN qty AS integer` → a
+    /// number). The catalog names the domain (`atttypid`), and so does the stream's
+    /// `Relation` message; both go through here, so the copy and the stream agree.
+    func resolvingDomains(_ columns: [PgRelation.Column], on connection: PostgresConnection) async throws -> [PgRelation.Column] {
+        // Built-in types (below FirstNormalObjectId, 16384) are never domains.
+        let user = Set(columns.map(\.typeOID).filter { $0 >= 16384 }).map(Int64.init)
+        guard !user.isEmpty else { return columns }
+        var base: [UInt32: UInt32] = [:]
+        for try await (domain, type) in try await connection.query("""
+            WITH RECURSIVE chain(start, oid, typtype, typbasetype) AS (
+                SELECT t.oid, t.oid, t.typtype, t.typbasetype FROM pg_type t WHERE t.oid::int8 = ANY(\(user)) AND t.typtype = 'd'
+                UNION ALL
+                SELECT c.start, t.oid, t.typtype, t.typbasetype FROM chain c JOIN pg_type t ON t.oid = c.typbasetype WHERE c.typtype = 'd')
+            SELECT start::int8, oid::int8 FROM chain WHERE typtype <> 'd'
+            """, logger: logger).decode((Int64, Int64).self) {
+            base[UInt32(truncatingIfNeeded: domain)] = UInt32(truncatingIfNeeded: type)
+        }
+        return columns.map { column in
+            var column = column
+            column.typeOID = base[column.typeOID] ?? column.typeOID
+            return column
         }
     }
 

@@ -97,6 +97,7 @@ struct BodyApplier {
             switch header.kind {
             case .full:
                 // A full body replaces: records absent from it are gone.
+                storage.noteEverythingChanged()
                 try db.execute("DELETE FROM records WHERE \(scope.condition())")
                 try storage.unindexAllReferences(.record)
                 var previousID: String?
@@ -137,6 +138,7 @@ struct BodyApplier {
                         try write(record, hash: hash, replacing: true)
                     }
                     changed += 1
+                    storage.noteChanged(record.id)
                     if changedIDs.count < ApplyResult.changedIDLimit { changedIDs.append(record.id) }
                 }
             }

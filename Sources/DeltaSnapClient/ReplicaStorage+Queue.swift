@@ -222,6 +222,12 @@ extension ReplicaStorage {
             try drop.bind(1, seq)
             try drop.run()
         }
+        if isNotingChanges {
+            // Each local value is dropped and rebuilt: the ones that go (their writes were
+            // accepted and are now the server's) change what the app sees too. O(local values).
+            let local = try db.prepare("SELECT id FROM overlay WHERE \(scope.condition())")
+            while try local.step() { noteChanged(local.string(0)) }
+        }
         try db.execute("DELETE FROM overlay WHERE \(scope.condition())")
         try unindexAllReferences(.overlay)
         let ids = try db.prepare("SELECT DISTINCT id FROM pending WHERE \(scope.condition())")
@@ -252,6 +258,7 @@ extension ReplicaStorage {
             try delete.bind(1, id)
             try delete.run()
             try unindexReferences(.overlay, id: id)
+            noteChanged(id)
         }
     }
 
@@ -262,5 +269,6 @@ extension ReplicaStorage {
         if let record { try upsert.bind(2, blob: record.bytes) } else { try upsert.bindNull(2) }
         try upsert.run()
         try indexReferences(.overlay, id: id, bytes: record?.bytes)
+        noteChanged(id)
     }
 }

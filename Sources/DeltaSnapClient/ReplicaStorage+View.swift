@@ -28,6 +28,7 @@ extension ReplicaStorage {
         precondition(CollectionPath(partition)?.key != nil, "only a partition is dropped")
         return try withScope(try ReplicaScope.of(partition, in: db)) {
             try writeTransaction {
+                noteEverythingChanged()
                 let lost = try pendingWrites(includeAcknowledged: false)
                 for table in ["records", "state", "pending", "overlay"] {
                     try db.execute("DELETE FROM \(table) WHERE \(scope.condition())")

@@ -22,6 +22,11 @@ final class ReplicaStorage {
     /// The rows this storage works on: `""` for a one-collection replica, a partition's
     /// path in a view's file (changed only by ``ReplicaStorage/withScope(_:_:)``).
     fileprivate(set) var scope: ReplicaScope
+    /// The live queries of this replica, told what each committed transaction changed.
+    let observers = ReplicaObservers()
+    /// What the write transaction under way changed, noted only while someone observes.
+    private var changes: ReplicaChanges?
+    private var transactionDepth = 0
 
     init(path: String, scope collection: String = "") throws {
         db = try Self.openWritable(path)
@@ -73,11 +78,37 @@ final class ReplicaStorage {
     }
 
     /// Runs `body` in one write transaction — every change to the replica goes through
-    /// here — after adopting a borrowed bundled replica.
+    /// here — after adopting a borrowed bundled replica. Once it commits, the live queries
+    /// hear what it changed (``noteChanged(_:)``), before this returns.
     func writeTransaction<T>(_ body: () throws -> T) throws -> T {
         try adoptIfBorrowed()
-        return try db.transaction(.immediate, body)
+        let outermost = transactionDepth == 0
+        if outermost { changes = observers.isObserving ? ReplicaChanges() : nil }
+        transactionDepth += 1
+        let result: T
+        do {
+            result = try db.transaction(.immediate, body)
+            transactionDepth -= 1
+        } catch {
+            transactionDepth -= 1
+            if outermost { changes = nil }
+            throw error
+        }
+        if outermost, let committed = changes {
+            changes = nil
+            if !committed.isEmpty { observers.deliver(committed, from: self) }
+        }
+        return result
     }
+
+    /// Record `id` may look different to the app once the transaction under way commits.
+    func noteChanged(_ id: String) { changes?.insert(id) }
+
+    /// Any record may: a full body, a bundle loaded, a partition dropped.
+    func noteEverythingChanged() { changes?.insertEverything() }
+
+    /// Whether changes are noted (someone observes): work done only to note them is skipped otherwise.
+    var isNotingChanges: Bool { changes != nil }
 
     /// Copies the borrowed bundled replica to its own path and reopens it there — or, when
     /// another process (a second app process, an extension, `deltasnap local`) made the
@@ -149,6 +180,7 @@ final class ReplicaStorage {
         }
         defer { try? db.execute("DETACH DATABASE bundle") }
         try writeTransaction {
+            noteEverythingChanged()
             try unindexAllReferences(.record)
             // A bundle holds one collection, in whichever layout it was baked.
             try db.execute("""

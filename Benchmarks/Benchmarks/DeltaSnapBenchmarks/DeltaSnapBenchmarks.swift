@@ -409,4 +409,5 @@ let benchmarks: @Sendable () -> Void = {
 
     twoWaySyncBenchmarks()
     signedDataBenchmarks()
+    liveQueryBenchmarks()
 }

@@ -68,4 +68,31 @@ import Glibc
         #expect(result.status == 1)
         #expect(result.stderr.split(separator: "\n").last?.hasPrefix("deltasnap: ") == true, "\(result.stderr)")
     }
+
+    /// Issue 48: a key set that cannot be had at start — a provider that does not answer, a
+    /// plain-http URL off loopback, a file that is missing or not a key set — ends `serve` with
+    /// exit 1 and one line naming the set and why, before it listens.
+    @Test(.timeLimit(.minutes(2)))
+    func aKeySetThatCannotBeHadAtStartIsOneLineAndExit1() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        FileManager.default.createFile(atPath: dir.file("garbage.json"), contents: Data(#"{"keys":"no"}"#.utf8))
+        // A port nothing listens on: bound, then closed.
+        let closed = try await ScriptedServer.start { _, _ in .init() }
+        let port = closed.port
+        await closed.stop()
+        let cases: [(flag: String, value: String, says: String)] = [
+            ("--jwks-url", "http://127.0.0.1:\(port)/jwks.json", "cannot be fetched"),
+            ("--jwks-url", "http://203.0.113.9/jwks.json", "https://"),
+            ("--jwks-file", dir.file("missing.json"), "cannot be read"),
+            ("--jwks-file", dir.file("garbage.json"), dir.file("garbage.json")),
+        ]
+        for (flag, value, says) in cases {
+            let result = try await CLI.run(["serve", "--db", dir.file("s.sqlite"), "--port", "0", flag, value])
+            let lines = result.stderr.split(separator: "\n")
+            #expect(result.status == 1, "\(flag) \(value): exit \(result.status)\n\(result.stderr)")
+            #expect(lines.count == 1, "\(flag) \(value): more than one line: \(result.stderr)")
+            #expect(lines.last.map { $0.hasPrefix("deltasnap: ") && $0.contains(says) && $0.contains(value) } == true, "\(flag) \(value): \(result.stderr)")
+        }
+    }
 }

@@ -115,17 +115,10 @@ import Testing
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let database = try await TestDatabase.make(backend, in: dir)
-        var server: TestServer?
-        do {
+        try await database.stopping {
             for name in ["items", "side"] { _ = try await database.importText(#"{"id":"r","v":1}"#, collection: name) }
-            server = try await TestServer.start(database: database.url, signingKeys: [IndexSigningKey.generate()], changePollInterval: changePollInterval)
-            try await body(database, server!)
-        } catch {
-            await server?.stop()
-            await database.stop()
-            throw error
+            let server = try await TestServer.start(database: database.url, signingKeys: [IndexSigningKey.generate()], changePollInterval: changePollInterval)
+            try await server.stopping { try await body(database, server) }
         }
-        await server?.stop()
-        await database.stop()
     }
 }

@@ -110,4 +110,21 @@ package final class TestDatabase: Sendable {
         await store.close()
         cluster?.stop()
     }
+
+    /// Runs `body`, then stops the database whatever happened: a PostgreSQL store released
+    /// with its connections open traps, so a failure must still stop it to be reported.
+    ///
+    /// ```swift
+    /// try await database.stopping { try await TestServer.start(database: database.url).stopping { … } }
+    /// ```
+    package func stopping<T>(after body: () async throws -> T) async throws -> T {
+        do {
+            let result = try await body()
+            await stop()
+            return result
+        } catch {
+            await stop()
+            throw error
+        }
+    }
 }

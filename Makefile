@@ -10,7 +10,7 @@ PORT ?= 8080
 SAMPLE_EPOCH := 00000000005a3b1e
 SAMPLE_DATE := 1767225600
 
-.PHONY: view-scale-test live-tests bench-live browser-tests browser-client bench-browser deps build build-release run run-postgres serve demo test conformance soak bench bench-http bench-import-stall bench-postgres bench-first-sync bench-growth bench-partitions bench-attachments bench-source bench-review bench-connections fuzz snapshots check-snapshots clean help
+.PHONY: view-scale-test live-tests bench-live browser-tests browser-client bench-browser bench-queries deps build build-release run run-postgres serve demo test conformance soak bench bench-http bench-import-stall bench-postgres bench-first-sync bench-growth bench-partitions bench-attachments bench-source bench-review bench-connections fuzz snapshots check-snapshots clean help
 
 help:
 	@echo "make run         import the sample into $(DB) if absent, bake it, and serve it on $(HOST):$(PORT)"
@@ -39,6 +39,8 @@ help:
 	@echo "make bench-live  live mode: commit to applied (p50/p99, one instance and two on PostgreSQL), RSS per waiter (release)"
 	@echo "make browser-tests  the TypeScript browser client: node --test on the protocol vectors, Selenium in headless Chromium"
 	@echo "make bench-browser  the browser client in Chromium: 100k-record full apply, 1-record delta, first start from a 10k bundle"
+	@echo "make bench-queries  live queries: Swift (10k and 1M records, a write until the observer has it, beside the write alone)"
+	@echo "                 and the browser (100k records: query vs a hand-written IndexedDB cursor, watcher latency, 1,000 observers)"
 
 deps:
 	@.ci/install-deps.sh
@@ -190,3 +192,8 @@ browser-client: deps
 
 bench-browser: build-release browser-client
 	BIN=$(RELEASE_BIN) clients/typescript/bench/run.sh
+
+# Live queries, in both clients (issue 47): the Swift benchmarks are ordo-one ones (release).
+bench-queries: build-release browser-client
+	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark --filter "observed|nobody observing"
+	BIN=$(RELEASE_BIN) clients/typescript/bench/run.sh queries

@@ -118,13 +118,6 @@ package final class TestDatabase: Sendable {
     /// try await database.stopping { try await TestServer.start(database: database.url).stopping { … } }
     /// ```
     package func stopping<T>(after body: () async throws -> T) async throws -> T {
-        do {
-            let result = try await body()
-            await stop()
-            return result
-        } catch {
-            await stop()
-            throw error
-        }
+        try await finally(body, then: stop)
     }
 }

@@ -76,14 +76,7 @@ package final class TestServer: Sendable {
     /// try await server.stopping { try await body(server) }
     /// ```
     package func stopping<T>(after body: () async throws -> T) async throws -> T {
-        do {
-            let result = try await body()
-            await stop()
-            return result
-        } catch {
-            await stop()
-            throw error
-        }
+        try await finally(body, then: stop)
     }
 
     /// Stops the server and waits for it to finish.

@@ -18,7 +18,6 @@ Writes .build/browser-artifacts/bench-queries.json.
 """
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -26,9 +25,7 @@ import tempfile
 import time
 import urllib.request
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
-from selenium.webdriver.support.ui import WebDriverWait
+from harness import caller, open_page, served_url, stop
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "../../.."))
@@ -56,29 +53,9 @@ def main():
         out = open(os.path.join(tmp, "serve.out"), "w")
         server = subprocess.Popen([BIN, "serve", "--db", db, "--port", "0", "--write-token", ADMIN, "--static", static, "--log-level", "error"],
                                   stdout=out, stderr=subprocess.STDOUT)
-        port = None
-        for _ in range(150):
-            match = re.search(r"http://127\.0\.0\.1:(\d+)", open(out.name).read())
-            if match:
-                port = int(match.group(1))
-                break
-            time.sleep(0.1)
-        if port is None:
-            raise SystemExit("deltasnap serve did not start:\n" + open(out.name).read()[-2000:])
-        url = f"http://127.0.0.1:{port}"
-        options = webdriver.ChromeOptions()
-        for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", f"--user-data-dir={os.path.join(tmp, 'profile')}"):
-            options.add_argument(arg)
-        driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
-        driver.set_script_timeout(600)
-        driver.get(url + "/queries.html")
-        WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
-
-        def call(expression):
-            result = driver.execute_async_script("const done = arguments[0]; " + expression + ".then((v) => done({ ok: v }), (e) => done({ error: String(e && e.stack || e) }));")
-            if "error" in result:
-                raise RuntimeError(result["error"])
-            return result["ok"]
+        url = served_url(out.name)
+        driver = open_page(tmp, url + "/queries.html", script_timeout=600)
+        call = caller(driver)
 
         def put(record_id, value):
             req = urllib.request.Request(f"{url}/v1/collections/big/records/{record_id}", data=json.dumps(value).encode(), method="PUT",
@@ -134,12 +111,7 @@ def main():
         print(f"| {o['observers']} observers of distinct records: an unrelated local write until handled | {o['withMs']:.2f} ms vs {o['withoutMs']:.2f} ms with none: {o['perChangeMs']:.2f} ms per change, {o['reruns']} re-runs |")
         print(f"Chromium {results['chromium']}, medians of {RUNS} runs")
     finally:
-        if driver:
-            driver.quit()
-        if server:
-            server.terminate()
-            server.wait(timeout=10)
-        shutil.rmtree(tmp, ignore_errors=True)
+        stop(driver, server, tmp)
 
 
 if __name__ == "__main__":

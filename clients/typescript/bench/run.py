@@ -13,7 +13,6 @@ them to .build/browser-artifacts/bench.json as well.
 import hashlib
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -22,9 +21,7 @@ import tempfile
 import time
 import urllib.request
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
-from selenium.webdriver.support.ui import WebDriverWait
+from harness import caller, open_page, served_url, stop
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "../../.."))
@@ -58,29 +55,9 @@ def main():
         out = open(os.path.join(tmp, "serve.out"), "w")
         # As a user starts it: default logging (a request line per answer, into serve.out).
         server = subprocess.Popen([BIN, "serve", "--db", db, "--port", "0", "--write-token", ADMIN, "--static", static], stdout=out, stderr=subprocess.STDOUT)
-        port = None
-        for _ in range(150):
-            match = re.search(r"http://127\.0\.0\.1:(\d+)", open(out.name).read())
-            if match:
-                port = int(match.group(1))
-                break
-            time.sleep(0.1)
-        if port is None:
-            raise SystemExit(f"deltasnap serve did not start (does {BIN} know --static?):\n" + open(out.name).read()[-2000:])
-        url = f"http://127.0.0.1:{port}"
-        options = webdriver.ChromeOptions()
-        for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", f"--user-data-dir={os.path.join(tmp, 'profile')}"):
-            options.add_argument(arg)
-        driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
-        driver.set_script_timeout(300)
-        driver.get(url + "/")
-        WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
-
-        def call(expression):
-            result = driver.execute_async_script("const done = arguments[0]; " + expression + ".then((v) => done({ ok: v }), (e) => done({ error: String(e && e.stack || e) }));")
-            if "error" in result:
-                raise RuntimeError(result["error"])
-            return result["ok"]
+        url = served_url(out.name, f" (does {BIN} know --static?)")
+        driver = open_page(tmp, url + "/", script_timeout=300)
+        call = caller(driver)
 
         # A 100 MiB file a record refers to (public collection `files`).
         blob = os.urandom(FILE_MB << 20)
@@ -158,12 +135,7 @@ def main():
         print(f"full apply: {results['fullApplyOverFloor']:.2f}× floor")
         print(f"attachment download: {a['rateOverPlain']:.2f}× plain fetch into OPFS (rate)")
     finally:
-        if driver:
-            driver.quit()
-        if server:
-            server.terminate()
-            server.wait(timeout=10)
-        shutil.rmtree(tmp, ignore_errors=True)
+        stop(driver, server, tmp)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,13 @@
 #   Benchmarks/bench-http.sh            # 34k-record collection, wrk -t2 -c32 -d10s per case
 #   RECORDS=50000 DURATION=5s Benchmarks/bench-http.sh
 #   BASELINE_BIN=/path/to/old/deltasnap Benchmarks/bench-http.sh   # the old build side by side
+#   BASELINE_FIRST=1 BASELINE_BIN=… Benchmarks/bench-http.sh   # the old build first in each round
 #   MODES=silent Benchmarks/bench-http.sh   # skip the logged round
 #   Benchmarks/bench-http.sh --memory   # also the 1M-record server/client memory check (bench-memory.sh)
+#
+# With BASELINE_BIN the fixture store is made by the baseline (FIXTURE_BIN) and each server
+# serves its own copy of it: a newer build migrates the store it opens (schema 8 → 9), which
+# an older build then refuses to open.
 #
 # Cases: (a) 304 with the current validator, (b) a 12-change delta (nginx sends the same delta
 # bytes as a static file), (c) the full gzip body (deltasnap's cached body vs nginx sending the
@@ -28,6 +33,7 @@ CONNECTIONS="${CONNECTIONS:-32}"
 NGINX_WORKERS="${NGINX_WORKERS:-auto}"
 DS_PORT="${DS_PORT:-18080}"
 NGINX_PORT="${NGINX_PORT:-18081}"
+FIXTURE_BIN="${FIXTURE_BIN:-${BASELINE_BIN:-$BIN}}"
 RUN_MEMORY=0
 [[ "${1:-}" == "--memory" ]] && RUN_MEMORY=1
 
@@ -51,9 +57,9 @@ fi
 # ---------------------------------------------------------------- fixtures
 DB="$TMP/store.sqlite"
 say "importing $RECORDS synthetic records"
-"$BIN" generate --count "$RECORDS" --seed 42 >"$TMP/records.ndjson"
-"$BIN" import --db "$DB" --collection "$COLLECTION" --quiet "$TMP/records.ndjson" >&2
-"$BIN" bake --db "$DB" --collection "$COLLECTION" --out "$TMP/www" >&2
+"$FIXTURE_BIN" generate --count "$RECORDS" --seed 42 >"$TMP/records.ndjson"
+"$FIXTURE_BIN" import --db "$DB" --collection "$COLLECTION" --quiet "$TMP/records.ndjson" >&2
+"$FIXTURE_BIN" bake --db "$DB" --collection "$COLLECTION" --out "$TMP/www" >&2
 SNAPSHOT="$TMP/www/$COLLECTION.snapshot"
 SNAP_BYTES=$(stat -c %s "$SNAPSHOT")
 
@@ -79,7 +85,7 @@ EOF
 }
 start_nginx silent
 
-start_serve "$BIN" "$DB" "$DS_PORT" --log-level warning
+start_serve "$FIXTURE_BIN" "$DB" "$DS_PORT" --log-level warning
 DS_URL="http://127.0.0.1:$DS_PORT/v1/collections/$COLLECTION"
 NG_URL="http://127.0.0.1:$NGINX_PORT/$COLLECTION.snapshot"
 
@@ -88,7 +94,7 @@ NG_ETAG="$(etag_of "$NG_URL")"
 [[ -n "$DS_ETAG_OLD" && -n "$NG_ETAG" ]] || { echo "no ETag (deltasnap '$DS_ETAG_OLD', nginx '$NG_ETAG')" >&2; exit 1; }
 
 # 12 changed records → a new version; the OLD ETag now gets a 12-record delta.
-"$BIN" generate --count 12 --seed 42 --revision 1 | "$BIN" import --db "$DB" --collection "$COLLECTION" --quiet - >&2
+"$FIXTURE_BIN" generate --count 12 --seed 42 --revision 1 | "$FIXTURE_BIN" import --db "$DB" --collection "$COLLECTION" --quiet - >&2
 sleep 0.5   # the server notices outside writes by polling (100 ms)
 DS_ETAG="$(etag_of "$DS_URL" -H 'Accept-Encoding: gzip')"
 [[ "$DS_ETAG" != "$DS_ETAG_OLD" ]] || { echo "ETag did not change after the 12-record import" >&2; exit 1; }
@@ -103,7 +109,7 @@ say "deltasnap ETag $DS_ETAG (old $DS_ETAG_OLD), nginx ETag $NG_ETAG; 304 checks
 [[ "$S304_DS" == 304 && "$S304_NG" == 304 && "$DELTA_STATUS" == 200 ]] || { echo "unexpected status codes" >&2; exit 1; }
 
 # Rebake so nginx serves exactly the bytes deltasnap's full-body cache holds now (checked with cmp).
-"$BIN" bake --db "$DB" --collection "$COLLECTION" --out "$TMP/www" >&2
+"$FIXTURE_BIN" bake --db "$DB" --collection "$COLLECTION" --out "$TMP/www" >&2
 chmod 644 "$SNAPSHOT"
 sleep 0.3
 NG_ETAG="$(etag_of "$NG_URL")"
@@ -117,8 +123,16 @@ RESULTS="$TMP/results.tsv"
 : >"$RESULTS"
 stop_pid "$DS_PID"
 stop_pid "$NGINX_PID"
+# Each server its own copy of the store (a newer build migrates what it opens).
+for server in new old; do
+    for suffix in "" -wal -shm; do
+        [[ -f "$DB$suffix" ]] && cp "$DB$suffix" "$TMP/store-$server.sqlite$suffix"
+    done
+done
 SERVERS=("new:$BIN")
 [[ -n "$BASELINE_BIN" ]] && SERVERS+=("old:$BASELINE_BIN")
+# BASELINE_FIRST=1: the old build measured first in each round (alternate runs to cancel the order).
+[[ -n "$BASELINE_BIN" && -n "${BASELINE_FIRST:-}" ]] && SERVERS=("old:$BASELINE_BIN" "new:$BIN")
 for mode in $MODES; do
     start_nginx "$mode"
     NG_ETAG="$(etag_of "$NG_URL")"
@@ -129,7 +143,8 @@ for mode in $MODES; do
     stop_pid "$NGINX_PID"
     for server in "${SERVERS[@]}"; do
         name="${server%%:*}" bin="${server#*:}"
-        if [[ "$mode" == silent ]]; then start_serve "$bin" "$DB" "$DS_PORT" --log-level warning; else start_serve "$bin" "$DB" "$DS_PORT"; fi
+        db="$TMP/store-$name.sqlite"
+        if [[ "$mode" == silent ]]; then start_serve "$bin" "$db" "$DS_PORT" --log-level warning; else start_serve "$bin" "$db" "$DS_PORT"; fi
         WATCH_PIDS=("$DS_PID")
         # Warm the full-body and delta caches as a first client would, then the process
         # itself (the first seconds of the first server measured ran slow in every round).

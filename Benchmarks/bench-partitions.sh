@@ -10,6 +10,18 @@
 #
 #   Benchmarks/bench-partitions.sh                       # 1,000,000 partitions, 10,000 users
 #   PARTITIONS=100000 USERS=1000 Benchmarks/bench-partitions.sh   # a quicker run
+#   BIN=/tmp/old/deltasnap SKIP_BUILD=1 Benchmarks/bench-partitions.sh  # another build
+#
+# JWT_MODE: how the users' tokens are signed and checked (default hs256, as before):
+#   hs256       --jwt-secret (minted here with the standard library)
+#   eddsa       --jwt-public-key with an Ed25519 PEM key
+#   rs256 es256 --jwks-file: a key set read from a file (2048-bit RSA; P-256), kid in the token
+#   eddsa-jwks  --jwks-file with an Ed25519 key (OKP)
+# Every mode but hs256 mints with PyJWT + cryptography (JWT_PYTHON, default the tests' venv
+# .build/jwt-venv/bin/python). A list (JWT_MODE="eddsa rs256 es256 hs256") measures the view's
+# 304 for each mode in turn on the same store, serve restarted with that mode's key and warmed
+# 2 s, JWT_ROUNDS times (default 1), each round starting one mode further along the list, nginx's
+# 304 before each round; part 3 then runs with the first mode.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bench-common.sh"
 IMPORT_RECORDS="${IMPORT_RECORDS:-100000}"
@@ -23,6 +35,16 @@ CONNECTIONS="${CONNECTIONS:-32}"
 DS_PORT="${DS_PORT:-18090}"
 NGINX_PORT="${NGINX_PORT:-18091}"
 SECRET="bench-partitions-secret"
+JWT_MODE="${JWT_MODE:-hs256}"
+JWT_ROUNDS="${JWT_ROUNDS:-1}"
+JWT_PYTHON="${JWT_PYTHON:-$ROOT/.build/jwt-venv/bin/python}"
+read -r -a MODES <<<"$JWT_MODE"
+for mode in "${MODES[@]}"; do
+    case "$mode" in hs256|eddsa|rs256|es256|eddsa-jwks) ;; *) echo "JWT_MODE: unknown mode '$mode'" >&2; exit 2 ;; esac
+    if [[ "$mode" != hs256 ]] && ! "$JWT_PYTHON" -c 'import jwt, cryptography' 2>/dev/null; then
+        echo "JWT_MODE=$mode needs PyJWT and cryptography in $JWT_PYTHON (the tests make .build/jwt-venv)" >&2; exit 2
+    fi
+done
 
 need nginx wrk curl
 build_release
@@ -75,8 +97,13 @@ collections:
 memberships: members
 YAML
 
-# JWTs minted here (HS256): one per user, as the app's auth service would.
-python3 - "$SECRET" "$USERS" >"$TMP/tokens.txt" <<'PY'
+# JWTs minted here, one per user, as the app's auth service would: HS256 with the standard
+# library; the other modes with PyJWT (a key made per run; its public half in a PEM file or a
+# key set file). tokens-MODE.txt: heavy's first, then u0…; SERVE_FLAGS_MODE: serve's flags.
+mint_tokens() { # MODE
+    local mode="$1"
+    if [[ "$mode" == hs256 ]]; then
+        python3 - "$SECRET" "$USERS" >"$TMP/tokens-$mode.txt" <<'PY'
 import base64, hashlib, hmac, json, sys, time
 secret, users = sys.argv[1].encode(), int(sys.argv[2])
 def b64(data): return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
@@ -86,9 +113,52 @@ for sub in ["heavy"] + ["u%d" % u for u in range(users)]:
     signature = b64(hmac.new(secret, (header + "." + body).encode(), hashlib.sha256).digest())
     print(header + "." + body + "." + signature)
 PY
+        return
+    fi
+    "$JWT_PYTHON" - "$mode" "$USERS" "$TMP" >"$TMP/tokens-$mode.txt" <<'PY'
+import json, sys, time
+import jwt
+from jwt.algorithms import RSAAlgorithm, ECAlgorithm, OKPAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa, ec, ed25519
+mode, users, tmp = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+if mode == "rs256":
+    key, alg, algorithm = rsa.generate_private_key(public_exponent=65537, key_size=2048), "RS256", RSAAlgorithm
+elif mode == "es256":
+    key, alg, algorithm = ec.generate_private_key(ec.SECP256R1()), "ES256", ECAlgorithm
+else:
+    key, alg, algorithm = ed25519.Ed25519PrivateKey.generate(), "EdDSA", OKPAlgorithm
+kid = "bench-" + mode
+if mode == "eddsa":
+    with open("%s/jwt-%s.pem" % (tmp, mode), "wb") as f:
+        f.write(key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    headers = {}
+else:
+    jwk = json.loads(algorithm.to_jwk(key.public_key()))
+    jwk.update({"kid": kid, "alg": alg, "use": "sig"})
+    with open("%s/jwks-%s.json" % (tmp, mode), "w") as f:
+        json.dump({"keys": [jwk]}, f)
+    headers = {"kid": kid}
+now = int(time.time())
+for sub in ["heavy"] + ["u%d" % u for u in range(users)]:
+    print(jwt.encode({"sub": sub, "iat": now, "exp": now + 7200}, key, algorithm=alg, headers=headers))
+PY
+}
+serve_flags() { # MODE → SERVE_FLAGS
+    case "$1" in
+        hs256) SERVE_FLAGS=(--jwt-secret "$SECRET") ;;
+        eddsa) SERVE_FLAGS=(--jwt-public-key "$TMP/jwt-eddsa.pem") ;;
+        *) SERVE_FLAGS=(--jwks-file "$TMP/jwks-$1.json") ;;
+    esac
+}
+for mode in "${MODES[@]}"; do mint_tokens "$mode"; done
+MODE="${MODES[0]}"
+cp "$TMP/tokens-$MODE.txt" "$TMP/tokens.txt"
 HEAVY_TOKEN="$(head -1 "$TMP/tokens.txt")"
+serve_flags "$MODE"
+say "tokens: ${MODES[*]} (part 3 with $MODE)"
 
-start_serve "$BIN" "$DB" "$DS_PORT" --rules "$TMP/rules.yaml" --jwt-secret "$SECRET"
+start_serve "$BIN" "$DB" "$DS_PORT" --rules "$TMP/rules.yaml" "${SERVE_FLAGS[@]}"
 INDEX="http://127.0.0.1:$DS_PORT/v1/index"
 VIEW_ETAG="$(etag_of "$INDEX" -H "Authorization: Bearer $HEAVY_TOKEN")"
 VIEW_COUNT=$(curl -s -H "Authorization: Bearer $HEAVY_TOKEN" "$INDEX" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["index"]["collections"]))')
@@ -106,8 +176,35 @@ EOF
 NG_URL="http://127.0.0.1:$NGINX_PORT/index.json"
 NG_ETAG="$(etag_of "$NG_URL")"
 WATCH_PIDS=("$DS_PID")
-run_wrk nginx-304 "$NG_URL" "If-None-Match: $NG_ETAG"
-run_wrk view-304 "$INDEX" "Authorization: Bearer $HEAVY_TOKEN" "If-None-Match: $VIEW_ETAG"
+if ((${#MODES[@]} == 1 && JWT_ROUNDS == 1)); then
+    run_wrk nginx-304 "$NG_URL" "If-None-Match: $NG_ETAG"
+    run_wrk view-304 "$INDEX" "Authorization: Bearer $HEAVY_TOKEN" "If-None-Match: $VIEW_ETAG"
+else
+    # Each mode in turn, serve restarted with its key (the same store; the view's ETag read again).
+    for round in $(seq 1 "$JWT_ROUNDS"); do
+        run_wrk "nginx-304-r$round" "$NG_URL" "If-None-Match: $NG_ETAG"
+        # Each round starts one mode further along, so no mode always runs first.
+        ORDER=()
+        for k in "${!MODES[@]}"; do ORDER+=("${MODES[$(((k + round - 1) % ${#MODES[@]}))]}"); done
+        for mode in "${ORDER[@]}"; do
+            kill "$DS_PID" 2>/dev/null || true; wait "$DS_PID" 2>/dev/null || true
+            serve_flags "$mode"
+            start_serve "$BIN" "$DB" "$DS_PORT" --rules "$TMP/rules.yaml" "${SERVE_FLAGS[@]}"
+            WATCH_PIDS=("$DS_PID")
+            token="$(head -1 "$TMP/tokens-$mode.txt")"
+            VIEW_ETAG="$(etag_of "$INDEX" -H "Authorization: Bearer $token")"
+            STATUS=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" -H "If-None-Match: $VIEW_ETAG" "$INDEX")
+            [[ "$STATUS" == 304 ]] || { echo "$mode: the unchanged view answered $STATUS, not 304" >&2; cat "$TMP/serve.err" >&2; exit 1; }
+            wrk -t"$THREADS" -c"$CONNECTIONS" -d2s -H "Authorization: Bearer $token" -H "If-None-Match: $VIEW_ETAG" "$INDEX" >/dev/null 2>&1 || true
+            run_wrk "view-304-$mode-r$round" "$INDEX" "Authorization: Bearer $token" "If-None-Match: $VIEW_ETAG"
+        done
+    done
+    # Part 3 with the first mode, on a fresh process as in a single-mode run.
+    kill "$DS_PID" 2>/dev/null || true; wait "$DS_PID" 2>/dev/null || true
+    serve_flags "$MODE"
+    start_serve "$BIN" "$DB" "$DS_PORT" --rules "$TMP/rules.yaml" "${SERVE_FLAGS[@]}"
+    WATCH_PIDS=("$DS_PID")
+fi
 kill "$NGINX_PID" 2>/dev/null || true
 
 # ---------------------------------------------------------------- 3. many users, a changed view
@@ -149,10 +246,31 @@ echo "import --partition-by (SQLite): $IMPORT_RECORDS records into $IMPORT_RECOR
 echo
 echo "| case (wrk -t$THREADS -c$CONNECTIONS -d$DURATION) | req/s | p50 ms | p99 ms | ×nginx |"
 echo "|---|---:|---:|---:|---:|"
-NG=$(get nginx-304 2)
-printf '| nginx 304 (static file) | %s | %s | %s | 1.00 |\n' "$NG" "$(get nginx-304 3)" "$(get nginx-304 4)"
-printf '| view of %s partitions, 304 (JWT verified) | %s | %s | %s | %s |\n' "$VIEW_COUNT" "$(get view-304 2)" "$(get view-304 3)" "$(get view-304 4)" \
-    "$(awk -v a="$(get view-304 2)" -v b="$NG" 'BEGIN { printf "%.2f", a / b }')"
+if ((${#MODES[@]} == 1 && JWT_ROUNDS == 1)); then
+    NG=$(get nginx-304 2)
+    printf '| nginx 304 (static file) | %s | %s | %s | 1.00 |\n' "$NG" "$(get nginx-304 3)" "$(get nginx-304 4)"
+    printf '| view of %s partitions, 304 (JWT %s verified) | %s | %s | %s | %s |\n' "$VIEW_COUNT" "$MODE" "$(get view-304 2)" "$(get view-304 3)" "$(get view-304 4)" \
+        "$(awk -v a="$(get view-304 2)" -v b="$NG" 'BEGIN { printf "%.2f", a / b }')"
+else
+    FIRST="${MODES[0]}"
+    for round in $(seq 1 "$JWT_ROUNDS"); do
+        NG=$(get "nginx-304-r$round" 2)
+        printf '| round %s: nginx 304 (static file) | %s | %s | %s | 1.00 |\n' "$round" "$NG" "$(get "nginx-304-r$round" 3)" "$(get "nginx-304-r$round" 4)"
+        for mode in "${MODES[@]}"; do
+            printf '| round %s: view of %s partitions, 304, JWT %s | %s | %s | %s | %s |\n' "$round" "$VIEW_COUNT" "$mode" "$(get "view-304-$mode-r$round" 2)" \
+                "$(get "view-304-$mode-r$round" 3)" "$(get "view-304-$mode-r$round" 4)" "$(awk -v a="$(get "view-304-$mode-r$round" 2)" -v b="$NG" 'BEGIN { printf "%.2f", a / b }')"
+        done
+    done
+    echo
+    echo "view-304 rate of each mode ÷ $FIRST's in the same round:"
+    for mode in "${MODES[@]}"; do
+        printf '  %-10s' "$mode"
+        for round in $(seq 1 "$JWT_ROUNDS"); do
+            printf '  r%s %s' "$round" "$(awk -v a="$(get "view-304-$mode-r$round" 2)" -v b="$(get "view-304-$FIRST-r$round" 2)" 'BEGIN { printf "%.2f", a / b }')"
+        done
+        echo
+    done
+fi
 echo
 echo "$PARTITIONS partitions, $USERS users' views answered: server RSS $RSS_BEFORE MB before, $RSS_AFTER MB after (peak $HWM MB)"
 echo "changed view (1 of $VIEW_COUNT partitions changed), $REPEATS times: p50 $CHANGED_P50 ms, max $CHANGED_MAX ms"

@@ -6,6 +6,8 @@
 #
 #   Benchmarks/bench-cpu.sh
 #   BASELINE_BIN=/path/to/old/deltasnap ROUNDS=3 Benchmarks/bench-cpu.sh
+# With BASELINE_BIN the store is made by the baseline (FIXTURE_BIN) and each build serves its
+# own copy: a newer build migrates the store it opens, which an older one then refuses.
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/bench-common.sh"
@@ -14,20 +16,26 @@ ROUNDS="${ROUNDS:-3}"
 DURATION="${DURATION:-5s}"
 DS_PORT="${DS_PORT:-18121}"
 BASELINE_BIN="${BASELINE_BIN:-}"
+FIXTURE_BIN="${FIXTURE_BIN:-${BASELINE_BIN:-$BIN}}"
 
 need wrk curl
 build_release
 make_workspace bench-cpu
-"$BIN" generate --count "$RECORDS" --seed 42 >"$TMP/records.ndjson"
-"$BIN" import --db "$TMP/s.sqlite" --collection items --quiet "$TMP/records.ndjson" >/dev/null
+"$FIXTURE_BIN" generate --count "$RECORDS" --seed 42 >"$TMP/records.ndjson"
+"$FIXTURE_BIN" import --db "$TMP/s.sqlite" --collection items --quiet "$TMP/records.ndjson" >/dev/null
 URL="http://127.0.0.1:$DS_PORT/v1/collections/items"
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
-start_serve "$BIN" "$TMP/s.sqlite" "$DS_PORT" --log-level warning
+start_serve "$FIXTURE_BIN" "$TMP/s.sqlite" "$DS_PORT" --log-level warning
 OLD_TAG="$(etag_of "$URL")"
 kill "$DS_PID"; wait "$DS_PID" 2>/dev/null || true
-"$BIN" generate --count 12 --seed 42 --revision 1 | "$BIN" import --db "$TMP/s.sqlite" --collection items --quiet - >/dev/null
+"$FIXTURE_BIN" generate --count 12 --seed 42 --revision 1 | "$FIXTURE_BIN" import --db "$TMP/s.sqlite" --collection items --quiet - >/dev/null
+for name in new old; do
+    for suffix in "" -wal -shm; do
+        [[ -f "$TMP/s.sqlite$suffix" ]] && cp "$TMP/s.sqlite$suffix" "$TMP/s-$name.sqlite$suffix"
+    done
+done
 
 SERVERS=("new:$BIN")
 [[ -n "$BASELINE_BIN" ]] && SERVERS+=("old:$BASELINE_BIN")
@@ -37,7 +45,7 @@ for round in $(seq 1 "$ROUNDS"); do
     for server in "${SERVERS[@]}"; do
         name="${server%%:*}" bin="${server#*:}"
         for mode in silent logged; do
-            if [[ "$mode" == silent ]]; then start_serve "$bin" "$TMP/s.sqlite" "$DS_PORT" --log-level warning; else start_serve "$bin" "$TMP/s.sqlite" "$DS_PORT"; fi
+            if [[ "$mode" == silent ]]; then start_serve "$bin" "$TMP/s-$name.sqlite" "$DS_PORT" --log-level warning; else start_serve "$bin" "$TMP/s-$name.sqlite" "$DS_PORT"; fi
             tag="$(etag_of "$URL")"
             curl -s -o /dev/null -H "If-None-Match: $OLD_TAG" -H 'Accept-Encoding: gzip' "$URL"
             wrk -t2 -c32 -d2s -H "If-None-Match: $tag" "$URL" >/dev/null 2>&1 || true

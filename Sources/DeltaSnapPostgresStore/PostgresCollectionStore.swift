@@ -108,6 +108,10 @@ public final class PostgresCollectionStore: CollectionStore {
         try await primary.publishedState(of: names)
     }
 
+    public func publishedState(of names: [String], confirming known: [String: PublishedHead]) async throws -> PublishedState {
+        try await primary.publishedState(of: names, confirming: known)
+    }
+
     public func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
         try await primary.importPartitions(partitions, replace: replace, recording: position)
     }

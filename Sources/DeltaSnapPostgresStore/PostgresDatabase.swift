@@ -405,11 +405,14 @@ final class PostgresDatabase: Sendable {
     /// What a signed index states about `names` (every collection when nil; names that do
     /// not exist are left out), read in one repeatable-read transaction so each digest
     /// belongs to the token next to it.
-    package func publishedState(of names: [String]? = nil) async throws -> PublishedState {
+    /// With `known`, an entry is made only for a name whose head is not the one it gives
+    /// (``CollectionStore/publishedState(of:confirming:)``).
+    package func publishedState(of names: [String]? = nil, confirming known: [String: PublishedHead] = [:]) async throws -> PublishedState {
         try await pool.withConnection { connection in
             try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
             do {
                 var entries: [SignedIndex.Entry] = []
+                var confirmed = Set<String>()
                 let rows = try await connection.query(PostgresQuery(
                     unsafeSQL: """
                         SELECT c.name, c.epoch, c.head, c.checksum, c.visible, c.floor,
@@ -420,7 +423,12 @@ final class PostgresDatabase: Sendable {
                 for try await (name, epoch, version, checksum, visible, floor, committedAt, digest)
                     in rows.decode((String, String, Int64, Int64, Int64, Int64, Int64?, ByteBuffer?).self)
                 {
-                    guard version > 0, let digest = digest.flatMap({ StateDigest(bytes: $0.readableBytesView) }) else { continue }
+                    guard version > 0 else { continue }
+                    if known[name] == PublishedHead(epoch: epoch, version: UInt64(version), floor: UInt64(floor)) {
+                        confirmed.insert(name)
+                        continue
+                    }
+                    guard let digest = digest.flatMap({ StateDigest(bytes: $0.readableBytesView) }) else { continue }
                     let head = CollectionHead(
                         name: name, epoch: epoch, version: UInt64(version), checksum: StateChecksum(value: UInt64(bitPattern: checksum)),
                         count: Int(visible), committedAt: committedAt ?? 0, floor: UInt64(floor))
@@ -428,7 +436,7 @@ final class PostgresDatabase: Sendable {
                 }
                 let sequence = try await Self.publicationSequence(on: connection, logger: logger)
                 try await connection.query("COMMIT", logger: logger)
-                return PublishedState(sequence: sequence, entries: entries)
+                return PublishedState(sequence: sequence, entries: entries, confirmed: confirmed)
             } catch {
                 _ = try? await connection.query("ROLLBACK", logger: logger)
                 throw error

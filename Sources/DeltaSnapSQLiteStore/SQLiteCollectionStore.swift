@@ -99,6 +99,10 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         try await reading { store in try store.read { try $0.publishedState(of: names) } }
     }
 
+    public func publishedState(of names: [String], confirming known: [String: PublishedHead]) async throws -> PublishedState {
+        try await reading { store in try store.read { try $0.publishedState(of: names, confirming: known) } }
+    }
+
     public func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
         try await writing { store in try store.importPartitions(partitions, replace: replace, recording: position) }
     }

@@ -159,39 +159,42 @@ final class IndexPublisher: Sendable {
         }
     }
 
-    /// Reads every entry it lists from `store` in one read transaction, and serialises only
-    /// those not stated before: a document states one state of the store, so the collections
-    /// one commit changed are listed together, at that commit or before it (PROTOCOL §8.1).
-    /// The heads asked for only say which entries to list: they may mix commits (a body read
-    /// installs its own collection's head before the change watcher reports the others of its
-    /// commit), so an entry is never taken from them, nor from an earlier document, without
-    /// the read confirming it. A confirmed entry — a token and the digest of its state, which
-    /// never change — is copied as bytes, so a view of a thousand partitions of which one
-    /// changed makes a point read per entry (one query on PostgreSQL) and serialises one.
+    /// Reads every head it lists from `store` in one read transaction, and makes and
+    /// serialises only the entries not stated before: a document states one state of the
+    /// store, so the collections one commit changed are listed together, at that commit or
+    /// before it (PROTOCOL §8.1). The heads asked for only say which entries to list: they may
+    /// mix commits (a body read installs its own collection's head before the change watcher
+    /// reports the others of its commit), so an entry stated before is listed again only
+    /// where that read confirms its head. A confirmed entry — a token and the digest of its
+    /// state, which never change — is copied as bytes, so a view of a thousand partitions of
+    /// which one changed reads a thousand heads (one statement on SQLite, one query on
+    /// PostgreSQL) and makes, hashes and serialises one entry.
     private func build(
         entryKeys: [EntryKey], previous: [StatedEntry], subject: String?, store: any CollectionStore, now: Int64
     ) async throws -> Published {
-        let read = try await store.publishedState(of: entryKeys.map(\.name))
         var asked: [String: EntryKey] = [:]
         asked.reserveCapacity(entryKeys.count)
         for key in entryKeys { asked[key.name] = key }
         var previousByKey: [EntryKey: StatedEntry] = [:]
         previousByKey.reserveCapacity(previous.count)
         for stated in previous { previousByKey[stated.key] = stated }
-        var fresh: [StatedEntry] = []
-        var listed = state.withLockedValue { state in
-            read.entries.map { entry -> StatedEntry in
-                let key = EntryKey(entry, sharing: asked[entry.collection])
-                if let known = previousByKey[key] ?? state.entries[key] { return known }
-                let stated = StatedEntry(entry, expected: asked[entry.collection])
-                fresh.append(stated)
-                return stated
-            }
-        }
+        // What is stated already of the heads asked for: the read confirms or replaces each.
+        var known: [String: StatedEntry] = [:]
         state.withLockedValue { state in
-            if state.entries.count + fresh.count > entryCapacity { state.entries.removeAll(keepingCapacity: true) }
-            for stated in fresh { state.entries[stated.key] = stated }
+            for key in entryKeys { if let stated = previousByKey[key] ?? state.entries[key] { known[key.name] = stated } }
         }
+        let read = try await store.publishedState(
+            of: entryKeys.map(\.name), confirming: known.mapValues { PublishedHead(epoch: $0.key.epoch, version: $0.key.version, floor: $0.key.floor) })
+        var fresh: [String: StatedEntry] = [:]
+        state.withLockedValue { state in
+            for entry in read.entries {
+                let key = EntryKey(entry, sharing: asked[entry.collection])
+                fresh[entry.collection] = state.entries[key] ?? StatedEntry(entry, expected: asked[entry.collection])
+            }
+            if state.entries.count + fresh.count > entryCapacity { state.entries.removeAll(keepingCapacity: true) }
+            for stated in fresh.values { state.entries[stated.key] = stated }
+        }
+        var listed = entryKeys.compactMap { key in read.confirmed.contains(key.name) ? known[key.name] : fresh[key.name] }
         // Canonical JSON orders members by their UTF-8 bytes; the store reads them in that order
         // (but where a preview device's view states a workspace under another name).
         if !zip(listed, listed.dropFirst()).allSatisfy({ $0.statedName.utf8Precedes($1.statedName) }) {

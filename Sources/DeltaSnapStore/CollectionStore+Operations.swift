@@ -18,6 +18,17 @@ extension CollectionStore {
         try await importPartitions(partitions, replace: replace, recording: nil)
     }
 
+    /// Every entry made, then those the caller knew set apart (stores that cannot do better).
+    public func publishedState(of names: [String], confirming known: [String: PublishedHead]) async throws -> PublishedState {
+        var state = try await publishedState(of: names)
+        state.confirmed = Set(state.entries.filter { entry in
+            guard let head = known[entry.collection], let token = ServerToken(entry.token) else { return false }
+            return head == PublishedHead(epoch: token.epoch, version: entry.version, floor: entry.floor)
+        }.map(\.collection))
+        state.entries.removeAll { state.confirmed.contains($0.collection) }
+        return state
+    }
+
     /// One read per name (stores that cannot do better).
     public func heads(of names: [String]) async throws -> [CollectionHead] {
         var heads: [CollectionHead] = []

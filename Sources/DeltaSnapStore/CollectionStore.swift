@@ -54,6 +54,12 @@ public protocol CollectionStore: Sendable {
     /// What a signed index states (the publication sequence and one entry, with its digest,
     /// per collection or partition of `names` that exists), read in one transaction.
     func publishedState(of names: [String]) async throws -> PublishedState
+    /// ``publishedState(of:)`` for a document that already states most of `names`: every head
+    /// read in the same one transaction, but an entry made (digest, fingerprint, date) only for
+    /// a name whose head is not the one `known` gives; the others are listed as confirmed.
+    /// A changed view of a thousand partitions of which one moved makes one entry, and every
+    /// entry of the document still belongs to one state of the store.
+    func publishedState(of names: [String], confirming known: [String: PublishedHead]) async throws -> PublishedState
     /// Imports every record `stream` yields into `collection` as one new version (none when
     /// nothing changed): only records whose canonical bytes change are written; a hidden
     /// record hides; with `replace`, records the input does not mention are hidden. Any bad
@@ -177,10 +183,29 @@ public struct PublishedState: Sendable, Equatable {
     /// Raised by every commit that changes what is published; never lowered.
     public var sequence: UInt64
     public var entries: [SignedIndex.Entry]
+    /// Names whose head was the one the caller knew (``CollectionStore/publishedState(of:confirming:)``):
+    /// no entry was made for them.
+    public var confirmed: Set<String>
 
-    public init(sequence: UInt64, entries: [SignedIndex.Entry]) {
+    public init(sequence: UInt64, entries: [SignedIndex.Entry], confirmed: Set<String> = []) {
         self.sequence = sequence
         self.entries = entries
+        self.confirmed = confirmed
+    }
+}
+
+/// What identifies a published entry's state: its token and its floor.
+public struct PublishedHead: Hashable, Sendable {
+    public var epoch: String
+    public var version: UInt64
+    public var floor: UInt64
+
+    public init(epoch: String, version: UInt64, floor: UInt64) {
+        (self.epoch, self.version, self.floor) = (epoch, version, floor)
+    }
+
+    public init(_ head: CollectionHead) {
+        self.init(epoch: head.epoch, version: head.version, floor: head.floor)
     }
 }
 

@@ -133,6 +133,9 @@ public struct ReviewRoutedStore: CollectionStore {
         try await base.partitions(of: collection, keysStartingWith: prefix, limit: limit)
     }
     public func publishedState(of names: [String]) async throws -> PublishedState { try await base.publishedState(of: names) }
+    public func publishedState(of names: [String], confirming known: [String: PublishedHead]) async throws -> PublishedState {
+        try await base.publishedState(of: names, confirming: known)
+    }
     public func sourcePosition(of follower: String) async throws -> String? { try await base.sourcePosition(of: follower) }
     public func forgetSourcePosition(of follower: String) async throws -> Bool { try await base.forgetSourcePosition(of: follower) }
     public func followers() async throws -> [SourceFollowerStatus] { try await base.followers() }

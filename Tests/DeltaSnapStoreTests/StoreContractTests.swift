@@ -63,6 +63,25 @@ import Testing
         }
     }
 
+    /// The index's read: a name whose head is the one the caller knew is confirmed (no entry
+    /// made), the others get their entry, as `publishedState(of:)` makes it, in one read.
+    @Test(arguments: TestBackend.allCases)
+    func publishedStateConfirmsKnownHeadsAndMakesTheRest(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            _ = try await database.importText(Fixtures.ndjson(0..<3), collection: "items")
+            _ = try await database.importText(Fixtures.ndjson(0..<2), collection: "notes")
+            let names = ["items", "missing", "notes"]
+            let all = try await database.store.publishedState(of: names)
+            let items = try #require(try await database.head(of: "items"))
+            let stale = PublishedHead(epoch: items.epoch, version: items.version - 1, floor: items.floor)
+            let notes = try #require(try await database.head(of: "notes"))
+            let read = try await database.store.publishedState(of: names, confirming: ["items": PublishedHead(items), "notes": stale, "missing": stale])
+            #expect(read.confirmed == ["items"])
+            #expect(read.entries == all.entries.filter { $0.collection == "notes" } && read.sequence == all.sequence)
+            #expect(read.entries.first?.version == notes.version)
+        }
+    }
+
     @Test(arguments: TestBackend.allCases)
     func diffWritesOnlyChangedRecordsAndHidesAndUnhides(_ backend: TestBackend) async throws {
         try await withDatabase(backend) { database in

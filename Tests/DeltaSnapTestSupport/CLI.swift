@@ -40,27 +40,18 @@ package enum CLI {
     /// ``run(_:environment:stdin:)`` on the calling thread (one that may block).
     @discardableResult
     package static func runBlocking(_ arguments: [String], environment: [String: String] = [:], stdin: String? = nil) throws -> Result {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         // Files rather than pipes: a chatty child can never block on a full pipe.
         let scratch = try TemporaryDirectory("cli")
         defer { scratch.remove() }
-        _ = FileManager.default.createFile(atPath: scratch.file("out"), contents: nil)
-        _ = FileManager.default.createFile(atPath: scratch.file("err"), contents: nil)
-        process.standardOutput = FileHandle(forWritingAtPath: scratch.file("out"))
-        process.standardError = FileHandle(forWritingAtPath: scratch.file("err"))
-        let input = Pipe()
-        process.standardInput = input
-        try process.run()
-        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-        try input.fileHandleForWriting.close()
-        process.waitUntilExit()
+        if let stdin { _ = FileManager.default.createFile(atPath: scratch.file("in"), contents: Data(stdin.utf8)) }
+        let child = try Spawned(
+            binary, arguments, environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
+            stdout: scratch.file("out"), stderr: scratch.file("err"), stdin: stdin == nil ? nil : scratch.file("in"))
+        let status = child.wait()
         let outData = FileManager.default.contents(atPath: scratch.file("out")) ?? Data()
         let errData = FileManager.default.contents(atPath: scratch.file("err")) ?? Data()
         return Result(
-            status: process.terminationStatus,
+            status: status,
             stdout: String(decoding: outData, as: UTF8.self),
             stderr: String(decoding: errData, as: UTF8.self),
             stdoutBytes: [UInt8](outData))
@@ -73,22 +64,18 @@ package enum CLI {
     }
 
     private static func runAndKillBlocking(_ arguments: [String], after delay: Double?, environment: [String: String]) throws -> Bool {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: CLI.binary)
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let child = try Spawned(
+            CLI.binary, arguments, environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
+            stdout: "/dev/null", stderr: "/dev/null")
         guard let delay else {
-            process.waitUntilExit()
+            child.wait()
             return false
         }
         let deadline = Date().addingTimeInterval(delay)
-        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.002) }
-        guard process.isRunning else { return false }
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-        return process.terminationReason == .uncaughtSignal
+        while child.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.002) }
+        guard child.isRunning else { return false }
+        kill(child.pid, SIGKILL)
+        child.wait()
+        return child.wasKilled
     }
 }

@@ -158,20 +158,16 @@ package final class PostgresCluster: @unchecked Sendable {
         }
     }
 
+    /// Runs `tool` to its end (started with ``Spawned``, not `Process`: see there); throws its
+    /// output when it fails.
     static func run(_ tool: String, _ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: tool)
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            let text = String(decoding: output, as: UTF8.self)
-            throw RawHTTPClient.Failure(description: "\(tool) failed (\(process.terminationStatus)): \(text.suffix(2000))")
+        let scratch = try TemporaryDirectory("pg-tool")
+        defer { scratch.remove() }
+        let child = try Spawned(tool, arguments, environment: ProcessInfo.processInfo.environment, stdout: scratch.file("out"), stderr: scratch.file("err"))
+        let status = child.wait()
+        guard status == 0 else {
+            let output = ["out", "err"].map { String(decoding: FileManager.default.contents(atPath: scratch.file($0)) ?? Data(), as: UTF8.self) }.joined()
+            throw RawHTTPClient.Failure(description: "\(tool) failed (\(status)): \(output.suffix(2000))")
         }
     }
 }

@@ -152,18 +152,13 @@ import Testing
 
         for round in 0..<kills {
             let started = proxy.bytesUpstream
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: CLI.binary)
-            process.arguments = ["sync", "--url", url, "--replica", phone, "--token", "cli-token"]
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            let process = try Spawned(CLI.binary, ["sync", "--url", url, "--replica", phone, "--token", "cli-token"], stdout: .discard, stderr: .discard)
             // Killed once it sent another 6 MiB of the file.
             let deadline = Date().addingTimeInterval(30)
             while proxy.bytesUpstream - started < 6 << 20, process.isRunning, Date() < deadline { usleep(5_000) }
             #expect(process.isRunning, "run \(round) ended before it could be killed")
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            process.signal(SIGKILL)
+            process.wait()
         }
         // The last run goes to the end (again, as a person would, if the server was still
         // noticing the last kill: exit 4 says "try later").

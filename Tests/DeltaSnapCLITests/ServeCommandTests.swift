@@ -16,34 +16,24 @@ import Glibc
         let db = dir.file("s.sqlite")
         try Fixtures.importText(Fixtures.ndjson(0..<10), into: try SQLiteDatabase(path: db), collection: "items")
         let result = try await offPool { () -> (Int32, Int, String, [String]) in
-            let process = Process()
             // Started with a low soft limit on open files, as many systems start a program:
             // serve raises it to the hard one (it keeps small blobs' files open).
-            process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = ["-c", #"ulimit -Sn 256 && exec "$0" serve --db "$1" --port 0 --log-level warning"#, CLI.binary, db]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            let process = try Spawned(
+                "/bin/sh", ["-c", #"ulimit -Sn 256 && exec "$0" serve --db "$1" --port 0 --log-level warning"#, CLI.binary, db],
+                stdout: .pipe, stderr: .discard)
+            defer { process.wait(atMost: 0) }
             // The one line it prints when listening names the port.
-            var line = ""
-            while !line.contains("\n") {
-                let data = output.fileHandleForReading.availableData
-                if data.isEmpty { break }
-                line += String(decoding: data, as: UTF8.self)
-            }
+            let line = process.readLines(untilEachOf: ["deltasnap: serving "]).joined(separator: "\n")
             guard let range = line.range(of: "http://127.0.0.1:"),
                   let port = Int(line[range.upperBound...].prefix { $0.isNumber })
             else { return (-1, 0, line, []) }
             let response = try RawHTTPClient(port: port).request("GET", "/v1/collections/items")
-            let limits = (try? String(contentsOfFile: "/proc/\(process.processIdentifier)/limits", encoding: .utf8)) ?? ""
+            let limits = (try? String(contentsOfFile: "/proc/\(process.pid)/limits", encoding: .utf8)) ?? ""
             let openFiles = limits.split(separator: "\n").first { $0.hasPrefix("Max open files") }.map {
                 $0.dropFirst("Max open files".count).split(separator: " ").prefix(2).map(String.init)
             } ?? []
-            kill(process.processIdentifier, SIGTERM)
-            process.waitUntilExit()
-            return (process.terminationStatus, response.status, line, openFiles)
+            process.signal(SIGTERM)
+            return (process.wait(atMost: 30), response.status, line, openFiles)
         }
         #expect(result.1 == 200, "\(result.2)")
         #expect(result.0 == 0, "exit status after SIGTERM")

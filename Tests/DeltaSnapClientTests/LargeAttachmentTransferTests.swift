@@ -28,19 +28,32 @@ extension AttachmentSyncTests {
 
         func withWorld(_ body: (World) async throws -> Void) async throws { try await AttachmentSyncTests().withWorld(body) }
 
+        /// The file's size and the distance between cuts, in bytes: 32 MiB cut every 8 MiB
+        /// unless the environment names others (`sizeVariable`, `DELTASNAP_CUT_EVERY_MB`).
+        static func cutSizes(_ sizeVariable: String) -> (size: Int, cutEvery: Int) {
+            let environment = ProcessInfo.processInfo.environment
+            let megabytes = environment[sizeVariable].flatMap(Int.init) ?? 32
+            return (megabytes << 20, (environment["DELTASNAP_CUT_EVERY_MB"].flatMap(Int.init) ?? 8) << 20)
+        }
+
+        /// A replica of `notes` named `name` that reaches the world's server through `proxy`,
+        /// retrying at once and with the admin token.
+        static func replica(_ name: String, of world: World, through proxy: CuttingProxy) throws -> DeltaSnapReplica {
+            try DeltaSnapReplica(
+                path: world.dir.file("\(name).sqlite"), collection: "notes", url: URL(string: "http://127.0.0.1:\(proxy.port)/v1/collections/notes")!,
+                retryPolicy: RetryPolicy(initialDelay: 0.01, maximumDelay: 0.05), timeout: .seconds(30), accessToken: TestServer.writeToken)
+        }
+
         /// The issue's case: the connection cut after every 8 MiB the server sends. An eager `sync`
         /// brings the file whole, having moved it about once. 32 MiB here (four cuts, light enough
         /// beside the rest of the suite); `DELTASNAP_CUT_DOWNLOAD_MB=64` runs the issue's 64 MiB,
         /// `DELTASNAP_CUT_EVERY_MB` changes where the cuts fall.
         @Test(.timeLimit(.minutes(5)))
         func anEagerDownloadCutEveryFewMegabytesResumesWithRangeAndMovesTheFileOnce() async throws {
-            let environment = ProcessInfo.processInfo.environment
-            let megabytes = environment["DELTASNAP_CUT_DOWNLOAD_MB"].flatMap(Int.init) ?? 32
-            let cutEvery = (environment["DELTASNAP_CUT_EVERY_MB"].flatMap(Int.init) ?? 8) << 20
+            let (size, cutEvery) = Self.cutSizes("DELTASNAP_CUT_DOWNLOAD_MB")
             try await withWorld { world in
-                let size = megabytes << 20
                 let file = world.dir.file("big.bin")
-                try await Self.bigFile(file, megabytes: megabytes) { UInt8(truncatingIfNeeded: $0 &* 7 &+ 3) }
+                try await Self.bigFile(file, megabytes: size >> 20) { UInt8(truncatingIfNeeded: $0 &* 7 &+ 3) }
                 let phone = try world.replica("phone")
                 let reference = try await phone.attach(URL(fileURLWithPath: file), type: "application/octet-stream")
                 try await phone.put(id: "n1", json: #"{"file":\#(reference)}"#)
@@ -49,9 +62,7 @@ extension AttachmentSyncTests {
 
                 let proxy = try CuttingProxy(upstreamPort: world.server.port, cutDownstreamEvery: cutEvery)
                 defer { proxy.stop() }
-                let reader = try DeltaSnapReplica(
-                    path: world.dir.file("reader.sqlite"), collection: "notes", url: URL(string: "http://127.0.0.1:\(proxy.port)/v1/collections/notes")!,
-                    retryPolicy: RetryPolicy(initialDelay: 0.01, maximumDelay: 0.05), timeout: .seconds(30), accessToken: TestServer.writeToken)
+                let reader = try Self.replica("reader", of: world, through: proxy)
                 // A cut may also fall on the pull: sync again until the file is here.
                 for _ in 0..<5 where try await reader.attachmentStatuses().map(\.state) != ["cached"] { await reader.sync(ignoringBackoff: true) }
                 let report = await reader.lastAttachmentReport
@@ -69,22 +80,17 @@ extension AttachmentSyncTests {
         /// runs the full one): the upload completes in one sync, and what crossed the proxy is at
         /// most 1.1 times the file.
         @Test(.timeLimit(.minutes(5))) func anUploadThroughAProxyThatCutsEveryFewMegabytesCompletes() async throws {
-            let environment = ProcessInfo.processInfo.environment
             // Each cut loses what was in flight (socket buffers, whatever the file: a few hundred
             // KiB, over 500 KiB on a loaded machine where the server reads slower), so the bounded
             // form keeps cuts as far apart, relative to that, as the full one's: 32 MiB cut every
             // 8 MiB allows 800 KiB a cut (the full one 6.4 MiB).
-            let megabytes = environment["DELTASNAP_CUT_UPLOAD_MB"].flatMap(Int.init) ?? 32
-            let cutEvery = (environment["DELTASNAP_CUT_EVERY_MB"].flatMap(Int.init) ?? 8) << 20
+            let (size, cutEvery) = Self.cutSizes("DELTASNAP_CUT_UPLOAD_MB")
             try await withWorld { world in
-                let size = megabytes << 20
                 let file = world.dir.file("big.bin")
-                try await Self.bigFile(file, megabytes: megabytes) { UInt8(truncatingIfNeeded: $0) }
+                try await Self.bigFile(file, megabytes: size >> 20) { UInt8(truncatingIfNeeded: $0) }
                 let proxy = try CuttingProxy(upstreamPort: world.server.port, cutEvery: cutEvery)
                 defer { proxy.stop() }
-                let phone = try DeltaSnapReplica(
-                    path: world.dir.file("phone.sqlite"), collection: "notes", url: URL(string: "http://127.0.0.1:\(proxy.port)/v1/collections/notes")!,
-                    retryPolicy: RetryPolicy(initialDelay: 0.01, maximumDelay: 0.05), timeout: .seconds(30), accessToken: TestServer.writeToken)
+                let phone = try Self.replica("phone", of: world, through: proxy)
                 await phone.setAttachmentPolicy(.none)
                 let reference = try await phone.attach(URL(fileURLWithPath: file), type: "application/octet-stream")
                 try await phone.put(id: "n1", json: #"{"file":\#(reference)}"#)

@@ -80,19 +80,13 @@ import Testing
 
     @Test func syncWatchLivePrintsALinePerChangeAsItArrives() async throws {
         try await Self.withCountries { server, dir in
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: CLI.binary)
-            process.arguments = [
-                "sync", "--url", "\(server.baseURL)/v1/collections/countries", "--replica", dir.file("r.sqlite"), "--watch", "--live", "--wait", "20",
-            ]
             // Output to a file, read as it grows: no pipe and no reading thread to outlive the test.
             let outputPath = dir.file("live.out")
-            _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
-            let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            let process = try Spawned(
+                CLI.binary,
+                ["sync", "--url", "\(server.baseURL)/v1/collections/countries", "--replica", dir.file("r.sqlite"), "--watch", "--live", "--wait", "20"],
+                stdout: .file(outputPath), stderr: .discard)
+            defer { process.wait(atMost: 0) }
             let lines = LinesOfFile(path: outputPath)
             #expect(try await Self.eventually(within: 10) { lines.current.count == 1 })
             #expect(lines.current.first?.hasPrefix("pulled: full ") == true, "\(lines.current)")
@@ -102,8 +96,8 @@ import Testing
                 #expect(try await Self.eventually(within: 10) { lines.current.count == index + 2 }, "\(lines.current)")
                 #expect(lines.current.last?.hasPrefix("pulled: delta ") == true && lines.current.last?.contains("changed=1") == true)
             }
-            kill(process.processIdentifier, SIGINT)
-            process.waitUntilExit()
+            process.signal(SIGINT)
+            process.wait(atMost: 10)
         }
     }
 

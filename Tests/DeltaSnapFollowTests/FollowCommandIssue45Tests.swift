@@ -19,8 +19,7 @@ extension FollowCommandTests {
 
         let first = try Follower(arguments + ["--create"], output: dir.file("a.log"))
         try await first.waitFor("copy: ")
-        first.kill(SIGTERM)
-        #expect(first.process.terminationReason == .exit && first.process.terminationStatus == 0, "\(first.text)")
+        #expect(first.kill(SIGTERM) == 0, "\(first.text)")
         #expect(first.text.contains("stopped on SIGTERM") && first.text.contains("--drop-slot"), "\(first.text)")
 
         // As a script's background job: SIGINT ignored before exec.
@@ -28,8 +27,7 @@ extension FollowCommandTests {
         let second = try Follower(["-c", "trap '' INT; exec \(quoted)"], output: dir.file("b.log"), command: [], executable: "/bin/sh")
         try await source.run("INSERT INTO items VALUES (2, 2)")
         try await second.waitFor("items: version 2")
-        second.kill(SIGINT)
-        #expect(second.process.terminationReason == .exit && second.process.terminationStatus == 0, "\(second.text)")
+        #expect(second.kill(SIGINT) == 0, "\(second.text)")
         #expect(second.text.contains("stopped on SIGINT"), "\(second.text)")
     }
 
@@ -60,22 +58,8 @@ extension FollowCommandTests {
     /// Issue 45 point 10: a value maps the same copied or streamed (`char(n)` keeps its
     /// padding, `inet` has no mask it does not show).
     @Test func theCopyAndTheStreamMapAValueTheSameWay() async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let source = try await SourceDatabase.start(in: dir)
-        defer { Task { await source.stop() } }
-        try await source.run("CREATE TABLE t(id int PRIMARY KEY, c char(5), a inet, n inet, e char(3))")
-        try await source.run("INSERT INTO t VALUES (1, 'ab', '::1', '10.1.0.0/16', NULL)")
-        let db = dir.file("s.sqlite")
-        let follower = try Follower(["--source", source.url, "--db", db, "--table", "t", "--create"], output: dir.file("f.log"))
-        try await follower.waitFor("copy: ")
-        try await source.run("INSERT INTO t VALUES (2, 'ab', '::1', '10.1.0.0/16', NULL)")
-        try await follower.waitFor("t: version 2")
-        follower.kill(SIGTERM)
-        let store = try await StoreLocation(db).open(configuration: StoreConfiguration())
-        let copied = try #require(try await store.record("1", in: "t")).text
-        let streamed = try #require(try await store.record("2", in: "t")).text
-        await store.close()
+        let (copied, streamed) = try await Self.copiedAndStreamed(
+            table: "t", creating: ["CREATE TABLE t(id int PRIMARY KEY, c char(5), a inet, n inet, e char(3))"], values: "'ab', '::1', '10.1.0.0/16', NULL")
         #expect(copied.replacingOccurrences(of: #""id":"1""#, with: #""id":"2""#) == streamed, "\(copied) \(streamed)")
         #expect(streamed.contains(#""c":"ab   ""#) && streamed.contains(#""a":"::1""#) && streamed.contains(#""e":null"#), "\(streamed)")
     }

@@ -9,35 +9,49 @@ import Testing
 /// `deltasnap follow` as an operator runs it: a child process against a real source,
 /// SIGKILLed at random moments, its slot reported and dropped.
 @Suite struct FollowCommandTests {
+    /// A row with `values` copied by a new follower (id 1), then the same values streamed (id
+    /// 2), from a real source whose `table` `creating` makes: both records as the store keeps
+    /// them — the copy and the stream must map a value the same way.
+    static func copiedAndStreamed(table: String, creating: [String], values: String) async throws -> (copied: String, streamed: String) {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let source = try await SourceDatabase.start(in: dir)
+        defer { Task { await source.stop() } }
+        for statement in creating { try await source.run(statement) }
+        try await source.run("INSERT INTO \(table) VALUES (1, \(values))")
+        let db = dir.file("s.sqlite")
+        let follower = try Follower(["--source", source.url, "--db", db, "--table", table, "--create"], output: dir.file("f.log"))
+        try await follower.waitFor("copy: ")
+        try await source.run("INSERT INTO \(table) VALUES (2, \(values))")
+        try await follower.waitFor("\(table): version 2")
+        follower.kill(SIGTERM)
+        let store = try await StoreLocation(db).open(configuration: StoreConfiguration())
+        let records = (try await store.record("1", in: table), try await store.record("2", in: table))
+        await store.close()
+        return (try #require(records.0).text, try #require(records.1).text)
+    }
+
     /// A running `deltasnap follow` (or another long-running verb), its output in a file.
     final class Follower: @unchecked Sendable {
-        let process = Process()
+        let process: Spawned
         let output: String
+        private let command: [String]
 
         init(_ arguments: [String], output: String, command: [String] = ["follow"], executable: String = CLI.binary) throws {
             self.output = output
-            if !FileManager.default.fileExists(atPath: output) { FileManager.default.createFile(atPath: output, contents: nil) }
-            let log = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
-            log.seekToEndOfFile()
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = command + arguments
-            process.standardOutput = log
-            process.standardError = log
-            try process.run()
-            try? log.close()
+            self.command = command + arguments
+            process = try Spawned(executable, command + arguments, stdout: .appending(output), stderr: .appending(output))
         }
 
-        /// Sends `signal`; a process still there 10 s later is killed outright (never a hung test).
-        func kill(_ signal: Int32) {
-            guard process.isRunning else { return }
-            Glibc.kill(process.processIdentifier, signal)
+        /// Sends `signal`; a process still there 10 s later is killed outright (never a hung
+        /// test). Its exit status (128 + the signal when one ended it).
+        @discardableResult
+        func kill(_ signal: Int32) -> Int32 {
+            process.signal(signal)
             let deadline = Date().addingTimeInterval(10)
             while process.isRunning && Date() < deadline { usleep(10_000) }
-            if process.isRunning {
-                Issue.record("\(process.arguments ?? []) ignored signal \(signal)")
-                Glibc.kill(process.processIdentifier, SIGKILL)
-            }
-            process.waitUntilExit()
+            if process.isRunning { Issue.record("\(command) ignored signal \(signal)") }
+            return process.wait(atMost: 0)
         }
 
         var text: String { (try? String(contentsOfFile: output, encoding: .utf8)) ?? "" }

@@ -37,22 +37,8 @@ extension FollowCommandTests {
         """
 
     @Test func edgeValuesMapTheSameCopiedOrStreamed() async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let source = try await SourceDatabase.start(in: dir)
-        defer { Task { await source.stop() } }
-        for statement in Self.edgeTable.split(separator: ";") { try await source.run(String(statement)) }
-        try await source.run("INSERT INTO edge VALUES (1, \(Self.edgeValues))")
-        let db = dir.file("s.sqlite")
-        let follower = try Follower(["--source", source.url, "--db", db, "--table", "edge", "--create"], output: dir.file("f.log"))
-        try await follower.waitFor("copy: ")
-        try await source.run("INSERT INTO edge VALUES (2, \(Self.edgeValues))")
-        try await follower.waitFor("edge: version 2")
-        follower.kill(SIGTERM)
-        let store = try await StoreLocation(db).open(configuration: StoreConfiguration())
-        let copied = try #require(try await store.record("1", in: "edge")).text
-        let streamed = try #require(try await store.record("2", in: "edge")).text
-        await store.close()
+        let (copied, streamed) = try await Self.copiedAndStreamed(
+            table: "edge", creating: Self.edgeTable.split(separator: ";").map(String.init), values: Self.edgeValues)
         #expect(copied.replacingOccurrences(of: #""id":"1""#, with: #""id":"2""#) == streamed, "\(copied)\n\(streamed)")
 
         let record = try JSONReader(bytes: Array(streamed.utf8)).readValue()

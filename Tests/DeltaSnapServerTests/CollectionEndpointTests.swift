@@ -271,13 +271,8 @@ func waitForHead(_ server: TestServer, version: UInt64, collection: String = "it
 
 /// Runs curl and returns its standard output.
 func curl(_ arguments: [String]) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-    process.arguments = arguments
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    try process.run()
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
+    let process = try Spawned("/usr/bin/curl", arguments, stdout: .pipe, stderr: .discard)
+    let data = process.output?.readDataToEndOfFile() ?? Data()
+    process.wait()
     return String(decoding: data, as: UTF8.self)
 }

@@ -7,7 +7,7 @@ import Foundation
 /// skips silently.
 final class PythonIdentityProvider: Sendable {
     let port: Int
-    private let process: Process
+    private let process: Spawned
 
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
@@ -28,42 +28,25 @@ final class PythonIdentityProvider: Sendable {
     }()
 
     private static func run(_ executable: String, _ arguments: [String]) -> Int32 {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        do { try process.run() } catch { return -1 }
-        process.waitUntilExit()
-        return process.terminationStatus
+        guard let child = try? Spawned(executable, arguments, stdout: .discard, stderr: .discard) else { return -1 }
+        return child.wait()
     }
 
     static func start() async throws -> PythonIdentityProvider {
         try await offPool {
             let python = try Self.python.get()
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: python)
-            process.arguments = [root.appendingPathComponent("Tests/Fixtures/jwks_provider.py").path]
-            let output = Pipe()
-            process.standardOutput = output
-            try process.run()
+            let process = try Spawned(python, [root.appendingPathComponent("Tests/Fixtures/jwks_provider.py").path], stdout: .pipe, stderr: .discard)
             // The first line: "port N".
-            var line = Data()
-            while !line.contains(UInt8(ascii: "\n")) {
-                let chunk = output.fileHandleForReading.availableData
-                if chunk.isEmpty { break }
-                line.append(chunk)
-            }
-            let text = String(decoding: line, as: UTF8.self)
+            let text = process.readLines(untilEachOf: ["port "]).first ?? ""
             guard text.hasPrefix("port "), let port = Int(text.dropFirst(5).trimmingCharacters(in: .whitespacesAndNewlines)) else {
-                process.terminate()
+                process.stop()
                 throw RawHTTPClient.Failure(description: "jwks_provider.py did not start: \(text)")
             }
             return PythonIdentityProvider(port: port, process: process)
         }
     }
 
-    private init(port: Int, process: Process) {
+    private init(port: Int, process: Spawned) {
         self.port = port
         self.process = process
     }
@@ -91,7 +74,6 @@ final class PythonIdentityProvider: Sendable {
     }
 
     func stop() {
-        process.terminate()
-        process.waitUntilExit()
+        process.stop()
     }
 }

@@ -46,7 +46,7 @@ package enum CLI {
         if let stdin { _ = FileManager.default.createFile(atPath: scratch.file("in"), contents: Data(stdin.utf8)) }
         let child = try Spawned(
             binary, arguments, environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
-            stdout: scratch.file("out"), stderr: scratch.file("err"), stdin: stdin == nil ? nil : scratch.file("in"))
+            stdout: .file(scratch.file("out")), stderr: .file(scratch.file("err")), stdin: stdin == nil ? nil : scratch.file("in"))
         let status = child.wait()
         let outData = FileManager.default.contents(atPath: scratch.file("out")) ?? Data()
         let errData = FileManager.default.contents(atPath: scratch.file("err")) ?? Data()
@@ -66,7 +66,7 @@ package enum CLI {
     private static func runAndKillBlocking(_ arguments: [String], after delay: Double?, environment: [String: String]) throws -> Bool {
         let child = try Spawned(
             CLI.binary, arguments, environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
-            stdout: "/dev/null", stderr: "/dev/null")
+            stdout: .discard, stderr: .discard)
         guard let delay else {
             child.wait()
             return false

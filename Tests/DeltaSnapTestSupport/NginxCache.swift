@@ -15,11 +15,11 @@ import Glibc
 package final class NginxCache: Sendable {
     package let port: Int
     package let directory: String
-    private let process: Process
+    private let process: Spawned
 
     package var baseURL: String { "http://127.0.0.1:\(port)" }
 
-    private init(port: Int, directory: String, process: Process) {
+    private init(port: Int, directory: String, process: Spawned) {
         self.port = port
         self.directory = directory
         self.process = process
@@ -76,12 +76,7 @@ package final class NginxCache: Sendable {
             """
         let configPath = (directory as NSString).appendingPathComponent("nginx.conf")
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["-e", "\(directory)/error.log", "-p", directory, "-c", configPath]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try Spawned(binary, ["-e", "\(directory)/error.log", "-p", directory, "-c", configPath], stdout: .discard, stderr: .discard)
         let cache = NginxCache(port: port, directory: directory, process: process)
         // Ready when it accepts a connection.
         for _ in 0..<100 {
@@ -96,9 +91,7 @@ package final class NginxCache: Sendable {
 
     /// SIGTERM (graceful), then waits for the exit.
     package func stop() {
-        guard process.isRunning else { return }
-        kill(process.processIdentifier, SIGTERM)
-        process.waitUntilExit()
+        process.stop()
     }
 
     /// Access log lines: `URI STATUS CACHE_STATUS` (`-` when the cache was not involved).

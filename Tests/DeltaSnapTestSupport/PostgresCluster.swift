@@ -16,11 +16,11 @@ import Glibc
 package final class PostgresCluster: @unchecked Sendable {
     package let port: Int
     package let directory: String
-    private let process: Process
+    private let process: Spawned
     /// `postgres://deltasnap@127.0.0.1:PORT/postgres` (trust authentication on loopback).
     package var url: String { "postgres://deltasnap@127.0.0.1:\(port)/postgres" }
 
-    private init(port: Int, directory: String, process: Process) {
+    private init(port: Int, directory: String, process: Spawned) {
         self.port = port
         self.directory = directory
         self.process = process
@@ -83,8 +83,7 @@ package final class PostgresCluster: @unchecked Sendable {
     }
 
     /// Runs `postgres` in the foreground as a child of the tests, not detached by `pg_ctl`:
-    /// a detached server inherits descriptors Foundation's `Process` waits on, and
-    /// `waitUntilExit()` of `pg_ctl` would never return.
+    /// its PID is ours to stop, and a failed start shows in its exit.
     static func launch(bin: String, directory: String, settings: [String], port: Int? = nil) throws -> PostgresCluster {
         let port = try port ?? NginxCache.freeLoopbackPort()
         let asRoot = getuid() == 0
@@ -93,25 +92,13 @@ package final class PostgresCluster: @unchecked Sendable {
             "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
         ]
         for setting in settings { arguments += ["-c", setting] }
-        let process = Process()
-        if asRoot {
-            process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
-            process.arguments = ["-u", "postgres", "--", "\(bin)/postgres"] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: "\(bin)/postgres")
-            process.arguments = arguments
-        }
+        let command = asRoot ? ["/usr/sbin/runuser", "-u", "postgres", "--", "\(bin)/postgres"] + arguments : ["\(bin)/postgres"] + arguments
         let logPath = directory + "/server.log"
         if !FileManager.default.fileExists(atPath: logPath) { _ = FileManager.default.createFile(atPath: logPath, contents: nil) }
         if asRoot { _ = chmod(logPath, 0o666) }
-        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         // A restart appends to the log: look for readiness only in what this start writes.
-        let startOffset = Int(log.seekToEndOfFile())
-        process.standardOutput = log
-        process.standardError = log
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        try? log.close()
+        let startOffset = ((try? FileManager.default.attributesOfItem(atPath: logPath))?[.size] as? NSNumber)?.intValue ?? 0
+        let process = try Spawned(command[0], Array(command.dropFirst()), stdout: .appending(logPath), stderr: .appending(logPath))
         let cluster = PostgresCluster(port: port, directory: directory, process: process)
         // Ready when it accepts a connection and is past recovery ("ready to accept").
         for _ in 0..<600 {
@@ -143,10 +130,7 @@ package final class PostgresCluster: @unchecked Sendable {
             kill(pid, SIGINT)
             for _ in 0..<300 where kill(pid, 0) == 0 { usleep(100_000) }
         }
-        if process.isRunning {
-            kill(process.processIdentifier, SIGTERM)
-            process.waitUntilExit()
-        }
+        process.stop()
     }
 
     /// Runs a tool of the server's (`pg_basebackup`, `psql`) as the server's user.
@@ -163,7 +147,7 @@ package final class PostgresCluster: @unchecked Sendable {
     static func run(_ tool: String, _ arguments: [String]) throws {
         let scratch = try TemporaryDirectory("pg-tool")
         defer { scratch.remove() }
-        let child = try Spawned(tool, arguments, environment: ProcessInfo.processInfo.environment, stdout: scratch.file("out"), stderr: scratch.file("err"))
+        let child = try Spawned(tool, arguments, stdout: .file(scratch.file("out")), stderr: .file(scratch.file("err")))
         let status = child.wait()
         guard status == 0 else {
             let output = ["out", "err"].map { String(decoding: FileManager.default.contents(atPath: scratch.file($0)) ?? Data(), as: UTF8.self) }.joined()

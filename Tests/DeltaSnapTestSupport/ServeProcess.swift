@@ -13,11 +13,11 @@ package final class ServeProcess: Sendable {
     package let port: Int
     /// The lines it printed on standard output until every awaited one had come.
     package let lines: [String]
-    private let process: Process
+    private let process: Spawned
 
     package var collectionsURL: String { "http://127.0.0.1:\(port)/v1/collections" }
 
-    private init(port: Int, lines: [String], process: Process) {
+    private init(port: Int, lines: [String], process: Spawned) {
         self.port = port
         self.lines = lines
         self.process = process
@@ -27,28 +27,16 @@ package final class ServeProcess: Sendable {
     /// line starting with each of `awaiting`).
     /// `launcher` runs it through another program (`["/usr/bin/prlimit", "--nofile=512:512"]`).
     package static func start(_ arguments: [String], awaiting: [String] = [], launcher: [String] = []) throws -> ServeProcess {
-        let process = Process()
         let command = launcher + [CLI.binary, "serve", "--port", "0", "--log-level", "warning"] + arguments
-        process.executableURL = URL(fileURLWithPath: command[0])
-        process.arguments = Array(command.dropFirst())
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try Spawned(command[0], Array(command.dropFirst()), stdout: .pipe, stderr: .discard)
         let serving = "deltasnap: serving "
-        var text = ""
-        var lines: [String] { text.split(separator: "\n").map(String.init) }
-        while !(awaiting + [serving]).allSatisfy({ prefix in lines.contains { $0.hasPrefix(prefix) } }) {
-            let data = output.fileHandleForReading.availableData
-            if data.isEmpty { break }
-            text += String(decoding: data, as: UTF8.self)
-        }
+        let lines = process.readLines(untilEachOf: awaiting + [serving])
         guard let line = lines.first(where: { $0.hasPrefix(serving) }), let range = line.range(of: "http://127.0.0.1:"),
               let port = Int(line[range.upperBound...].prefix { $0.isNumber })
         else {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            throw RawHTTPClient.Failure(description: "deltasnap serve did not start: \(text)")
+            process.signal(SIGKILL)
+            process.wait()
+            throw RawHTTPClient.Failure(description: "deltasnap serve did not start: \(lines.joined(separator: "\n"))")
         }
         return ServeProcess(port: port, lines: lines, process: process)
     }
@@ -58,8 +46,6 @@ package final class ServeProcess: Sendable {
 
     /// SIGTERM, then waits for the exit.
     package func stop() {
-        guard process.isRunning else { return }
-        kill(process.processIdentifier, SIGTERM)
-        process.waitUntilExit()
+        process.stop()
     }
 }

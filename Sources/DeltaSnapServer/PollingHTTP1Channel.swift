@@ -27,8 +27,10 @@ struct PollingHTTP1Channel: ServerChildChannel {
             // held request: reads start at 512 bytes, not NIO's 2 KB (1.5 KB less per waiting
             // connection, docs/BENCHMARKS.md), and grow for larger requests.
             try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65536))
-            try channel.pipeline.syncOperations.addHandler(RawPollHandler(service: service, logger: requestLogger), position: .first)
-            try channel.pipeline.syncOperations.addHandler(ConnectionGuardHandler(sweeper: sweeper, openedAt: .now()), position: .first)
+            let connectionGuard = ConnectionGuardHandler(sweeper: sweeper, openedAt: .now())
+            try channel.pipeline.syncOperations.addHandler(RawPollHandler(service: service, logger: requestLogger, connectionGuard: connectionGuard), position: .first)
+            try channel.pipeline.syncOperations.addHandler(connectionGuard, position: .first)
+            (try? channel.pipeline.syncOperations.handler(type: RequestBoundaryHandler.self))?.connectionGuard = connectionGuard
             return value
         }
     }

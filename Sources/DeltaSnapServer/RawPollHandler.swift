@@ -39,9 +39,12 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// The start of a request whose head has not fully arrived.
     private var partial: ByteBuffer?
     private var needsFlush = false
+    /// The connection's guard, told of the requests answered here (nil in tests without one).
+    private let connectionGuard: ConnectionGuardHandler?
 
-    init(service: DeltaSnapAPI, logger: Logger) {
+    init(service: DeltaSnapAPI, logger: Logger, connectionGuard: ConnectionGuardHandler? = nil) {
         self.service = service
+        self.connectionGuard = connectionGuard
         writer = PollResponseWriter(service: service, logger: logger)
     }
 
@@ -57,7 +60,7 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
         // The connection's guard times requests by what it is told: these never reach the
         // decoder, so the handlers that tell it of the others never see them.
         defer {
-            if answered { context.triggerUserOutboundEvent(ConnectionEvent.answeredBeforeDecoder(partialHead: partial != nil), promise: nil) }
+            if answered { connectionGuard?.record(.answeredBeforeDecoder(partialHead: partial != nil)) }
         }
         while buffer.readableBytes > 0 {
             let start = ContinuousClock.now

@@ -62,11 +62,15 @@ package struct ConnectionClock: Sendable, Equatable {
         if case .idle(let since) = phase { since } else { nil }
     }
 
-    /// Request bytes arrived: on an idle connection, a next request has begun.
-    package mutating func bytesArrived(at now: NIODeadline) {
+    /// Request bytes arrived: on an idle connection, a next request has begun. (`now` is read
+    /// only then, not for every chunk of a request or a body.)
+    package mutating func bytesArrived(at now: @autoclosure () -> NIODeadline) {
         starvedSince = nil
-        if case .idle = phase { phase = .awaitingHead(since: now) }
+        if case .idle = phase { phase = .awaitingHead(since: now()) }
     }
+
+    /// The server has asked for bytes that have not come yet (the body timer runs).
+    package var isStarved: Bool { starvedSince != nil }
 
     /// The server asked the socket for more bytes.
     package mutating func readRequested(at now: NIODeadline) {

@@ -4,6 +4,10 @@ import NIOCore
 /// what it sees (bytes in, reads asked for, writability) and what the HTTP handlers behind it
 /// tell (``ConnectionEvent``), and closes the connection when its ``ConnectionSweeper`` finds
 /// a timeout run out. An idle connection is also one the cap may reclaim, oldest first.
+///
+/// A keep-alive poll answered within one read goes idle → busy → idle: the sweeper's idle
+/// list is brought in step once, when the read ends, not at each step (a request costs one
+/// list move and at most one clock read per event).
 final class ConnectionGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
@@ -18,7 +22,10 @@ final class ConnectionGuardHandler: ChannelDuplexHandler, RemovableChannelHandle
     /// Links in the sweeper's list of idle connections, oldest first.
     var idlePrevious: ConnectionGuardHandler?
     var idleNext: ConnectionGuardHandler?
-    var isListedIdle = false
+    /// Since when the idle list has it idle (nil: not listed); kept by the sweeper.
+    var listedIdleSince: NIODeadline?
+    /// Inside a read: the idle list is synced when it completes.
+    private var reading = false
 
     init(sweeper: ConnectionSweeper, openedAt now: NIODeadline) {
         self.sweeper = sweeper
@@ -41,12 +48,19 @@ final class ConnectionGuardHandler: ChannelDuplexHandler, RemovableChannelHandle
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        update { $0.bytesArrived(at: .now()) }
+        reading = true
+        clock.bytesArrived(at: .now())
         context.fireChannelRead(data)
     }
 
+    func channelReadComplete(context: ChannelHandlerContext) {
+        reading = false
+        syncIdleList()
+        context.fireChannelReadComplete()
+    }
+
     func read(context: ChannelHandlerContext) {
-        clock.readRequested(at: .now())
+        if !clock.isStarved { clock.readRequested(at: .now()) }
         context.read()
     }
 
@@ -55,25 +69,20 @@ final class ConnectionGuardHandler: ChannelDuplexHandler, RemovableChannelHandle
         context.fireChannelWritabilityChanged()
     }
 
-    func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
-        guard let event = event as? ConnectionEvent else {
-            return context.triggerUserOutboundEvent(event, promise: promise)
-        }
+    /// What a handler behind this one saw of a request or a response (on this event loop).
+    func record(_ event: ConnectionEvent) {
         switch event {
-        case .headArrived: update { $0.headArrived() }
-        case .requestEnded: update { $0.requestEnded() }
-        case .responseEnded: update { $0.responseEnded(at: .now()) }
-        case .answeredBeforeDecoder(let partialHead): update { $0.answeredBeforeDecoder(at: .now(), partialHead: partialHead) }
+        case .headArrived: clock.headArrived()
+        case .requestEnded: clock.requestEnded()
+        case .responseEnded: clock.responseEnded(at: .now())
+        case .answeredBeforeDecoder(let partialHead): clock.answeredBeforeDecoder(at: .now(), partialHead: partialHead)
         }
-        promise?.succeed()
+        // A response written later (the router's) lands outside a read.
+        if !reading { syncIdleList() }
     }
 
-    /// Applies `change`, keeping the sweeper's idle list in step.
-    private func update(_ change: (inout ConnectionClock) -> Void) {
-        let wasIdle = clock.isIdle
-        change(&clock)
-        let isIdle = clock.isIdle
-        if wasIdle != isIdle { sweeper.idleChanged(self, isIdle: isIdle) }
+    private func syncIdleList() {
+        if clock.idleSince != listedIdleSince { sweeper.syncIdle(self) }
     }
 
     /// Closes the connection for `timeout`. A head that never arrived is answered `408`

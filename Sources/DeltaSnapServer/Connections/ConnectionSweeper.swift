@@ -35,7 +35,7 @@ final class ConnectionSweeper {
         guard connection.slot < 0 else { return }
         connection.slot = connections.count
         connections.append(connection)
-        if connection.clock.isIdle { idleChanged(connection, isIdle: true) }
+        syncIdle(connection)
         if sweeping == nil {
             // The sweeper holds no connection between sweeps, and stops with the last one: a
             // process that mounts many servers (tests) keeps no timer per idle server.
@@ -49,7 +49,10 @@ final class ConnectionSweeper {
     func remove(_ connection: ConnectionGuardHandler) {
         let slot = connection.slot
         guard slot >= 0, slot < connections.count, connections[slot] === connection else { return }
-        idleChanged(connection, isIdle: false)
+        if connection.listedIdleSince != nil {
+            unlinkIdle(connection)
+            publishIdle()
+        }
         let last = connections.removeLast()
         if last !== connection {
             connections[slot] = last
@@ -74,26 +77,35 @@ final class ConnectionSweeper {
         }
     }
 
-    /// Keeps the idle list (oldest at its head) in step with `connection`.
-    func idleChanged(_ connection: ConnectionGuardHandler, isIdle: Bool) {
-        if isIdle {
-            guard !connection.isListedIdle, connection.slot >= 0 else { return }
-            connection.isListedIdle = true
+    /// Keeps the idle list (oldest at its head) in step with `connection`'s clock: not listed
+    /// while busy; listed at the tail from the moment it went idle (again).
+    func syncIdle(_ connection: ConnectionGuardHandler) {
+        let since = connection.slot >= 0 ? connection.clock.idleSince : nil
+        guard since != connection.listedIdleSince else { return }
+        if connection.listedIdleSince != nil { unlinkIdle(connection) }
+        if let since {
+            connection.listedIdleSince = since
             connection.idlePrevious = newestIdle
             connection.idleNext = nil
             if let newestIdle { newestIdle.idleNext = connection } else { oldestIdle = connection }
             newestIdle = connection
             idleCount += 1
-        } else {
-            guard connection.isListedIdle else { return }
-            connection.isListedIdle = false
-            if let previous = connection.idlePrevious { previous.idleNext = connection.idleNext } else { oldestIdle = connection.idleNext }
-            if let next = connection.idleNext { next.idlePrevious = connection.idlePrevious } else { newestIdle = connection.idlePrevious }
-            connection.idlePrevious = nil
-            connection.idleNext = nil
-            idleCount -= 1
         }
-        let summary = IdleSummary(count: idleCount, oldestSince: oldestIdle?.clock.idleSince)
+        publishIdle()
+    }
+
+    private func unlinkIdle(_ connection: ConnectionGuardHandler) {
+        connection.listedIdleSince = nil
+        if let previous = connection.idlePrevious { previous.idleNext = connection.idleNext } else { oldestIdle = connection.idleNext }
+        if let next = connection.idleNext { next.idlePrevious = connection.idlePrevious } else { newestIdle = connection.idlePrevious }
+        connection.idlePrevious = nil
+        connection.idleNext = nil
+        idleCount -= 1
+    }
+
+    /// Tells the other loops (the cap's reclaim) what this one has idle.
+    private func publishIdle() {
+        let summary = IdleSummary(count: idleCount, oldestSince: oldestIdle?.listedIdleSince)
         idle.withLockedValue { $0 = summary }
     }
 

@@ -108,7 +108,8 @@ public final class PostgresCollectionStore: CollectionStore {
         try await primary.publishedState(of: names)
     }
 
-    public func publishedState(of names: [String], confirming known: [String: PublishedHead]) async throws -> PublishedState {
+    /// One query reads every head named (`statedAt` is not needed: the rows never leave the server).
+    public func publishedState(of names: [String], confirming known: [String: PublishedHead], statedAt: UInt64?) async throws -> PublishedState {
         try await primary.publishedState(of: names, confirming: known)
     }
 

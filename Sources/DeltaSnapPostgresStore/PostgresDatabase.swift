@@ -406,7 +406,7 @@ final class PostgresDatabase: Sendable {
     /// not exist are left out), read in one repeatable-read transaction so each digest
     /// belongs to the token next to it.
     /// With `known`, an entry is made only for a name whose head is not the one it gives
-    /// (``CollectionStore/publishedState(of:confirming:)``).
+    /// (``CollectionStore/publishedState(of:confirming:statedAt:)``).
     package func publishedState(of names: [String]? = nil, confirming known: [String: PublishedHead] = [:]) async throws -> PublishedState {
         try await pool.withConnection { connection in
             try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)

@@ -99,8 +99,8 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         try await reading { store in try store.read { try $0.publishedState(of: names) } }
     }
 
-    public func publishedState(of names: [String], confirming known: [String: PublishedHead]) async throws -> PublishedState {
-        try await reading { store in try store.read { try $0.publishedState(of: names, confirming: known) } }
+    public func publishedState(of names: [String], confirming known: [String: PublishedHead], statedAt: UInt64?) async throws -> PublishedState {
+        try await reading { store in try store.read { try $0.publishedState(of: names, confirming: known, statedAt: statedAt) } }
     }
 
     public func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {

@@ -84,7 +84,7 @@ final class IndexPublisher: Sendable {
         }
         // One build per document at a time: a commit wakes every waiting request at once,
         // and each would otherwise read and sign the same document.
-        let previous = held?.stated ?? []
+        let previous = held.map { (stated: $0.stated, sequence: $0.sequence) }
         let (task, owns) = state.withLockedValue { state -> (Task<Published, any Error>, Bool) in
             if let running = state.building[slot], running.key == key { return (running.task, false) }
             let task = Task { try await self.build(entryKeys: key, previous: previous, subject: subject, store: store, now: now) }
@@ -170,21 +170,32 @@ final class IndexPublisher: Sendable {
     /// which one changed reads a thousand heads (one statement on SQLite, one query on
     /// PostgreSQL) and makes, hashes and serialises one entry.
     private func build(
-        entryKeys: [EntryKey], previous: [StatedEntry], subject: String?, store: any CollectionStore, now: Int64
+        entryKeys: [EntryKey], previous: (stated: [StatedEntry], sequence: UInt64)?, subject: String?, store: any CollectionStore, now: Int64
     ) async throws -> Published {
         var asked: [String: EntryKey] = [:]
         asked.reserveCapacity(entryKeys.count)
         for key in entryKeys { asked[key.name] = key }
-        var previousByKey: [EntryKey: StatedEntry] = [:]
-        previousByKey.reserveCapacity(previous.count)
-        for stated in previous { previousByKey[stated.key] = stated }
         // What is stated already of the heads asked for: the read confirms or replaces each.
+        // The slot's previous document states each of its heads at its sequence, so the store
+        // need only say which of them moved since (a changed view reads what changed); a
+        // first document takes the entries other documents made, each head read to confirm it.
         var known: [String: StatedEntry] = [:]
-        state.withLockedValue { state in
-            for key in entryKeys { if let stated = previousByKey[key] ?? state.entries[key] { known[key.name] = stated } }
+        known.reserveCapacity(entryKeys.count)
+        var statedAt: UInt64?
+        if let previous, !previous.stated.isEmpty {
+            var previousByName: [String: StatedEntry] = [:]
+            previousByName.reserveCapacity(previous.stated.count)
+            for stated in previous.stated { previousByName[stated.key.name] = stated }
+            for key in entryKeys { if let stated = previousByName[key.name] { known[key.name] = stated } }
+            statedAt = previous.sequence
+        } else {
+            state.withLockedValue { state in
+                for key in entryKeys { if let stated = state.entries[key] { known[key.name] = stated } }
+            }
         }
         let read = try await store.publishedState(
-            of: entryKeys.map(\.name), confirming: known.mapValues { PublishedHead(epoch: $0.key.epoch, version: $0.key.version, floor: $0.key.floor) })
+            of: entryKeys.map(\.name), confirming: known.mapValues { PublishedHead(epoch: $0.key.epoch, version: $0.key.version, floor: $0.key.floor) },
+            statedAt: statedAt)
         var fresh: [String: StatedEntry] = [:]
         state.withLockedValue { state in
             for entry in read.entries {

@@ -18,8 +18,13 @@ extension CollectionStore {
         try await importPartitions(partitions, replace: replace, recording: nil)
     }
 
-    /// Every entry made, then those the caller knew set apart (stores that cannot do better).
+    /// ``publishedState(of:confirming:statedAt:)`` with each head read.
     public func publishedState(of names: [String], confirming known: [String: PublishedHead]) async throws -> PublishedState {
+        try await publishedState(of: names, confirming: known, statedAt: nil)
+    }
+
+    /// Every entry made, then those the caller knew set apart (stores that cannot do better).
+    public func publishedState(of names: [String], confirming known: [String: PublishedHead], statedAt: UInt64?) async throws -> PublishedState {
         var state = try await publishedState(of: names)
         state.confirmed = Set(state.entries.filter { entry in
             guard let head = known[entry.collection], let token = ServerToken(entry.token) else { return false }

@@ -59,7 +59,12 @@ public protocol CollectionStore: Sendable {
     /// a name whose head is not the one `known` gives; the others are listed as confirmed.
     /// A changed view of a thousand partitions of which one moved makes one entry, and every
     /// entry of the document still belongs to one state of the store.
-    func publishedState(of names: [String], confirming known: [String: PublishedHead]) async throws -> PublishedState
+    ///
+    /// `statedAt`: the publication sequence at which every head of `known` was the store's
+    /// (the sequence of the document they come from). A store that keeps when each head last
+    /// moved may then confirm a known name by its not having moved since — reading the heads
+    /// that moved, not every head named (O(changes), not O(names)); nil: each head is read.
+    func publishedState(of names: [String], confirming known: [String: PublishedHead], statedAt: UInt64?) async throws -> PublishedState
     /// Imports every record `stream` yields into `collection` as one new version (none when
     /// nothing changed): only records whose canonical bytes change are written; a hidden
     /// record hides; with `replace`, records the input does not mention are hidden. Any bad

@@ -133,8 +133,8 @@ public struct ReviewRoutedStore: CollectionStore {
         try await base.partitions(of: collection, keysStartingWith: prefix, limit: limit)
     }
     public func publishedState(of names: [String]) async throws -> PublishedState { try await base.publishedState(of: names) }
-    public func publishedState(of names: [String], confirming known: [String: PublishedHead]) async throws -> PublishedState {
-        try await base.publishedState(of: names, confirming: known)
+    public func publishedState(of names: [String], confirming known: [String: PublishedHead], statedAt: UInt64?) async throws -> PublishedState {
+        try await base.publishedState(of: names, confirming: known, statedAt: statedAt)
     }
     public func sourcePosition(of follower: String) async throws -> String? { try await base.sourcePosition(of: follower) }
     public func forgetSourcePosition(of follower: String) async throws -> Bool { try await base.forgetSourcePosition(of: follower) }

@@ -82,6 +82,30 @@ import Testing
         }
     }
 
+    /// Heads known as of a publication sequence: a name that did not move since is confirmed
+    /// (on SQLite without reading its head), one that moved gets its entry, a name the caller
+    /// did not know is read — the same answer as reading every head.
+    @Test(arguments: TestBackend.allCases)
+    func publishedStateStatedAtASequenceConfirmsWhatDidNotMoveSince(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            for name in ["a", "b", "c"] { _ = try await database.importText(Fixtures.ndjson(0..<2), collection: name) }
+            let before = try await database.store.publishedState(of: ["a", "b", "c"])
+            var known: [String: PublishedHead] = [:]
+            for name in ["a", "b"] { known[name] = PublishedHead(try #require(try await database.head(of: name))) }
+            _ = try await database.importText(Fixtures.ndjson(5..<6), collection: "b")
+            _ = try await database.importText(Fixtures.ndjson(0..<1), collection: "d")
+            let names = ["a", "b", "c", "missing"]
+            let read = try await database.store.publishedState(of: names, confirming: known, statedAt: before.sequence)
+            let all = try await database.store.publishedState(of: names)
+            #expect(read.sequence == all.sequence && read.sequence > before.sequence)
+            #expect(read.confirmed == ["a"])
+            #expect(read.entries == all.entries.filter { $0.collection != "a" }, "b moved, c was not known")
+            // Stated at the current sequence, nothing known moved.
+            known["b"] = PublishedHead(try #require(try await database.head(of: "b")))
+            #expect(try await database.store.publishedState(of: names, confirming: known, statedAt: all.sequence).confirmed == ["a", "b"])
+        }
+    }
+
     @Test(arguments: TestBackend.allCases)
     func diffWritesOnlyChangedRecordsAndHidesAndUnhides(_ backend: TestBackend) async throws {
         try await withDatabase(backend) { database in

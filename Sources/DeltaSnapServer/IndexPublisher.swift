@@ -159,16 +159,17 @@ final class IndexPublisher: Sendable {
         }
     }
 
-    /// Reads every head it lists from `store` in one read transaction, and makes and
+    /// Confirms every head it lists in one read transaction of `store`, and makes and
     /// serialises only the entries not stated before: a document states one state of the
     /// store, so the collections one commit changed are listed together, at that commit or
     /// before it (PROTOCOL §8.1). The heads asked for only say which entries to list: they may
     /// mix commits (a body read installs its own collection's head before the change watcher
     /// reports the others of its commit), so an entry stated before is listed again only
     /// where that read confirms its head. A confirmed entry — a token and the digest of its
-    /// state, which never change — is copied as bytes, so a view of a thousand partitions of
-    /// which one changed reads a thousand heads (one statement on SQLite, one query on
-    /// PostgreSQL) and makes, hashes and serialises one entry.
+    /// state, which never change — is copied as bytes. A view of a thousand partitions of
+    /// which one changed asks the store what moved since its previous document (on SQLite an
+    /// indexed read of the names moved; PostgreSQL reads the thousand heads in one query) and
+    /// makes, hashes and serialises one entry.
     private func build(
         entryKeys: [EntryKey], previous: (stated: [StatedEntry], sequence: UInt64)?, subject: String?, store: any CollectionStore, now: Int64
     ) async throws -> Published {

@@ -96,6 +96,14 @@ EOF
 # Starts `BINARY serve --db DB --host 127.0.0.1 --port PORT [flags…]` (stdout in
 # $TMP/serve.out, stderr appended to $TMP/serve.err), waits for its "serving" line and sets
 # DS_PID; the process is stopped on exit with the rest.
+copy_store() { # SOURCE.sqlite DEST.sqlite — the file with its -wal and -shm, as they are
+    local suffix
+    for suffix in "" -wal -shm; do
+        [[ -f "$1$suffix" ]] && cp "$1$suffix" "$2$suffix"
+    done
+    return 0
+}
+
 start_serve() { # BINARY DB PORT [serve flags…]
     local bin="$1" db="$2" port="$3"
     shift 3

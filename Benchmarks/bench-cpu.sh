@@ -31,11 +31,7 @@ start_serve "$FIXTURE_BIN" "$TMP/s.sqlite" "$DS_PORT" --log-level warning
 OLD_TAG="$(etag_of "$URL")"
 kill "$DS_PID"; wait "$DS_PID" 2>/dev/null || true
 "$FIXTURE_BIN" generate --count 12 --seed 42 --revision 1 | "$FIXTURE_BIN" import --db "$TMP/s.sqlite" --collection items --quiet - >/dev/null
-for name in new old; do
-    for suffix in "" -wal -shm; do
-        [[ -f "$TMP/s.sqlite$suffix" ]] && cp "$TMP/s.sqlite$suffix" "$TMP/s-$name.sqlite$suffix"
-    done
-done
+for name in new old; do copy_store "$TMP/s.sqlite" "$TMP/s-$name.sqlite"; done
 
 SERVERS=("new:$BIN")
 [[ -n "$BASELINE_BIN" ]] && SERVERS+=("old:$BASELINE_BIN")

@@ -124,11 +124,7 @@ RESULTS="$TMP/results.tsv"
 stop_pid "$DS_PID"
 stop_pid "$NGINX_PID"
 # Each server its own copy of the store (a newer build migrates what it opens).
-for server in new old; do
-    for suffix in "" -wal -shm; do
-        [[ -f "$DB$suffix" ]] && cp "$DB$suffix" "$TMP/store-$server.sqlite$suffix"
-    done
-done
+for server in new old; do copy_store "$DB" "$TMP/store-$server.sqlite"; done
 SERVERS=("new:$BIN")
 [[ -n "$BASELINE_BIN" ]] && SERVERS+=("old:$BASELINE_BIN")
 # BASELINE_FIRST=1: the old build measured first in each round (alternate runs to cancel the order).

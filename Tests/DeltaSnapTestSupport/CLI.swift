@@ -71,11 +71,7 @@ package enum CLI {
             child.wait()
             return false
         }
-        let deadline = Date().addingTimeInterval(delay)
-        while child.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.002) }
-        guard child.isRunning else { return false }
-        kill(child.pid, SIGKILL)
-        child.wait()
+        child.wait(atMost: delay)
         return child.wasKilled
     }
 }

@@ -45,11 +45,9 @@ package final class Spawned: @unchecked Sendable {
         posix_spawn_file_actions_addopen(&actions, 0, stdin ?? "/dev/null", O_RDONLY, 0)
         var pipeEnds: [Int32] = [-1, -1]
         if case .pipe = stdout {
-            // Close-on-exec on both ends, so another child started later does not keep the
-            // write end open (the reader would never see the end); dup2 clears it on the
-            // child's 1. (Glibc's pipe2 is not imported into Swift: set right after.)
+            // Both ends close in every child at the closefrom below (the write end after its
+            // dup2 to the child's 1), so no other child keeps the pipe open.
             guard pipe(&pipeEnds) == 0 else { throw Self.failure(path, errno) }
-            for end in pipeEnds { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
             posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 1)
         }
         for (descriptor, output) in [(Int32(1), stdout), (2, stderr)] {
@@ -65,7 +63,10 @@ package final class Spawned: @unchecked Sendable {
         // Nothing else of ours: Process closes every other descriptor in the child, and
         // without that a child (nginx) kept a test server's sockets open — the server's
         // graceful stop then waited for ever on connections its peers never saw closed.
-        guard let addCloseFrom = Self.addCloseFrom else { throw RawHTTPClient.Failure(description: "cannot start \(path): glibc 2.34 or later is needed (posix_spawn_file_actions_addclosefrom_np)") }
+        guard let addCloseFrom = Self.addCloseFrom else {
+            for end in pipeEnds where end >= 0 { close(end) }
+            throw RawHTTPClient.Failure(description: "cannot start \(path): glibc 2.34 or later is needed (posix_spawn_file_actions_addclosefrom_np)")
+        }
         _ = addCloseFrom(&actions, 3)
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
@@ -136,7 +137,7 @@ package final class Spawned: @unchecked Sendable {
     @discardableResult
     package func wait(atMost seconds: Double) -> Int32 {
         let deadline = Date().addingTimeInterval(seconds)
-        while isRunning, Date() < deadline { usleep(10_000) }
+        while isRunning, Date() < deadline { usleep(2_000) }
         if isRunning { kill(pid, SIGKILL) }
         return wait()
     }

@@ -144,7 +144,7 @@ import Testing
         let url = "http://127.0.0.1:\(proxy.port)/v1/collections/notes"
         let size = (kills + 2) * (8 << 20)
         let file = dir.file("video.bin")
-        FileManager.default.createFile(atPath: file, contents: Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 5 &+ $0 >> 13) }))
+        FileManager.default.createFile(atPath: file, contents: Data(noiseBytes(size, seed: 5)))
         let phone = dir.file("phone.sqlite")
         let put = try await CLI.run(["local", "put", "--replica", phone, "--attach", "video=\(file)", "n1", #"{"title":"Clip"}"#])
         #expect(put.status == 0, "\(put.stderr)")
@@ -154,11 +154,11 @@ import Testing
             let started = proxy.bytesUpstream
             let process = try Spawned(CLI.binary, ["sync", "--url", url, "--replica", phone, "--token", "cli-token"], stdout: .discard, stderr: .discard)
             // Killed once it sent another 6 MiB of the file.
-            let deadline = Date().addingTimeInterval(30)
-            while proxy.bytesUpstream - started < 6 << 20, process.isRunning, Date() < deadline { usleep(5_000) }
+            let deadline = ContinuousClock.now + .seconds(30)
+            while proxy.bytesUpstream - started < 6 << 20, process.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
             #expect(process.isRunning, "run \(round) ended before it could be killed")
             process.signal(SIGKILL)
-            process.wait()
+            await process.wait()
         }
         // The last run goes to the end (again, as a person would, if the server was still
         // noticing the last kill: exit 4 says "try later").

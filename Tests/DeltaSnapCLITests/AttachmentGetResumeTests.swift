@@ -20,7 +20,7 @@ extension AttachmentCommandTests {
         let file = dir.file("big.bin")
         FileManager.default.createFile(atPath: file, contents: nil)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: file))
-        for part in 0..<megabytes { try handle.write(contentsOf: Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ part) })) }
+        for part in 0..<megabytes { try handle.write(contentsOf: Data(noiseBytes(1 << 20, seed: UInt64(part)))) }
         try handle.close()
         let url = "\(server.collectionsURL)/notes"
         let phone = dir.file("phone.sqlite")

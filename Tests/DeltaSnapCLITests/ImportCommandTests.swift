@@ -82,7 +82,7 @@ import Testing
         #expect(unknown.status == 1 && unknown.stderr.contains("does not exist"))
     }
 
-    @Test func concurrentImporterProcessesNeverDuplicateOrReorderVersions() throws {
+    @Test func concurrentImporterProcessesNeverDuplicateOrReorderVersions() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
@@ -104,7 +104,8 @@ import Testing
                 }
             }
         }
-        group.wait()
+        // Waited for without holding a thread of the cooperative pool.
+        await withCheckedContinuation { done in group.notify(queue: .global()) { done.resume() } }
         let all = outputs.withLock { $0 }
         #expect(all.count == writers * importsEach)
         #expect(all.allSatisfy { $0.status == 0 }, "\(all.map(\.stderr))")

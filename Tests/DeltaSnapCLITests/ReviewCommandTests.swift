@@ -14,7 +14,7 @@ import Testing
         try "collections:\n  catalogue: { read: public, review: { editors: editor, reviewers: reviewer } }\n".write(toFile: rules, atomically: true, encoding: .utf8)
         let seeded = try await CLI.run(["import", "--db", db, "--collection", "catalogue", "--quiet", "-"], stdin: #"{"id":"a","price":1}"# + "\n" + #"{"id":"b","price":2}"# + "\n")
         #expect(seeded.status == 0, "\(seeded.stderr)")
-        let server = try ServeProcess.start(["--db", db, "--jwt-secret", "cli-secret", "--rules", rules, "--write-token", "admin"])
+        let server = try await ServeProcess.start(["--db", db, "--jwt-secret", "cli-secret", "--rules", rules, "--write-token", "admin"])
         defer { server.stop() }
         let url = "http://127.0.0.1:\(server.port)"
         func token(_ subject: String, _ role: String) async throws -> String {

@@ -21,7 +21,7 @@ import Glibc
             let process = try Spawned(
                 "/bin/sh", ["-c", #"ulimit -Sn 256 && exec "$0" serve --db "$1" --port 0 --log-level warning"#, CLI.binary, db],
                 stdout: .pipe, stderr: .discard)
-            defer { process.wait(atMost: 0) }
+            defer { process.killNow() }
             // The one line it prints when listening names the port.
             let line = process.readLines(untilEachOf: ["deltasnap: serving "]).joined(separator: "\n")
             guard let range = line.range(of: "http://127.0.0.1:"),

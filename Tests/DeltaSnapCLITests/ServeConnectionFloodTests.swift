@@ -37,7 +37,7 @@ import Glibc
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
         try Fixtures.importText(Fixtures.ndjson(0..<10), into: try SQLiteDatabase(path: db), collection: "items")
-        let server = try ServeProcess.start(["--db", db], launcher: ["/usr/bin/prlimit", "--nofile=256:256"])
+        let server = try await ServeProcess.start(["--db", db], launcher: ["/usr/bin/prlimit", "--nofile=256:256"])
         defer { server.stop() }
         let answers = try await offPool { () -> [Int] in
             var answers: [Int] = []

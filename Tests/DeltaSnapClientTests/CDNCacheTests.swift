@@ -28,7 +28,7 @@ import Testing
             let port = try NginxCache.freeLoopbackPort()
             let log = CapturingLogHandler.Lines([])
             let server = try await startServer(db: db, port: port, key: key, log: log)
-            let cache = try NginxCache.start(originPort: port, in: dir.path)
+            let cache = try await NginxCache.start(originPort: port, in: dir.path)
             return Origin(dir: dir, key: key, port: port, log: log, server: server, cache: cache)
         }
 

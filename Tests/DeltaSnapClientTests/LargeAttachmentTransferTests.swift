@@ -21,7 +21,7 @@ extension AttachmentSyncTests {
             try await offPool {
                 FileManager.default.createFile(atPath: path, contents: nil)
                 let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
-                for part in 0..<megabytes { try handle.write(contentsOf: Data(AttachmentSyncTests.photo(1 << 20, seed: seed(part)))) }
+                for part in 0..<megabytes { try handle.write(contentsOf: Data(noiseBytes(1 << 20, seed: UInt64(seed(part)) << 32 | UInt64(part)))) }
                 try handle.close()
             }
         }

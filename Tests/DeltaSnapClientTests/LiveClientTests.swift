@@ -86,7 +86,7 @@ import Testing
                 CLI.binary,
                 ["sync", "--url", "\(server.baseURL)/v1/collections/countries", "--replica", dir.file("r.sqlite"), "--watch", "--live", "--wait", "20"],
                 stdout: .file(outputPath), stderr: .discard)
-            defer { process.wait(atMost: 0) }
+            defer { process.killNow() }
             let lines = LinesOfFile(path: outputPath)
             #expect(try await Self.eventually(within: 10) { lines.current.count == 1 })
             #expect(lines.current.first?.hasPrefix("pulled: full ") == true, "\(lines.current)")
@@ -97,7 +97,7 @@ import Testing
                 #expect(lines.current.last?.hasPrefix("pulled: delta ") == true && lines.current.last?.contains("changed=1") == true)
             }
             process.signal(SIGINT)
-            process.wait(atMost: 10)
+            await process.wait(atMost: 10)
         }
     }
 

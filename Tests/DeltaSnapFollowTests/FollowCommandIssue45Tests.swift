@@ -19,7 +19,7 @@ extension FollowCommandTests {
 
         let first = try Follower(arguments + ["--create"], output: dir.file("a.log"))
         try await first.waitFor("copy: ")
-        #expect(first.kill(SIGTERM) == 0, "\(first.text)")
+        await #expect(first.kill(SIGTERM) == 0, "\(first.text)")
         #expect(first.text.contains("stopped on SIGTERM") && first.text.contains("--drop-slot"), "\(first.text)")
 
         // As a script's background job: SIGINT ignored before exec.
@@ -27,7 +27,7 @@ extension FollowCommandTests {
         let second = try Follower(["-c", "trap '' INT; exec \(quoted)"], output: dir.file("b.log"), command: [], executable: "/bin/sh")
         try await source.run("INSERT INTO items VALUES (2, 2)")
         try await second.waitFor("items: version 2")
-        #expect(second.kill(SIGINT) == 0, "\(second.text)")
+        await #expect(second.kill(SIGINT) == 0, "\(second.text)")
         #expect(second.text.contains("stopped on SIGINT"), "\(second.text)")
     }
 

@@ -24,7 +24,7 @@ import Testing
         try await follower.waitFor("copy: ")
         try await source.run("INSERT INTO \(table) VALUES (2, \(values))")
         try await follower.waitFor("\(table): version 2")
-        follower.kill(SIGTERM)
+        await follower.kill(SIGTERM)
         let store = try await StoreLocation(db).open(configuration: StoreConfiguration())
         let records = (try await store.record("1", in: table), try await store.record("2", in: table))
         await store.close()
@@ -45,13 +45,16 @@ import Testing
 
         /// Sends `signal`; a process still there 10 s later is killed outright (never a hung
         /// test). Its exit status (128 + the signal when one ended it).
+        /// SIGKILL and reap at once (for a `defer`, which cannot await).
+        func killNow() { process.killNow() }
+
         @discardableResult
-        func kill(_ signal: Int32) -> Int32 {
+        func kill(_ signal: Int32) async -> Int32 {
             process.signal(signal)
-            let deadline = Date().addingTimeInterval(10)
-            while process.isRunning && Date() < deadline { usleep(10_000) }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while process.isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(10)) }
             if process.isRunning { Issue.record("\(command) ignored signal \(signal)") }
-            return process.wait(atMost: 0)
+            return await process.wait(atMost: 0)
         }
 
         var text: String { (try? String(contentsOfFile: output, encoding: .utf8)) ?? "" }
@@ -208,7 +211,7 @@ import Testing
                 await observe()
                 try await Task.sleep(for: .milliseconds(15))
             }
-            follower.kill(SIGKILL)
+            await follower.kill(SIGKILL)
             follower = try Follower(arguments, output: log)
         }
         let states = try await written.value
@@ -219,7 +222,7 @@ import Testing
             if observed.last?.1 == states.last ?? initial.value.value { caughtUp = true; break }
             try await Task.sleep(for: .milliseconds(50))
         }
-        follower.kill(SIGTERM)
+        await follower.kill(SIGTERM)
         #expect(caughtUp, "the follower never caught up: \(follower.text.suffix(2000))")
         // The export is the table's rows, byte for byte as the records map them.
         let published = try await Self.publishedState(store)
@@ -263,7 +266,7 @@ import Testing
         #expect(refused.status == 1 && refused.stderr.contains("CREATE PUBLICATION"), "\(refused.stderr)")
         var follower = try Follower(arguments + ["--create"], output: dir.file("a.log"))
         try await follower.waitFor("copy: ")
-        follower.kill(SIGTERM)
+        await follower.kill(SIGTERM)
         // While it is stopped the source keeps writing: the slot holds that WAL back.
         try await source.run("INSERT INTO items SELECT i, i FROM generate_series(1, 20000) AS i")
         follower = try Follower(arguments + ["--metrics-listen", "127.0.0.1:0"], output: dir.file("b.log"))
@@ -277,12 +280,12 @@ import Testing
         try await follower.waitFor("deltasnap: metrics on http://127.0.0.1:")
         let line = try #require(follower.text.split(separator: "\n").first { $0.hasPrefix("deltasnap: metrics on http://127.0.0.1:") })
         let port = try #require(Int(line.split(separator: ":").last!.prefix { $0.isNumber }))
-        let metrics = try RawHTTPClient(port: port).request("GET", "/metrics")
+        let metrics = try await RawHTTPClient(port: port).request("GET", "/metrics")
         #expect(metrics.status == 200 && metrics.text.contains("deltasnap_follow_slot_lag_bytes"), "\(metrics.text)")
         // Nothing else is there, and it says so as the API does.
-        let other = try RawHTTPClient(port: port).request("GET", "/v1/collections/items")
+        let other = try await RawHTTPClient(port: port).request("GET", "/v1/collections/items")
         #expect(other.status == 404 && other.text.contains(#""error":"not_found""#), "\(other.text)")
-        follower.kill(SIGTERM)
+        await follower.kill(SIGTERM)
         // --drop-slot removes it (and the position), and says so.
         let dropped = try await CLI.run(["follow", "--source", source.url, "--db", db, "--drop-slot"])
         #expect(dropped.status == 0 && dropped.stdout == "slot deltasnap dropped\n", "\(dropped.stderr)")
@@ -300,14 +303,14 @@ import Testing
         try await source.run("INSERT INTO countries VALUES ('AD', 'Andorra')")
         let db = dir.file("s.sqlite")
         let follower = try Follower(["--source", source.url, "--db", db, "--table", "countries", "--create"], output: dir.file("follow.log"))
-        defer { follower.kill(SIGTERM) }
+        defer { follower.killNow() }
         try await follower.waitFor("copy: ")
-        let server = try ServeProcess.start(["--db", db])
+        let server = try await ServeProcess.start(["--db", db])
         defer { server.stop() }
         let client = try Follower([], output: dir.file("client.log"), command: [
             "sync", "--url", "\(server.collectionsURL)/countries", "--replica", dir.file("r.sqlite"), "--watch", "--live", "--wait", "20",
         ])
-        defer { client.kill(SIGKILL) }
+        defer { client.killNow() }
         try await client.waitFor("pulled: full ")
         try await source.run("INSERT INTO countries VALUES ('BE', 'Belgium')")
         try await client.waitFor("pulled: delta ")

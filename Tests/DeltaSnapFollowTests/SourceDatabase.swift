@@ -19,7 +19,7 @@ final class SourceDatabase: Sendable {
     }
 
     static func start(in dir: TemporaryDirectory) async throws -> SourceDatabase {
-        let cluster = try PostgresCluster.start(in: dir.path, name: "source", settings: ["wal_level=logical", "synchronous_commit=on", "max_wal_senders=4"])
+        let cluster = try await PostgresCluster.start(in: dir.path, name: "source", settings: ["wal_level=logical", "synchronous_commit=on", "max_wal_senders=4"])
         do {
             let connection = try await PostgresConnection.connect(configuration: PostgresURL(cluster.url).configuration, id: 9, logger: logger)
             return SourceDatabase(cluster: cluster, connection: connection)

@@ -17,11 +17,11 @@ import Testing
     @Test func aStoredBlobReadsBackByteForByte() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let cluster = try PostgresCluster.start(in: dir.path)
+        let cluster = try await PostgresCluster.start(in: dir.path)
         defer { cluster.stop() }
         let database = try await PostgresDatabase.connect(cluster.url)
         // Three chunk rows, the last one partial, written from chunks that straddle them.
-        let bytes = (0..<2_500_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 12) }
+        let bytes = noiseBytes(2_500_000, seed: 7)
         let blob = try reference(bytes)
         var offset = 0
         try await database.storeAttachment(blob) {
@@ -57,9 +57,9 @@ import Testing
     @Test func blobsOfASchemaFiveStoreReadBackAfterTheMigration() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let cluster = try PostgresCluster.start(in: dir.path)
+        let cluster = try await PostgresCluster.start(in: dir.path)
         defer { cluster.stop() }
-        let bytes = (0..<2_200_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ $0 >> 10) }
+        let bytes = noiseBytes(2_200_000, seed: 13)
         let blob = try reference(bytes)
         do {
             let database = try await PostgresDatabase.connect(cluster.url)
@@ -71,7 +71,7 @@ import Testing
             await database.close()
         }
         // Back to v5 as it was: numbered chunk rows, no references or uploads.
-        try cluster.sql("""
+        try await cluster.sql("""
             ALTER TABLE deltasnap_blob_chunks ALTER COLUMN start TYPE INTEGER USING (start / 1048576)::integer;
             ALTER TABLE deltasnap_blob_chunks RENAME COLUMN start TO seq;
             DROP TABLE deltasnap_attachment_refs; DROP TABLE deltasnap_attachment_orphans; DROP TABLE deltasnap_uploads;

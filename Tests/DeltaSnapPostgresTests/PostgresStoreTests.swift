@@ -15,7 +15,7 @@ import Testing
     func withCluster(_ body: (PostgresCluster, TemporaryDirectory) async throws -> Void) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let cluster = try PostgresCluster.start(in: dir.path)
+        let cluster = try await PostgresCluster.start(in: dir.path)
         defer { cluster.stop() }
         try await body(cluster, dir)
     }

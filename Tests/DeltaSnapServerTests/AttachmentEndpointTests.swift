@@ -341,7 +341,7 @@ import Testing
             #expect(write.status == 200)
             let dir = try TemporaryDirectory()
             defer { dir.remove() }
-            let cache = try NginxCache.start(originPort: fixture.server.port, in: dir.path)
+            let cache = try await NginxCache.start(originPort: fixture.server.port, in: dir.path)
             defer { cache.stop() }
             let path = "/v1/collections/notes/attachments/\(hash)"
             let (whole, part) = try await offPool { () -> (Int, RawHTTPClient.Response) in

@@ -32,23 +32,23 @@ import Testing
         let port = try #require(await iterator.next())
         let client = try RawHTTPClient(port: port)
 
-        let hello = try client.request("GET", "/hello", headers: ["X-Request-Id": "host-1"])
+        let hello = try await client.request("GET", "/hello", headers: ["X-Request-Id": "host-1"])
         #expect(hello.status == 200 && hello.text == "hi from the host")
         #expect(hello.header("X-Request-Id") == nil)  // DeltaSnap's middleware stayed off the host's route
 
-        let missing = try client.request("GET", "/nothing-here")
+        let missing = try await client.request("GET", "/nothing-here")
         #expect(missing.status == 404)
         #expect(missing.header("X-Request-Id") == nil && !missing.text.contains("\"error\""))
 
-        let hostError = try client.request("GET", "/boom")
+        let hostError = try await client.request("GET", "/boom")
         #expect(hostError.status == 400 && !hostError.text.contains("\"error\":\"http_400\""))
 
         // DeltaSnap's own routes keep their JSON errors, ids and metrics.
-        let served = try client.request("GET", "/v1/collections/items")
+        let served = try await client.request("GET", "/v1/collections/items")
         #expect(served.status == 200 && served.header("X-Request-Id") != nil)
-        let unknown = try client.request("GET", "/v1/collections/nope")
+        let unknown = try await client.request("GET", "/v1/collections/nope")
         #expect(unknown.status == 404 && unknown.text.contains(#""error":"unknown_collection""#))
-        let metrics = try client.request("GET", "/metrics", headers: ["Authorization": "Bearer operator"]).text
+        let metrics = try await client.request("GET", "/metrics", headers: ["Authorization": "Bearer operator"]).text
         #expect(metrics.contains(#"route="/v1/collections/{name}",status="404"} 1"#))
         #expect(!metrics.contains("/hello") && !metrics.contains("unmatched"))
     }

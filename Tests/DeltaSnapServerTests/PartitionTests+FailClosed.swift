@@ -90,17 +90,17 @@ extension PartitionTests {
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
         _ = try await CLI.run(["import", "--db", db, "--collection", "countries", "-"], stdin: #"{"id":"AD","name":"Andorra"}"#)
-        let serve = try ServeProcess.start(["--db", db, "--metrics-listen", "127.0.0.1:0"], awaiting: ["deltasnap: metrics on "])
+        let serve = try await ServeProcess.start(["--db", db, "--metrics-listen", "127.0.0.1:0"], awaiting: ["deltasnap: metrics on "])
         defer { serve.stop() }
         let metricsLine = try #require(serve.lines.first { $0.hasPrefix("deltasnap: metrics on http://127.0.0.1:") })
         let metricsPort = try #require(Int(metricsLine.split(separator: ":").last!.split(separator: "/").first!))
-        _ = try RawHTTPClient(port: serve.port).request("GET", "/v1/collections/countries")
-        let scraped = try RawHTTPClient(port: metricsPort).request("GET", "/metrics")
+        _ = try await RawHTTPClient(port: serve.port).request("GET", "/v1/collections/countries")
+        let scraped = try await RawHTTPClient(port: metricsPort).request("GET", "/metrics")
         #expect(scraped.status == 200 && scraped.text.contains(#"deltasnap_collection_responses_total{outcome="full"} 1"#), "\(scraped.text.prefix(300))")
-        #expect(try RawHTTPClient(port: metricsPort).request("HEAD", "/metrics").status == 200)
-        let other = try RawHTTPClient(port: metricsPort).request("GET", "/v1/collections/countries")
+        await #expect(try RawHTTPClient(port: metricsPort).request("HEAD", "/metrics").status == 200)
+        let other = try await RawHTTPClient(port: metricsPort).request("GET", "/v1/collections/countries")
         #expect(other.status == 404 && other.text.contains(#""error""#))
-        #expect(try RawHTTPClient(port: serve.port).request("GET", "/metrics").status == 401)
+        await #expect(try RawHTTPClient(port: serve.port).request("GET", "/metrics").status == 401)
 
         let bad = try await CLI.run(["serve", "--db", db, "--metrics-listen", "nowhere"])
         #expect(bad.status == 2 && bad.stderr.contains("--metrics-listen must be HOST:PORT"), "\(bad.stderr)")

@@ -90,14 +90,14 @@ import Testing
         let database = try await TestDatabase.make(.postgres, in: dir)
         let primary = try #require(database.cluster)
         try await database.importText(Fixtures.ndjson(0..<300), collection: "items")
-        let replica = try primary.startReplica(in: dir.path)
+        let replica = try await primary.startReplica(in: dir.path)
         defer { replica.stop() }
         let onPrimary = try await TestServer.start(database: database.url)
         let onReplica = try await TestServer.start(database: database.url, readDatabase: replica.url)
         let first = try #require(try await database.head(of: "items"))
         try await waitForHead(onReplica, version: first.version)
 
-        try replica.sql("SELECT pg_wal_replay_pause()")
+        try await replica.sql("SELECT pg_wal_replay_pause()")
         let auth = ["Authorization": "Bearer \(TestServer.writeToken)"]
         for index in 0..<3 {
             let put = try await offPool {
@@ -136,7 +136,7 @@ import Testing
         }
         #expect(behind.status == 304 || behind.header("ETag") == "\"\(first.token)\"")
 
-        try replica.sql("SELECT pg_wal_replay_resume()")
+        try await replica.sql("SELECT pg_wal_replay_resume()")
         let final = try #require(try await database.head(of: "items"))
         try await waitForHead(onReplica, version: final.version)
         let caughtUp = ProtocolPoller()
@@ -182,7 +182,7 @@ import Testing
             #expect(write.status == 503)
         }
 
-        let restarted = try cluster.restarted()
+        let restarted = try await cluster.restarted()
         defer { restarted.stop() }
         // Committed while the instances were reconnecting: neither may miss it.
         let writer = try await TestDatabase.reconnect(to: restarted)

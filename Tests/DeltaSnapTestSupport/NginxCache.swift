@@ -30,6 +30,11 @@ package final class NginxCache: Sendable {
         ["/usr/sbin/nginx", "/usr/bin/nginx"].first { FileManager.default.isExecutableFile(atPath: $0) }
     }
 
+    package static func start(originPort: Int, in parent: String) async throws -> NginxCache {
+        try await offPool { try start(originPort: originPort, in: parent) }
+    }
+
+    @available(*, noasync, message: "it blocks a thread of the cooperative pool, which the in-process test servers answer on: await the async form")
     package static func start(originPort: Int, in parent: String) throws -> NginxCache {
         guard let binary else { throw RawHTTPClient.Failure(description: "nginx is not installed (.ci/install-deps.sh installs it)") }
         let directory = (parent as NSString).appendingPathComponent("nginx")

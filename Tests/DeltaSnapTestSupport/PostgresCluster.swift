@@ -40,6 +40,12 @@ package final class PostgresCluster: @unchecked Sendable {
 
     /// A new cluster in `parent/pg`, serving on a free loopback port. `settings` are extra
     /// `-c name=value` server settings (e.g. for a replication primary).
+    package static func start(in parent: String, name: String = "pg", settings: [String] = []) async throws -> PostgresCluster {
+        try await offPool { try start(in: parent, name: name, settings: settings) }
+    }
+
+    /// ``start(in:name:settings:)``, blocking the calling thread (initdb takes seconds).
+    @available(*, noasync, message: "it blocks a thread of the cooperative pool, which the in-process test servers answer on: await the async form")
     package static func start(in parent: String, name: String = "pg", settings: [String] = []) throws -> PostgresCluster {
         guard let bin = binDirectory else {
             throw RawHTTPClient.Failure(description: "PostgreSQL is not installed (.ci/install-deps.sh installs it)")
@@ -58,6 +64,11 @@ package final class PostgresCluster: @unchecked Sendable {
 
     /// A streaming replica of this cluster (`pg_basebackup -R`), started on its own free
     /// port: read-only, replaying what the primary commits.
+    package func startReplica(in parent: String, name: String = "replica") async throws -> PostgresCluster {
+        try await offPool { try self.startReplica(in: parent, name: name) }
+    }
+
+    @available(*, noasync, message: "it blocks a thread of the cooperative pool, which the in-process test servers answer on: await the async form")
     package func startReplica(in parent: String, name: String = "replica") throws -> PostgresCluster {
         guard let bin = Self.binDirectory else { throw RawHTTPClient.Failure(description: "PostgreSQL is not installed") }
         let directory = (parent as NSString).appendingPathComponent(name)
@@ -71,12 +82,22 @@ package final class PostgresCluster: @unchecked Sendable {
     }
 
     /// Runs one SQL statement with `psql` (e.g. `SELECT pg_wal_replay_pause()` on a replica).
+    package func sql(_ statement: String) async throws {
+        try await offPool { try self.sql(statement) }
+    }
+
+    @available(*, noasync, message: "it blocks a thread of the cooperative pool, which the in-process test servers answer on: await the async form")
     package func sql(_ statement: String) throws {
         guard let bin = Self.binDirectory else { throw RawHTTPClient.Failure(description: "PostgreSQL is not installed") }
         try Self.run("\(bin)/psql", ["-h", "127.0.0.1", "-p", "\(port)", "-U", "deltasnap", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-qAt", "-c", statement])
     }
 
     /// Starts the server of an existing data directory (again, after ``stop()``).
+    package func restarted(settings: [String] = []) async throws -> PostgresCluster {
+        try await offPool { try self.restarted(settings: settings) }
+    }
+
+    @available(*, noasync, message: "it blocks a thread of the cooperative pool, which the in-process test servers answer on: await the async form")
     package func restarted(settings: [String] = []) throws -> PostgresCluster {
         guard let bin = Self.binDirectory else { throw RawHTTPClient.Failure(description: "PostgreSQL is not installed") }
         return try Self.launch(bin: bin, directory: directory, settings: settings, port: port)

@@ -9,7 +9,13 @@ import Darwin
 /// A minimal blocking HTTP/1.1 client over one TCP connection to 127.0.0.1, for tests that
 /// must see the exact bytes on the wire (gzip vs identity, headers, keep-alive across
 /// requests) — things URLSession hides.
-package final class RawHTTPClient {
+///
+/// Its calls block: an async test awaits their async forms, which run them on a thread of
+/// their own. Blocking a thread of the cooperative pool (two on this machine) stalls every
+/// in-process test server's router, and clients elsewhere in the run time out or are cut.
+///
+/// Used by one task at a time (`@unchecked`: the async forms hand it to another thread).
+package final class RawHTTPClient: @unchecked Sendable {
     package struct Response: Sendable {
         package var status: Int
         package var headers: [(String, String)]
@@ -52,6 +58,7 @@ package final class RawHTTPClient {
     }
 
     /// Sends one request and reads the whole response.
+    @available(*, noasync, message: "it blocks a thread of the cooperative pool, which the in-process test servers answer on: call it inside offPool")
     package func request(_ method: String = "GET", _ path: String, headers: [String: String] = [:], body: [UInt8] = []) throws -> Response {
         var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
@@ -64,6 +71,16 @@ package final class RawHTTPClient {
             // Which request it was: a test names the failing step without prints.
             throw Failure(description: "\(failure.description) (answering \(method) \(path))")
         }
+    }
+
+    /// ``request(_:_:headers:body:)`` off the cooperative pool.
+    package func request(_ method: String = "GET", _ path: String, headers: [String: String] = [:], body: [UInt8] = []) async throws -> Response {
+        try await offPool { try self.request(method, path, headers: headers, body: body) }
+    }
+
+    /// A new connection to `port`, made off the cooperative pool.
+    package static func connect(port: Int, timeoutSeconds: Int = 30) async throws -> RawHTTPClient {
+        try await offPool { try RawHTTPClient(port: port, timeoutSeconds: timeoutSeconds) }
     }
 
     /// Sends `bytes` exactly as given (a hostile or broken request), optionally half-closes

@@ -26,6 +26,11 @@ package final class ServeProcess: Sendable {
     /// Starts `deltasnap serve --port 0 ARGUMENTS` and waits for its "serving" line (and for a
     /// line starting with each of `awaiting`).
     /// `launcher` runs it through another program (`["/usr/bin/prlimit", "--nofile=512:512"]`).
+    package static func start(_ arguments: [String], awaiting: [String] = [], launcher: [String] = []) async throws -> ServeProcess {
+        try await offPool { try start(arguments, awaiting: awaiting, launcher: launcher) }
+    }
+
+    @available(*, noasync, message: "it blocks a thread of the cooperative pool, which the in-process test servers answer on: await the async form")
     package static func start(_ arguments: [String], awaiting: [String] = [], launcher: [String] = []) throws -> ServeProcess {
         let command = launcher + [CLI.binary, "serve", "--port", "0", "--log-level", "warning"] + arguments
         let process = try Spawned(command[0], Array(command.dropFirst()), stdout: .pipe, stderr: .discard)

@@ -119,6 +119,7 @@ package final class Spawned: @unchecked Sendable {
 
     /// Waits for the exit; its status: the exit code, or 128 + the signal that ended it.
     @discardableResult
+    @available(*, noasync, message: "it blocks a thread of the cooperative pool, which the in-process test servers answer on: await the async form")
     package func wait() -> Int32 {
         while true {
             if let status = lock.withLock({ status }) { return Self.exitCode(status) }
@@ -135,6 +136,7 @@ package final class Spawned: @unchecked Sendable {
 
     /// Waits at most `seconds` for the exit, then kills it (never a hung test); its status.
     @discardableResult
+    @available(*, noasync, message: "it blocks a thread of the cooperative pool, which the in-process test servers answer on: await the async form")
     package func wait(atMost seconds: Double) -> Int32 {
         let deadline = Date().addingTimeInterval(seconds)
         while isRunning, Date() < deadline { usleep(2_000) }
@@ -143,9 +145,45 @@ package final class Spawned: @unchecked Sendable {
     }
 
     /// SIGTERM, then waits for the exit (SIGKILL after `seconds`).
+    @available(*, noasync, message: "it blocks a thread of the cooperative pool, which the in-process test servers answer on: await the async form")
     package func stop(within seconds: Double = 30) {
         signal(SIGTERM)
         wait(atMost: seconds)
+    }
+
+    /// SIGKILL now and reap it (brief: for a `defer` in an async test, which cannot await).
+    package func killNow() {
+        signal(SIGKILL)
+        _ = waitBriefly()
+    }
+
+    private func waitBriefly() -> Int32 { wait() }
+
+    /// ``wait()`` without holding a thread of the cooperative pool: polls every 2 ms.
+    @discardableResult
+    package func wait() async -> Int32 {
+        while isRunning { try? await Task.sleep(for: .milliseconds(2)) }
+        return waitBriefly()
+    }
+
+    /// ``wait(atMost:)`` without holding a thread of the cooperative pool.
+    @discardableResult
+    package func wait(atMost seconds: Double) async -> Int32 {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        while isRunning, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(2)) }
+        if isRunning { signal(SIGKILL) }
+        return waitBriefly()
+    }
+
+    /// ``stop(within:)`` without holding a thread of the cooperative pool.
+    package func stop(within seconds: Double = 30) async {
+        signal(SIGTERM)
+        await wait(atMost: seconds)
+    }
+
+    /// ``readLines(untilEachOf:)`` on a thread of its own.
+    package func readLines(untilEachOf prefixes: [String]) async throws -> [String] {
+        try await offPool { self.readLines(untilEachOf: prefixes) }
     }
 
     /// Whether a signal ended it (after ``wait()``).
@@ -158,6 +196,7 @@ package final class Spawned: @unchecked Sendable {
 
     /// Reads the piped standard output until every line starting with one of `prefixes` has
     /// come (or the output ends); all the lines read.
+    @available(*, noasync, message: "it blocks a thread of the cooperative pool, which the in-process test servers answer on: await the async form")
     package func readLines(untilEachOf prefixes: [String]) -> [String] {
         guard let output else { return [] }
         var text = ""

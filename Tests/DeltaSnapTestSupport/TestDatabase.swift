@@ -39,7 +39,7 @@ package final class TestDatabase: Sendable {
             let path = dir.file("s.sqlite")
             return TestDatabase(backend: backend, url: path, cluster: nil, store: try await StoreLocation.sqlite(path: path).open(configuration: configuration))
         case .postgres:
-            let cluster = try PostgresCluster.start(in: dir.path)
+            let cluster = try await PostgresCluster.start(in: dir.path)
             do {
                 let store = try await StoreLocation(cluster.url).open(configuration: configuration)
                 return TestDatabase(backend: backend, url: cluster.url, cluster: cluster, store: store)

@@ -28,7 +28,7 @@ package final class CuttingProxy: @unchecked Sendable {
     private var returned = 0
     private var ranges = 0
     private var cuts = 0
-    private var open: [(Int32, Int32)] = []
+    private var open: [ProxiedConnection] = []
     private var stopped = false
 
     /// `cutDownstreamEvery`: cut every open connection each time the server→client traffic,
@@ -57,12 +57,9 @@ package final class CuttingProxy: @unchecked Sendable {
             stopped = true
             return open
         }
+        // The accepting thread closes the listener as it leaves (LoopbackSocket.acceptEach).
         shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
-        for (client, upstream) in connections {
-            shutdown(client, Int32(SHUT_RDWR))
-            shutdown(upstream, Int32(SHUT_RDWR))
-        }
+        for connection in connections { connection.cut() }
     }
 
     /// Pairs an accepted client with a connection upstream, one pump each way.
@@ -71,12 +68,14 @@ package final class CuttingProxy: @unchecked Sendable {
             close(client)
             return
         }
-        lock.withLock { open.append((client, upstream)) }
-        Thread { [self] in pump(from: client, to: upstream, upstream: true) }.start()
-        pump(from: upstream, to: client, upstream: false)
+        let connection = ProxiedConnection(client: client, upstream: upstream)
+        lock.withLock { open.append(connection) }
+        Thread { [self] in pump(connection, upstream: true) }.start()
+        pump(connection, upstream: false)
     }
 
-    private func pump(from source: Int32, to destination: Int32, upstream: Bool) {
+    private func pump(_ connection: ProxiedConnection, upstream: Bool) {
+        let (source, destination) = upstream ? (connection.client, connection.upstream) : (connection.upstream, connection.client)
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
             let count = buffer.withUnsafeMutableBytes { read(source, $0.baseAddress, $0.count) }
@@ -109,10 +108,8 @@ package final class CuttingProxy: @unchecked Sendable {
             }
             if upstream, let bytesPerSecond { usleep(useconds_t(Double(chunk) / Double(bytesPerSecond) * 1_000_000)) }
         }
-        shutdown(source, Int32(SHUT_RDWR))
-        shutdown(destination, Int32(SHUT_RDWR))
-        lock.withLock { open.removeAll { $0.0 == source || $0.1 == source } }
-        close(source)
+        connection.cut()
+        if connection.pumpEnded() { lock.withLock { open.removeAll { $0 === connection } } }
     }
 
     private static let rangeField = Array("\r\nrange: bytes=".utf8)
@@ -135,10 +132,7 @@ package final class CuttingProxy: @unchecked Sendable {
             cuts += 1
             return open
         }
-        for (client, upstream) in connections {
-            shutdown(client, Int32(SHUT_RDWR))
-            shutdown(upstream, Int32(SHUT_RDWR))
-        }
+        for connection in connections { connection.cut() }
     }
 
     private func writeAll(_ buffer: [UInt8], count: Int, to socket: Int32) -> Bool {
@@ -149,5 +143,41 @@ package final class CuttingProxy: @unchecked Sendable {
             sent += written
         }
         return true
+    }
+}
+
+/// One proxied connection and its two pumps. Both descriptors stay open until both pumps
+/// have ended, and every cut happens under the lock: a `shutdown` on a descriptor already
+/// closed lands on whatever the process opened next under that number — it cut other
+/// tests' connections, whose clients saw "empty reply from server".
+private final class ProxiedConnection: @unchecked Sendable {
+    let client: Int32
+    let upstream: Int32
+    private let lock = NSLock()
+    private var pumpsEnded = 0
+
+    init(client: Int32, upstream: Int32) {
+        self.client = client
+        self.upstream = upstream
+    }
+
+    /// Ends both directions (each pump's read returns), unless both have ended already.
+    func cut() {
+        lock.withLock {
+            guard pumpsEnded < 2 else { return }
+            shutdown(client, Int32(SHUT_RDWR))
+            shutdown(upstream, Int32(SHUT_RDWR))
+        }
+    }
+
+    /// One pump ended; the second closes both descriptors. True for the second.
+    func pumpEnded() -> Bool {
+        lock.withLock {
+            pumpsEnded += 1
+            guard pumpsEnded == 2 else { return false }
+            close(client)
+            close(upstream)
+            return true
+        }
     }
 }

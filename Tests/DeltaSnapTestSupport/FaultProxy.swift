@@ -46,8 +46,8 @@ package final class FaultProxy: @unchecked Sendable {
     /// Stops accepting; connections in flight finish on their own.
     package func stop() {
         lock.withLock { stopped = true }
+        // The accepting thread closes the listener as it leaves (LoopbackSocket.acceptEach).
         shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
     }
 
     /// One request per connection: read it, then do what the script says.

@@ -53,13 +53,19 @@ package enum LoopbackSocket {
     }
 
     /// Accepts connections on `listener` until `isStopped` says so (after the listener was
-    /// closed), calling `handle` with each on a thread of its own.
+    /// shut down), calling `handle` with each on a thread of its own; then closes the listener.
+    /// Only this thread closes it: closed by the one stopping it, its number could be reused
+    /// (another test's listener) before this thread's next `accept`, which would then take
+    /// that listener's connections.
     package static func acceptEach(on listener: Int32, isStopped: @escaping @Sendable () -> Bool, _ handle: @escaping @Sendable (Int32) -> Void) {
         Thread {
             while true {
                 let client = accept(listener, nil, nil)
                 if client < 0 {
-                    if isStopped() { return }
+                    if isStopped() {
+                        close(listener)
+                        return
+                    }
                     continue
                 }
                 Thread { handle(client) }.start()

@@ -39,18 +39,29 @@ extension ReplicaStorage {
             // are filtered the same way. Only the first branch can use an index.
             var keyColumns: [String] = []
             var recordKeys: [String] = []
+            var recordOrder: [String] = []
             var overlayKeys: [String] = []
             for (index, order) in query.orders.enumerated() {
+                let recordKey = try ReplicaQuery.expression(order.field, column: "r.body")
                 keyColumns.append("k\(index)")
-                recordKeys.append("\(try ReplicaQuery.expression(order.field, column: "r.body")) AS k\(index)")
+                recordKeys.append("\(recordKey) AS k\(index)")
+                recordOrder.append(recordKey + (order.descending ? " DESC" : ""))
                 overlayKeys.append("\(try ReplicaQuery.expression(order.field, column: "o.body")) AS k\(index)")
             }
             let recordWhere = ([scope.condition("r")] + (try conditions(on: "r.body"))
                 + ["NOT EXISTS (SELECT 1 FROM overlay o WHERE \(scope.sameRecord("o", "r")))"]).joined(separator: " AND ")
             let overlayWhere = ([scope.condition("o"), "o.body IS NOT NULL"] + (try conditions(on: "o.body"))).joined(separator: " AND ")
+            var recordBranch = "SELECT r.id AS id, r.body AS body\((recordKeys.map { ", " + $0 }).joined()) FROM records r WHERE \(recordWhere)"
+            if let limit = query.maximumCount {
+                // Cut to its own first `limit` in the query's order, which the index gives
+                // without a sort (as with no local write): a server record past them cannot
+                // reach the result, whatever the overlay holds. Uncut, one pending write made
+                // every limited query sort the whole collection (24 ms at 10k records).
+                recordBranch = "SELECT * FROM (\(recordBranch) ORDER BY \((recordOrder + ["r.id"]).joined(separator: ", ")) LIMIT \(max(0, limit)))"
+            }
             sql = """
                 SELECT body FROM (
-                    SELECT r.id AS id, r.body AS body\((recordKeys.map { ", " + $0 }).joined()) FROM records r WHERE \(recordWhere)
+                    \(recordBranch)
                     UNION ALL
                     SELECT o.id AS id, o.body AS body\((overlayKeys.map { ", " + $0 }).joined()) FROM overlay o WHERE \(overlayWhere)
                 )

@@ -152,7 +152,10 @@ import Testing
 
         for round in 0..<kills {
             let started = proxy.bytesUpstream
-            let process = try Spawned(CLI.binary, ["sync", "--url", url, "--replica", phone, "--token", "cli-token"], stdout: .discard, stderr: .discard)
+            // What each killed run said, for the message should the runs fail to resume.
+            let process = try Spawned(
+                CLI.binary, ["sync", "--url", url, "--replica", phone, "--token", "cli-token"],
+                stdout: .appending(dir.file("killed-runs.log")), stderr: .appending(dir.file("killed-runs.log")))
             // Killed once it sent another 6 MiB of the file.
             let deadline = ContinuousClock.now + .seconds(30)
             while proxy.bytesUpstream - started < 6 << 20, process.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
@@ -169,7 +172,10 @@ import Testing
         let export = try await CLI.run(["export", "--db", db, "--collection", "notes"]).stdout
         let hash = try #require(AttachmentReference.references(in: Record(json: Array(export.split(separator: "\n")[1].utf8))).first?.sha256)
         #expect(hash == AttachmentVerifier.sha256(of: FileManager.default.contents(atPath: file)!))
-        #expect(Double(proxy.bytesUpstream) < 1.5 * Double(size), "\(proxy.bytesUpstream) bytes for a \(size)-byte file: the runs did not resume")
+        let killedRuns = (try? String(contentsOfFile: dir.file("killed-runs.log"), encoding: .utf8)) ?? ""
+        #expect(
+            Double(proxy.bytesUpstream) < 1.5 * Double(size),
+            "\(proxy.bytesUpstream) bytes for a \(size)-byte file: the runs did not resume. Killed runs said: \(killedRuns.suffix(3000)) The last: \(finished.stdout)\(finished.stderr)")
     }
 
     /// A store with one note, served by a `deltasnap serve` child with the admin token

@@ -100,6 +100,45 @@ import Testing
         #expect(!all.map(id).contains(id(someone)))
     }
 
+    /// A limited, ordered query while local writes are pending: its server records are read
+    /// cut to the limit (by the index when there is one) and merged with the overlay, so the
+    /// result must still equal the filter sorted over every record, local writes included —
+    /// writes that move a record to the front, out of the filter, or delete one of the first.
+    @Test func aLimitedQueryWithPendingWritesEqualsTheSortedFilter() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let replica = try await replica(dir, count: 300)
+        // The 40 cheapest of the bundle pass the filter.
+        let threshold = try #require(try await everything(replica).compactMap { number($0["price"]) }.sorted().dropFirst(40).first)
+        let cheapFirst = { (all: [JSONValue], descending: Bool, limit: Int) -> [String] in
+            all.filter { (number($0["price"]) ?? .infinity) < threshold }
+                .sorted { a, b in
+                    let (pa, pb) = (number(a["price"])!, number(b["price"])!)
+                    return pa != pb ? (descending ? pa > pb : pa < pb) : id(a) < id(b)
+                }
+                .prefix(limit).map(id)
+        }
+        for indexed in [false, true] {
+            if indexed { try await replica.createIndex(on: "price") }
+            let before = try await everything(replica)
+            let first = cheapFirst(before, false, 5)
+            try #require(first.count == 5)
+            // The cheapest server record deleted, another made the cheapest, one moved out of
+            // the filter, and a new record that ties the cheapest on price.
+            try await replica.delete(id: first[0])
+            try await replica.patch(id: first[3], json: #"{"price":-1}"#)
+            try await replica.patch(id: first[1], json: #"{"price":1e9}"#)
+            try await replica.put(id: "new-\(indexed)", json: #"{"price":-1,"city":"Atlantis"}"#)
+            let all = try await everything(replica)
+            for limit in [1, 3, 5, 25] {
+                for descending in [false, true] {
+                    let query = ReplicaQuery().filter("price", .lessThan, .number("\(threshold)")).order(by: "price", descending: descending).limit(limit)
+                    #expect(try await replica.query(query).map(id) == cheapFirst(all, descending, limit), "indexed \(indexed), limit \(limit), descending \(descending)")
+                }
+            }
+        }
+    }
+
     @Test func badFieldsAndValuesAreRefused() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }

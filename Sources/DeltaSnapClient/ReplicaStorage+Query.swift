@@ -57,7 +57,7 @@ extension ReplicaStorage {
                 // without a sort (as with no local write): a server record past them cannot
                 // reach the result, whatever the overlay holds. Uncut, one pending write made
                 // every limited query sort the whole collection (24 ms at 10k records).
-                recordBranch = "SELECT * FROM (\(recordBranch) ORDER BY \((recordOrder + ["r.id"]).joined(separator: ", ")) LIMIT \(max(0, limit)))"
+                recordBranch = "SELECT * FROM (\(recordBranch) ORDER BY \((recordOrder + ["r.id"]).joined(separator: ", ")) LIMIT \(limit))"
             }
             sql = """
                 SELECT body FROM (

@@ -78,11 +78,6 @@ package final class RawHTTPClient: @unchecked Sendable {
         try await offPool { try self.request(method, path, headers: headers, body: body) }
     }
 
-    /// A new connection to `port`, made off the cooperative pool.
-    package static func connect(port: Int, timeoutSeconds: Int = 30) async throws -> RawHTTPClient {
-        try await offPool { try RawHTTPClient(port: port, timeoutSeconds: timeoutSeconds) }
-    }
-
     /// Sends `bytes` exactly as given (a hostile or broken request), optionally half-closes
     /// the connection, then reads one response; nil when the server closed without one.
     package func sendRaw(_ bytes: [UInt8], halfClose: Bool = false, method: String = "POST", awaitingResponse: Bool = true) throws -> Response? {

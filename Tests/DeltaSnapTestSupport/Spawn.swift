@@ -145,7 +145,7 @@ package final class Spawned: @unchecked Sendable {
     }
 
     /// SIGTERM, then waits for the exit (SIGKILL after `seconds`).
-    @available(*, noasync, message: "it blocks a thread of the cooperative pool, which the in-process test servers answer on: await the async form")
+    @available(*, noasync, message: "it blocks a thread of the cooperative pool, which the in-process test servers answer on: call it inside offPool")
     package func stop(within seconds: Double = 30) {
         signal(SIGTERM)
         wait(atMost: seconds)
@@ -157,6 +157,8 @@ package final class Spawned: @unchecked Sendable {
         _ = waitBriefly()
     }
 
+    /// The blocking ``wait()``, for the async forms once the exit is known or forced (it
+    /// returns at once then): called from an async function, `wait()` means its async form.
     private func waitBriefly() -> Int32 { wait() }
 
     /// ``wait()`` without holding a thread of the cooperative pool: polls every 2 ms.
@@ -175,17 +177,6 @@ package final class Spawned: @unchecked Sendable {
         return waitBriefly()
     }
 
-    /// ``stop(within:)`` without holding a thread of the cooperative pool.
-    package func stop(within seconds: Double = 30) async {
-        signal(SIGTERM)
-        await wait(atMost: seconds)
-    }
-
-    /// ``readLines(untilEachOf:)`` on a thread of its own.
-    package func readLines(untilEachOf prefixes: [String]) async throws -> [String] {
-        try await offPool { self.readLines(untilEachOf: prefixes) }
-    }
-
     /// Whether a signal ended it (after ``wait()``).
     package var wasKilled: Bool { lock.withLock { status.map { $0 & 0x7f != 0 } ?? false } }
 
@@ -196,7 +187,7 @@ package final class Spawned: @unchecked Sendable {
 
     /// Reads the piped standard output until every line starting with one of `prefixes` has
     /// come (or the output ends); all the lines read.
-    @available(*, noasync, message: "it blocks a thread of the cooperative pool, which the in-process test servers answer on: await the async form")
+    @available(*, noasync, message: "it blocks a thread of the cooperative pool, which the in-process test servers answer on: call it inside offPool")
     package func readLines(untilEachOf prefixes: [String]) -> [String] {
         guard let output else { return [] }
         var text = ""

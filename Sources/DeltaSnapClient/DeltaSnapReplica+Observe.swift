@@ -44,7 +44,8 @@ extension DeltaSnapReplica {
         return stream
     }
 
-    /// Re-runs and notifications of live queries since the replica was opened: how
-    /// ``observe(_:)`` is held to "only a change that can affect a query runs it".
-    package var observationCounts: ReplicaObservers.Counts { storage.observers.statistics }
+    /// Re-runs and notifications of live queries since the replica was opened: what the app's
+    /// observed queries cost, and how ``observe(_:)`` is held to "only a change that can
+    /// affect a query runs it".
+    public var observationCounts: LiveQueryCounts { storage.observers.statistics }
 }

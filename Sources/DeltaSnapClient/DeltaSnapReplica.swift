@@ -43,6 +43,9 @@ public actor DeltaSnapReplica {
     public let trustedKeys: [TrustedKey]
 
     let storage: ReplicaStorage
+    /// The live queries of ``storage``, reachable from a ``DeltaSnapView`` that registers its
+    /// cross-partition queries with each partition it opens.
+    nonisolated let liveQueries: ReplicaObservers
     var state: ReplicaState
     private var continuations: [UUID: AsyncStream<SyncOutcome>.Continuation] = [:]
     private var runningSync: (task: Task<SyncOutcome, Never>, pushing: Bool, waits: WaitPolicy)?
@@ -121,6 +124,7 @@ public actor DeltaSnapReplica {
         self.pushBatchSize = max(1, min(pushBatchSize, PushRequest.maximumMutations))
         let bundledReplica = bundledSnapshot.map(BundledReplica.isReplica) ?? false
         let opened = try ReplicaStorage.opening(path, bundledReplica: bundledSnapshot, scope: scope)
+        liveQueries = opened.observers
         if let bundledSnapshot, opened.borrowed != nil {
             // First start from a bundled replica: read it in place; the first data change copies it.
             storage = opened

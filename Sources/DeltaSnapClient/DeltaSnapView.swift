@@ -30,6 +30,10 @@ public actor DeltaSnapView {
     private let storage: ReplicaStorage
     /// Partitions opened so far (a connection each), by path.
     private var members: [String: DeltaSnapReplica] = [:]
+    /// Live queries over whole collections (``observe(_:_:)``), registered with ``storage``
+    /// and with every partition of their collection opened here.
+    private var observations: [CrossPartitionObservation] = []
+    private let observationWork = LiveQueryCountsBox()
 
     /// Opens (or creates) the view's file at `path` for the server at `baseURL` (its root:
     /// `https://data.example.com`, no collection path).
@@ -70,6 +74,9 @@ public actor DeltaSnapView {
             bundledSnapshot: nil, transport: transport, retryPolicy: RetryPolicy(), timeout: timeout, accessToken: accessToken,
             pushBatchSize: 500, trustedKeys: trustedKeys, acceptingServerChange: false, scope: partition)
         members[partition] = replica
+        for observation in observations where observation.collection == path.name && !observation.hasEnded {
+            replica.liveQueries.add(observation)
+        }
         return replica
     }
 
@@ -83,6 +90,39 @@ public actor DeltaSnapView {
         }
         return results
     }
+
+    /// The records ``query(_:_:)`` returns for collection `name` across every partition the
+    /// device holds, now and again after every change that alters them.
+    ///
+    /// The first value is the current result. After that a value comes only when a committed
+    /// change made the result differ: a partition pulled, written locally, rolled back after a
+    /// refusal, reloaded whole, arriving in the view or dropped from it. Like
+    /// ``DeltaSnapReplica/observe(_:)``, a change that cannot affect the query (another
+    /// collection, a record outside its filters before and after) runs nothing.
+    ///
+    /// ```swift
+    /// for try await starred in try await view.observe("sets", ReplicaQuery()
+    ///     .filter("starred", .equal, .bool(true)).order(by: "title")) {
+    ///     show(starred)       // at once, then after every sync or write that changes it
+    /// }
+    /// ```
+    ///
+    /// Throws at once what ``query(_:_:)`` throws for this query.
+    public func observe(_ name: String, _ query: ReplicaQuery = ReplicaQuery()) throws -> AsyncThrowingStream<[JSONValue], any Error> {
+        _ = try self.query(name, query.limit(1))
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: [JSONValue].self, bufferingPolicy: .bufferingNewest(1))
+        let observation = CrossPartitionObservation(collection: name, query: query, continuation: continuation, counts: observationWork)
+        observations.removeAll { $0.hasEnded }
+        observations.append(observation)
+        storage.observers.add(observation)
+        for (partition, member) in members where CollectionPath(partition)?.name == name { member.liveQueries.add(observation) }
+        // Registered before the first read: a partition committing meanwhile makes it read again.
+        while !observation.start(with: try self.query(name, query)) {}
+        return stream
+    }
+
+    /// Re-runs and notifications of this view's ``observe(_:_:)`` queries since it was opened.
+    public var observationCounts: LiveQueryCounts { observationWork.value }
 
     /// Pushes every partition's queued writes, then asks the server once whether the view
     /// changed, fetches what did, and drops what left it. With `waitingUpTo` seconds (1–60)

@@ -26,6 +26,26 @@ struct ReplicaChanges: Equatable {
     }
 }
 
+/// How much work a replica's live queries (``DeltaSnapReplica/observe(_:)``) have made since it
+/// was opened: an app can log it to see what its screens cost, and the tests and benchmarks
+/// hold "only a change that can affect a query runs it" with it.
+///
+/// ```swift
+/// let counts = await replica.observationCounts
+/// logger.debug("live queries: \(counts.reruns) re-runs, \(counts.notifications) new results")
+/// ```
+public struct LiveQueryCounts: Equatable, Sendable {
+    /// Queries run again after a commit.
+    public var reruns = 0
+    /// Values handed to observers after a commit (the first value of each is not counted).
+    public var notifications = 0
+
+    public init(reruns: Int = 0, notifications: Int = 0) {
+        self.reruns = reruns
+        self.notifications = notifications
+    }
+}
+
 /// The live queries and records of one replica (``DeltaSnapReplica/observe(_:)``,
 /// ``DeltaSnapReplica/observe(id:)``): after every committed transaction, ``ReplicaStorage``
 /// hands it what changed, and it re-runs only the queries a changed record can affect — one
@@ -39,11 +59,15 @@ package final class ReplicaObservers: @unchecked Sendable {
     private enum Observer {
         case query(ReplicaQuery, results: [JSONValue], ids: Set<String>, AsyncThrowingStream<[JSONValue], any Error>.Continuation)
         case record(id: String, value: JSONValue?, AsyncThrowingStream<JSONValue?, any Error>.Continuation)
+        /// A view's query over all partitions of a collection, shared with the other storages
+        /// of the view's file: it keeps its own result and ends its own stream.
+        case acrossPartitions(CrossPartitionObservation)
 
         func finish(throwing error: any Error) {
             switch self {
             case .query(_, _, _, let continuation): continuation.finish(throwing: error)
             case .record(_, _, let continuation): continuation.finish(throwing: error)
+            case .acrossPartitions: break
             }
         }
     }
@@ -53,18 +77,7 @@ package final class ReplicaObservers: @unchecked Sendable {
     private var nextKey: UInt64 = 0
     private var counts = Counts()
 
-    /// How much work live queries made: the benchmarks and the tests pin them.
-    package struct Counts: Equatable, Sendable {
-        /// Queries run again after a commit.
-        package var reruns = 0
-        /// Values handed to observers after a commit (the first value of each is not counted).
-        package var notifications = 0
-
-        package init(reruns: Int = 0, notifications: Int = 0) {
-            self.reruns = reruns
-            self.notifications = notifications
-        }
-    }
+    typealias Counts = LiveQueryCounts
 
     var isObserving: Bool { lock.withLock { !observers.isEmpty } }
     var statistics: Counts { lock.withLock { counts } }
@@ -83,6 +96,13 @@ package final class ReplicaObservers: @unchecked Sendable {
     func add(id: String, value: JSONValue?, continuation: AsyncThrowingStream<JSONValue?, any Error>.Continuation) {
         let key = register(.record(id: id, value: value, continuation))
         continuation.onTermination = { [weak self] _ in self?.remove(key) }
+    }
+
+    /// Adds a view's observation across partitions (it is registered with every storage of
+    /// the view's file that commits to its collection). It leaves at the first commit after
+    /// its consumer went away.
+    func add(_ observation: CrossPartitionObservation) {
+        _ = register(.acrossPartitions(observation))
     }
 
     private func register(_ observer: Observer) -> UInt64 {
@@ -135,6 +155,12 @@ package final class ReplicaObservers: @unchecked Sendable {
                     notifications += 1
                     continuation.yield(fresh)
                     updated[key] = .record(id: id, value: fresh, continuation)
+                case .acrossPartitions(let observation):
+                    guard !observation.hasEnded else {
+                        finished.append(key)
+                        continue
+                    }
+                    try observation.refresh(after: changes, in: storage, visible: now)
                 }
             } catch {
                 observer.finish(throwing: error)

@@ -173,6 +173,49 @@ import Testing
         }
     }
 
+    /// A live query over a whole collection of a view (issue 47): it follows every partition —
+    /// pulled, written locally, arriving in the view, dropped from it — one value per change,
+    /// and a change to another collection runs nothing.
+    @Test func aViewsLiveQueryFollowsItsPartitionsInAndOut() async throws {
+        try await withServer { f in
+            let alice = try await f.view("alice")
+            _ = await alice.sync()
+            let seen = LiveQueryTests.Seen(try await alice.observe("sets", ReplicaQuery().order(by: "question")))
+            try await seen.waitFor(1)
+            func questions() -> [String] { (seen.last ?? []).compactMap { if case .string(let q)? = $0["question"] { q } else { nil } } }
+            #expect(questions() == ["2+2"])
+
+            // Another collection: not even a re-run.
+            try await alice.replica(for: "attempts/alice").put(id: "a2", json: #"{"score":5}"#)
+            #expect(await alice.observationCounts == .init(reruns: 0, notifications: 0))
+
+            // Pulled into a partition the view holds.
+            try await f.store.importText(#"{"id":"q2","question":"1+1"}"#, collection: "sets/8271")
+            try await waitForWatcher(f, toSee: "sets/8271")
+            _ = await alice.sync()
+            try await seen.waitFor(2)
+            #expect(questions() == ["1+1", "2+2"])
+
+            // A partition arriving in the view, then a local write to it.
+            try await f.setMembership("alice", "sets/9000", role: "write")
+            _ = await alice.sync()
+            try await seen.waitFor(3)
+            #expect(questions() == ["1+1", "2+2", "3+3"])
+            try await alice.replica(for: "sets/9000").put(id: "q5", json: #"{"question":"0+0"}"#)
+            try await seen.waitFor(4)
+            #expect(questions() == ["0+0", "1+1", "2+2", "3+3"])
+
+            // The partition leaves the view: its records leave the result.
+            try await f.setMembership("alice", "sets/9000", role: nil)
+            _ = await alice.sync()
+            try await seen.waitFor(5)
+            #expect(questions() == ["1+1", "2+2"])
+            #expect(try await alice.query("sets", ReplicaQuery().order(by: "question")) == seen.last)
+            #expect(seen.count == 5, "one value per change: \(seen.values.withLock { $0 })")
+            #expect(await alice.observationCounts.notifications == 4)
+        }
+    }
+
     @Test(arguments: TestBackend.allCases) func aViewOfAThousandPartitionsAsksOnceAndFetchesOnlyWhatChanged(_ backend: TestBackend) async throws {
         try await withServer(backend, seed: { store in
             var members = "", sets = ""

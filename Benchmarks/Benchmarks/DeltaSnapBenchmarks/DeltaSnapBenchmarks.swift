@@ -410,4 +410,5 @@ let benchmarks: @Sendable () -> Void = {
     twoWaySyncBenchmarks()
     signedDataBenchmarks()
     liveQueryBenchmarks()
+    pulledDeltaLiveQueryBenchmarks()
 }

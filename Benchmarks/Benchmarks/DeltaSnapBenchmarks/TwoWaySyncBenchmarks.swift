@@ -31,8 +31,13 @@ func bundledReplica(count: Int, root: String = "two-way") async throws -> DeltaS
 
 /// Starts `deltasnap serve`'s server in this process on an ephemeral port.
 func startServer(database: String, signingKeys: [IndexSigningKey] = []) async throws -> URL {
-    let server = try await DeltaSnapServer(
-        store: try SQLiteCollectionStore(path: database), configuration: .init(writeToken: "bench", signingKeys: signingKeys))
+    try await startServer(store: try SQLiteCollectionStore(path: database), signingKeys: signingKeys)
+}
+
+/// Starts `deltasnap serve`'s server over `store` (which the caller may keep writing to, as
+/// an importer beside the server would) in this process on an ephemeral port.
+func startServer(store: SQLiteCollectionStore, signingKeys: [IndexSigningKey] = []) async throws -> URL {
+    let server = try await DeltaSnapServer(store: store, configuration: .init(writeToken: "bench", signingKeys: signingKeys))
     let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
     syncFixtures.serverTask = Task {
         try await server.run(host: "127.0.0.1", port: 0, handleSignals: false) { port in

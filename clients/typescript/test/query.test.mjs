@@ -127,6 +127,91 @@ for (const [backend, makeStorage] of Object.entries(backends)) {
     });
   });
 
+  describe(`${backend} store: the values a transaction reports`, () => {
+    test("each transaction hands its listeners the values the app now sees of the ids it wrote (equal to a read), reading none", async () => {
+      const { store } = await makeStorage().open(`values-${backend}`);
+      const heard = [];
+      store.onRecordsChanged((ids, values) => heard.push({ ids, values }));
+      // Every value reported equals what a read gives right after; an id not in `values` must be read.
+      const check = async (label, expectedIds, unknown = []) => {
+        const { ids, values } = heard.pop();
+        assert.deepEqual([...ids].sort(), [...expectedIds].sort(), label);
+        assert.deepEqual(ids.filter((id) => !values?.has(id)).sort(), unknown, `${label}: ids the listener must read`);
+        for (const [id, value] of values ?? []) assert.equal(value, (await store.getMany([id]))[0], `${label}: ${id}`);
+      };
+      await store.commitApply({ expectToken: null, replaceAll: true, upserts: [["a", '{"id":"a","n":1}'], ["b", '{"id":"b","n":2}']], deletes: [], state: { token: "t.1", count: 2 } }, null);
+      assert.deepEqual(heard.pop(), { ids: null, values: undefined }, "a full body: anything, no values");
+      await store.enqueue({ op: "patch", id: "b", value: '{"n":3}' }, 1);
+      await check("a local write", ["b"]);
+      await store.enqueue({ op: "patch", id: "b", value: '{"m":1}' }, 2);
+      await check("a write folded into the one before", ["b"]);
+      await store.enqueue({ op: "insert", id: "c", value: '{"id":"c","n":5}' }, 3);
+      await check("an insert", ["c"]);
+      await store.enqueue({ op: "delete", id: "c", value: null }, 4);
+      await check("a delete folded with its insert into nothing: absent again", ["c"]);
+      assert.equal((await store.getMany(["c"]))[0], null);
+      await store.enqueue({ op: "put", id: "e", value: '{"id":"e","n":9}' }, 5);
+      await check("a put", ["e"]);
+      await store.commitApply({ expectToken: "t.1", replaceAll: false, upserts: [["b", '{"id":"b","n":7}'], ["d", '{"id":"d","n":4}']], deletes: ["a"], state: { token: "t.2", count: 2 } }, null);
+      await check("a delta: its records, the local value over one of them, a deletion", ["a", "b", "d", "e"]);
+      assert.equal((await store.getMany(["b"]))[0], '{"id":"b","m":1,"n":3}', "the pending patches over the new server value");
+      const { batch } = await store.claimBatch(10);
+      await store.settlePush([batch[0].seq], [batch[1].seq]);
+      await check("a refused write rolled back: the server's value again", ["e"]);
+      // A pull that settles the accepted write: b's server value again, not read in the transaction.
+      await store.commitApply({ expectToken: "t.2", replaceAll: false, upserts: [["d", '{"id":"d","n":5}']], deletes: [], state: { token: "t.3", count: 2 } }, batch[0].seq);
+      await check("a delta that settles a write on a record it does not bring", ["b", "d"], ["b"]);
+      assert.equal((await store.getMany(["b"]))[0], '{"id":"b","n":7}');
+      store.close();
+    });
+  });
+
+  describe(`${backend} replica: a limited, ordered query with local writes pending`, () => {
+    test("equals the filter sorted over every visible record, for several limits, both orders, with and without an index", async () => {
+      const records = Array.from({ length: 700 }, (_, i) => ({ id: `r${String(i).padStart(3, "0")}`, n: (i * 37) % 350, name: `x${i % 9}` }));
+      const open = async (indexes) => {
+        const storage = makeStorage();
+        const name = `limited-${backend}-${indexes.length}`;
+        const { store } = await storage.open(name);
+        await store.commitApply({ expectToken: null, replaceAll: true, upserts: records.map((r) => [r.id, JSON.stringify(r)]), deletes: [], state: { token: "t.1", count: records.length } }, null);
+        store.close();
+        return { storage, replica: await DeltaSnapReplica.open({ collection: "limited", databaseName: name, storage, autoSync: false, serverURL: "http://127.0.0.1:9", indexes }) };
+      };
+      const indexed = await open(["n"]);
+      const plain = await open([]);
+      const byN = (n) => records.filter((r) => r.n === n).map((r) => r.id);
+      for (const { replica } of [indexed, plain]) {
+        await replica.patch(byN(349)[0], { n: -5 });              // from the back to the front (ascending)
+        await replica.patch(byN(0)[0], { n: 400 });               // from the front to the front (descending)
+        await replica.patch(byN(3)[0], { n: null });              // out of the filter (and to the front of the order alone)
+        await replica.patch(byN(348)[1], { name: "moved" });      // one of the first (descending), moved nowhere
+        await replica.delete(byN(2)[0]);                          // one of the first (ascending)
+        await replica.delete(byN(347)[0]);                        // one of the first (descending)
+        await replica.put("new-first", { n: -1, name: "new" });   // a new record at the front
+        await replica.put("new-tie", { n: 5, name: "tie" });      // ties with server records
+        await replica.settled();
+        assert.ok((await replica.pendingWrites()).length >= 8);
+      }
+      const visible = (await plain.replica.all()).map((record) => ({ id: record.id, record }));
+      for (const filter of [null, [">=", 2], ["<", 340], ["!=", 5]]) {
+        for (const descending of [false, true]) {
+          for (const limit of [0, 1, 2, 3, 5, 17, 300, 1000]) {
+            const base = filter ? new ReplicaQuery().filter("n", filter[0], filter[1]) : new ReplicaQuery();
+            const query = base.order("n", descending).limit(limit);
+            const expected = ids(base.order("n", descending).select(visible)).slice(0, limit);
+            const label = `${filter ? `n ${filter.join(" ")}` : "every record"}, descending ${descending}, limit ${limit}`;
+            if (backend === "memory") indexed.storage.resetRowsRead("limited-memory-1");
+            assert.deepEqual((await indexed.replica.query(query)).map((r) => r.id), expected, `${label}, indexed`);
+            if (backend === "memory") assert.equal(indexed.storage.rowsRead("limited-memory-1").pages ?? 0, 0, `${label}: through the index, no record page`);
+            assert.deepEqual((await plain.replica.query(query)).map((r) => r.id), expected, `${label}, no index`);
+          }
+        }
+      }
+      indexed.replica.close();
+      plain.replica.close();
+    });
+  });
+
   describe(`${backend} replica: watchers`, () => {
     test("one call with the first result; one per local write that changes it; none for one that does not", async () => {
       const replica = await DeltaSnapReplica.open({ collection: "todos", storage: makeStorage(), autoSync: false, serverURL: "http://127.0.0.1:9", indexes: ["done"] });
@@ -223,6 +308,88 @@ describe("a page load", () => {
     await again.dropIndex("n");
     assert.equal((await again.query(new ReplicaQuery().filter("n", "<", 2))).length, 2, "a dropped index: a scan");
     again.close();
+  });
+});
+
+describe("an apply's watchers", () => {
+  test("decide and re-run from the values the apply's transaction wrote: no record page read beyond the apply's own", async () => {
+    const storage = new MemoryStorage();
+    const records = Array.from({ length: 3000 }, (_, i) => ({ id: `r${String(i).padStart(4, "0")}`, stock: i % 500 }));
+    {
+      const { store } = await storage.open("applied");
+      await store.commitApply({ expectToken: null, replaceAll: true, upserts: records.map((r) => [r.id, JSON.stringify(r)]), deletes: [], state: { token: "t.0", count: records.length } }, null);
+      store.close();
+    }
+    const replica = await DeltaSnapReplica.open({ collection: "applied", databaseName: "applied", storage, autoSync: false, serverURL: "http://127.0.0.1:9", indexes: ["stock"] });
+    const store = replica["store"];
+    let token = 0;
+    // A delta moving `id` to `stock`, and the rows (by table) the whole of it read: the apply, then whatever the watchers did.
+    const move = async (id, stock) => {
+      await replica.settled();
+      storage.resetRowsRead("applied");
+      await store.commitApply({ expectToken: `t.${token}`, replaceAll: false, upserts: [[id, JSON.stringify({ id, stock })]], deletes: [], state: { token: `t.${++token}`, count: records.length } }, null);
+      await replica.settled();
+      return storage.rowsRead("applied");
+    };
+    const unwatched = await move("r1234", 0);
+    const calls = [];
+    const stop = replica.watch(new ReplicaQuery().filter("stock", "<", 2).order("stock"), (rows) => calls.push(rows.map((r) => r.id)));
+    await replica.settled();
+    const reruns = replica.liveQueryReruns;
+    const watched = await move("r2345", 0);
+    assert.equal(calls.length, 2, "the first result, then the record entering it");
+    assert.ok(calls[1].includes("r2345"));
+    assert.equal(watched.pages, unwatched.pages, `the watcher read no record page: ${JSON.stringify({ watched, unwatched })}`);
+    assert.equal(replica.liveQueryReruns - reruns, 1);
+    const unrelated = await move("r2346", 300);
+    assert.equal(unrelated.pages, unwatched.pages, "a change outside the query: no page read either");
+    assert.equal(unrelated.indexes, unwatched.indexes, "nor a re-run");
+    assert.equal(replica.liveQueryReruns - reruns, 1);
+    // The local value wins over the delta's: the watcher is told from it, and leaves the record out.
+    await replica.patch("r2347", { stock: 400 });
+    await replica.settled();
+    await move("r2347", 1);
+    assert.equal(calls.length, 2, "a delta under a pending write that keeps the record out of the query: no call");
+    stop();
+    replica.close();
+  });
+});
+
+describe("subscribing", () => {
+  test("observers of records by id subscribed together read their first results together: each record page once", async () => {
+    const storage = new MemoryStorage();
+    const records = Array.from({ length: 2000 }, (_, i) => ({ id: `r${String(i).padStart(4, "0")}`, n: i }));
+    {
+      const { store } = await storage.open("subscribe");
+      await store.commitApply({ expectToken: null, replaceAll: true, upserts: records.map((r) => [r.id, JSON.stringify(r)]), deletes: [], state: { token: "t.1", count: records.length } }, null);
+      store.close();
+    }
+    const replica = await DeltaSnapReplica.open({ collection: "subscribe", databaseName: "subscribe", storage, autoSync: false, serverURL: "http://127.0.0.1:9" });
+    await replica.put("r0003", { n: -3 });                                   // a local value is what the observer sees
+    await replica.settled();
+    storage.resetRowsRead("subscribe");
+    const wanted = [...Array.from({ length: 200 }, (_, i) => `r${String(i).padStart(4, "0")}`), "missing"];
+    const first = new Map();
+    const stops = wanted.map((id) => replica.watch(new ReplicaQuery().filter("id", "=", id), (rows) => first.set(id, [...(first.get(id) ?? []), rows])));
+    const dropped = replica.watch(new ReplicaQuery().filter("id", "=", "r0500"), () => assert.fail("unsubscribed before its first result"));
+    dropped();
+    const other = [];
+    const stopOther = replica.watch(new ReplicaQuery().filter("n", "<", 2), (rows) => other.push(rows.map((r) => r.id)));
+    await replica.settled();
+    assert.equal(first.size, wanted.length);
+    for (const id of wanted) {
+      const expected = id === "missing" ? [] : [id === "r0003" ? { id, n: -3 } : { id, n: Number(id.slice(1)) }];
+      assert.deepEqual(first.get(id), [expected], id);
+    }
+    assert.deepEqual(other, [["r0000", "r0001", "r0003"]], "another kind of query: its own first result (r0003 by its local value)");
+    // The ids' one record page once (not once per observer), then every page once for the query without an index.
+    assert.equal(storage.rowsRead("subscribe").pages, 1 + Math.ceil(records.length / 256), JSON.stringify(storage.rowsRead("subscribe")));
+    await replica.patch("r0007", { seen: true });
+    await replica.settled();
+    assert.deepEqual(first.get("r0007").at(-1), [{ id: "r0007", n: 7, seen: true }], "and they follow their record from then on");
+    assert.equal(first.get("r0008").length, 1);
+    for (const stop of [...stops, stopOther]) stop();
+    replica.close();
   });
 });
 

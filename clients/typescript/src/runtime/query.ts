@@ -180,7 +180,11 @@ export class LiveQuery<T = Record<string, unknown>> {
 
   /** Runs the query again; tells the listeners when the result differs. @internal */
   async refresh(): Promise<void> {
-    const rows = await this.engine.run(this.query);
+    this.show(await this.engine.run(this.query));
+  }
+
+  /** Takes `rows` (the query's result now) as the result; tells the listeners when it differs. @internal */
+  show(rows: Row[]): void {
     const old = this.rows;
     if (old && old.length === rows.length && old.every((r, i) => r.id === rows[i].id && r.body === rows[i].body)) return;
     this.rows = rows;
@@ -202,6 +206,8 @@ export class LiveQuery<T = Record<string, unknown>> {
 export class QueryEngine {
   private readonly declared = new Set<string>();
   private readonly live = new Set<LiveQuery<any>>();
+  /** Live queries subscribed whose first result is not read yet (read together: see `firstResults`). */
+  private readonly unread = new Set<LiveQuery<any>>();
   private tail: Promise<void> = Promise.resolve();
   /** Re-runs of live queries, for tests and benchmarks: unrelated changes must cost none. */
   reruns = 0;
@@ -232,9 +238,12 @@ export class QueryEngine {
     return this.enqueue(() => this.run(query));
   }
 
-  /** Handles the ids a committed transaction changed (`null`: anything). */
-  changed(ids: string[] | null): void {
-    void this.enqueue(() => this.apply(ids)).catch(this.onError);
+  /**
+   * Handles the ids a committed transaction changed (`null`: anything), with the values the
+   * app sees of them now where the transaction knew them (`values`; the others are read).
+   */
+  changed(ids: string[] | null, values?: ReadonlyMap<string, string | null>): void {
+    void this.enqueue(() => this.apply(ids, values)).catch(this.onError);
   }
 
   /** Resolves when every change heard so far has reached the live queries. */
@@ -245,7 +254,40 @@ export class QueryEngine {
 
   watch(live: LiveQuery<any>): void {
     this.live.add(live);
-    void this.enqueue(() => live.refresh()).catch(this.onError);
+    this.unread.add(live);
+    void this.enqueue(() => this.firstResults()).catch(this.onError);
+  }
+
+  /**
+   * The first results of the live queries subscribed so far (the first of their jobs in the
+   * queue reads them all; the later ones find nothing left): queries of one record by id
+   * together, in one read of their ids (1,000 observers subscribed at once: one transaction,
+   * not 1,000), every other query on its own.
+   */
+  private async firstResults(): Promise<void> {
+    const batch = [...this.unread].filter((live) => this.live.has(live));
+    this.unread.clear();
+    const byId = new Set(batch.filter((live) => idOf(live.query) !== undefined));
+    if (byId.size > 1) {
+      const wanted = new Set<string>();
+      for (const live of byId) {
+        const id = idOf(live.query);
+        if (typeof id === "string") wanted.add(id);
+      }
+      const ids = [...wanted];
+      const bodies = await readMany(this.store, ids);
+      const found = new Map<string, string | null>();
+      ids.forEach((id, i) => found.set(id, bodies[i]));
+      for (const live of byId) {
+        const id = idOf(live.query);
+        const body = typeof id === "string" ? found.get(id) ?? null : null;
+        if (this.live.has(live)) live.show(live.query.select(body === null ? [] : [{ id: id!, body, record: JSON.parse(body) }]));
+      }
+    }
+    for (const live of batch) {
+      if ((byId.size > 1 && byId.has(live)) || !this.live.has(live)) continue;
+      await live.refresh();
+    }
   }
 
   unwatch(live: LiveQuery<any>): void {
@@ -258,7 +300,7 @@ export class QueryEngine {
     return run;
   }
 
-  private async apply(ids: string[] | null): Promise<void> {
+  private async apply(ids: string[] | null, values?: ReadonlyMap<string, string | null>): Promise<void> {
     if (ids === null) {
       for (const live of [...this.live]) { this.reruns++; await live.refresh(); }
       return;
@@ -267,13 +309,22 @@ export class QueryEngine {
     if (ids.length === 0 || this.live.size === 0) return;
     const changed = new Set(ids);
     // A query of one record by id (`filter("id", "=", …)`) is decided by the ids alone: the
-    // changed records are read only when another kind of query listens.
+    // changed records are needed only when another kind of query listens. Their values come
+    // with the change when this tab's transaction wrote them (an apply, a local write, a
+    // rollback): only the others (another tab's change, an id that got its server value
+    // back) are read.
     const live = [...this.live];
     let records: Map<string, Record<string, unknown> | undefined> | null = null;
     if (live.some((l) => idOf(l.query) === undefined)) {
-      const bodies = await readMany(this.store, ids);
+      const unknown = values ? ids.filter((id) => !values.has(id)) : ids;
+      const read = unknown.length ? await readMany(this.store, unknown) : [];
+      const bodies = new Map<string, string | null>();
+      unknown.forEach((id, i) => bodies.set(id, read[i]));
       records = new Map();
-      for (let i = 0; i < ids.length; i++) records.set(ids[i], bodies[i] === null ? undefined : JSON.parse(bodies[i]!));
+      for (const id of ids) {
+        const body = values?.has(id) ? values.get(id)! : bodies.get(id)!;
+        records.set(id, body === null ? undefined : JSON.parse(body));
+      }
     }
     for (const query of live) {
       const id = idOf(query.query);

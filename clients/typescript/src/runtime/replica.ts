@@ -185,8 +185,8 @@ export class DeltaSnapReplica extends EventTarget {
     for (const field of options.indexes ?? []) this.queries.declare(field).catch((error) => this.dispatchEvent(new CustomEvent("error", { detail: error })));
     // Live queries follow every committed transaction, this tab's at once and the others' over
     // the BroadcastChannel, by the ids it changed.
-    this.stopListening = store.onRecordsChanged?.((ids) => {
-      this.queries.changed(ids);
+    this.stopListening = store.onRecordsChanged?.((ids, values) => {
+      this.queries.changed(ids, values);
       this.tabs.post({ type: "records", ids: ids !== null && ids.length <= DeltaSnapReplica.CHANGE_IDS_LIMIT ? ids : null });
     }) ?? null;
   }

@@ -96,6 +96,12 @@ export interface PreparedApply {
 /** Thrown inside a transaction when the state moved under it (another tab applied first). */
 export class StateMovedError extends Error {}
 
+/**
+ * Hears a committed transaction's changed ids (`null`: anything) and the visible values it
+ * knows of them (see `ReplicaStore.onRecordsChanged`).
+ */
+export type RecordsListener = (ids: string[] | null, values?: ReadonlyMap<string, string | null>) => void;
+
 
 /**
  * What the sync engine, the replica and the view need from storage. Each method is one
@@ -116,10 +122,13 @@ export interface ReplicaStore {
   getMany?(ids: string[]): Promise<(string | null)[]>;
   /**
    * Calls `listener` after each committed transaction that may have changed visible records,
-   * with their ids (`null`: any record may have, e.g. a full body). Returns the removal.
-   * Optional: without it, live queries hear only the replica's own change events.
+   * with their ids (`null`: any record may have, e.g. a full body) and, for those whose value
+   * the transaction wrote or computed, the value the app sees now (`values`: id → canonical
+   * text, `null` when absent), so a listener need not read them again; an id missing from
+   * `values` must be read. Returns the removal. Optional: without it, live queries hear only
+   * the replica's own change events.
    */
-  onRecordsChanged?(listener: (ids: string[] | null) => void): () => void;
+  onRecordsChanged?(listener: RecordsListener): () => void;
   /**
    * Indexes `field` in the database (kept by every apply from then on, in every tab: see
    * `StoredIndexes`); built once from every record, nothing when it is already. Optional:
@@ -232,20 +241,23 @@ export abstract class TableStore implements ReplicaStore {
   private gate: Promise<void> | null = null;
   private openGate: (() => void) | null = null;
 
-  private readonly changeListeners = new Set<(ids: string[] | null) => void>();
+  private readonly changeListeners = new Set<RecordsListener>();
 
   protected constructor(readonly name: string) {}
 
-  onRecordsChanged(listener: (ids: string[] | null) => void): () => void {
+  onRecordsChanged(listener: RecordsListener): () => void {
     this.changeListeners.add(listener);
     return () => this.changeListeners.delete(listener);
   }
 
-  /** Tells the listeners, after the commit, which records a transaction changed. */
-  private recordsChanged(ids: Iterable<string> | null): void {
+  /**
+   * Tells the listeners, after the commit, which records a transaction changed, with the
+   * visible values it knows of them (those it wrote or computed: no read).
+   */
+  private recordsChanged(ids: Iterable<string> | null, values?: ReadonlyMap<string, string | null>): void {
     const list = ids === null ? null : [...new Set(ids)];
     if (list !== null && list.length === 0) return;
-    for (const listener of [...this.changeListeners]) listener(list);
+    for (const listener of [...this.changeListeners]) listener(list, values);
   }
 
   /** Runs `body` in one transaction; it commits when `body` resolves, aborts when it throws. */
@@ -296,7 +308,7 @@ export abstract class TableStore implements ReplicaStore {
       t.put("meta", next, "state");
       if (settleThrough !== undefined) {
         const refs = await FileRefs.open(t);
-        touched = await settleAfterPull(t, settleThrough, refs);
+        touched = (await settleAfterPull(t, settleThrough, refs)).touched;
         refs.flush();
       }
       return next;
@@ -390,6 +402,7 @@ export abstract class TableStore implements ReplicaStore {
 
   async commitApply(prepared: PreparedApply, settleThrough: number | null): Promise<ReplicaState> {
     let touched: string[] = [];
+    let local = new Map<string, string | null>();
     const next = await this.transaction("readwrite", async (t) => {
       const current = await stateIn(t);
       if (current.token !== prepared.expectToken) throw new StateMovedError(`the replica moved to ${current.token} meanwhile`);
@@ -420,14 +433,24 @@ export abstract class TableStore implements ReplicaStore {
       }
       const next = { ...current, ...prepared.state };
       t.put("meta", next, "state");
-      touched = await settleAfterPull(t, settleThrough, refs, pages);
+      ({ touched, local } = await settleAfterPull(t, settleThrough, refs, pages));
       pages.flush();
       indexes.flush();
       refs.flush();
       return next;
     });
     // A full body may change any record; a delta, the ids it names and those with local values.
-    this.recordsChanged(prepared.replaceAll ? null : [...prepared.upserts.map(([id]) => id), ...prepared.deletes, ...touched]);
+    if (prepared.replaceAll) this.recordsChanged(null);
+    else {
+      // What the app sees of them now is known here (the live queries read none again): the
+      // local value where writes are still pending, else what the delta wrote; an id that only
+      // lost its local value shows its server value again, not read here (nor named in `values`).
+      const values = new Map<string, string | null>();
+      for (const [id, body] of prepared.upserts) values.set(id, local.has(id) ? local.get(id)! : body);
+      for (const id of prepared.deletes) values.set(id, local.has(id) ? local.get(id)! : null);
+      for (const [id, value] of local) values.set(id, value);
+      this.recordsChanged([...prepared.upserts.map(([id]) => id), ...prepared.deletes, ...touched], values);
+    }
     return next;
   }
 
@@ -439,6 +462,8 @@ export abstract class TableStore implements ReplicaStore {
    * given the local value.
    */
   async enqueue(write: Mutation, now: number): Promise<PendingWrite> {
+    // The id's visible value once committed (the overlay's, or the server's when a fold cancelled every write).
+    let visible: string | null = null;
     const pending = await this.transaction("readwrite", async (t) => {
       const local = await t.get<Overlay>("overlay", write.id);
       const pages = await RecordPages.open(t);
@@ -463,7 +488,8 @@ export abstract class TableStore implements ReplicaStore {
             t.put("pending", result, tail.seq);
             rest.push(result);
           }
-          await rebuildOverlay(t, write.id, refs, rest, pages);
+          const rebuilt = await rebuildOverlay(t, write.id, refs, rest, pages);
+          visible = rebuilt !== undefined ? rebuilt : (await pages.get(write.id)) ?? null;
           refs.flush();
           return result;
         }
@@ -476,9 +502,10 @@ export abstract class TableStore implements ReplicaStore {
       const refs = await FileRefs.open(t);
       await refs.set("o", write.id, value);
       refs.flush();
+      visible = value;
       return pending;
     });
-    this.recordsChanged([write.id]);
+    this.recordsChanged([write.id], new Map([[write.id, visible]]));
     return pending;
   }
 
@@ -510,6 +537,7 @@ export abstract class TableStore implements ReplicaStore {
 
   async settlePush(accepted: number[], refused: number[]): Promise<void> {
     const touched = new Set<string>();
+    const values = new Map<string, string | null>();
     await this.transaction("readwrite", async (t) => {
       for (const seq of accepted) {
         const w = await t.get<PendingWrite>("pending", seq);
@@ -520,11 +548,16 @@ export abstract class TableStore implements ReplicaStore {
         if (w) { t.delete("pending", seq); touched.add(w.id); }
       }
       const refs = await FileRefs.open(t);
-      for (const id of touched) await rebuildOverlay(t, id, refs);
+      const pages = touched.size ? await RecordPages.open(t) : null;
+      for (const id of touched) {
+        // The local value the writes left still pending give, or the server's value again.
+        const rebuilt = await rebuildOverlay(t, id, refs, undefined, pages!);
+        values.set(id, rebuilt !== undefined ? rebuilt : (await pages!.get(id)) ?? null);
+      }
       refs.flush();
     });
     // Refused writes rolled back; accepted ones change nothing the app sees.
-    this.recordsChanged(touched);
+    this.recordsChanged(touched, values);
   }
 
   // MARK: - File references
@@ -585,8 +618,12 @@ async function ensureQueue(t: Tables): Promise<QueueState> {
   return queue;
 }
 
-/** Drops accepted writes up to `through` and recomputes every overlay (inside a pull's transaction); returns the ids that had local values. */
-async function settleAfterPull(t: Tables, through: number | null, refs: FileRefs, pages?: RecordPages): Promise<string[]> {
+/**
+ * Drops accepted writes up to `through` and recomputes every overlay (inside a pull's
+ * transaction); returns the ids that had local values (`touched`) and the local values
+ * now held (`local`: id → value, for the ids whose writes are still pending).
+ */
+async function settleAfterPull(t: Tables, through: number | null, refs: FileRefs, pages?: RecordPages): Promise<{ touched: string[]; local: Map<string, string | null> }> {
   const pending = await t.getAll<PendingWrite>("pending");
   const kept: PendingWrite[] = [];
   for (const w of pending) {
@@ -597,24 +634,30 @@ async function settleAfterPull(t: Tables, through: number | null, refs: FileRefs
   const local = (await t.getAllKeys("overlay")) as string[];
   for (const id of local) await refs.set("o", id, null);
   t.clear("overlay");
-  if (kept.length === 0) return local;
+  const values = new Map<string, string | null>();
+  if (kept.length === 0) return { touched: local, local: values };
   const server = pages ?? (await RecordPages.open(t));
-  for (const id of new Set(kept.map((w) => w.id))) await rebuildOverlay(t, id, refs, kept, server);
-  return local;
+  for (const id of new Set(kept.map((w) => w.id))) values.set(id, (await rebuildOverlay(t, id, refs, kept, server))!);
+  return { touched: local, local: values };
 }
 
-/** An id's local value: its server value with its pending writes replayed leniently, in seq order. */
-async function rebuildOverlay(t: Tables, id: string, refs: FileRefs, pending?: PendingWrite[], pages?: RecordPages): Promise<void> {
+/**
+ * An id's local value: its server value with its pending writes replayed leniently, in seq
+ * order. Returns it (null: the writes delete the record), or undefined when no write is left
+ * (the id has no local value: the app sees the server's again).
+ */
+async function rebuildOverlay(t: Tables, id: string, refs: FileRefs, pending?: PendingWrite[], pages?: RecordPages): Promise<string | null | undefined> {
   const writes = (pending ?? (await t.getAll<PendingWrite>("pending"))).filter((w) => w.id === id);
   if (writes.length === 0) {
     t.delete("overlay", id);
     await refs.set("o", id, null);
-    return;
+    return undefined;
   }
   let value = (await (pages ?? (await RecordPages.open(t))).get(id)) ?? null;
   for (const w of writes.sort((a, b) => a.seq - b.seq)) value = applyLenient({ op: w.op, id, value: w.value }, value);
   t.put("overlay", { body: value }, id);
   await refs.set("o", id, value);
+  return value;
 }
 
 /** A lowercase UUID, as the Swift client makes (1–128 of `A-Za-z0-9._:-`, §5.5). */

@@ -84,6 +84,11 @@ bench-import-stall: deps
 bench-first-sync: deps
 	Benchmarks/bench-first-sync.sh
 
+# The client alone, old build against this one (BASELINE_BIN, required), alternating: first start
+# from the gzip bundle, a first full pull, a 1-record delta; medians, new/old, peak RSS.
+bench-client-ab: deps
+	Benchmarks/bench-client-ab.sh
+
 # Growth (issue 44): each step's time and peak RSS at SIZES records, the smallest replica's delta beside.
 bench-growth: deps
 	Benchmarks/bench-growth.sh

@@ -18,6 +18,23 @@ etag_of() {
     curl -s -o /dev/null -D - "$@" "$url" | tr -d '\r' | awk -F': ' 'tolower($1) == "etag" { print $2 }'
 }
 
+# Waits until URL answers another ETag than OLD_ETAG (a write reaches a running serve
+# through its watcher).
+wait_for_change() { # URL OLD_ETAG
+    for _ in $(seq 1 200); do
+        [[ "$(etag_of "$1")" != "$2" ]] && return 0
+        sleep 0.05
+    done
+    echo "the server never served the change at $1" >&2; exit 1
+}
+
+# One 1-record change through the write API (bearer $TOKEN); returns once it is served.
+change_one() { # COLLECTION_URL VALUE
+    local before; before="$(etag_of "$1")"
+    curl -s -o /dev/null -X PUT -H "Authorization: Bearer $TOKEN" -d "{\"changed\":\"$2\"}" "$1/records/bench-delta"
+    wait_for_change "$1" "$before"
+}
+
 # Installs the Debian packages whose commands are missing.
 need() {
     local missing=()

@@ -39,23 +39,6 @@ measure() {
     awk '{ printf "%.2f s\t%.0f MB", $1, $2 / 1024 }' "$TMP/time.out"
 }
 
-# The server answers the new token for the collection at URL (a write reaches a running
-# serve through its watcher).
-wait_for_change() { # URL OLD_ETAG
-    for _ in $(seq 1 200); do
-        [[ "$(etag_of "$1")" != "$2" ]] && return 0
-        sleep 0.05
-    done
-    echo "the server never served the change at $1" >&2; exit 1
-}
-
-# One 1-record change through the write API; waits until it is served.
-change_one() { # URL RUN
-    local before; before="$(etag_of "$1")"
-    curl -s -o /dev/null -X PUT -H "Authorization: Bearer $TOKEN" -d "{\"growth\":$2}" "$1/records/growth-delta"
-    wait_for_change "$1" "$before"
-}
-
 printf 'step\trecords\tstore\ttime\tpeak RSS\n'
 row() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4"; }
 

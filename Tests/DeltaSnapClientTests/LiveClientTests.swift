@@ -59,9 +59,33 @@ import Testing
         }
     }
 
+    /// Live queries across live mode (issue 47): each commit that reaches the waiting replica
+    /// is one new result for its observer, nothing else is.
+    @Test func anObservedQueryFollowsALiveReplica() async throws {
+        try await Self.withCountries { server, dir in
+            let replica = try DeltaSnapReplica(
+                path: dir.file("r.sqlite"), collection: "countries", url: URL(string: "\(server.baseURL)/v1/collections/countries")!)
+            await replica.sync()
+            let byName = LiveQueryTests.Seen(try await replica.observe(ReplicaQuery().order(by: "name")))
+            try await byName.waitFor(1)
+            let live = Task { await replica.live(LiveOptions(wait: 20)) { _ in } }
+            try await Task.sleep(for: .milliseconds(300))
+            try await Self.put(server, "/v1/collections/countries/records/FR", #"{"name":"France"}"#)
+            #expect(try await Self.eventually(within: 10) { byName.count == 2 })
+            try await Self.put(server, "/v1/collections/countries/records/BE", #"{"name":"Belgium"}"#)
+            #expect(try await Self.eventually(within: 10) { byName.count == 3 })
+            #expect(LiveQueryTests.ids(byName.last) == ["AD", "BE", "FR"])
+            live.cancel()
+            await live.value
+            #expect(await replica.observationCounts.notifications == 2)
+        }
+    }
+
     @Test func aLiveViewPullsItsUsersPartitionWhenItChanges() async throws {
         try await ViewSyncTests().withServer { f in
             let alice = try await f.view("alice")
+            // Observed before anything is on the device: the view's live mode fills it.
+            let attempts = LiveQueryTests.Seen(try await alice.observe("attempts", ReplicaQuery().order(by: "score")))
             let reports = Locked(0)
             let live = Task { await alice.live(LiveOptions(wait: 20)) { _ in reports.withLock { $0 += 1 } } }
             // The first sync, backed off if the whole suite's load makes it time out.
@@ -69,6 +93,7 @@ import Testing
             try await Task.sleep(for: .milliseconds(300))
             try await Self.put(f.server, "/v1/collections/attempts/partitions/alice/records/a2", #"{"score":9}"#)
             #expect(try await Self.eventually(within: 10) { try f.dump("alice", "attempts/alice").contains(#""a2""#) })
+            #expect(try await Self.eventually(within: 10) { LiveQueryTests.ids(attempts.last) == ["a1", "a2"] })
             // A membership granted while waiting moves the partition in.
             try await f.setMembership("alice", "sets/9000", role: "read")
             #expect(try await Self.eventually(within: 10) { try await alice.partitions().contains("sets/9000") })

@@ -56,6 +56,9 @@ final class CrossPartitionObservation: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         guard !ended else { return }
+        // The view's own storage commits for every collection (a partition dropped): only
+        // this collection's partitions concern this query.
+        if let committed = CollectionPath(storage.scope.collection), committed.key != nil, committed.name != collection { return }
         guard let results else {
             missedWhileStarting = true
             return

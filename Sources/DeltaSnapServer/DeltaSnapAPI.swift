@@ -275,6 +275,8 @@ public final class DeltaSnapAPI: Sendable {
         return [
             RequestBoundaryHandler(), MalformedRequestHandler(metrics: metrics, routed: routed),
             FastPathHandler(service: self, logger: logger, routed: routed),
+            // Last: what passes it needs the router, and so Hummingbird's connection task.
+            RouterGate(),
         ]
     }
 

@@ -7,7 +7,12 @@ import NIOCore
 /// `additionalChannelHandlers` go behind it) — or, for a connection refused at the cap, only
 /// ``ShedConnectionHandler``.
 struct PollingHTTP1Channel: ServerChildChannel {
-    typealias Value = HTTP1Channel.Value
+    /// Hummingbird's connection, and when its request loop is needed (``RouterGate``).
+    struct Value: ServerChildChannelValue {
+        let http: HTTP1Channel.Value
+        let routerNeeded: EventLoopFuture<Void>?
+        var channel: any Channel { http.channel }
+    }
 
     let http1: HTTP1Channel
     let service: DeltaSnapAPI
@@ -18,7 +23,9 @@ struct PollingHTTP1Channel: ServerChildChannel {
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         // Decided before anything is set up: a refused connection costs a canned answer.
         let admission = governor.admit(channel)
-        return http1.setup(channel: channel, logger: logger).flatMapThrowing { value in
+        return http1.setup(channel: channel, logger: logger).flatMapThrowing { http in
+            let gate = try? channel.pipeline.syncOperations.handler(type: RouterGate.self)
+            let value = Value(http: http, routerNeeded: gate?.routerNeeded)
             guard case .admitted(let sweeper) = admission else {
                 try channel.pipeline.syncOperations.addHandler(ShedConnectionHandler(), position: .first)
                 return value
@@ -36,6 +43,14 @@ struct PollingHTTP1Channel: ServerChildChannel {
     }
 
     func handle(value: Value, logger: Logger) async {
-        await http1.handle(value: value, logger: logger)
+        if let routerNeeded = value.routerNeeded {
+            // One small frame while the connection is served before the router (polls, parked waits).
+            await withTaskCancellationHandler {
+                _ = try? await routerNeeded.get()
+            } onCancel: {
+                value.channel.close(promise: nil)
+            }
+        }
+        await http1.handle(value: value.http, logger: logger)
     }
 }

@@ -13,6 +13,22 @@ import Foundation
 final class LiveQueryFixtures: @unchecked Sendable {
     var replica: DeltaSnapReplica?
     var results: AsyncThrowingStream<[JSONValue], any Error>.AsyncIterator?
+
+    /// Keeps `replica`, indexed on `price`, and an observer of `query` past its first value.
+    func hold(_ replica: DeltaSnapReplica, observing query: ReplicaQuery?) async throws {
+        try await replica.createIndex(on: "price")
+        if let query {
+            var iterator = try await replica.observe(query).makeAsyncIterator()
+            _ = try await iterator.next()
+            results = iterator
+        }
+        self.replica = replica
+    }
+
+    func release() {
+        results = nil
+        replica = nil
+    }
 }
 
 nonisolated(unsafe) let liveQueryFixtures = LiveQueryFixtures()
@@ -32,18 +48,10 @@ func liveQueryBenchmarks() {
                     maxDuration: .seconds(5),
                     maxIterations: 2000,
                     setup: {
-                        let replica = try await bundledReplica(count: count, root: "live-\(label)")
-                        try await replica.createIndex(on: "price")
-                        if observed {
-                            var iterator = try await replica.observe(cheapest).makeAsyncIterator()
-                            _ = try await iterator.next()
-                            liveQueryFixtures.results = iterator
-                        }
-                        liveQueryFixtures.replica = replica
+                        try await liveQueryFixtures.hold(try await bundledReplica(count: count, root: "live-\(label)"), observing: observed ? cheapest : nil)
                     },
                     teardown: {
-                        liveQueryFixtures.results = nil
-                        liveQueryFixtures.replica = nil
+                        liveQueryFixtures.release()
                         fixtures.removeAll()
                     }
                 )
@@ -104,18 +112,11 @@ func pulledDeltaLiveQueryBenchmarks() {
                     maxDuration: .seconds(mode == "cannot affect it" ? 180 : 5),
                     maxIterations: 1000,
                     setup: {
-                        let replica = try await pulledReplica(count: count, root: "pulled-\(label)")
-                        try await replica.createIndex(on: "price")
-                        if mode != "nobody observing" {
-                            var iterator = try await replica.observe(mode == "changes it" ? cheapest : belowZero).makeAsyncIterator()
-                            _ = try await iterator.next()
-                            liveQueryFixtures.results = iterator
-                        }
-                        liveQueryFixtures.replica = replica
+                        let query = mode == "nobody observing" ? nil : mode == "changes it" ? cheapest : belowZero
+                        try await liveQueryFixtures.hold(try await pulledReplica(count: count, root: "pulled-\(label)"), observing: query)
                     },
                     teardown: {
-                        liveQueryFixtures.results = nil
-                        liveQueryFixtures.replica = nil
+                        liveQueryFixtures.release()
                         syncFixtures.serverTask?.cancel()
                         _ = await syncFixtures.serverTask?.result
                         liveQueryServerStore = nil

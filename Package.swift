@@ -24,6 +24,9 @@ let package = Package(
         // Already in the graph through Hummingbird; named for NIOTooManyBytesError.
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        // Already in the graph through swift-nio; named for HeapModule (the long-polls'
+        // deadlines, the import's merge of sorted runs).
+        .package(url: "https://github.com/apple/swift-collections.git", from: "1.1.0"),
         // In the graph through postgres-nio; named for TLS to PostgreSQL (`?sslmode=`).
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         // Also in the graph through Hummingbird; named for the HTTP part types of a channel handler.
@@ -69,7 +72,10 @@ let package = Package(
         // policy, errors). Links no database.
         .target(
             name: "DeltaSnapStore",
-            dependencies: ["DeltaSnapCore", "DeltaSnapTrust", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: [
+                "DeltaSnapCore", "DeltaSnapTrust", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "HeapModule", package: "swift-collections"),
+            ]
         ),
         // The embedded default store: one SQLite file (versions, import, push, compaction;
         // blocking work on queues of its own).
@@ -88,6 +94,7 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "HeapModule", package: "swift-collections"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Metrics", package: "swift-metrics"),

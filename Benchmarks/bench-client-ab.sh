@@ -28,15 +28,6 @@ mkdir -p "$TMP/bundle"
 start_serve "$BIN" "$TMP/served.sqlite" "$DS_PORT" --write-token "$TOKEN" --log-level warning
 URL="http://127.0.0.1:$DS_PORT/v1/collections/items"
 
-# "seconds peak-KB" of the whole process (time's own %e counts in hundredths: too coarse for a delta).
-measure() {
-    local start end
-    start=$(date +%s%N)
-    /usr/bin/time -f '%M' -o "$TMP/time.out" "$@" >/dev/null 2>"$TMP/step.err" || { cat "$TMP/step.err" >&2; echo "failed: $*" >&2; exit 1; }
-    end=$(date +%s%N)
-    echo "$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.4f", (b - a) / 1e9 }') $(cat "$TMP/time.out")"
-}
-
 : >"$TMP/results"
 for run in $(seq 1 "$RUNS"); do
     # Alternate which build goes first, so neither always meets a warm page cache.
@@ -44,10 +35,10 @@ for run in $(seq 1 "$RUNS"); do
     for build in "${order[@]}"; do
         name="${build%%:*}" bin="${build#*:}"
         rm -f "$TMP/first-start.sqlite"* "$TMP/full.sqlite"*
-        echo "$name first-start $(measure "$bin" pull --url "$URL" --replica "$TMP/first-start.sqlite" --snapshot "$TMP/bundle/items.snapshot")" >>"$TMP/results"
-        echo "$name full-pull $(measure "$bin" pull --url "$URL" --replica "$TMP/full.sqlite")" >>"$TMP/results"
+        echo "$name first-start $(measure_process "$bin" pull --url "$URL" --replica "$TMP/first-start.sqlite" --snapshot "$TMP/bundle/items.snapshot")" >>"$TMP/results"
+        echo "$name full-pull $(measure_process "$bin" pull --url "$URL" --replica "$TMP/full.sqlite")" >>"$TMP/results"
         change_one "$URL" "$run$name"
-        echo "$name delta-pull $(measure "$bin" pull --url "$URL" --replica "$TMP/full.sqlite")" >>"$TMP/results"
+        echo "$name delta-pull $(measure_process "$bin" pull --url "$URL" --replica "$TMP/full.sqlite")" >>"$TMP/results"
     done
     say "run $run of $RUNS done"
 done

@@ -36,6 +36,18 @@ change_one() { # COLLECTION_URL VALUE
 }
 
 # Installs the Debian packages whose commands are missing.
+# Runs one command as a user would (its output discarded; its stderr shown, and the script
+# stopped, when it fails); prints "SECONDS PEAK_KB" of the whole process: wall time from a
+# nanosecond clock (time's own %e counts in hundredths: too coarse for a delta), peak RSS
+# from /usr/bin/time.
+measure_process() {
+    local start end
+    start=$(date +%s%N)
+    /usr/bin/time -f '%M' -o "$TMP/time.out" "$@" >/dev/null 2>"$TMP/step.err" || { cat "$TMP/step.err" >&2; echo "failed: $*" >&2; exit 1; }
+    end=$(date +%s%N)
+    echo "$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.4f", (b - a) / 1e9 }') $(cat "$TMP/time.out")"
+}
+
 need() {
     local missing=()
     for pkg in "$@"; do

@@ -4,7 +4,8 @@
 #   2. WAITERS held long-polls (GET /v1/index?wait=): how many, RSS each;
 #   3. a fresh client's latency (p50/p99, 200 sequential connections) while 90 % of the cap
 #      is held idle, and while half-sent heads hold 150 % of it (answered 200, or 503 at once);
-#   4. the server's CPU while those are held.
+#   4. the server's CPU while those are held, and beside the waiters other clients' 304 rate
+#      (wrk, keep-alive) against the same rate with nothing held.
 # Beside nginx with Debian's defaults (worker_connections 768 per worker, keepalive_timeout 65)
 # serving the same bytes as a static file, in the same run. The clients bind several loopback
 # source addresses (127.0.0.1-8), so ports never run out.
@@ -16,7 +17,7 @@ source "$ROOT/.ci/postgres-cluster.sh"   # free_port
 BIN="${BIN:-$ROOT/.build/release/deltasnap}"
 CAP="${CAP:-}"            # serve --max-connections (default: derived from the open-file limit)
 WAITERS="${WAITERS:-18000}"
-need curl python3 nginx
+need curl python3 nginx wrk
 build_release
 make_workspace connections
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -34,8 +35,8 @@ NINETY=$((SERVE_CAP * 9 / 10))
 SLOW=$((SERVE_CAP * 3 / 2))
 say "1. deltasnap: $NINETY idle keep-alive connections (90 % of the cap of $SERVE_CAP)"
 probe idle --port "$PORT" --pid "$DS_PID" --count "$NINETY" --hold-path /healthz --label deltasnap
-say "2. deltasnap: $WAITERS held long-polls"
-probe waiters --port "$PORT" --pid "$DS_PID" --count "$WAITERS" --label deltasnap
+say "2. deltasnap: $WAITERS held long-polls, and other clients' 304 rate alone and beside them (wrk, 5 s each)"
+probe waiters --port "$PORT" --pid "$DS_PID" --count "$WAITERS" --rate-seconds 5 --label deltasnap
 say "3. deltasnap: $SLOW half-sent heads (150 % of the cap)"
 probe slowloris --port "$PORT" --pid "$DS_PID" --count "$SLOW" --label deltasnap
 kill -0 "$DS_PID" && say "serve still running: $(vmrss_mb "$DS_PID") MB RSS"

@@ -10,6 +10,7 @@
 #
 #   Benchmarks/bench-growth.sh                          # SIZES="10000 1000000 10000000"
 #   SIZES="10000 1000000" PG=1 Benchmarks/bench-growth.sh
+#   SQLITE=0 PG=1 Benchmarks/bench-growth.sh            # PostgreSQL's rows alone
 #   BIN=.build/debug/deltasnap SKIP_BUILD=1 SIZES="1000 5000" Benchmarks/bench-growth.sh   # a quick check
 #
 # The growth factor of a step is its largest size's cell over its smallest's; per-record time
@@ -20,6 +21,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/bench-common.sh"
 SIZES="${SIZES:-10000 1000000 10000000}"
 FILES="${FILES:-100}"
 PG="${PG:-}"
+SQLITE="${SQLITE:-1}"
 DS_PORT="${DS_PORT:-18144}"
 TOKEN=bench-growth
 
@@ -35,8 +37,7 @@ fi
 
 # Runs a command; prints "seconds<TAB>peak MB" of the whole process.
 measure() {
-    /usr/bin/time -f '%e %M' -o "$TMP/time.out" "$@" >/dev/null 2>"$TMP/step.err" || { cat "$TMP/step.err" >&2; echo "failed: $*" >&2; exit 1; }
-    awk '{ printf "%.2f s\t%.0f MB", $1, $2 / 1024 }' "$TMP/time.out"
+    measure_process "$@" | awk '{ printf "%.2f s\t%.0f MB", $1, $2 / 1024 }'
 }
 
 printf 'step\trecords\tstore\ttime\tpeak RSS\n'
@@ -47,57 +48,58 @@ for n in $SIZES; do
     [[ -z "$smallest" ]] && smallest="$n"
     say "$n records: generating (ids shuffled)"
     "$BIN" generate --count "$n" --seed 44 | shuf >"$TMP/records.ndjson"
-    db="$TMP/store-$n.sqlite"
-    row import "$n" sqlite "$(measure "$BIN" import --db "$db" --collection items --quiet "$TMP/records.ndjson")"
-    mkdir -p "$TMP/bake-$n"
-    row bake "$n" sqlite "$(measure "$BIN" bake --db "$db" --collection items --out "$TMP/bake-$n")"
-    start_serve "$BIN" "$db" "$DS_PORT" --write-token "$TOKEN" --log-level warning
-    url="http://127.0.0.1:$DS_PORT/v1/collections/items"
-    replica="$TMP/replica-$n.sqlite"
-    row "first pull (full)" "$n" sqlite "$(measure "$BIN" pull --url "$url" --replica "$replica")"
-    change_one "$url" 1
-    row "pull of a 1-record delta" "$n" sqlite "$(measure "$BIN" pull --url "$url" --replica "$replica")"
-    rm -f "$TMP/fresh-$n.sqlite"*
-    row "pull --snapshot (gzip bundle, fresh replica)" "$n" sqlite \
-        "$(measure "$BIN" pull --url "$url" --replica "$TMP/fresh-$n.sqlite" --snapshot "$TMP/bake-$n/items.snapshot")"
-    row "serve (peak over the above)" "$n" sqlite "-	$(vmhwm_mb "$DS_PID") MB"
-    kill "$DS_PID" && wait "$DS_PID" 2>/dev/null || true
-    rm -f "$TMP/fresh-$n.sqlite"* "$TMP/bake-$n/items.snapshot"
-
-    # The smallest replica's delta in the same run, beside this size's.
-    if [[ "$n" != "$smallest" ]]; then
-        start_serve "$BIN" "$TMP/store-$smallest.sqlite" "$DS_PORT" --write-token "$TOKEN" --log-level warning
-        change_one "http://127.0.0.1:$DS_PORT/v1/collections/items" "$n"
-        row "pull of a 1-record delta (beside, same run)" "$smallest" sqlite \
-            "$(measure "$BIN" pull --url "http://127.0.0.1:$DS_PORT/v1/collections/items" --replica "$TMP/replica-$smallest.sqlite")"
+    if [[ "$SQLITE" == 1 ]]; then
+        db="$TMP/store-$n.sqlite"
+        row import "$n" sqlite "$(measure "$BIN" import --db "$db" --collection items --quiet "$TMP/records.ndjson")"
+        mkdir -p "$TMP/bake-$n"
+        row bake "$n" sqlite "$(measure "$BIN" bake --db "$db" --collection items --out "$TMP/bake-$n")"
+        start_serve "$BIN" "$db" "$DS_PORT" --write-token "$TOKEN" --log-level warning
+        url="http://127.0.0.1:$DS_PORT/v1/collections/items"
+        replica="$TMP/replica-$n.sqlite"
+        row "first pull (full)" "$n" sqlite "$(measure "$BIN" pull --url "$url" --replica "$replica")"
+        change_one "$url" 1
+        row "pull of a 1-record delta" "$n" sqlite "$(measure "$BIN" pull --url "$url" --replica "$replica")"
+        rm -f "$TMP/fresh-$n.sqlite"*
+        row "pull --snapshot (gzip bundle, fresh replica)" "$n" sqlite \
+            "$(measure "$BIN" pull --url "$url" --replica "$TMP/fresh-$n.sqlite" --snapshot "$TMP/bake-$n/items.snapshot")"
+        row "serve (peak over the above)" "$n" sqlite "-	$(vmhwm_mb "$DS_PID") MB"
         kill "$DS_PID" && wait "$DS_PID" 2>/dev/null || true
-    fi
+        rm -f "$TMP/fresh-$n.sqlite"* "$TMP/bake-$n/items.snapshot"
 
-    # The same records, FILES of them referring to a file: a delta that gives one a new file.
-    say "$n records: a replica holding $FILES files"
-    mkdir -p "$TMP/files"
-    refs=()
-    for i in $(seq 1 "$FILES"); do
-        head -c $((2000 + i)) /dev/urandom >"$TMP/files/f$i.bin"
-    done
-    mapfile -t refs < <("$BIN" attachment add --db "$db" --collection items --type application/octet-stream "$TMP"/files/f*.bin)
-    for i in "${!refs[@]}"; do printf '{"id":"file-%s","file":%s}\n' "$i" "${refs[$i]}"; done >"$TMP/file-records.ndjson"
-    "$BIN" import --db "$db" --collection items --quiet "$TMP/file-records.ndjson" >/dev/null
-    rm -rf "$TMP/files"
-    start_serve "$BIN" "$db" "$DS_PORT" --write-token "$TOKEN" --log-level warning
-    "$BIN" pull --url "$url" --replica "$replica" >/dev/null
-    head -c 3000 /dev/urandom >"$TMP/new.bin"
-    new_ref="$("$BIN" attachment add --db "$db" --collection items --type application/octet-stream "$TMP/new.bin")"
-    before="$(etag_of "$url")"
-    printf '{"id":"file-0","file":%s}\n' "$new_ref" | "$BIN" import --db "$db" --collection items --quiet - >/dev/null
-    wait_for_change "$url" "$before"
-    row "pull of a 1-record delta, $FILES files held" "$n" sqlite "$(measure "$BIN" pull --url "$url" --replica "$replica")"
-    kill "$DS_PID" && wait "$DS_PID" 2>/dev/null || true
-    [[ "$n" != "$smallest" ]] && rm -rf "$replica"* "$db"*
+        # The smallest replica's delta in the same run, beside this size's.
+        if [[ "$n" != "$smallest" ]]; then
+            start_serve "$BIN" "$TMP/store-$smallest.sqlite" "$DS_PORT" --write-token "$TOKEN" --log-level warning
+            change_one "http://127.0.0.1:$DS_PORT/v1/collections/items" "$n"
+            row "pull of a 1-record delta (beside, same run)" "$smallest" sqlite \
+                "$(measure "$BIN" pull --url "http://127.0.0.1:$DS_PORT/v1/collections/items" --replica "$TMP/replica-$smallest.sqlite")"
+            kill "$DS_PID" && wait "$DS_PID" 2>/dev/null || true
+        fi
+
+        # The same records, FILES of them referring to a file: a delta that gives one a new file.
+        say "$n records: a replica holding $FILES files"
+        mkdir -p "$TMP/files"
+        refs=()
+        for i in $(seq 1 "$FILES"); do
+            head -c $((2000 + i)) /dev/urandom >"$TMP/files/f$i.bin"
+        done
+        mapfile -t refs < <("$BIN" attachment add --db "$db" --collection items --type application/octet-stream "$TMP"/files/f*.bin)
+        for i in "${!refs[@]}"; do printf '{"id":"file-%s","file":%s}\n' "$i" "${refs[$i]}"; done >"$TMP/file-records.ndjson"
+        "$BIN" import --db "$db" --collection items --quiet "$TMP/file-records.ndjson" >/dev/null
+        rm -rf "$TMP/files"
+        start_serve "$BIN" "$db" "$DS_PORT" --write-token "$TOKEN" --log-level warning
+        "$BIN" pull --url "$url" --replica "$replica" >/dev/null
+        head -c 3000 /dev/urandom >"$TMP/new.bin"
+        new_ref="$("$BIN" attachment add --db "$db" --collection items --type application/octet-stream "$TMP/new.bin")"
+        before="$(etag_of "$url")"
+        printf '{"id":"file-0","file":%s}\n' "$new_ref" | "$BIN" import --db "$db" --collection items --quiet - >/dev/null
+        wait_for_change "$url" "$before"
+        row "pull of a 1-record delta, $FILES files held" "$n" sqlite "$(measure "$BIN" pull --url "$url" --replica "$replica")"
+        kill "$DS_PID" && wait "$DS_PID" 2>/dev/null || true
+        if [[ "$n" != "$smallest" ]]; then rm -rf "$replica"* "$db"*; fi
+    fi
 
     if [[ -n "$PG" ]]; then
         pg_db="$PG_URL"
-        "$BIN" generate --count "$n" --seed 44 | shuf >"$TMP/records.ndjson"
         row import "$n" postgres "$(measure "$BIN" import --db "$pg_db" --collection "items$n" --quiet "$TMP/records.ndjson")"
         start_serve "$BIN" "$pg_db" "$DS_PORT" --write-token "$TOKEN" --log-level warning
         url="http://127.0.0.1:$DS_PORT/v1/collections/items$n"

@@ -9,8 +9,11 @@ server's CPU meanwhile. One JSON line per measurement on stdout.
   connections_probe.py idle      --port P --pid PID --count N --path /x
   connections_probe.py waiters   --port P --pid PID --count N
   connections_probe.py slowloris --port P --pid PID --count N --path /x
+
+--rate-seconds S also measures other clients' `304` rate (wrk, keep-alive, the current ETag
+of --path) for S seconds before the connections are opened and again while they are held.
 """
-import argparse, json, os, resource, selectors, socket, statistics, sys, time
+import argparse, json, os, resource, selectors, socket, statistics, subprocess, sys, time
 
 SOURCES = [f"127.0.0.{i}" for i in range(1, 9)]
 
@@ -81,6 +84,33 @@ def fresh_latencies(port, path, count=200):
     return round(statistics.median(times), 2), round(times[int(len(times) * 0.99) - 1], 2), statuses
 
 
+def etag_of(port, path):
+    s = connect(port, 0)
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    return [l.split(b": ", 1)[1].decode() for l in data.split(b"\r\n") if l.lower().startswith(b"etag:")][0]
+
+
+def not_modified_rate(port, path, etag, seconds):
+    """Other clients' 304 rate: wrk, 1 thread, 16 keep-alive connections (req/s, bytes read per
+    request: a 304's head is ~200 bytes, so a larger figure means the ETag did not match)."""
+    out = subprocess.run(
+        ["wrk", "-t1", "-c16", f"-d{seconds}s", "-H", f"If-None-Match: {etag}", f"http://127.0.0.1:{port}{path}"],
+        capture_output=True, text=True, check=True).stdout
+    rate = [float(l.split()[1]) for l in out.splitlines() if l.startswith("Requests/sec")][0]
+    per_second = [l.split()[1] for l in out.splitlines() if l.startswith("Transfer/sec")][0]
+    units = {"B": 1, "KB": 1024, "MB": 1024 ** 2, "GB": 1024 ** 3}
+    number = per_second.rstrip("KMGB")
+    transferred = float(number) * units[per_second[len(number):]]
+    return round(rate), round(transferred / max(rate, 1))
+
+
 PER_PROCESS = 18000
 
 
@@ -123,7 +153,12 @@ def main():
     parser.add_argument("--path", default="/v1/collections/countries")
     parser.add_argument("--hold-path", help="what each idle connection asks before it idles (a small answer; default --path)")
     parser.add_argument("--label", default="")
+    parser.add_argument("--rate-seconds", type=int, default=0)
     args = parser.parse_args()
+    rate_alone = None
+    if args.rate_seconds:
+        collection_etag = etag_of(args.port, args.path)
+        rate_alone = not_modified_rate(args.port, args.path, collection_etag, args.rate_seconds)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     before = rss_kb(args.pid)
@@ -167,12 +202,19 @@ def main():
     time.sleep(5)
     cpu = cpu_seconds(args.pid) - cpu_before
     window = time.time() - window_start
+    rates = {}
+    if args.rate_seconds:
+        rate_held = not_modified_rate(args.port, args.path, collection_etag, args.rate_seconds)
+        # wrk counts a 304 as "Non-2xx": every request of both runs should be one.
+        rates = {"rate_304_alone": rate_alone[0], "rate_304_beside": rate_held[0], "rate_ratio": round(rate_held[0] / max(1, rate_alone[0]), 3),
+                 "bytes_per_answer": [rate_alone[1], rate_held[1]]}
     result = {
         "label": args.label, "mode": args.mode, "asked": args.count, "opened": len(held), "held": open_now,
         "opened_in_s": round(opened_in, 2), "rss_before_mb": round(before / 1024, 1), "rss_after_mb": round(after / 1024, 1),
         "kb_per_connection": round((after - before) / max(1, open_now), 2),
         "fresh_p50_ms": p50, "fresh_p99_ms": p99, "fresh_statuses": statuses,
         "server_cpu_cores_while_held": round(cpu / window, 3),
+        **rates,
     }
     print(json.dumps(result), flush=True)
     for s in held:

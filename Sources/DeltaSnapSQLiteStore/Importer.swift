@@ -35,7 +35,22 @@ package struct Importer {
     /// Reads every record `stream` yields and commits them.
     package func run(stream: RecordStream) throws -> WriteResult {
         try store.write(to: collection) { writer in
-            try Self.put(stream, into: writer, progress: progress, every: progressInterval)
+            try Self.write(stream, into: writer, replace: replace, progress: progress, every: progressInterval)
+        }
+    }
+
+    /// Every record of `stream` into `writer`, and with `replace` the stored records it does
+    /// not name hidden: ids in ascending order are appended holding none of them
+    /// (``DeltaSnapStore/RecordSorter``, a keyed source), others are remembered to refuse a repeat.
+    static func write(_ stream: RecordStream, into writer: CollectionWriter, replace: Bool, progress: ((Int) -> Void)? = nil, every interval: Int = 100_000) throws {
+        if stream.idsAscend {
+            try each(stream, progress: progress, every: interval) { try writer.putAscending($0, replacing: replace) }
+            if replace {
+                try stream.refuseEmptyReplace()
+                try writer.hideRecordsAfterLastAscending()
+            }
+        } else {
+            try put(stream, into: writer, progress: progress, every: interval)
             if replace {
                 try stream.refuseEmptyReplace()
                 try writer.hideRecordsNotPut()

@@ -37,21 +37,8 @@ extension SQLiteDatabase {
             while let part = try next() {
                 try CollectionPath.validate(part.path)
                 let writer = try CollectionWriter(db: db, statements: statements, collection: part.path, configuration: configuration, blobs: blobs)
-                let stream = part.records
-                if stream.idsAscend {
-                    // No id held: a million-row path costs no memory per row.
-                    try Importer.each(stream) { try writer.putAscending($0, replacing: replace) }
-                    if replace {
-                        try stream.refuseEmptyReplace()
-                        try writer.hideRecordsAfterLastAscending()
-                    }
-                } else {
-                    try Importer.put(stream, into: writer)
-                    if replace {
-                        try stream.refuseEmptyReplace()
-                        try writer.hideRecordsNotPut()
-                    }
-                }
+                // No id held for a keyed source's rows: a million-row path costs no memory per row.
+                try Importer.write(part.records, into: writer, replace: replace)
                 results.append(try writer.commit())
             }
             return results

@@ -48,24 +48,24 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
             let start = ContinuousClock.now
             // A pipelined request ends a held one's wait: answers keep their order.
             if parked != nil { answerParked(changedTo: nil, context: context) }
-            if routed.count == 0, let wait = service.parkableWait(request), park(wait, request: request, start: start, context: context) {
+            if routed.count == 0, let wait = service.parkableWait(request), park(wait, request: AnsweredRequest(request), start: start, context: context) {
                 droppingRequestParts = true
                 return
             }
             if routed.count == 0, let answer = service.indexAnswerFromMemory(request) {
                 droppingRequestParts = true
-                writeIndexAnswer(answer, to: request, start: start, context: context)
+                writeIndexAnswer(answer, to: AnsweredRequest(request), start: start, context: context)
                 return
             }
             if routed.count == 0, let answer = service.attachmentFromMemory(request) {
                 droppingRequestParts = true
                 let body: ByteBuffer? = if case .bytes(let bytes) = answer.body { bytes } else { nil }
-                write(status: answer.status, headers: answer.headers, body: body, route: .attachment, to: request, start: start, context: context)
+                write(status: answer.status, headers: answer.headers, body: body, route: .attachment, to: AnsweredRequest(request), start: start, context: context)
                 return
             }
             if routed.count == 0, let answer = service.fastAnswer(to: request, start: start) {
                 droppingRequestParts = true
-                write(answer, to: request, start: start, context: context)
+                write(answer, to: AnsweredRequest(request), start: start, context: context)
                 return
             }
             routed.count += 1
@@ -98,7 +98,11 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if case .end = unwrapOutboundIn(data) { routed.count -= 1 }
+        if case .end = unwrapOutboundIn(data) {
+            routed.count -= 1
+            // Nothing unanswered to name: an idle keep-alive connection holds no request.
+            if routed.count == 0 { lastRouted = nil }
+        }
         context.write(data, promise: promise)
     }
 
@@ -122,7 +126,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private struct Parked {
         var id: UInt64
         var wait: DeltaSnapAPI.ParkableWait
-        var request: HTTPRequest
+        var request: AnsweredRequest
         var start: ContinuousClock.Instant
     }
 
@@ -130,7 +134,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Holds `wait` until the public index changes, its deadline or shutdown; false when the
     /// router must answer instead (it changed already, or no more requests may wait).
-    private func park(_ wait: DeltaSnapAPI.ParkableWait, request: HTTPRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) -> Bool {
+    private func park(_ wait: DeltaSnapAPI.ParkableWait, request: AnsweredRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) -> Bool {
         let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         switch service.waiters.register(after: wait.generation, until: wait.deadline, wake: { wake in
             bound.eventLoop.execute {
@@ -200,14 +204,9 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         context.flush()
     }
 
-    /// `Connection: close`: the client wants the connection closed after this answer.
-    static func asksToClose(_ request: HTTPRequest) -> Bool {
-        request.headerFields[values: .connection].contains { $0.lowercased().contains("close") }
-    }
-
     /// Writes an answer of `GET /v1/index` given here (flushed with the read, or by the caller).
     private func writeIndexAnswer(
-        _ answer: (status: HTTPResponse.Status, headers: HTTPFields, body: ByteBuffer?), to request: HTTPRequest, start: ContinuousClock.Instant,
+        _ answer: (status: HTTPResponse.Status, headers: HTTPFields, body: ByteBuffer?), to request: AnsweredRequest, start: ContinuousClock.Instant,
         context: ChannelHandlerContext
     ) {
         var headers = answer.headers
@@ -215,7 +214,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         write(status: answer.status, headers: headers, body: answer.body, route: .index, to: request, start: start, context: context)
     }
 
-    private func write(_ answer: FastAnswer, to request: HTTPRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) {
+    private func write(_ answer: FastAnswer, to request: AnsweredRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) {
         switch answer {
         case .notModified(let served):
             write(status: .notModified, headers: served.validatorHeaders, body: nil, route: .collection, to: request, start: start, context: context)
@@ -227,15 +226,15 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// The one writer of this handler's answers: head (with ``PollResponseWriter``'s `Date` and
     /// request id), body for a `GET`, end; then counted and logged.
     private func write(
-        status: HTTPResponse.Status, headers: HTTPFields, body: ByteBuffer?, route: PollResponseWriter.Route, to request: HTTPRequest,
+        status: HTTPResponse.Status, headers: HTTPFields, body: ByteBuffer?, route: PollResponseWriter.Route, to request: AnsweredRequest,
         start: ContinuousClock.Instant, context: ChannelHandlerContext
     ) {
         var headers = headers
-        let identity = writer.stamp(&headers, status: status, clientsID: request.headerFields[.xRequestID])
+        let identity = writer.stamp(&headers, status: status, clientsID: request.clientsID)
         let body = request.method == .get ? body : nil
         context.write(wrapOutboundOut(.head(HTTPResponse(status: status, headerFields: headers))), promise: nil)
         if let body { context.write(wrapOutboundOut(.body(body)), promise: nil) }
-        if Self.asksToClose(request) {
+        if request.asksToClose {
             // Answered here, so Hummingbird, which closes such a connection after its own
             // answers, never saw the request: close it once the answer is out.
             needsFlush = false
@@ -246,7 +245,26 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
             needsFlush = true
         }
         writer.finished(
-            identity, route: route, method: request.method, path: request.path ?? "", status: status, since: start, bodyBytes: body?.readableBytes)
+            identity, route: route, method: request.method, path: request.path, status: status, since: start, bodyBytes: body?.readableBytes)
+    }
+}
+
+/// What answering a request needs of it: kept instead of its `HTTPRequest` while the request
+/// is held, because the request's header storage (~0.5 KB) would be a twentieth of what a
+/// waiting connection costs (docs/BENCHMARKS.md, "where a held connection's memory goes").
+struct AnsweredRequest {
+    let method: HTTPRequest.Method
+    let path: String
+    /// The client's `X-Request-Id`, echoed in the answer.
+    let clientsID: String?
+    /// `Connection: close`: the client wants the connection closed after this answer.
+    let asksToClose: Bool
+
+    init(_ request: HTTPRequest) {
+        method = request.method
+        path = request.path ?? ""
+        clientsID = request.headerFields[.xRequestID]
+        asksToClose = request.headerFields[values: .connection].contains { $0.lowercased().contains("close") }
     }
 }
 

@@ -15,7 +15,8 @@ import DeltaSnapCore
 /// it (SQLite's writer queue, a PostgreSQL `COPY`), and used by that one reader only.
 public final class RecordStream: @unchecked Sendable {
     private let reader: JSONReader
-    private let name: String
+    /// The input's name in errors (`NAME:LINE: reason`).
+    public let name: String
     /// The line the record ``next()`` returned last began on (of a JSON array: where it
     /// began inside it).
     public private(set) var line = 1
@@ -39,8 +40,9 @@ public final class RecordStream: @unchecked Sendable {
         case start, ndjson, arrayFirst, arrayNext, finished
     }
 
-    /// Records already parsed (one `PUT`), instead of a source.
-    private var given: IndexingIterator<[Record]>?
+    /// Records that come from elsewhere (one `PUT`'s, a sorted import's), with their line
+    /// when they have one, instead of from a source.
+    private var pulled: (() throws -> (record: Record, line: Int?)?)?
 
     public init(source: @escaping ChunkSource, name: String) {
         reader = JSONReader(nextChunk: source)
@@ -50,7 +52,16 @@ public final class RecordStream: @unchecked Sendable {
     /// A stream of records already parsed, so one write path serves a `PUT` and an import.
     public convenience init(records: [Record], name: String) {
         self.init(source: ChunkSources.bytes([]), name: name)
-        given = records.makeIterator()
+        var given = records.makeIterator()
+        pulled = { given.next().map { ($0, nil) } }
+    }
+
+    /// A stream of the records `next` returns until nil, each with the line of `name` it
+    /// came from (``RecordSorter``'s output).
+    public convenience init(name: String, emptyIsIntended: Bool = false, next: @escaping () throws -> (record: Record, line: Int)?) {
+        self.init(source: ChunkSources.bytes([]), name: name)
+        self.emptyIsIntended = emptyIsIntended
+        pulled = { try next().map { ($0.record, $0.line) } }
     }
 
     /// An error at the current line (or `line`) of this input.
@@ -67,8 +78,9 @@ public final class RecordStream: @unchecked Sendable {
 
     /// The next record, or nil at the end of the input. Throws ``ImportError``.
     public func next() throws -> Record? {
-        if given != nil {
-            guard let record = given!.next() else { return nil }
+        if let pulled {
+            guard let (record, recordLine) = try pulled() else { return nil }
+            if let recordLine { line = recordLine }
             count += 1
             lastWritten = record.bytes
             return record

@@ -61,4 +61,33 @@ import Testing
         #expect(await waiters.wait(after: generation, until: .now + .seconds(30)) == .closed)
         #expect(waiters.count == 0)
     }
+
+    /// Deadlines are kept in a heap: each waiter times out at its own deadline (in deadline
+    /// order, whatever the order they came in), a cancelled one is never woken, and the
+    /// entries cancelled waiters leave behind are dropped (the heap is rebuilt past 1,024 of them).
+    @Test func eachWaiterTimesOutAtItsOwnDeadlineAndACancelledOneNever() async throws {
+        let waiters = IndexWaiters(capacity: 5_000, sweepInterval: .milliseconds(10))
+        let generation = waiters.generation
+        let woken = Locked<[Int]>([])
+        let start = ContinuousClock.now
+        // Registered latest deadline first.
+        var ids: [Int: UInt64] = [:]
+        for index in (0..<5).reversed() {
+            guard case .waiting(let id) = waiters.register(after: generation, until: start + .milliseconds(150 + 100 * index), wake: { wake in
+                if wake == .timedOut { woken.withLock { $0.append(index) } }
+            }) else { Issue.record("not waiting"); return }
+            ids[index] = id
+        }
+        // 2,000 more, cancelled at once: their deadlines are far, and they must never wake.
+        for _ in 0..<2_000 {
+            guard case .waiting(let id) = waiters.register(after: generation, until: start + .milliseconds(200), wake: { _ in woken.withLock { $0.append(-1) } })
+            else { Issue.record("not waiting"); return }
+            waiters.cancel(id)
+        }
+        waiters.cancel(ids[2]!)
+        #expect(waiters.count == 4)
+        while waiters.count > 0, ContinuousClock.now - start < .seconds(30) { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(woken.current == [0, 1, 3, 4])
+        #expect(ContinuousClock.now - start >= .milliseconds(550))
+    }
 }

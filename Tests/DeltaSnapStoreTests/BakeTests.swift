@@ -24,7 +24,7 @@ import Testing
         let first = try await buildAndBake(in: dir, name: "one")
         let second = try await buildAndBake(in: dir, name: "two")
         #expect(first == second)
-        #expect(try FileManager.default.contents(atPath: dir.file("out-one/manifest.json"))
+        #expect(FileManager.default.contents(atPath: dir.file("out-one/manifest.json"))
             == FileManager.default.contents(atPath: dir.file("out-two/manifest.json")))
     }
 

@@ -118,7 +118,7 @@ extension PostgresDatabase {
 
     /// Notes that `sha256` was uploaded into `collection` (see ``DeltaSnapStore/CollectionStore/noteAttachmentUpload(_:into:)``).
     package func noteAttachmentUpload(_ sha256: String, into collection: String) async throws {
-        try await pool.withConnection { connection in
+        _ = try await pool.withConnection { connection in
             try await connection.query("""
                 INSERT INTO deltasnap_attachment_possession(collection, sha256) VALUES (\(collection), \(sha256)) ON CONFLICT DO NOTHING
                 """, logger: logger)

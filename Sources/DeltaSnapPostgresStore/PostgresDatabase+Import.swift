@@ -146,20 +146,21 @@ extension PostgresDatabase {
         try await requireAttachments(referenced, of: locked, from: stream, on: connection)
         if replace {
             try stream.refuseEmptyReplace()
-            var absent: [Record] = []
-            for try await id in try await connection.query("""
-                SELECT r.id FROM deltasnap_records r
-                WHERE r.cid = \(locked.cid) AND NOT r.hidden AND NOT EXISTS (SELECT 1 FROM deltasnap_incoming i WHERE i.id = r.id)
-                """, logger: logger).decode(String.self) { absent.append(Record.tombstone(id: id)) }
-            absentCount = absent.count
-            var next = absent.makeIterator()
-            try await copy(into: connection) { rows in
-                while let tombstone = next.next() {
-                    rows.append(tombstone)
-                    if rows.isFull { return true }
-                }
-                return false
-            }
+            // Written by the server, not fetched and sent back: the tombstones of a replace that
+            // hides millions would otherwise sit in this process's memory (and no row can be
+            // read while a `COPY` runs on the connection). The body is `Record.tombstone(id:)`'s:
+            // PostgreSQL's `to_json` escapes a string as `CanonicalJSON.writeString` does (the
+            // short escapes of `"`, `\`, b, f, n, r and t, `\u00xx` in lower case for other control
+            // bytes, nothing else), and a hidden record's hash is 0 as `CopyRows` writes it.
+            for try await count in try await connection.query("""
+                WITH absent AS (
+                    INSERT INTO deltasnap_incoming(id, hidden, hash, body)
+                    SELECT r.id, TRUE, 0, convert_to('{"hidden":true,"id":' || to_json(r.id)::text || '}', 'UTF8')
+                    FROM deltasnap_records r
+                    WHERE r.cid = \(locked.cid) AND NOT r.hidden AND NOT EXISTS (SELECT 1 FROM deltasnap_incoming i WHERE i.id = r.id)
+                    RETURNING 1)
+                SELECT count(*) FROM absent
+                """, logger: logger).decode(Int64.self) { absentCount = Int(count) }
         }
 
         // Without statistics the planner takes a fresh temporary table for a large one and

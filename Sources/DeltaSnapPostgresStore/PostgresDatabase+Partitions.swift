@@ -220,7 +220,7 @@ extension PostgresDatabase {
     }
 
     package func recordSourceLag(of follower: String, bytes: Int64, at: Int64) async throws {
-        try await transaction { connection in
+        _ = try await transaction { connection in
             try await connection.query(
                 "UPDATE deltasnap_source_positions SET lag_bytes = \(bytes), lag_at = \(at) WHERE follower = \(follower)", logger: logger)
         }

@@ -13,7 +13,7 @@ extension PostgresDatabase {
     static func uploadKey(_ token: String) -> String { "upload:\(token)" }
 
     package func createUpload(_ upload: AttachmentUpload) async throws {
-        try await pool.withConnection { connection in
+        _ = try await pool.withConnection { connection in
             try await connection.query("""
                 INSERT INTO deltasnap_uploads(token, sha256, size, type, collection, owner, received, created_at)
                 VALUES (\(upload.token), \(upload.reference.sha256), \(Int64(upload.reference.size)), \(upload.reference.type),

@@ -27,20 +27,20 @@ import HeapModule
 /// A repeated id comes out twice in a row, in the order of its lines, so the store refuses
 /// the later line. Errors in the input (bad JSON, a record without an id) are found while the
 /// runs are read, before anything is written.
-public enum RecordSorter {
+package enum RecordSorter {
     /// How many bytes of records one in-memory run may hold (counting each record's
     /// bookkeeping): the import's memory ceiling, beside the store's own cache.
-    public static let defaultMemoryBudget = 24 << 20
+    package static let defaultMemoryBudget = 24 << 20
     /// At most this many runs are read at once, a 64 KiB buffer each (16 MB at most): one
     /// merge up to ~6 GB of input (~25M records of 250 bytes). A merge of merges re-reads and
     /// re-writes what it groups (30 s of a 10M-record import at a fan-in of 64).
-    public static let maximumFanIn = 256
+    package static let maximumFanIn = 256
     static let readBuffer = 64 << 10
 
     /// The records of `stream` in ascending id order (UTF-8 bytes; a repeat by line), as a
     /// stream with ``RecordStream/idsAscend`` set whose ``RecordStream/line`` is each record's
     /// line in the input. `progress` gets the count of records read every 100,000.
-    public static func sorted(
+    package static func sorted(
         _ stream: RecordStream, memoryBudget: Int = defaultMemoryBudget, progress: ((Int) -> Void)? = nil
     ) throws -> RecordStream {
         try sorted(stream, memoryBudget: memoryBudget, maximumFanIn: maximumFanIn, progress: progress)

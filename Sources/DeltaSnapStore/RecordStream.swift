@@ -58,7 +58,7 @@ public final class RecordStream: @unchecked Sendable {
 
     /// A stream of the records `next` returns until nil, each with the line of `name` it
     /// came from (``RecordSorter``'s output).
-    public convenience init(name: String, emptyIsIntended: Bool = false, next: @escaping () throws -> (record: Record, line: Int)?) {
+    package convenience init(name: String, emptyIsIntended: Bool = false, next: @escaping () throws -> (record: Record, line: Int)?) {
         self.init(source: ChunkSources.bytes([]), name: name)
         self.emptyIsIntended = emptyIsIntended
         pulled = { try next().map { ($0.record, $0.line) } }

@@ -46,6 +46,37 @@ import Testing
 
     /// A replacing import whose input lost its records (an empty export, a truncated
     /// download) would hide the whole collection: refused, nothing committed.
+    /// An input larger than one sorting run (``RecordSorter``, 24 MB) spills to `TMPDIR`; a
+    /// full disk there is one line naming the directory and the cause, exit 1, and the store
+    /// untouched. The full disk is a real one: a 256 KiB tmpfs (tests run as root, as CI does).
+    @Test func aFullSortDirectoryIsOneLineAndNothingIsWritten() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let full = dir.file("small-tmp")
+        try FileManager.default.createDirectory(atPath: full, withIntermediateDirectories: true)
+        func system(_ arguments: [String]) throws -> Int32 {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = arguments
+            try process.run()
+            process.waitUntilExit()
+            return process.terminationStatus
+        }
+        try #require(try system(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", full]) == 0, "this test mounts a tmpfs: run it as root")
+        defer { _ = try? system(["umount", full]) }
+        // 130,000 records of ~230 bytes (30 MB), ids out of order (7,919 is prime to 130,000).
+        let count = 130_000
+        let pad = String(repeating: "x", count: 200)
+        let lines = (0..<count).map { #"{"id":"k\#(($0 * 7_919) % count)","pad":"\#(pad)"}"# }
+        let input = try dir.write("big.ndjson", lines.joined(separator: "\n") + "\n")
+        let db = dir.file("s.sqlite")
+        let result = try await CLI.run(["import", "--db", db, "--collection", "c", "--quiet", input], environment: ["TMPDIR": full])
+        #expect(result.status == 1)
+        #expect(result.stderr.hasPrefix("deltasnap: \(full): cannot write the import's sort file"), "\(result.stderr)")
+        #expect(result.stderr.contains("No space left on device") && result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
+        #expect(try SQLiteDatabase(path: db).head(of: "c") == nil)
+    }
+
     @Test(arguments: ["", "\n\n", "[]", " [ ]\n"])
     func replacingWithNoRecordsIsRefused(_ input: String) async throws {
         let dir = try TemporaryDirectory()

@@ -141,6 +141,17 @@ import Testing
             let fromPostgres = try await CLI.run(["export", "--db", cluster.url, "--collection", "items"])
             let fromSQLite = try await CLI.run(["export", "--db", sqlite, "--collection", "items"])
             #expect(fromPostgres.status == 0 && fromPostgres.stdout == fromSQLite.stdout && !fromSQLite.stdout.isEmpty)
+            // Ids out of order (sorted on the way in): the same records; a repeated id is
+            // refused at its own, later line, and nothing of that import is kept.
+            let lines = Array(Fixtures.ndjson(0..<50).split(separator: "\n").map(String.init).reversed())
+            let shuffled = try dir.write("shuffled.ndjson", lines.joined(separator: "\n") + "\n")
+            let sorted = try await CLI.run(["import", "--db", cluster.url, "--collection", "copy", shuffled])
+            #expect(sorted.status == 0, "\(sorted.stderr)")
+            #expect(try await CLI.run(["export", "--db", cluster.url, "--collection", "copy"]).stdout == fromSQLite.stdout)
+            let repeated = try dir.write("repeated.ndjson", (lines + [lines[7]]).joined(separator: "\n") + "\n")
+            let refused = try await CLI.run(["import", "--db", cluster.url, "--collection", "other", repeated])
+            #expect(refused.status == 1 && refused.stderr.contains("repeated.ndjson:51:"), "\(refused.stderr)")
+            #expect(try await CLI.run(["export", "--db", cluster.url, "--collection", "other"]).status == 1)
             let unknown = try await CLI.run(["export", "--db", cluster.url, "--collection", "nope"])
             #expect(unknown.status == 1 && unknown.stderr.contains("does not exist"))
             let unreachable = try await CLI.run(["import", "--db", "postgres://u@127.0.0.1:1/db", "--collection", "items", input])

@@ -164,6 +164,26 @@ import Testing
         }
     }
 
+    /// The tombstones a replace writes for the records it did not mention are
+    /// `Record.tombstone(id:)`'s bytes whatever the ids hold (PostgreSQL writes them itself).
+    @Test(arguments: TestBackend.allCases)
+    func aReplacesTombstonesAreCanonicalWhateverTheirIds(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            let odd = ["quote\"d", "back\\slash", "tab\tnew\nline\r", "bell\u{07}del\u{7F}", "é/ü 漢字 🙂", "ctl\u{1F}\u{08}\u{0C}"]
+            let lines = (odd + ["kept"]).map { id in
+                var bytes = Array(#"{"id":"#.utf8)
+                CanonicalJSON.writeString(id, into: &bytes)
+                bytes += Array(#","v":1}"#.utf8)
+                return String(decoding: bytes, as: UTF8.self)
+            }
+            try await database.importText(lines.joined(separator: "\n"), collection: "c")
+            let replaced = try await database.importText(#"{"id":"kept","v":1}"#, collection: "c", replace: true)
+            #expect(replaced.hidden == odd.count && replaced.head?.count == 1)
+            #expect(try await database.changes(after: 1, in: "c").sorted() == odd.map { Record.tombstone(id: $0).text }.sorted())
+            #expect(try await recomputed(database, "c").0 == database.head(of: "c")?.checksum)
+        }
+    }
+
     @Test(arguments: TestBackend.allCases)
     func badInputIsRefusedWithItsLineAndNothingIsCommitted(_ backend: TestBackend) async throws {
         try await withDatabase(backend) { database in

@@ -6,7 +6,8 @@
 #   the same run — `pull --snapshot` of the gzip bundle into a fresh replica, and serve's
 #   peak RSS. Then the same 1-record delta on a replica whose records refer to files (FILES
 #   of them, eagerly downloaded). With PG=1, import, first pull and the delta on PostgreSQL
-#   too (a throwaway cluster, .ci/postgres-cluster.sh). 127.0.0.1 only.
+#   too (a throwaway cluster, .ci/postgres-cluster.sh), then an `import --replace` that
+#   hides all but 10 records (its tombstones must not be held in memory). 127.0.0.1 only.
 #
 #   Benchmarks/bench-growth.sh                          # SIZES="10000 1000000 10000000"
 #   SIZES="10000 1000000" PG=1 Benchmarks/bench-growth.sh
@@ -109,6 +110,10 @@ for n in $SIZES; do
         row "serve (peak over the above)" "$n" postgres "-	$(vmhwm_mb "$DS_PID") MB"
         kill "$DS_PID" && wait "$DS_PID" 2>/dev/null || true
         rm -f "$TMP/pg-replica-$n.sqlite"*
+        # A replace that mentions 10 records hides all the others: n - 10 tombstones written.
+        head -n 10 "$TMP/records.ndjson" >"$TMP/ten.ndjson"
+        row "import --replace hiding all but 10" "$n" postgres \
+            "$(measure "$BIN" import --db "$pg_db" --collection "items$n" --replace --quiet "$TMP/ten.ndjson")"
     fi
     rm -f "$TMP/records.ndjson"
 done

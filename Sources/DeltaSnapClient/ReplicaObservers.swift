@@ -53,10 +53,9 @@ public struct LiveQueryCounts: Equatable, Sendable {
 ///
 /// Delivery runs on the replica's actor, inside the storage call that committed, so a
 /// notification is never late and never out of order; only removal (a consumer that stopped
-/// listening) comes from elsewhere, hence the lock. NSLock rather than Mutex: the client
-/// builds for iOS 17, where Synchronization's Mutex is not available.
-package final class ReplicaObservers: @unchecked Sendable {
-    private enum Observer {
+/// listening) comes from elsewhere, hence the lock (``LockedValue``).
+package final class ReplicaObservers: Sendable {
+    private enum Observer: Sendable {
         case query(ReplicaQuery, results: [JSONValue], ids: Set<String>, AsyncThrowingStream<[JSONValue], any Error>.Continuation)
         case record(id: String, value: JSONValue?, AsyncThrowingStream<JSONValue?, any Error>.Continuation)
         /// A view's query over all partitions of a collection, shared with the other storages
@@ -72,15 +71,18 @@ package final class ReplicaObservers: @unchecked Sendable {
         }
     }
 
-    private let lock = NSLock()
-    private var observers: [UInt64: Observer] = [:]
-    private var nextKey: UInt64 = 0
-    private var counts = Counts()
+    private struct State {
+        var observers: [UInt64: Observer] = [:]
+        var nextKey: UInt64 = 0
+        var counts = Counts()
+    }
+
+    private let state = LockedValue(State())
 
     typealias Counts = LiveQueryCounts
 
-    var isObserving: Bool { lock.withLock { !observers.isEmpty } }
-    var statistics: Counts { lock.withLock { counts } }
+    var isObserving: Bool { state.withLock { !$0.observers.isEmpty } }
+    var statistics: Counts { state.withLock { $0.counts } }
 
     // MARK: - Registering
 
@@ -106,15 +108,15 @@ package final class ReplicaObservers: @unchecked Sendable {
     }
 
     private func register(_ observer: Observer) -> UInt64 {
-        lock.withLock {
-            nextKey += 1
-            observers[nextKey] = observer
-            return nextKey
+        state.withLock {
+            $0.nextKey += 1
+            $0.observers[$0.nextKey] = observer
+            return $0.nextKey
         }
     }
 
     private func remove(_ key: UInt64) {
-        _ = lock.withLock { observers.removeValue(forKey: key) }
+        _ = state.withLock { $0.observers.removeValue(forKey: key) }
     }
 
     // MARK: - Delivering
@@ -123,7 +125,7 @@ package final class ReplicaObservers: @unchecked Sendable {
     /// (the replica's, on its actor) and yields what changed. A failing read ends that
     /// observer's sequence with the error.
     func deliver(_ changes: ReplicaChanges, from storage: ReplicaStorage) {
-        let current = lock.withLock { observers }
+        let current = state.withLock { $0.observers }
         var visible: [String: JSONValue?] = [:]
         // The record as the app sees it now: read once per delivery, whichever observers ask.
         func now(_ id: String) throws -> JSONValue? {
@@ -167,12 +169,12 @@ package final class ReplicaObservers: @unchecked Sendable {
                 finished.append(key)
             }
         }
-        lock.withLock {
+        state.withLock { state in
             // An observer removed meanwhile (its consumer went away) stays removed.
-            for (key, observer) in updated where observers[key] != nil { observers[key] = observer }
-            for key in finished { observers[key] = nil }
-            counts.reruns += reruns
-            counts.notifications += notifications
+            for (key, observer) in updated where state.observers[key] != nil { state.observers[key] = observer }
+            for key in finished { state.observers[key] = nil }
+            state.counts.reruns += reruns
+            state.counts.notifications += notifications
         }
     }
 

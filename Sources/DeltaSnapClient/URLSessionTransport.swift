@@ -5,7 +5,7 @@ import FoundationNetworking
 
 /// ``SyncTransport`` over URLSession: no URL cache (a cache could turn a 304 into a stale
 /// 200), the body streamed to a temporary file as it arrives.
-public final class URLSessionTransport: NSObject, SyncTransport, @unchecked Sendable {
+public final class URLSessionTransport: NSObject, SyncTransport, Sendable {
     private let directory: URL
 
     /// `directory` receives the temporary body files (the system's temporary directory by default).

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import DeltaSnapCore
 import Foundation
 
 /// The write end of the pipe a stop signal's handler writes its number to (the one thing a
@@ -39,10 +40,9 @@ enum StopSignals {
 }
 
 /// Which stop signal arrived, if one did.
-final class StopRequest: @unchecked Sendable {
-    private let lock = NSLock()
-    private var received: String?
+final class StopRequest: Sendable {
+    private let received = LockedValue<String?>(nil)
 
-    func set(_ name: String) { lock.withLock { received = received ?? name } }
-    var name: String? { lock.withLock { received } }
+    func set(_ name: String) { received.withLock { $0 = $0 ?? name } }
+    var name: String? { received.withLock { $0 } }
 }

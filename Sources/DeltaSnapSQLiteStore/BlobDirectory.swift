@@ -2,12 +2,6 @@ import DeltaSnapCore
 import DeltaSnapStore
 import Foundation
 
-/// A file being written, handed to the queue that syncs it: one task holds it at a time.
-private struct FileToFinish: @unchecked Sendable {
-    let file: FileHandle
-    init(_ file: FileHandle) { self.file = file }
-}
-
 /// The SQLite store's attachments: a content-addressed directory beside the database file
 /// (`deltasnap.sqlite.attachments/9f/9f86d0…`), one file per blob, the same bytes stored once.
 ///
@@ -80,10 +74,9 @@ package final class BlobDirectory: Sendable {
             }
             try verifier.finish()
             let destination = path(of: sha256)
-            let handle = FileToFinish(file)
             try await queue.run {
-                try handle.file.synchronize()
-                try handle.file.close()
+                try file.synchronize()
+                try file.close()
                 try FileManager.default.createDirectory(atPath: String(destination.dropLast(sha256.count + 1)), withIntermediateDirectories: true)
                 // rename(2) replaces atomically: a concurrent upload of the same bytes is harmless.
                 guard rename(temporary, destination) == 0 else { throw StoreError.database("cannot move \(temporary) to \(destination): errno \(errno)") }

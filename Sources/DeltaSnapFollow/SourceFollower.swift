@@ -88,7 +88,7 @@ package final class SourceFollower: Sendable {
             throw error
         }
         do {
-            try await follow(on: connection, catalog: catalog)
+            try await SourceLoss.racing([connection, catalog]) { try await self.follow(on: connection, catalog: catalog) }
             try? await connection.close()
             try? await catalog.close()
         } catch {

@@ -161,18 +161,29 @@ final class BlobFile: Sendable {
     /// `size` bytes from the start (nil when the file is shorter).
     func read(_ size: UInt64) -> ByteBuffer? {
         var buffer = ByteBuffer()
-        let count = Int(size)
+        return read(0..<size, appendingTo: &buffer) ? buffer : nil
+    }
+
+    /// Appends the bytes of `range` to `buffer`; false (and `buffer` as it was) when the file
+    /// is shorter.
+    func read(_ range: Range<UInt64>, appendingTo buffer: inout ByteBuffer) -> Bool {
+        let count = range.count
+        let start = buffer.writerIndex
         let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { target in
             var done = 0
             while done < count {
-                let got = pread(descriptor, target.baseAddress! + done, count - done, off_t(done))
+                let got = pread(descriptor, target.baseAddress! + done, count - done, off_t(range.lowerBound) + off_t(done))
                 if got < 0 && errno == EINTR { continue }
                 guard got > 0 else { break }
                 done += got
             }
             return done
         }
-        return read == count ? buffer : nil
+        guard read == count else {
+            buffer.moveWriterIndex(to: start)
+            return false
+        }
+        return true
     }
 
     /// A handle over this descriptor for NIO's `FileRegion` (`sendfile` reads at explicit

@@ -31,6 +31,36 @@ extension FollowCommandTests {
         #expect(second.text.contains("stopped on SIGINT"), "\(second.text)")
     }
 
+    /// The source shut down under a running follower: it ends on its own with one line
+    /// naming the source, rather than sitting without a socket forever (PostgresNIO drops a
+    /// query sent on a closed connection with the promise its caller awaits; five of six such
+    /// stops hung before ``SourceLoss``), and a stop signal sent then still ends it.
+    @Test func aFollowerWhoseSourceShutsDownEndsWithOneLine() async throws {
+        for signalAfterStop in [false, true] {
+            let dir = try TemporaryDirectory()
+            defer { dir.remove() }
+            let source = try await SourceDatabase.start(in: dir)
+            try await source.run("CREATE TABLE items(id int PRIMARY KEY, v int)")
+            try await source.run("INSERT INTO items VALUES (1, 1)")
+            let follower = try Follower(
+                ["--source", source.url, "--db", dir.file("s.sqlite"), "--table", "items", "--create"], output: dir.file("f.log"))
+            defer { follower.killNow() }
+            try await follower.waitFor("copy: ")
+            try await source.run("INSERT INTO items VALUES (2, 2)")
+            try await follower.waitFor("items: version 2")
+            await source.stop()
+            if signalAfterStop { follower.process.signal(SIGTERM) }
+            let status = await follower.process.wait(atMost: 20)
+            #expect(!follower.process.wasKilled, "still running 20 s after its source stopped: \(follower.text)")
+            let lastLine = follower.text.split(separator: "\n").last.map(String.init) ?? ""
+            if signalAfterStop {
+                #expect(status == 0 || (status == 1 && lastLine.contains("the source")), "\(status): \(follower.text)")
+            } else {
+                #expect(status == 1 && lastLine.hasPrefix("deltasnap: ") && lastLine.contains("the source"), "\(status): \(follower.text)")
+            }
+        }
+    }
+
     /// Issue 45 point 11: a role without REPLICATION is refused before anything is published
     /// (here the slot and the publication exist, made by an administrator: the copy used to be
     /// published, then the stream refused).

@@ -399,12 +399,13 @@ import Testing
 
     /// Small blobs' files are kept open and lent to every download (nginx's
     /// `open_file_cache`): a descriptor NIO closed after one `sendfile`, or one reused for
-    /// another file, would cut or mix the downloads that follow.
+    /// another file, would cut or mix the downloads that follow. The sizes take both ways a
+    /// kept file is sent: read into the head's buffer (up to 32 KiB) and by `sendfile`.
     @Test func keptDescriptorsServeEveryLaterDownloadWhole() async throws {
         try await withServer(.sqlite) { fixture in
             var blobs: [(url: String, bytes: [UInt8])] = []
-            for seed in UInt8(40)..<43 {
-                let bytes = Self.blob(20_480 + Int(seed), seed: seed)
+            for (seed, size) in zip(UInt8(40)..<43, [20_483, 32_768, 100_001]) {
+                let bytes = Self.blob(size, seed: seed)
                 let reference = try await fixture.upload(bytes, to: "/v1/collections/notes")
                 #expect(try await fixture.request("PUT", "/v1/collections/notes/records/n\(seed)", body: Array(#"{"photo":\#(reference)}"#.utf8)).status == 200)
                 blobs.append(("/v1/collections/notes/attachments/\(Self.sha256(bytes))", bytes))

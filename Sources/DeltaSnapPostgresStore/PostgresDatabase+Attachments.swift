@@ -37,19 +37,19 @@ extension PostgresDatabase {
     /// when the blob is held already.
     func keep(_ staging: String, as reference: AttachmentReference, on connection: PostgresConnection) async throws {
         let now = Int64(Date().timeIntervalSince1970)
-        let inserted = try await connection.query(
+        let inserted = try await connection.checkedQuery(
             """
             INSERT INTO deltasnap_blobs(sha256, size, stored_at) VALUES (\(reference.sha256), \(Int64(reference.size)), \(now))
             ON CONFLICT (sha256) DO NOTHING RETURNING 1
             """, logger: logger
         ).collect().count
         if inserted == 1 {
-            try await connection.query("UPDATE deltasnap_blob_chunks SET sha256 = \(reference.sha256) WHERE sha256 = \(staging)", logger: logger)
+            try await connection.checkedQuery("UPDATE deltasnap_blob_chunks SET sha256 = \(reference.sha256) WHERE sha256 = \(staging)", logger: logger)
         } else {
-            try await connection.query("DELETE FROM deltasnap_blob_chunks WHERE sha256 = \(staging)", logger: logger)
+            try await connection.checkedQuery("DELETE FROM deltasnap_blob_chunks WHERE sha256 = \(staging)", logger: logger)
             // Stored again: garbage collection's grace period starts over (the uploader's
             // record is on its way).
-            try await connection.query("UPDATE deltasnap_blobs SET stored_at = \(now) WHERE sha256 = \(reference.sha256)", logger: logger)
+            try await connection.checkedQuery("UPDATE deltasnap_blobs SET stored_at = \(now) WHERE sha256 = \(reference.sha256)", logger: logger)
         }
     }
 
@@ -62,7 +62,7 @@ extension PostgresDatabase {
     package func attachment(_ sha256: String, in collection: String) async throws -> AttachmentReference? {
         let found = try await pool.withConnection { connection in
             var found: (Int64, String)?
-            for try await row in try await connection.query("""
+            for try await row in try await connection.checkedQuery("""
                 SELECT b.size, r.type FROM deltasnap_attachment_refs r
                 JOIN deltasnap_collections c ON c.cid = r.cid JOIN deltasnap_blobs b ON b.sha256 = r.sha256
                 WHERE c.name = \(collection) AND r.sha256 = \(sha256)
@@ -83,7 +83,7 @@ extension PostgresDatabase {
         try await pool.withConnection { connection in
             // Rows are at most chunkBytes long: those that may overlap the range, by their start.
             let from = Int64(range.lowerBound) - Int64(Self.chunkBytes) + 1
-            let rows = try await connection.query("""
+            let rows = try await connection.checkedQuery("""
                 SELECT start, bytes FROM deltasnap_blob_chunks
                 WHERE sha256 = \(sha256) AND start >= \(from) AND start < \(Int64(range.upperBound)) ORDER BY start
                 """, logger: logger)
@@ -108,9 +108,9 @@ extension PostgresDatabase {
     /// here is not removed before the write commits.
     func attachmentSizes(_ hashes: [String], on connection: PostgresConnection) async throws -> [String: UInt64] {
         guard !hashes.isEmpty else { return [:] }
-        try await connection.query("LOCK TABLE deltasnap_attachment_refs IN ROW EXCLUSIVE MODE", logger: logger)
+        try await connection.checkedQuery("LOCK TABLE deltasnap_attachment_refs IN ROW EXCLUSIVE MODE", logger: logger)
         var sizes: [String: UInt64] = [:]
-        for try await (sha256, size) in try await connection.query(
+        for try await (sha256, size) in try await connection.checkedQuery(
             "SELECT sha256, size FROM deltasnap_blobs WHERE sha256 = ANY(\(hashes))", logger: logger
         ).decode((String, Int64).self) { sizes[sha256] = UInt64(size) }
         return sizes
@@ -119,7 +119,7 @@ extension PostgresDatabase {
     /// Notes that `sha256` was uploaded into `collection` (see ``DeltaSnapStore/CollectionStore/noteAttachmentUpload(_:into:)``).
     package func noteAttachmentUpload(_ sha256: String, into collection: String) async throws {
         _ = try await pool.withConnection { connection in
-            try await connection.query("""
+            try await connection.checkedQuery("""
                 INSERT INTO deltasnap_attachment_possession(collection, sha256) VALUES (\(collection), \(sha256)) ON CONFLICT DO NOTHING
                 """, logger: logger)
         }
@@ -148,7 +148,7 @@ extension PostgresDatabase {
     func referred(_ hashes: [String], by cid: Int64, on connection: PostgresConnection) async throws -> Set<String> {
         guard !hashes.isEmpty else { return [] }
         var found = Set<String>()
-        for try await sha256 in try await connection.query(
+        for try await sha256 in try await connection.checkedQuery(
             "SELECT sha256 FROM deltasnap_attachment_refs WHERE cid = \(cid) AND sha256 = ANY(\(hashes))", logger: logger
         ).decode(String.self) { found.insert(sha256) }
         return found
@@ -220,7 +220,7 @@ struct ChunkWriter {
     /// Writes the pending bytes as a row (a short one, at the end or at a checkpoint).
     mutating func flush(on connection: PostgresConnection, logger: Logger) async throws {
         guard !pending.isEmpty else { return }
-        try await connection.query(
+        try await connection.checkedQuery(
             "INSERT INTO deltasnap_blob_chunks(sha256, start, bytes) VALUES (\(key), \(Int64(offset)), \(ByteBuffer(bytes: pending)))", logger: logger)
         offset += UInt64(pending.count)
         pending.removeAll(keepingCapacity: true)

@@ -53,7 +53,7 @@ extension PostgresDatabase {
                 throw stream.failure(error, at: line)
             }
         }
-        try await connection.query("""
+        try await connection.checkedQuery("""
             INSERT INTO deltasnap_attachment_refs(cid, sha256, type)
             SELECT \(locked.cid), x.sha256, x.type FROM unnest(\(references.map(\.sha256))::text[], \(references.map(\.type))::text[]) AS x(sha256, type)
             ON CONFLICT DO NOTHING
@@ -63,12 +63,12 @@ extension PostgresDatabase {
     /// Locks `collection`'s row, creating it (with no version yet) when it is new.
     func lock(_ collection: String, on connection: PostgresConnection) async throws -> LockedCollection {
         let epochForNew = configuration.epoch(forNew: collection)
-        try await connection.query("""
+        try await connection.checkedQuery("""
             INSERT INTO deltasnap_collections(name, epoch, head, checksum, visible) VALUES (\(collection), \(epochForNew), 0, 0, 0)
             ON CONFLICT (name) DO NOTHING
             """, logger: logger)
         var locked: LockedCollection?
-        let rows = try await connection.query("""
+        let rows = try await connection.checkedQuery("""
             SELECT cid, epoch, head, checksum, visible, floor, digest FROM deltasnap_collections WHERE name = \(collection) FOR UPDATE
             """, logger: logger)
         for try await (cid, epoch, head, checksum, visible, floor, digest) in rows.decode((Int64, String, Int64, Int64, Int64, Int64, ByteBuffer?).self) {
@@ -77,7 +77,7 @@ extension PostgresDatabase {
                 previousCommit: .min)
         }
         guard var locked else { throw StoreError.unknownCollection(collection) }
-        for try await at in try await connection.query(
+        for try await at in try await connection.checkedQuery(
             "SELECT committed_at FROM deltasnap_versions WHERE cid = \(locked.cid) AND version = \(locked.head)", logger: logger
         ).decode(Int64.self) { locked.previousCommit = at }
         return locked
@@ -90,7 +90,7 @@ extension PostgresDatabase {
     ) async throws -> WriteResult {
         let collection = locked.name
         let previousCommit = locked.previousCommit
-        try await connection.query("""
+        try await connection.checkedQuery("""
             CREATE TEMP TABLE deltasnap_incoming(id TEXT COLLATE "C" NOT NULL, hidden BOOLEAN NOT NULL, hash BIGINT NOT NULL, body BYTEA NOT NULL)
             ON COMMIT DROP
             """, logger: logger)
@@ -139,7 +139,7 @@ extension PostgresDatabase {
             return false
         }
         if seenOverflowed {
-            for try await id in try await connection.query(
+            for try await id in try await connection.checkedQuery(
                 "SELECT id FROM deltasnap_incoming GROUP BY id HAVING count(*) > 1 ORDER BY id LIMIT 1", logger: logger
             ).decode(String.self) { throw StoreError.duplicateID(id) }
         }
@@ -155,32 +155,32 @@ extension PostgresDatabase {
             // `to_json` escapes a string as `CanonicalJSON.writeString` does (the short escapes
             // of `"`, `\`, b, f, n, r and t, `\u00xx` in lower case for other control bytes,
             // nothing else), and a hidden record's hash is 0 as `CopyRows` writes it.
-            try await connection.query("ANALYZE deltasnap_incoming", logger: logger)
+            try await connection.checkedQuery("ANALYZE deltasnap_incoming", logger: logger)
             // The collection's number written out: `CREATE TABLE AS` takes no parameters.
-            try await connection.query(PostgresQuery(unsafeSQL: """
+            try await connection.checkedQuery(PostgresQuery(unsafeSQL: """
                 CREATE TEMP TABLE deltasnap_absent ON COMMIT DROP AS
                 SELECT r.id FROM deltasnap_records r
                 WHERE r.cid = \(locked.cid) AND NOT r.hidden AND NOT EXISTS (SELECT 1 FROM deltasnap_incoming i WHERE i.id = r.id)
                 """), logger: logger)
-            for try await count in try await connection.query("""
+            for try await count in try await connection.checkedQuery("""
                 WITH written AS (
                     INSERT INTO deltasnap_incoming(id, hidden, hash, body)
                     SELECT id, TRUE, 0, convert_to('{"hidden":true,"id":' || to_json(id)::text || '}', 'UTF8') FROM deltasnap_absent
                     RETURNING 1)
                 SELECT count(*) FROM written
                 """, logger: logger).decode(Int64.self) { absentCount = Int(count) }
-            try await connection.query("DROP TABLE deltasnap_absent", logger: logger)
+            try await connection.checkedQuery("DROP TABLE deltasnap_absent", logger: logger)
         }
 
         // Without statistics the planner takes a fresh temporary table for a large one and
         // joins it to the whole collection by hash: a one-record write to 100,000 records
         // cost 70 ms. Counted, it looks each record up by the primary key.
-        try await connection.query("ANALYZE deltasnap_incoming", logger: logger)
+        try await connection.checkedQuery("ANALYZE deltasnap_incoming", logger: logger)
         // What changes, with the values it replaces: the checksum and the digest move by
         // exactly these records.
         let changedWhere = "(r.id IS NULL AND NOT i.hidden) OR (r.id IS NOT NULL AND r.body <> i.body)"
         if !fresh {
-            let changes = try await connection.query(PostgresQuery(unsafeSQL: """
+            let changes = try await connection.checkedQuery(PostgresQuery(unsafeSQL: """
                 SELECT i.id, i.hidden, i.hash, i.body, r.hidden, r.hash, r.body
                 FROM deltasnap_incoming i LEFT JOIN deltasnap_records r ON r.cid = $1 AND r.id = i.id
                 WHERE \(changedWhere)
@@ -210,13 +210,13 @@ extension PostgresDatabase {
             : nil
         guard upserted + hidden > 0 else {
             // Nothing changed: no version. A collection created by this call goes again.
-            if previous == nil { try await connection.query("DELETE FROM deltasnap_collections WHERE cid = \(locked.cid)", logger: logger) }
+            if previous == nil { try await connection.checkedQuery("DELETE FROM deltasnap_collections WHERE cid = \(locked.cid)", logger: logger) }
             return WriteResult(collection: collection, committed: false, head: previous, upserted: 0, hidden: 0, unchanged: unchanged)
         }
 
         let version = locked.head + 1
         let committedAt = configuration.commitTime(after: previousCommit)
-        try await connection.query(PostgresQuery(unsafeSQL: """
+        try await connection.checkedQuery(PostgresQuery(unsafeSQL: """
             INSERT INTO deltasnap_records(cid, id, version, hidden, hash, body)
             SELECT $1, i.id, $2, i.hidden, i.hash, i.body
             FROM deltasnap_incoming i LEFT JOIN deltasnap_records r ON r.cid = $1 AND r.id = i.id
@@ -224,18 +224,18 @@ extension PostgresDatabase {
             ON CONFLICT (cid, id) DO UPDATE SET
                 version = excluded.version, hidden = excluded.hidden, hash = excluded.hash, body = excluded.body
             """, binds: Self.binds(locked.cid, version)), logger: logger)
-        try await connection.query(
+        try await connection.checkedQuery(
             "INSERT INTO deltasnap_versions(cid, version, committed_at) VALUES (\(locked.cid), \(version), \(committedAt))", logger: logger)
         let digestBytes = ByteBuffer(bytes: digest.bytes)
         let checksumBits = Int64(bitPattern: checksum.value)
         let sequence = try await publishCommit(at: committedAt, on: connection)
-        try await connection.query("""
+        try await connection.checkedQuery("""
             UPDATE deltasnap_collections SET head = \(version), checksum = \(checksumBits), visible = \(Int64(visible)), digest = \(digestBytes),
                 published = \(sequence)
             WHERE cid = \(locked.cid)
             """, logger: logger)
         // Delivered to every listening instance when (and only if) this transaction commits.
-        try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \("\(collection) \(version)"))", logger: logger)
+        try await connection.checkedQuery("SELECT pg_notify(\(Self.notificationChannel), \("\(collection) \(version)"))", logger: logger)
         let head = CollectionHead(
             name: collection, epoch: locked.epoch, version: UInt64(version), checksum: checksum, count: visible,
             committedAt: committedAt, floor: UInt64(locked.floor))
@@ -249,25 +249,25 @@ extension PostgresDatabase {
     package func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int {
         try await transaction { connection in
             var locked: (Int64, Int64, Int64)?
-            for try await row in try await connection.query(
+            for try await row in try await connection.checkedQuery(
                 "SELECT cid, head, floor FROM deltasnap_collections WHERE name = \(collection) AND head > 0 FOR UPDATE", logger: logger
             ).decode((Int64, Int64, Int64).self) { locked = row }
             guard let (cid, head, floor) = locked else { throw StoreError.unknownCollection(collection) }
             let target = min(Int64(clamping: version), head)
             var removed = 0
-            for try await count in try await connection.query("""
+            for try await count in try await connection.checkedQuery("""
                 WITH gone AS (DELETE FROM deltasnap_records WHERE cid = \(cid) AND hidden AND version <= \(target) RETURNING 1)
                 SELECT count(*) FROM gone
                 """, logger: logger).decode(Int64.self) { removed = Int(count) }
-            try await connection.query("UPDATE deltasnap_collections SET floor = GREATEST(floor, \(target)) WHERE cid = \(cid)", logger: logger)
+            try await connection.checkedQuery("UPDATE deltasnap_collections SET floor = GREATEST(floor, \(target)) WHERE cid = \(cid)", logger: logger)
             // As on SQLite: a raised floor is published under a new sequence.
             if target > floor {
-                try await connection.query("UPDATE deltasnap_publication SET sequence = sequence + 1 WHERE id = 1", logger: logger)
-                try await connection.query("""
+                try await connection.checkedQuery("UPDATE deltasnap_publication SET sequence = sequence + 1 WHERE id = 1", logger: logger)
+                try await connection.checkedQuery("""
                     UPDATE deltasnap_collections SET published = (SELECT sequence FROM deltasnap_publication WHERE id = 1) WHERE cid = \(cid)
                     """, logger: logger)
             }
-            try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \("\(collection) \(head)"))", logger: logger)
+            try await connection.checkedQuery("SELECT pg_notify(\(Self.notificationChannel), \("\(collection) \(head)"))", logger: logger)
             return removed
         }
     }
@@ -277,11 +277,11 @@ extension PostgresDatabase {
     @discardableResult
     func publishCommit(at committedAt: Int64, on connection: PostgresConnection) async throws -> Int64 {
         var previous: Int64 = 0
-        for try await sequence in try await connection.query(
+        for try await sequence in try await connection.checkedQuery(
             "SELECT sequence FROM deltasnap_publication WHERE id = 1 FOR UPDATE", logger: logger
         ).decode(Int64.self) { previous = sequence }
         let sequence = Int64(clamping: PublicationSequence.next(after: UInt64(max(0, previous)), at: committedAt))
-        try await connection.query("""
+        try await connection.checkedQuery("""
             INSERT INTO deltasnap_publication(id, sequence) VALUES (1, \(sequence))
             ON CONFLICT (id) DO UPDATE SET sequence = EXCLUDED.sequence
             """, logger: logger)
@@ -296,8 +296,28 @@ extension PostgresDatabase {
 
     /// Streams rows into `deltasnap_incoming` with `COPY … FROM STDIN` (text format), in
     /// chunks of about 256 KiB. `fill` appends rows until the chunk is full (true: call again).
+    ///
+    /// Rows that fit one chunk — a write of a few records: every `PUT`, most pushes — go as one
+    /// `INSERT` instead: a round trip fewer, and no `COPY` in flight should the server go away,
+    /// which PostgresNIO (1.33) answers with a `preconditionFailure` that ends the process (a
+    /// `COPY` write once its connection left the query state). A large import still uses `COPY`.
     private func copy(into connection: PostgresConnection, _ fill: (inout CopyRows) async throws -> Bool) async throws {
+        var first = CopyRows(keepingColumns: true)
+        guard try await fill(&first) else {
+            guard !first.ids.isEmpty else { return }
+            var binds = PostgresBindings(capacity: 4)
+            binds.append(first.ids)
+            binds.append(first.hidden)
+            binds.append(first.hashes)
+            binds.append(first.bodies)
+            try await connection.checkedQuery(PostgresQuery(
+                unsafeSQL: "INSERT INTO deltasnap_incoming(id, hidden, hash, body) SELECT * FROM unnest($1::text[], $2::bool[], $3::int8[], $4::bytea[])",
+                binds: binds), logger: logger)
+            return
+        }
+        try connection.refuseIfClosed()
         try await connection.copyFrom(table: "deltasnap_incoming", columns: ["id", "hidden", "hash", "body"], logger: logger) { writer in
+            try await writer.write(ByteBuffer(bytes: first.buffer))
             var rows = CopyRows()
             var more = true
             while more {
@@ -374,13 +394,30 @@ struct DigestBatch: Sendable {
 struct CopyRows {
     var buffer: [UInt8] = []
     var isFull: Bool { buffer.count >= 256 * 1024 }
+    /// The rows' columns as well, for an `INSERT` of rows that fit one chunk (a few records).
+    private let keepsColumns: Bool
+    private(set) var ids: [String] = []
+    private(set) var hidden: [Bool] = []
+    private(set) var hashes: [Int64] = []
+    private(set) var bodies: [ByteBuffer] = []
 
     static let hex = Array("0123456789abcdef".utf8)
 
+    init(keepingColumns: Bool = false) {
+        keepsColumns = keepingColumns
+    }
+
     mutating func append(_ record: Record) {
+        let hash = Int64(bitPattern: record.isHidden ? 0 : record.hash)
         appendText(record.id)
         appendText(record.isHidden ? "t" : "f")
-        appendText(String(Int64(bitPattern: record.isHidden ? 0 : record.hash)))
+        appendText(String(hash))
         appendBytes(record.bytes, last: true)
+        if keepsColumns {
+            ids.append(record.id)
+            hidden.append(record.isHidden)
+            hashes.append(hash)
+            bodies.append(ByteBuffer(bytes: record.bytes))
+        }
     }
 }

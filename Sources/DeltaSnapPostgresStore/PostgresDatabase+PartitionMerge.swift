@@ -29,7 +29,7 @@ extension PostgresDatabase {
         var cids: [Int64: String] = [:]
         for (name, partition) in locked { cids[partition.cid] = name }
 
-        try await connection.query("""
+        try await connection.checkedQuery("""
             CREATE TEMP TABLE deltasnap_merging(
                 cid BIGINT NOT NULL, id TEXT COLLATE "C" NOT NULL, hidden BOOLEAN NOT NULL, hash BIGINT NOT NULL, body BYTEA NOT NULL)
             ON COMMIT DROP
@@ -52,7 +52,7 @@ extension PostgresDatabase {
         if replace {
             // What a replacing import does not mention is hidden: tombstones staged with the rest.
             var tombstones: [(cid: Int64, record: Record)] = []
-            for try await (cid, id) in try await connection.query("""
+            for try await (cid, id) in try await connection.checkedQuery("""
                 SELECT r.cid, r.id FROM deltasnap_records r
                 WHERE r.cid IN (SELECT DISTINCT cid FROM deltasnap_merging) AND NOT r.hidden
                   AND NOT EXISTS (SELECT 1 FROM deltasnap_merging m WHERE m.cid = r.cid AND m.id = r.id)
@@ -72,11 +72,11 @@ extension PostgresDatabase {
 
         // Counted, so the join below looks records up by key rather than hashing whole
         // partitions (see `merge`).
-        try await connection.query("ANALYZE deltasnap_merging", logger: logger)
+        try await connection.checkedQuery("ANALYZE deltasnap_merging", logger: logger)
         // What changes, with the values it replaces: each partition's checksum, count and
         // digest move by exactly these records.
         let changedWhere = "(r.id IS NULL AND NOT m.hidden) OR (r.id IS NOT NULL AND r.body <> m.body)"
-        for try await (cid, id, isHidden, hash, body, wasHidden, oldHash, oldBody) in try await connection.query("""
+        for try await (cid, id, isHidden, hash, body, wasHidden, oldHash, oldBody) in try await connection.checkedQuery("""
             SELECT m.cid, m.id, m.hidden, m.hash, m.body, r.hidden, r.hash, r.body
             FROM deltasnap_merging m LEFT JOIN deltasnap_records r ON r.cid = m.cid AND r.id = m.id
             WHERE \(unescaped: changedWhere)
@@ -117,11 +117,11 @@ extension PostgresDatabase {
         // A row a concurrent writer created and left without a version, unchanged here: gone, as
         // one merge at a time leaves it.
         let empty = locked.values.filter { $0.head == 0 && results[$0.name]?.committed == false }.map(\.cid)
-        if !empty.isEmpty { try await connection.query("DELETE FROM deltasnap_collections WHERE cid = ANY(\(empty))", logger: logger) }
+        if !empty.isEmpty { try await connection.checkedQuery("DELETE FROM deltasnap_collections WHERE cid = ANY(\(empty))", logger: logger) }
         guard !changed.isEmpty else { return results }
 
         let sequence = try await publishCommit(at: committedAt.values.max()!, on: connection)
-        try await connection.query("""
+        try await connection.checkedQuery("""
             CREATE TEMP TABLE deltasnap_merged(
                 cid BIGINT NOT NULL, version BIGINT NOT NULL, committed_at BIGINT NOT NULL, checksum BIGINT NOT NULL, visible BIGINT NOT NULL,
                 digest BYTEA NOT NULL)
@@ -139,7 +139,7 @@ extension PostgresDatabase {
             }
             try await emit(&rows)
         }
-        try await connection.query("""
+        try await connection.checkedQuery("""
             INSERT INTO deltasnap_records(cid, id, version, hidden, hash, body)
             SELECT m.cid, m.id, v.version, m.hidden, m.hash, m.body
             FROM deltasnap_merging m JOIN deltasnap_merged v ON v.cid = m.cid
@@ -148,7 +148,7 @@ extension PostgresDatabase {
             ON CONFLICT (cid, id) DO UPDATE SET
                 version = excluded.version, hidden = excluded.hidden, hash = excluded.hash, body = excluded.body
             """, logger: logger)
-        try await connection.query(
+        try await connection.checkedQuery(
             "INSERT INTO deltasnap_versions(cid, version, committed_at) SELECT cid, version, committed_at FROM deltasnap_merged", logger: logger)
         try await publishHeads(staged: "deltasnap_merged", changed: changed.map { ($0.name, $0.head + 1) }, sequence: sequence, on: connection)
         return results
@@ -187,7 +187,7 @@ extension PostgresDatabase {
             }
         }
         var current: [Key: (isHidden: Bool, hash: UInt64, bytes: [UInt8])] = [:]
-        for try await (cid, id, isHidden, hash, body) in try await connection.query("""
+        for try await (cid, id, isHidden, hash, body) in try await connection.checkedQuery("""
             SELECT r.cid, r.id, r.hidden, r.hash, r.body
             FROM unnest(\(keys.map(\.cid))::bigint[], \(keys.map(\.id))::text[]) AS k(cid, id)
             JOIN deltasnap_records r ON r.cid = k.cid AND r.id = k.id COLLATE "C"
@@ -247,7 +247,7 @@ extension PostgresDatabase {
         guard !versions.isEmpty else { return results }
 
         let sequence = try await publishCommit(at: versions.map(\.committedAt).max()!, on: connection)
-        try await connection.query("""
+        try await connection.checkedQuery("""
             CREATE TEMP TABLE deltasnap_batch_records(
                 cid BIGINT NOT NULL, version BIGINT NOT NULL, id TEXT COLLATE "C" NOT NULL, hidden BOOLEAN NOT NULL, hash BIGINT NOT NULL,
                 body BYTEA NOT NULL)
@@ -263,18 +263,18 @@ extension PostgresDatabase {
             }
             try await emit(&rows)
         }
-        try await connection.query("""
+        try await connection.checkedQuery("""
             INSERT INTO deltasnap_records(cid, id, version, hidden, hash, body)
             SELECT cid, id, version, hidden, hash, body FROM deltasnap_batch_records
             ON CONFLICT (cid, id) DO UPDATE SET
                 version = excluded.version, hidden = excluded.hidden, hash = excluded.hash, body = excluded.body
             """, logger: logger)
-        try await connection.query("""
+        try await connection.checkedQuery("""
             INSERT INTO deltasnap_versions(cid, version, committed_at)
             SELECT * FROM unnest(\(versions.map(\.cid))::bigint[], \(versions.map(\.version))::bigint[], \(versions.map(\.committedAt))::bigint[])
             """, logger: logger)
         let changedPaths = locked.values.filter { partition in versions.contains { $0.cid == partition.cid } }
-        try await connection.query("""
+        try await connection.checkedQuery("""
             CREATE TEMP TABLE deltasnap_batch_heads(
                 cid BIGINT NOT NULL, version BIGINT NOT NULL, checksum BIGINT NOT NULL, visible BIGINT NOT NULL, digest BYTEA NOT NULL)
             ON COMMIT DROP
@@ -299,13 +299,13 @@ extension PostgresDatabase {
     /// when (and only if) the transaction commits: one head by name, or the change feed for
     /// many (see PostgresCollectionStore.watchForChanges).
     private func publishHeads(staged: String, changed: [(name: String, version: Int64)], sequence: Int64, on connection: PostgresConnection) async throws {
-        try await connection.query(PostgresQuery(unsafeSQL: """
+        try await connection.checkedQuery(PostgresQuery(unsafeSQL: """
             UPDATE deltasnap_collections c
             SET head = v.version, checksum = v.checksum, visible = v.visible, digest = v.digest, published = \(sequence)
             FROM \(staged) v WHERE c.cid = v.cid
             """), logger: logger)
         let payload = changed.count == 1 ? "\(changed[0].name) \(changed[0].version)" : Self.manyChangedPayload
-        try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \(payload))", logger: logger)
+        try await connection.checkedQuery("SELECT pg_notify(\(Self.notificationChannel), \(payload))", logger: logger)
     }
 
     /// Locks the rows of `names` (in `cid` order, as every writer does, so two never wait on
@@ -314,7 +314,7 @@ extension PostgresDatabase {
     /// caller sums the changes to ``LockedPartition/storedDigest`` itself.
     func lockPartitions(_ names: [String], digestInline: Bool = true, on connection: PostgresConnection) async throws -> [String: LockedPartition] {
         var locked: [String: LockedPartition] = [:]
-        for try await (cid, name, epoch, head, checksum, visible, floor, digest, committedAt) in try await connection.query("""
+        for try await (cid, name, epoch, head, checksum, visible, floor, digest, committedAt) in try await connection.checkedQuery("""
             SELECT c.cid, c.name, c.epoch, c.head, c.checksum, c.visible, c.floor, c.digest, v.committed_at
             FROM deltasnap_collections c LEFT JOIN deltasnap_versions v ON v.cid = c.cid AND v.version = c.head
             WHERE c.name = ANY(\(names)) ORDER BY c.cid FOR UPDATE OF c

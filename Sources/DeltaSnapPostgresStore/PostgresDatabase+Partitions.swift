@@ -33,7 +33,7 @@ extension PostgresDatabase {
         }
         try await requireAttachments(referenced, on: connection)
         var existing = Set<String>()
-        for try await name in try await connection.query(
+        for try await name in try await connection.checkedQuery(
             "SELECT name FROM deltasnap_collections WHERE name = ANY(\(partitions.map(\.path)))", logger: logger
         ).decode(String.self) { existing.insert(name) }
         var results = try await insertNew(partitions.filter { !existing.contains($0.path) }, on: connection)
@@ -53,7 +53,7 @@ extension PostgresDatabase {
     /// Notes which path refers to which blob (who may read it), once every path has a row.
     func noteAttachments(_ referenced: [(path: String, reference: AttachmentReference, record: Record)], on connection: PostgresConnection) async throws {
         guard !referenced.isEmpty else { return }
-        try await connection.query("""
+        try await connection.checkedQuery("""
             INSERT INTO deltasnap_attachment_refs(cid, sha256, type)
             SELECT c.cid, x.sha256, x.type
             FROM unnest(\(referenced.map(\.path))::text[], \(referenced.map(\.reference.sha256))::text[], \(referenced.map(\.reference.type))::text[])
@@ -90,12 +90,12 @@ extension PostgresDatabase {
         }
         guard !written.isEmpty else { return results }
         let sequence = try await publishCommit(at: committedAt, on: connection)
-        try await connection.query("""
+        try await connection.checkedQuery("""
             CREATE TEMP TABLE deltasnap_new_partitions(
                 name TEXT COLLATE "C" NOT NULL, epoch TEXT NOT NULL, checksum BIGINT NOT NULL, visible BIGINT NOT NULL, digest BYTEA NOT NULL)
             ON COMMIT DROP
             """, logger: logger)
-        try await connection.query(
+        try await connection.checkedQuery(
             #"CREATE TEMP TABLE deltasnap_new_records(name TEXT COLLATE "C" NOT NULL, id TEXT COLLATE "C" NOT NULL, hash BIGINT NOT NULL, body BYTEA NOT NULL) ON COMMIT DROP"#,
             logger: logger)
         try await copy(into: "deltasnap_new_partitions", columns: ["name", "epoch", "checksum", "visible", "digest"], on: connection) { emit in
@@ -121,21 +121,21 @@ extension PostgresDatabase {
             }
             try await emit(&rows)
         }
-        try await connection.query("""
+        try await connection.checkedQuery("""
             INSERT INTO deltasnap_collections(name, epoch, head, checksum, visible, digest, published)
             SELECT name, epoch, 1, checksum, visible, digest, \(sequence) FROM deltasnap_new_partitions
             """, logger: logger)
-        try await connection.query("""
+        try await connection.checkedQuery("""
             INSERT INTO deltasnap_versions(cid, version, committed_at)
             SELECT c.cid, 1, \(committedAt) FROM deltasnap_collections c JOIN deltasnap_new_partitions n ON n.name = c.name
             """, logger: logger)
-        try await connection.query("""
+        try await connection.checkedQuery("""
             INSERT INTO deltasnap_records(cid, id, version, hidden, hash, body)
             SELECT c.cid, r.id, 1, FALSE, r.hash, r.body FROM deltasnap_new_records r JOIN deltasnap_collections c ON c.name = r.name
             """, logger: logger)
         // One notification for them all: each instance reads the change feed once, instead of
         // one head per partition (see PostgresCollectionStore.watchForChanges).
-        try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \(Self.manyChangedPayload))", logger: logger)
+        try await connection.checkedQuery("SELECT pg_notify(\(Self.notificationChannel), \(Self.manyChangedPayload))", logger: logger)
         for (partition, epoch, state) in written {
             let head = CollectionHead(
                 name: partition.path, epoch: epoch, version: 1, checksum: state.checksum, count: state.count, committedAt: committedAt, floor: 0)
@@ -154,6 +154,7 @@ extension PostgresDatabase {
         into table: String, columns: [String], on connection: PostgresConnection,
         _ fill: (_ emit: (inout CopyRows) async throws -> Void) async throws -> Void
     ) async throws {
+        try connection.refuseIfClosed()
         try await connection.copyFrom(table: table, columns: columns, logger: logger) { writer in
             try await fill { rows in
                 guard !rows.buffer.isEmpty else { return }
@@ -176,14 +177,14 @@ extension PostgresDatabase {
                 let locked = try await lock(part.path, on: connection)
                 results.append(try await merge(part.records, into: locked, replace: replace, progress: nil, on: connection))
                 // Its staging table goes now rather than at the commit: the next path makes its own.
-                try await connection.query("DROP TABLE deltasnap_incoming", logger: logger)
+                try await connection.checkedQuery("DROP TABLE deltasnap_incoming", logger: logger)
             }
             return results
         }
     }
 
     private func record(_ position: SourcePosition, on connection: PostgresConnection) async throws {
-        try await connection.query("""
+        try await connection.checkedQuery("""
             INSERT INTO deltasnap_source_positions(follower, position, recorded_at)
             VALUES (\(position.follower), \(position.position), \(Int64(Date().timeIntervalSince1970)))
             ON CONFLICT (follower) DO UPDATE SET position = excluded.position, recorded_at = excluded.recorded_at
@@ -210,7 +211,7 @@ extension PostgresDatabase {
     package func followers() async throws -> [SourceFollowerStatus] {
         try await pool.withConnection { connection in
             var found: [SourceFollowerStatus] = []
-            for try await (follower, recordedAt, lagBytes, lagAt) in try await connection.query(
+            for try await (follower, recordedAt, lagBytes, lagAt) in try await connection.checkedQuery(
                 "SELECT follower, recorded_at, lag_bytes, lag_at FROM deltasnap_source_positions ORDER BY follower", logger: logger
             ).decode((String, Int64, Int64?, Int64?).self) {
                 found.append(SourceFollowerStatus(follower: follower, recordedAt: recordedAt, lagBytes: lagBytes, lagMeasuredAt: lagAt))
@@ -221,14 +222,14 @@ extension PostgresDatabase {
 
     package func recordSourceLag(of follower: String, bytes: Int64, at: Int64) async throws {
         _ = try await transaction { connection in
-            try await connection.query(
+            try await connection.checkedQuery(
                 "UPDATE deltasnap_source_positions SET lag_bytes = \(bytes), lag_at = \(at) WHERE follower = \(follower)", logger: logger)
         }
     }
 
     package func sourcePosition(of follower: String) async throws -> String? {
         try await transaction { connection in
-            for try await position in try await connection.query(
+            for try await position in try await connection.checkedQuery(
                 "SELECT position FROM deltasnap_source_positions WHERE follower = \(follower)", logger: logger
             ).decode(String.self) { return position }
             return nil
@@ -237,7 +238,7 @@ extension PostgresDatabase {
 
     package func forgetSourcePosition(of follower: String) async throws -> Bool {
         try await transaction { connection in
-            for try await _ in try await connection.query(
+            for try await _ in try await connection.checkedQuery(
                 "DELETE FROM deltasnap_source_positions WHERE follower = \(follower) RETURNING 1", logger: logger
             ) { return true }
             return false

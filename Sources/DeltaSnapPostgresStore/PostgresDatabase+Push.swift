@@ -23,7 +23,7 @@ extension PostgresDatabase {
             let now = Int64(Date().timeIntervalSince1970)
             let locked = try await lock(collection, on: connection)
             var lastSeq: UInt64 = 0
-            for try await seq in try await connection.query(
+            for try await seq in try await connection.checkedQuery(
                 "SELECT last_seq FROM deltasnap_push_clients WHERE collection = \(collection) AND client = \(ledgerClient)", logger: logger
             ).decode(Int64.self) { lastSeq = UInt64(seq) }
 
@@ -31,7 +31,7 @@ extension PostgresDatabase {
             var statuses: [UInt64: MutationResult.Status] = [:]
             let retried = mutations.filter { $0.seq <= lastSeq }.map { Int64($0.seq) }
             if !retried.isEmpty {
-                for try await (seq, version, error, message) in try await connection.query("""
+                for try await (seq, version, error, message) in try await connection.checkedQuery("""
                     SELECT seq, version, error, message FROM deltasnap_push_results
                     WHERE collection = \(collection) AND client = \(ledgerClient) AND seq = ANY(\(retried))
                     """, logger: logger).decode((Int64, Int64?, String?, String?).self)
@@ -49,7 +49,7 @@ extension PostgresDatabase {
             }
             let ids = Array(wanted)
             if !ids.isEmpty {
-                for try await (id, hidden, version, body) in try await connection.query("""
+                for try await (id, hidden, version, body) in try await connection.checkedQuery("""
                     SELECT id, hidden, version, body FROM deltasnap_records WHERE cid = \(locked.cid) AND id = ANY(\(ids))
                     """, logger: logger).decode((String, Bool, Int64, ByteBuffer).self)
                 {
@@ -62,7 +62,7 @@ extension PostgresDatabase {
                 // Which of the stored records' versions this client's own pushes committed.
                 var own: Set<UInt64> = []
                 let versions = Array(Set(stored.values.map { Int64($0.version) }))
-                for try await version in try await connection.query("""
+                for try await version in try await connection.checkedQuery("""
                     SELECT DISTINCT version FROM deltasnap_push_results
                     WHERE collection = \(collection) AND client = \(ledgerClient) AND error IS NULL AND committed AND version = ANY(\(versions))
                     """, logger: logger).decode(Int64.self) { own.insert(UInt64(version)) }
@@ -87,7 +87,7 @@ extension PostgresDatabase {
             let results = plan.results(committedAs: written.head?.version ?? 0)
             if written.committed, let head = written.head {
                 for (record, version) in plan.replacedValues {
-                    try await connection.query("""
+                    try await connection.checkedQuery("""
                         INSERT INTO deltasnap_history(collection, id, replaced_in, version, replaced_at, client, body, kept_at)
                         VALUES (\(collection), \(record.id), \(Int64(head.version)), \(Int64(version)), \(head.committedAt), \(client),
                                 \(ByteBuffer(bytes: record.bytes)), \(now))
@@ -96,23 +96,23 @@ extension PostgresDatabase {
                         """, logger: logger)
                 }
             }
-            try await connection.query("""
+            try await connection.checkedQuery("""
                 INSERT INTO deltasnap_push_clients(collection, client, last_seq) VALUES (\(collection), \(ledgerClient), \(Int64(plan.newLastSeq)))
                 ON CONFLICT (collection, client) DO UPDATE SET last_seq = EXCLUDED.last_seq
                 """, logger: logger)
             for result in results where result.seq > lastSeq {
                 guard let kept = result.status.keptColumns else { continue }
                 let version = kept.version.map { Int64($0) }
-                try await connection.query("""
+                try await connection.checkedQuery("""
                     INSERT INTO deltasnap_push_results(collection, client, seq, version, error, message, at, committed)
                     VALUES (\(collection), \(ledgerClient), \(Int64(result.seq)), \(version), \(kept.error), \(kept.message), \(now), \(written.committed))
                     ON CONFLICT (collection, client, seq) DO UPDATE SET version = EXCLUDED.version, error = EXCLUDED.error,
                         message = EXCLUDED.message, at = EXCLUDED.at, committed = EXCLUDED.committed
                     """, logger: logger)
             }
-            try await connection.query(
+            try await connection.checkedQuery(
                 "DELETE FROM deltasnap_push_results WHERE collection = \(collection) AND at < \(now - retention.results)", logger: logger)
-            try await connection.query(
+            try await connection.checkedQuery(
                 "DELETE FROM deltasnap_history WHERE collection = \(collection) AND kept_at < \(now - retention.history)", logger: logger)
             let response = PushResponse(
                 collection: collection, client: client, lastSeq: plan.newLastSeq, committed: written.committed,
@@ -125,7 +125,7 @@ extension PostgresDatabase {
     package func history(of id: String, in collection: String, limit: Int = 100) async throws -> [HistoryEntry] {
         try await pool.withConnection { connection in
             var entries: [HistoryEntry] = []
-            for try await (body, version, replacedIn, replacedAt, client) in try await connection.query("""
+            for try await (body, version, replacedIn, replacedAt, client) in try await connection.checkedQuery("""
                 SELECT body, version, replaced_in, replaced_at, client FROM deltasnap_history
                 WHERE collection = \(collection) AND id = \(id) ORDER BY replaced_in DESC LIMIT \(Int64(limit))
                 """, logger: logger).decode((ByteBuffer, Int64, Int64, Int64, String).self)

@@ -54,7 +54,7 @@ extension PostgresDatabase {
             let version = target.head + 1
             let sequence = try await publishCommit(at: committedAt, on: connection)
 
-            try await connection.query("""
+            try await connection.checkedQuery("""
                 CREATE TEMP TABLE deltasnap_publishing(
                     id TEXT COLLATE "C" NOT NULL, replaced BOOLEAN NOT NULL, added BOOLEAN NOT NULL, removed BOOLEAN NOT NULL, tombstone BYTEA NOT NULL)
                 ON COMMIT DROP
@@ -71,12 +71,12 @@ extension PostgresDatabase {
                 }
                 try await emit(&rows)
             }
-            try await connection.query("ANALYZE deltasnap_publishing", logger: logger)
+            try await connection.checkedQuery("ANALYZE deltasnap_publishing", logger: logger)
             // The planner prices the per-id lookups far above their cost; compiling them would
             // take longer than running them. The joins of 100,000 ids hash in memory rather than
             // in eight batches on disk (an approval is rare; this memory is its own).
-            try await connection.query("SET LOCAL jit = off", logger: logger)
-            try await connection.query("SET LOCAL work_mem = '64MB'", logger: logger)
+            try await connection.checkedQuery("SET LOCAL jit = off", logger: logger)
+            try await connection.checkedQuery("SET LOCAL work_mem = '64MB'", logger: logger)
 
             // The kept values first: the replaced ones are the published rows, before they go.
             var results: [WriteResult] = []
@@ -86,7 +86,7 @@ extension PostgresDatabase {
                     values, as: name, copiedFrom: replaced ? target.cid : from.cid, where: replaced ? "replaced" : "added",
                     committedAt: committedAt, sequence: sequence, on: connection))
             }
-            try await connection.query(
+            try await connection.checkedQuery(
                 "DELETE FROM deltasnap_records r USING deltasnap_publishing s WHERE r.cid = \(target.cid) AND r.id = s.id", logger: logger)
             let written = try await count(of: """
                 INSERT INTO deltasnap_records(cid, id, version, hidden, hash, body)
@@ -102,9 +102,9 @@ extension PostgresDatabase {
             var digest = target.storedDigest
             digest.add(await digestChange.value)
             let digestBytes = ByteBuffer(bytes: digest.bytes)
-            try await connection.query(
+            try await connection.checkedQuery(
                 "INSERT INTO deltasnap_versions(cid, version, committed_at) VALUES (\(target.cid), \(version), \(committedAt))", logger: logger)
-            try await connection.query("""
+            try await connection.checkedQuery("""
                 UPDATE deltasnap_collections
                 SET head = \(version), checksum = \(Int64(bitPattern: target.state.checksum.value)), visible = \(Int64(target.state.count)),
                     digest = \(digestBytes), published = \(sequence)
@@ -112,7 +112,7 @@ extension PostgresDatabase {
                 """, logger: logger)
             try await noteAttachments(referenced, on: connection)
             let alongside = try await importPartitions(publication.alongside, replace: false, on: connection)
-            try await connection.query("SELECT pg_notify(\(Self.notificationChannel), \(Self.manyChangedPayload))", logger: logger)
+            try await connection.checkedQuery("SELECT pg_notify(\(Self.notificationChannel), \(Self.manyChangedPayload))", logger: logger)
             let head = lockedHead(target, version: version, checksum: target.state.checksum, committedAt: committedAt)
             let published = WriteResult(
                 collection: path, committed: true, head: head, upserted: target.state.upserted, hidden: target.state.hidden,
@@ -131,14 +131,14 @@ extension PostgresDatabase {
         for value in values { state.insert(id: value.id, hash: value.hash, canonical: value.bytes) }
         let epoch = configuration.epoch(forNew: name)
         var created: Int64?
-        for try await cid in try await connection.query("""
+        for try await cid in try await connection.checkedQuery("""
             INSERT INTO deltasnap_collections(name, epoch, head, checksum, visible, digest, published)
             VALUES (\(name), \(epoch), 1, \(Int64(bitPattern: state.checksum.value)), \(Int64(state.count)), \(ByteBuffer(bytes: StateDigest.empty.bytes)), \(sequence))
             ON CONFLICT (name) DO NOTHING
             RETURNING cid
             """, logger: logger).decode(Int64.self) { created = cid }
         guard let created else { throw StoreError.busy("\"\(name)\" exists already: another publication took its number") }
-        try await connection.query("INSERT INTO deltasnap_versions(cid, version, committed_at) VALUES (\(created), 1, \(committedAt))", logger: logger)
+        try await connection.checkedQuery("INSERT INTO deltasnap_versions(cid, version, committed_at) VALUES (\(created), 1, \(committedAt))", logger: logger)
         let copied = try await count(of: """
             INSERT INTO deltasnap_records(cid, id, version, hidden, hash, body)
             SELECT \(created), r.id, 1, FALSE, r.hash, r.body
@@ -154,7 +154,7 @@ extension PostgresDatabase {
     private func count(of statement: PostgresQuery, on connection: PostgresConnection) async throws -> Int {
         var query = statement
         query.sql = "WITH written AS (\(statement.sql) RETURNING 1) SELECT count(*) FROM written"
-        for try await count in try await connection.query(query, logger: logger).decode(Int64.self) { return Int(count) }
+        for try await count in try await connection.checkedQuery(query, logger: logger).decode(Int64.self) { return Int(count) }
         return 0
     }
 }

@@ -14,7 +14,7 @@ extension PostgresDatabase {
 
     package func createUpload(_ upload: AttachmentUpload) async throws {
         _ = try await pool.withConnection { connection in
-            try await connection.query("""
+            try await connection.checkedQuery("""
                 INSERT INTO deltasnap_uploads(token, sha256, size, type, collection, owner, received, created_at)
                 VALUES (\(upload.token), \(upload.reference.sha256), \(Int64(upload.reference.size)), \(upload.reference.type),
                         \(upload.collection), \(upload.owner), 0, \(upload.createdAt))
@@ -27,7 +27,7 @@ extension PostgresDatabase {
     }
 
     private func upload(_ token: String, on connection: PostgresConnection, locking: Bool = false) async throws -> AttachmentUpload? {
-        let rows = try await connection.query(
+        let rows = try await connection.checkedQuery(
             locking
                 ? "SELECT sha256, size, type, collection, owner, received, created_at FROM deltasnap_uploads WHERE token = \(token) FOR UPDATE"
                 : "SELECT sha256, size, type, collection, owner, received, created_at FROM deltasnap_uploads WHERE token = \(token)",
@@ -53,7 +53,7 @@ extension PostgresDatabase {
             guard !pending.isEmpty else { return }
             let (from, bytes) = (durable, pending)
             try await transaction { connection in
-                let advanced = try await connection.query("""
+                let advanced = try await connection.checkedQuery("""
                     UPDATE deltasnap_uploads SET received = \(Int64(from) + Int64(bytes.count)) WHERE token = \(token) AND received = \(Int64(from))
                     RETURNING 1
                     """, logger: logger).collect().count
@@ -94,15 +94,15 @@ extension PostgresDatabase {
             var verifier = BlobVerifier(sha256: upload.reference.sha256, size: upload.reference.size)
             var failure: StoreError?
             do {
-                let rows = try await connection.query("SELECT bytes FROM deltasnap_blob_chunks WHERE sha256 = \(key) ORDER BY start", logger: logger)
+                let rows = try await connection.checkedQuery("SELECT bytes FROM deltasnap_blob_chunks WHERE sha256 = \(key) ORDER BY start", logger: logger)
                 for try await bytes in rows.decode(ByteBuffer.self) { try verifier.consume(bytes.readableBytesView) }
                 try verifier.finish()
             } catch let error as StoreError where error.code == .attachmentMismatch {
                 failure = error
             }
-            try await connection.query("DELETE FROM deltasnap_uploads WHERE token = \(token)", logger: logger)
+            try await connection.checkedQuery("DELETE FROM deltasnap_uploads WHERE token = \(token)", logger: logger)
             if failure != nil {
-                try await connection.query("DELETE FROM deltasnap_blob_chunks WHERE sha256 = \(key)", logger: logger)
+                try await connection.checkedQuery("DELETE FROM deltasnap_blob_chunks WHERE sha256 = \(key)", logger: logger)
             } else {
                 try await keep(key, as: upload.reference, on: connection)
             }
@@ -114,8 +114,8 @@ extension PostgresDatabase {
 
     package func cancelUpload(_ token: String) async throws -> Bool {
         try await transaction { connection in
-            let deleted = try await connection.query("DELETE FROM deltasnap_uploads WHERE token = \(token) RETURNING 1", logger: logger).collect().count
-            try await connection.query("DELETE FROM deltasnap_blob_chunks WHERE sha256 = \(Self.uploadKey(token))", logger: logger)
+            let deleted = try await connection.checkedQuery("DELETE FROM deltasnap_uploads WHERE token = \(token) RETURNING 1", logger: logger).collect().count
+            try await connection.checkedQuery("DELETE FROM deltasnap_blob_chunks WHERE sha256 = \(Self.uploadKey(token))", logger: logger)
             return deleted == 1
         }
     }
@@ -123,10 +123,10 @@ extension PostgresDatabase {
     package func expireUploads(begunBefore seconds: Int64) async throws -> Int {
         try await transaction { connection in
             var keys: [String] = []
-            for try await token in try await connection.query(
+            for try await token in try await connection.checkedQuery(
                 "DELETE FROM deltasnap_uploads WHERE created_at < \(seconds) RETURNING token", logger: logger
             ).decode(String.self) { keys.append(Self.uploadKey(token)) }
-            if !keys.isEmpty { try await connection.query("DELETE FROM deltasnap_blob_chunks WHERE sha256 = ANY(\(keys))", logger: logger) }
+            if !keys.isEmpty { try await connection.checkedQuery("DELETE FROM deltasnap_blob_chunks WHERE sha256 = ANY(\(keys))", logger: logger) }
             return keys.count
         }
     }

@@ -53,7 +53,7 @@ final class PostgresDatabase: Sendable {
             if migrate {
                 try await store.migrate()
             } else {
-                _ = try await store.pool.withConnection { try await $0.query("SELECT 1", logger: logger) }
+                _ = try await store.pool.withConnection { try await $0.checkedQuery("SELECT 1", logger: logger) }
             }
         } catch {
             await store.close()
@@ -71,17 +71,17 @@ final class PostgresDatabase: Sendable {
     private func migrate() async throws {
         try await transaction { connection in
             // One migrator at a time, whichever instance starts first.
-            try await connection.query("SELECT pg_advisory_xact_lock(7226583105)", logger: logger)
-            try await connection.query("CREATE TABLE IF NOT EXISTS deltasnap_schema(version INTEGER NOT NULL)", logger: logger)
+            try await connection.checkedQuery("SELECT pg_advisory_xact_lock(7226583105)", logger: logger)
+            try await connection.checkedQuery("CREATE TABLE IF NOT EXISTS deltasnap_schema(version INTEGER NOT NULL)", logger: logger)
             var found = 0
-            for try await version in try await connection.query("SELECT version FROM deltasnap_schema", logger: logger).decode(Int.self) {
+            for try await version in try await connection.checkedQuery("SELECT version FROM deltasnap_schema", logger: logger).decode(Int.self) {
                 found = max(found, version)
             }
             guard found <= Self.schemaVersion else { throw StoreError.newerSchema(found: found, supported: Self.schemaVersion) }
             // Each step once, in order: a store made by an older release is brought forward.
             for (version, statements) in [(1, Self.schemaV1), (2, Self.schemaV2), (3, Self.schemaV3), (4, Self.schemaV4), (5, Self.schemaV5), (6, Self.schemaV6), (7, Self.schemaV7), (8, Self.schemaV8), (9, Self.schemaV9)] where found < version {
-                for statement in statements { try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger) }
-                try await connection.query("INSERT INTO deltasnap_schema(version) VALUES (\(version))", logger: logger)
+                for statement in statements { try await connection.checkedQuery(PostgresQuery(unsafeSQL: statement), logger: logger) }
+                try await connection.checkedQuery("INSERT INTO deltasnap_schema(version) VALUES (\(version))", logger: logger)
             }
         }
     }
@@ -156,11 +156,9 @@ final class PostgresDatabase: Sendable {
     func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         try await pool.withConnection { connection in
             do {
-                return try await connection.withTransaction(logger: logger) { connection in try await body(connection) }
-            } catch let error as PostgresTransactionError {
-                if let closureError = error.closureError { throw Self.mapped(closureError) }
-                if let failure = error.beginError ?? error.commitError ?? error.rollbackError { throw Self.mapped(failure) }
-                throw StoreError.database("PostgreSQL: \(error)", underlying: error)
+                return try await connection.inTransaction(logger: logger) { connection in try await body(connection) }
+            } catch {
+                throw Self.mapped(error)
             }
         }
     }
@@ -169,7 +167,7 @@ final class PostgresDatabase: Sendable {
     func rows<Row: Sendable>(_ query: PostgresQuery, as type: Row.Type) async throws -> [Row] where Row: PostgresDecodable {
         try await pool.withConnection { connection in
             var out: [Row] = []
-            for try await row in try await connection.query(query, logger: logger).decode(Row.self) { out.append(row) }
+            for try await row in try await connection.checkedQuery(query, logger: logger).decode(Row.self) { out.append(row) }
             return out
         }
     }
@@ -219,7 +217,7 @@ final class PostgresDatabase: Sendable {
     /// The visible record `id` of `collection` (nil: none).
     package func visibleRecord(_ id: String, in collection: String) async throws -> Record? {
         try await pool.withConnection { connection in
-            for try await body in try await connection.query("""
+            for try await body in try await connection.checkedQuery("""
                 SELECT r.body FROM deltasnap_records r JOIN deltasnap_collections c ON c.cid = r.cid
                 WHERE c.name = \(collection) AND r.id = \(id) AND NOT r.hidden
                 """, logger: logger).decode(ByteBuffer.self) { return try Record.parse(Array(buffer: body)) }
@@ -231,7 +229,7 @@ final class PostgresDatabase: Sendable {
     package func partitionPaths(of collection: String) async throws -> [String] {
         try await pool.withConnection { connection in
             var paths: [String] = []
-            for try await name in try await connection.query(
+            for try await name in try await connection.checkedQuery(
                 "SELECT name FROM deltasnap_collections WHERE name COLLATE \"C\" > \(collection + "/") AND name COLLATE \"C\" < \(collection + "0") ORDER BY name COLLATE \"C\"",
                 logger: logger
             ).decode(String.self) { paths.append(name) }
@@ -243,13 +241,13 @@ final class PostgresDatabase: Sendable {
     /// connection kept for it; released however `body` ends.
     package func exclusively<T: Sendable>(_ name: String, _ body: @Sendable () async throws -> T) async throws -> T {
         try await pool.withConnection { connection in
-            try await connection.query("SELECT pg_advisory_lock(hashtextextended(\(name), 7226583106))", logger: logger)
+            try await connection.checkedQuery("SELECT pg_advisory_lock(hashtextextended(\(name), 7226583106))", logger: logger)
             do {
                 let result = try await body()
-                try await connection.query("SELECT pg_advisory_unlock(hashtextextended(\(name), 7226583106))", logger: logger)
+                try await connection.checkedQuery("SELECT pg_advisory_unlock(hashtextextended(\(name), 7226583106))", logger: logger)
                 return result
             } catch {
-                _ = try? await connection.query("SELECT pg_advisory_unlock(hashtextextended(\(name), 7226583106))", logger: logger)
+                _ = try? await connection.checkedQuery("SELECT pg_advisory_unlock(hashtextextended(\(name), 7226583106))", logger: logger)
                 throw error
             }
         }
@@ -260,7 +258,7 @@ final class PostgresDatabase: Sendable {
         let start = collection + "/" + prefix
         return try await pool.withConnection { connection in
             var paths: [String] = []
-            for try await name in try await connection.query(
+            for try await name in try await connection.checkedQuery(
                 "SELECT name FROM deltasnap_collections WHERE name COLLATE \"C\" >= \(start) AND name COLLATE \"C\" < \(collection + "0") ORDER BY name COLLATE \"C\" LIMIT \(Int64(limit))",
                 logger: logger
             ).decode(String.self) {
@@ -287,15 +285,10 @@ final class PostgresDatabase: Sendable {
     /// such sequence (`sequence` when none changed): what a watcher reads to catch up.
     package func heads(publishedAfter sequence: UInt64) async throws -> (heads: [CollectionHead], through: UInt64) {
         try await pool.withConnection { connection in
-            try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
-            do {
+            try await connection.inTransaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger) { connection in
                 let heads = try await Self.heads(on: connection, .publishedAfter(Int64(clamping: sequence)), logger: logger)
                 let through = try await Self.latestPublished(on: connection, logger: logger)
-                try await connection.query("COMMIT", logger: logger)
                 return (heads, max(sequence, through))
-            } catch {
-                _ = try? await connection.query("ROLLBACK", logger: logger)
-                throw error
             }
         }
     }
@@ -307,7 +300,7 @@ final class PostgresDatabase: Sendable {
 
     private static func latestPublished(on connection: PostgresConnection, logger: Logger) async throws -> UInt64 {
         var latest: Int64 = 0
-        for try await value in try await connection.query("SELECT coalesce(max(published), 0) FROM deltasnap_collections", logger: logger).decode(Int64.self) {
+        for try await value in try await connection.checkedQuery("SELECT coalesce(max(published), 0) FROM deltasnap_collections", logger: logger).decode(Int64.self) {
             latest = value
         }
         return UInt64(max(0, latest))
@@ -342,7 +335,7 @@ final class PostgresDatabase: Sendable {
             FROM deltasnap_collections c \(filter) ORDER BY c.name COLLATE "C"
             """
         var heads: [CollectionHead] = []
-        let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
+        let rows = try await connection.checkedQuery(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
         for try await (name, epoch, head, checksum, visible, floor, committedAt) in rows.decode((String, String, Int64, Int64, Int64, Int64, Int64?).self) {
             guard head > 0 else { continue }
             heads.append(CollectionHead(
@@ -358,7 +351,7 @@ final class PostgresDatabase: Sendable {
     }
 
     static func digest(of name: String, on connection: PostgresConnection, logger: Logger) async throws -> StateDigest? {
-        let rows = try await connection.query("SELECT digest FROM deltasnap_collections WHERE name = \(name)", logger: logger)
+        let rows = try await connection.checkedQuery("SELECT digest FROM deltasnap_collections WHERE name = \(name)", logger: logger)
         var found: StateDigest?
         for try await digest in rows.decode(ByteBuffer?.self) {
             found = digest.flatMap { StateDigest(bytes: $0.readableBytesView) }
@@ -373,7 +366,7 @@ final class PostgresDatabase: Sendable {
 
     static func publicationSequence(on connection: PostgresConnection, logger: Logger) async throws -> UInt64 {
         var sequence: Int64 = 0
-        for try await value in try await connection.query("SELECT sequence FROM deltasnap_publication WHERE id = 1", logger: logger).decode(Int64.self) {
+        for try await value in try await connection.checkedQuery("SELECT sequence FROM deltasnap_publication WHERE id = 1", logger: logger).decode(Int64.self) {
             sequence = value
         }
         return UInt64(sequence)
@@ -384,7 +377,7 @@ final class PostgresDatabase: Sendable {
     package func versions(of collection: String, limit: Int) async throws -> [(version: UInt64, committedAt: Int64)] {
         try await pool.withConnection { connection in
             var found: [(version: UInt64, committedAt: Int64)] = []
-            for try await (version, committedAt) in try await connection.query("""
+            for try await (version, committedAt) in try await connection.checkedQuery("""
                 SELECT version, committed_at FROM deltasnap_versions
                 WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) ORDER BY version DESC LIMIT \(Int64(limit))
                 """, logger: logger).decode((Int64, Int64).self) {
@@ -409,11 +402,10 @@ final class PostgresDatabase: Sendable {
     /// (``CollectionStore/publishedState(of:confirming:statedAt:)``).
     package func publishedState(of names: [String]? = nil, confirming known: [String: PublishedHead] = [:]) async throws -> PublishedState {
         try await pool.withConnection { connection in
-            try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
-            do {
+            try await connection.inTransaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger) { connection in
                 var entries: [SignedIndex.Entry] = []
                 var confirmed = Set<String>()
-                let rows = try await connection.query(PostgresQuery(
+                let rows = try await connection.checkedQuery(PostgresQuery(
                     unsafeSQL: """
                         SELECT c.name, c.epoch, c.head, c.checksum, c.visible, c.floor,
                                (SELECT v.committed_at FROM deltasnap_versions v WHERE v.cid = c.cid AND v.version = c.head), c.digest
@@ -435,11 +427,7 @@ final class PostgresDatabase: Sendable {
                     entries.append(SignedIndex.Entry(head: head, digest: digest))
                 }
                 let sequence = try await Self.publicationSequence(on: connection, logger: logger)
-                try await connection.query("COMMIT", logger: logger)
                 return PublishedState(sequence: sequence, entries: entries, confirmed: confirmed)
-            } catch {
-                _ = try? await connection.query("ROLLBACK", logger: logger)
-                throw error
             }
         }
     }
@@ -449,7 +437,7 @@ final class PostgresDatabase: Sendable {
     package func recomputedDigest(of collection: String) async throws -> StateDigest {
         try await pool.withConnection { connection in
             var digest = StateDigest.empty
-            let rows = try await connection.query("""
+            let rows = try await connection.checkedQuery("""
                 SELECT id, body FROM deltasnap_records
                 WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND NOT hidden
                 """, logger: logger)
@@ -476,13 +464,13 @@ final class PostgresDatabase: Sendable {
         try await open(collection) { connection, _ in
             let id = id ?? ""
             var count: Int64 = 0
-            for try await value in try await connection.query("""
+            for try await value in try await connection.checkedQuery("""
                 SELECT count(*) FROM (
                     SELECT 1 FROM deltasnap_records
                     WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND id > \(id) AND NOT hidden
                     LIMIT \(Int64(limit))) page
                 """, logger: logger).decode(Int64.self) { count = value }
-            let rows = try await connection.query("""
+            let rows = try await connection.checkedQuery("""
                 SELECT body FROM deltasnap_records
                 WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND id > \(id) AND NOT hidden
                 ORDER BY id LIMIT \(Int64(limit))
@@ -498,7 +486,7 @@ final class PostgresDatabase: Sendable {
     ) async throws -> PostgresRecordCursor {
         let connection = try await pool.checkout()
         do {
-            try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
+            try await connection.checkedQuery("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
             guard let head = try await Self.heads(on: connection, .named(collection), logger: logger).first else {
                 throw StoreError.unknownCollection(collection)
             }
@@ -518,19 +506,19 @@ final class PostgresDatabase: Sendable {
         let rows: PostgresRowSequence
         if let version {
             var changed: Int64 = 0
-            for try await value in try await connection.query("""
+            for try await value in try await connection.checkedQuery("""
                 SELECT count(*) FROM deltasnap_records
                 WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND version > \(Int64(version))
                 """, logger: logger).decode(Int64.self) { changed = value }
             count = Int(changed)
-            rows = try await connection.query("""
+            rows = try await connection.checkedQuery("""
                 SELECT body FROM deltasnap_records
                 WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND version > \(Int64(version))
                 ORDER BY id
                 """, logger: logger)
         } else {
             count = head.count
-            rows = try await connection.query("""
+            rows = try await connection.checkedQuery("""
                 SELECT body FROM deltasnap_records
                 WHERE cid = (SELECT cid FROM deltasnap_collections WHERE name = \(collection)) AND NOT hidden
                 ORDER BY id
@@ -624,7 +612,7 @@ final class PostgresRecordCursor: RecordSource, @unchecked Sendable {
         guard let connection else { return }
         self.connection = nil
         iterator = nil
-        if finished, (try? await connection.query("COMMIT", logger: logger)) != nil {
+        if finished, (try? await connection.checkedQuery("COMMIT", logger: logger)) != nil {
             pool.checkin(connection)
         } else {
             await pool.discard(connection)

@@ -191,9 +191,12 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
             bodyBytes = body.readableBytes
             tail.writeBuffer(&body)
             context.write(wrapOutboundOut(tail), promise: nil)
-        } else if let (file, range) = answer.file, range.count <= Self.copiedBodyBytes, file.read(range, appendingTo: &tail) {
+        } else if let (file, range) = answer.file, range.count <= Self.copiedBodyBytes, context.channel.isWritable,
+                  file.read(range, appendingTo: &tail) {
             // A small body is read into the head's buffer and leaves with it in one `write`:
-            // two system calls, where `sendfile` under the cork takes four.
+            // two system calls, where `sendfile` under the cork takes four. Only while the
+            // socket takes what is written: a client that pipelines downloads and reads none
+            // gets file regions, which hold no copy, once the first answers are queued.
             bodyBytes = range.count
             context.write(wrapOutboundOut(tail), promise: nil)
         } else if let (file, range) = answer.file {

@@ -1,3 +1,4 @@
+import DeltaSnapCore
 import DeltaSnapSQLiteStore
 @testable import DeltaSnapServer
 import DeltaSnapStore
@@ -110,5 +111,53 @@ import Testing
         #expect(try written(channel).isEmpty)
         #expect(String(buffer: try #require(try channel.readInbound(as: ByteBuffer.self))) == unknown)
         _ = try channel.finish()
+    }
+
+    /// A small download is copied into the answer's buffer only while the socket takes what is
+    /// written: to a client that pipelines downloads and reads none, the answers go as file
+    /// regions (no copy held per answer), whole and in order.
+    @Test func aSmallDownloadIsCopiedOnlyWhileTheSocketTakesWrites() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try SQLiteCollectionStore(path: dir.file("s.sqlite"))
+        let bytes = (0..<20_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let hash = AttachmentEndpointTests.sha256(bytes)
+        let reference = try AttachmentReference(sha256: hash, size: UInt64(bytes.count), type: "application/octet-stream")
+        var given = false
+        try await store.storeAttachment(reference) {
+            defer { given = true }
+            return given ? nil : bytes
+        }
+        let api = try await DeltaSnapAPI(store: store)
+        api.attachmentMemory.remember(reference, in: "files")
+        var quiet = Logger(label: "raw")
+        quiet.logLevel = .warning
+        let channel = EmbeddedChannel(handler: RawPollHandler(service: api, logger: quiet))
+        let download = "GET /v1/collections/files/attachments/\(hash) HTTP/1.1\r\nHost: x\r\n\r\n"
+
+        try channel.writeInbound(ByteBuffer(string: download))
+        var copied = 0
+        while let part = try channel.readOutbound(as: IOData.self) {
+            guard case .byteBuffer(let buffer) = part else { Issue.record("a file region while writable"); continue }
+            copied += buffer.readableBytes
+        }
+        #expect(copied > bytes.count, "the head and the body in one buffer")
+
+        channel.isWritable = false
+        try channel.writeInbound(ByteBuffer(string: download + download))
+        var regions = 0
+        var heads = 0
+        while let part = try channel.readOutbound(as: IOData.self) {
+            switch part {
+            case .fileRegion(let region):
+                #expect(region.readableBytes == bytes.count)
+                regions += 1
+            case .byteBuffer(let buffer):
+                #expect(buffer.readableBytes < 1_000, "a copied body while the socket takes nothing")
+                heads += 1
+            }
+        }
+        #expect(regions == 2 && heads == 2)
+        _ = try? channel.finish()
     }
 }

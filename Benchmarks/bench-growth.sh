@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Growth (issue 44): every step of the pipeline at several sizes, each cell time and peak
 # RSS (`/usr/bin/time -f`, whole process), so what grows with the record count shows:
-#   import (ids shuffled: the order that used to grow memory), bake, the first pull (full),
+#   import (ids shuffled: the order that used to grow memory), the same records imported
+#   --partition-by each of PARTITION_FIELDS (default "rating stock": 50 large partitions,
+#   ~10,000 small ones), bake, the first pull (full),
 #   a 1-record delta pull — on the replica of each size, and beside it the 10k replica's in
 #   the same run — `pull --snapshot` of the gzip bundle into a fresh replica, and serve's
 #   peak RSS. Then the same 1-record delta on a replica whose records refer to files (FILES
@@ -21,6 +23,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bench-common.sh"
 SIZES="${SIZES:-10000 1000000 10000000}"
 FILES="${FILES:-100}"
+PARTITION_FIELDS="${PARTITION_FIELDS:-rating stock}"
 PG="${PG:-}"
 SQLITE="${SQLITE:-1}"
 DS_PORT="${DS_PORT:-18144}"
@@ -52,6 +55,14 @@ for n in $SIZES; do
     if [[ "$SQLITE" == 1 ]]; then
         db="$TMP/store-$n.sqlite"
         row import "$n" sqlite "$(measure "$BIN" import --db "$db" --collection items --quiet "$TMP/records.ndjson")"
+        # The same records spread over partitions: by "rating" (50 partitions, each streamed
+        # alone at 1M records) and by "stock" (~10,000 partitions, written in runs of many).
+        for field in $PARTITION_FIELDS; do
+            rm -f "$TMP/partitioned-$n.sqlite"*
+            row "import --partition-by $field" "$n" sqlite \
+                "$(measure "$BIN" import --db "$TMP/partitioned-$n.sqlite" --collection parts --partition-by "$field" --quiet "$TMP/records.ndjson")"
+        done
+        rm -f "$TMP/partitioned-$n.sqlite"*
         mkdir -p "$TMP/bake-$n"
         row bake "$n" sqlite "$(measure "$BIN" bake --db "$db" --collection items --out "$TMP/bake-$n")"
         start_serve "$BIN" "$db" "$DS_PORT" --write-token "$TOKEN" --log-level warning

@@ -59,8 +59,9 @@ public struct Record: Hashable, Sendable {
         return try Record(parsing: value)
     }
 
-    /// Bytes the scanner proved canonical.
-    init(canonicalBytes: [UInt8], id: String, isHidden: Bool) {
+    /// Bytes proven canonical: by the scanner, or by an earlier parse whose result was kept
+    /// (an import's sort file, written and read back by the same process).
+    package init(canonicalBytes: [UInt8], id: String, isHidden: Bool) {
         self.init(id: id, isHidden: isHidden, bytes: canonicalBytes)
     }
 

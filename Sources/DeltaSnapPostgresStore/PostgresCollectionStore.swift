@@ -130,8 +130,11 @@ public final class PostgresCollectionStore: CollectionStore {
         return try await primary.publishCopying(publication)
     }
 
-    public func importStreams(_ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
-        try await primary.importStreams(next, replace: replace, recording: position)
+    public func importStreams(
+        _ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?,
+        each: @escaping @Sendable (WriteResult) -> Void
+    ) async throws {
+        try await primary.importStreams(next, replace: replace, recording: position, each: each)
     }
 
     public func sourcePosition(of follower: String) async throws -> String? {

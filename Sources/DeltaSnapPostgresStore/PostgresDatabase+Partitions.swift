@@ -165,21 +165,34 @@ extension PostgresDatabase {
     }
 
     /// Records where a source follower stands, in the caller's transaction.
-    /// Paths streamed one after the other into one transaction, each merged as an import
-    /// merges a collection (``merge(_:into:replace:progress:on:)``: `COPY` into a staging
-    /// table, then set-based), with the position: a source transaction too large to hold.
-    package func importStreams(_ next: () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
+    /// Paths streamed one after the other into one transaction, with the position: a source
+    /// transaction or a partitioned import too large to hold. Runs of small paths are written
+    /// set-based, as ``importPartitions(_:replace:recording:)`` writes partitions; a large
+    /// path is merged as an import merges a collection (``merge(_:into:replace:progress:on:)``:
+    /// `COPY` into a staging table, then set-based), in bounded memory either way
+    /// (``DeltaSnapStore/PathBatches``).
+    /// `each` gets every path's result as it is written.
+    package func importStreams(
+        _ next: @escaping () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?, each: (WriteResult) -> Void
+    ) async throws {
         try await transaction { connection in
             if let position { try await record(position, on: connection) }
-            var results: [WriteResult] = []
-            while let part = try next() {
-                try CollectionPath.validate(part.path)
-                let locked = try await lock(part.path, on: connection)
-                results.append(try await merge(part.records, into: locked, replace: replace, progress: nil, on: connection))
-                // Its staging table goes now rather than at the commit: the next path makes its own.
-                try await connection.checkedQuery("DROP TABLE deltasnap_incoming", logger: logger)
+            var batches = PathBatches(next)
+            while let piece = try batches.next() {
+                switch piece {
+                case .small(let partitions):
+                    for partition in partitions { try CollectionPath.validate(partition.path) }
+                    for result in try await importPartitions(partitions, replace: replace, on: connection) { each(result) }
+                    // Their staging tables go now rather than at the commit: the next run makes its own.
+                    try await connection.checkedQuery(
+                        "DROP TABLE IF EXISTS deltasnap_new_partitions, deltasnap_new_records, deltasnap_merging, deltasnap_merged", logger: logger)
+                case .large(let part):
+                    try CollectionPath.validate(part.path)
+                    let locked = try await lock(part.path, on: connection)
+                    each(try await merge(part.records, into: locked, replace: replace, progress: nil, on: connection))
+                    try await connection.checkedQuery("DROP TABLE deltasnap_incoming", logger: logger)
+                }
             }
-            return results
         }
     }
 

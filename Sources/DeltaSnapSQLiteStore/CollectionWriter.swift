@@ -188,15 +188,7 @@ package final class CollectionWriter {
     /// Refuses a record that refers to a blob the store does not hold (``AttachmentRule``),
     /// and notes which blobs this collection's records refer to: who may read them.
     private func noteAttachments(of record: Record) throws {
-        let references = try AttachmentRule.checkAll(record, heldSize: blobs.size(of:))
-        guard !references.isEmpty else { return }
-        let insert = try statements("INSERT OR IGNORE INTO attachment_refs(cid, sha256, type) VALUES (?, ?, ?)")
-        for reference in references {
-            try insert.bind(1, cid)
-            try insert.bind(2, reference.sha256)
-            try insert.bind(3, reference.type)
-            try insert.run()
-        }
+        try statements.noteReferences(try AttachmentRule.checkAll(record, heldSize: blobs.size(of:)), of: cid)
     }
 
     /// Whether this collection's records refer to blob `sha256` (or did, until the next

@@ -111,8 +111,11 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         try await writing { try $0.importTransactions(transactions) }
     }
 
-    public func importStreams(_ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
-        try await writing { try $0.importStreams(next, replace: replace, recording: position) }
+    public func importStreams(
+        _ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?,
+        each: @escaping @Sendable (WriteResult) -> Void
+    ) async throws {
+        try await writing { try $0.importStreams(next, replace: replace, recording: position, each: each) }
     }
 
     public func sourcePosition(of follower: String) async throws -> String? {

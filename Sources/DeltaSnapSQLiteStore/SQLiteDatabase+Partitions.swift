@@ -27,27 +27,36 @@ extension SQLiteDatabase {
         }
     }
 
-    /// Paths streamed one after the other into one SQLite transaction, each merged as an
-    /// import merges it (``CollectionWriter``), with the position: a source transaction too
-    /// large to hold.
-    package func importStreams(_ next: () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) throws -> [WriteResult] {
+    /// Paths streamed one after the other into one SQLite transaction, with the position: a
+    /// source transaction or a partitioned import too large to hold. Runs of small paths are
+    /// written as ``importPartitions(_:replace:recording:)`` writes partitions, a large path
+    /// is merged as an import merges it (``CollectionWriter``), in bounded memory either way
+    /// (``DeltaSnapStore/PathBatches``).
+    /// `each` gets every path's result as it is written.
+    package func importStreams(
+        _ next: @escaping () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?, each: (WriteResult) -> Void
+    ) throws {
         try db.transaction(.immediate) {
             if let position { try record(position) }
-            var results: [WriteResult] = []
-            while let part = try next() {
-                try CollectionPath.validate(part.path)
-                let writer = try CollectionWriter(db: db, statements: statements, collection: part.path, configuration: configuration, blobs: blobs)
-                // No id held for a keyed source's rows: a million-row path costs no memory per row.
-                try Importer.write(part.records, into: writer, replace: replace)
-                results.append(try writer.commit())
+            var batches = PathBatches(next)
+            while let piece = try batches.next() {
+                switch piece {
+                case .small(let partitions):
+                    for result in try writePartitions(partitions, replace: replace) { each(result) }
+                case .large(let part):
+                    try CollectionPath.validate(part.path)
+                    let writer = try CollectionWriter(db: db, statements: statements, collection: part.path, configuration: configuration, blobs: blobs)
+                    // No id held for a keyed source's rows: a million-row path costs no memory per row.
+                    try Importer.write(part.records, into: writer, replace: replace)
+                    each(try writer.commit())
+                }
             }
-            return results
         }
     }
 
     /// The body of a partitioned import, in the caller's transaction.
     private func writePartitions(_ partitions: [PartitionRecords], replace: Bool) throws -> [WriteResult] {
-        var fresh = NewPartitions(db: db, statements: statements, configuration: configuration)
+        var fresh = NewPartitions(db: db, statements: statements, configuration: configuration, blobs: blobs)
         let exists = try statements("SELECT 1 FROM collections WHERE name = ?")
         return try partitions.map { partition in
             try CollectionPath.validate(partition.path)
@@ -121,13 +130,15 @@ private struct NewPartitions {
     let db: SQLiteConnection
     let statements: StatementCache
     let configuration: StoreConfiguration
+    let blobs: BlobDirectory
     /// Fixed at the first partition written: every one of them is published by it.
     private var published: (sequence: UInt64, committedAt: Int64)?
 
-    init(db: SQLiteConnection, statements: StatementCache, configuration: StoreConfiguration) {
+    init(db: SQLiteConnection, statements: StatementCache, configuration: StoreConfiguration, blobs: BlobDirectory) {
         self.db = db
         self.statements = statements
         self.configuration = configuration
+        self.blobs = blobs
     }
 
     mutating func write(_ partition: PartitionRecords) throws -> WriteResult {
@@ -135,9 +146,12 @@ private struct NewPartitions {
         // A digest is only stored for partitions larger than CollectionWriter.smallestStoredDigest.
         let needsDigest = partition.records.count > CollectionWriter.smallestStoredDigest && !ReviewPaths.keepsNoDigest(partition.path)
         var state = StateAccumulator(collection: partition.path, checksum: .empty, count: 0, digest: needsDigest ? .empty : nil)
+        // The blobs the records refer to, each checked as any write checks it (``AttachmentRule``).
+        var referenced: [AttachmentReference] = []
         for record in partition.records {
             guard seen.insert(record.id).inserted else { throw StoreError.duplicateID(record.id) }
             state.put(record, replacing: nil)
+            if !record.isHidden { referenced += try AttachmentRule.checkAll(record, heldSize: blobs.size(of:)) }
         }
         guard state.upserted > 0 else {
             return WriteResult(collection: partition.path, committed: false, head: nil, upserted: 0, hidden: 0, unchanged: state.unchanged)
@@ -171,6 +185,7 @@ private struct NewPartitions {
             try record.bind(4, blob: visible.bytes)
             try record.run()
         }
+        try statements.noteReferences(referenced, of: cid)
         let head = CollectionHead(
             name: partition.path, epoch: epoch, version: 1, checksum: state.checksum, count: state.count, committedAt: committedAt, floor: 0)
         return WriteResult(

@@ -72,7 +72,7 @@ public protocol CollectionStore: Sendable {
     func importRecords(
         from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?
     ) async throws -> WriteResult
-    /// Imports several partitions (grouped by ``PartitionRecords/group(_:collection:by:progress:progressInterval:)``)
+    /// Imports several partitions (held whole; ``importStreams(_:replace:recording:)`` streams them)
     /// or collections, one version per path that changed, all in one transaction: a bad record
     /// commits nothing. `position`, when given, is recorded in that same transaction (a source
     /// follower resumes exactly after what it committed, whenever it stops).
@@ -89,11 +89,20 @@ public protocol CollectionStore: Sendable {
     /// and a bad record commits nothing. With `replace`, each path's records its stream does
     /// not list are hidden. `next` is called from the store's writer (for SQLite, its own
     /// thread), one path after the other, once the previous path's records were all read.
+    /// `each` is told every path's result as it is written, on the writer and before the
+    /// commit (when the call throws, none of them was committed): a million partitions need
+    /// not be held as a million results (the convenience without it collects them).
     ///
     /// ```swift
-    /// let results = try await store.importStreams(spill.streams(), replace: false, recording: position)
+    /// var versions = 0
+    /// try await store.importStreams(spill.streams(), replace: false, recording: position) { result in
+    ///     if result.committed { versions += 1 }
+    /// }
     /// ```
-    func importStreams(_ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult]
+    func importStreams(
+        _ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?,
+        each: @escaping @Sendable (WriteResult) -> Void
+    ) async throws
     /// The position a source follower last recorded with its writes (nil: none yet).
     func sourcePosition(of follower: String) async throws -> String?
     /// Every follower that recorded a position, with when it last did (seconds since 1970): a
@@ -235,4 +244,18 @@ package protocol AttachmentFiles: Sendable {
     /// Where the file of the attachment `sha256` is when the store holds it (nil for a name
     /// that is no SHA-256). Not checked: opening it tells, in the same system call.
     func attachmentFile(_ sha256: String) -> String?
+}
+
+extension CollectionStore {
+    /// ``importStreams(_:replace:recording:each:)`` returning every path's result, in the
+    /// order the paths came.
+    ///
+    /// ```swift
+    /// let results = try await store.importStreams(spill.streams(), replace: false, recording: position)
+    /// ```
+    public func importStreams(_ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
+        let results = LockedValue<[WriteResult]>([])
+        try await importStreams(next, replace: replace, recording: position) { result in results.withLock { $0.append(result) } }
+        return results.withLock { $0 }
+    }
 }

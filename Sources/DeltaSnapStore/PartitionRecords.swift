@@ -11,36 +11,45 @@ public struct PartitionRecords: Sendable {
         self.records = records
     }
 
-    /// Reads every record of `stream` and groups it into partitions of `collection` by the
-    /// value of `field` (a string or a number that is a valid partition key), in path order.
-    /// The whole input is read before anything is written, so a bad line commits nothing.
+    /// The records of `stream` spread over partitions of `collection` by the value of `field`
+    /// (a string or a number that is a valid partition key), as
+    /// ``CollectionStore/importStreams(_:replace:recording:)`` takes them: partitions in path
+    /// order, each one's records in id order, sorted in bounded memory (``RecordSorter``:
+    /// runs spilled to temporary files). The whole input is read, and every line checked,
+    /// before this returns, so a bad line commits nothing. `seeing` is told each record's
+    /// partition as it is read (what a reviewed collection's import prepares first).
     ///
     /// ```swift
-    /// let groups = try PartitionRecords.group(stream, collection: "sets", by: "set")
+    /// let partitions = try PartitionRecords.streams(stream, collection: "sets", by: "set")
     /// // {"id":"q1","set":"8271"} lands in sets/8271
+    /// try await store.importStreams(partitions, replace: false, recording: nil)
     /// ```
-    public static func group(
-        _ stream: RecordStream, collection: String, by field: String, progress: ((Int) -> Void)? = nil, progressInterval: Int = 100_000
-    ) throws -> [PartitionRecords] {
+    package static func streams(
+        _ stream: RecordStream, collection: String, by field: String, memoryBudget: Int = RecordSorter.defaultMemoryBudget,
+        progress: ((Int) -> Void)? = nil, seeing: ((String) -> Void)? = nil
+    ) throws -> @Sendable () throws -> PathRecords? {
         try CollectionName.validate(collection)
-        var groups: [String: [Record]] = [:]
-        while let record = try stream.next() {
-            // A tombstone names its partition as any record does (`{"id":"q1","set":"8271","hidden":true}`).
-            let value = try? JSONReader(bytes: record.isHidden ? stream.lastWritten : record.bytes).member(field)
-            let key: String
-            switch value {
-            case .string(let text)?: key = text
-            case .number(let literal)?: key = literal
-            case nil: throw stream.failure("record \"\(record.id)\" has no \"\(field)\" to partition by")
-            default: throw stream.failure("record \"\(record.id)\": \"\(field)\" must be a string or a number to name a partition")
-            }
-            guard let path = CollectionPath(name: collection, key: key) else {
-                throw stream.failure("record \"\(record.id)\": \"\(field)\" is \"\(key)\", not a partition key (1 to 128 of A-Z a-z 0-9 . _ : @ -)")
-            }
-            groups[path.description, default: []].append(record)
-            if stream.count % progressInterval == 0 { progress?(stream.count) }
+        return try RecordSorter.grouped(stream, memoryBudget: memoryBudget, progress: progress) { record in
+            let path = try partition(of: record, in: stream, collection: collection, by: field)
+            seeing?(path)
+            return path
         }
-        // The paths sorted alone: moving whole groups while sorting cost as much as reading them.
-        return groups.keys.sorted { $0.utf8Precedes($1) }.map { PartitionRecords(path: $0, records: groups[$0]!) }
+    }
+
+    /// The partition of `collection` that `record` (just read from `stream`) names by `field`.
+    private static func partition(of record: Record, in stream: RecordStream, collection: String, by field: String) throws -> String {
+        // A tombstone names its partition as any record does (`{"id":"q1","set":"8271","hidden":true}`).
+        let value = try? JSONReader(bytes: record.isHidden ? stream.lastWritten : record.bytes).member(field)
+        let key: String
+        switch value {
+        case .string(let text)?: key = text
+        case .number(let literal)?: key = literal
+        case nil: throw stream.failure("record \"\(record.id)\" has no \"\(field)\" to partition by")
+        default: throw stream.failure("record \"\(record.id)\": \"\(field)\" must be a string or a number to name a partition")
+        }
+        guard let path = CollectionPath(name: collection, key: key) else {
+            throw stream.failure("record \"\(record.id)\": \"\(field)\" is \"\(key)\", not a partition key (1 to 128 of A-Z a-z 0-9 . _ : @ -)")
+        }
+        return path.description
     }
 }

@@ -103,14 +103,17 @@ public struct ReviewRoutedStore: CollectionStore {
 
     /// Streams are renamed as they are read; their workspaces must exist already (``prepare(_:)``):
     /// a stream is read on the store's writer, where nothing can be waited for.
-    public func importStreams(_ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
+    public func importStreams(
+        _ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?,
+        each: @escaping @Sendable (WriteResult) -> Void
+    ) async throws {
         let settings = settings
         let routed = { @Sendable () throws -> PathRecords? in
             guard var part = try next() else { return nil }
             part.path = ReviewPaths.target(of: part.path, settings: settings)
             return part
         }
-        return try await base.importStreams(routed, replace: replace, recording: position)
+        try await base.importStreams(routed, replace: replace, recording: position, each: each)
     }
 
     public func push(

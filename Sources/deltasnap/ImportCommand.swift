@@ -29,7 +29,7 @@ struct ImportCommand: AsyncParsableCommand {
             partition NAME/KEY — such a record would grant nothing.
 
             Memory is bounded whatever the input's size and the order of its ids: the \
-            records are sorted by id in runs of 24 MB, spilled to unlinked temporary files \
+            records are sorted by id (with --partition-by: by partition, then id) in runs of 24 MB, spilled to unlinked temporary files \
             under TMPDIR (about the input's size on disk) and merged as they are written, \
             so the store appends them and a repeated id is refused at its later line. Peak \
             RSS stays under 100 MB (make bench-growth measures it at 10M records). Errors \
@@ -144,29 +144,49 @@ extension ImportCommand {
         var description: String { reason }
     }
 
-    /// `--partition-by`: reads the whole input, then commits each partition it names.
+    /// `--partition-by`: sorts the input by partition and id in bounded memory
+    /// (``PartitionRecords/streams(_:collection:by:memoryBudget:progress:seeing:)``), then
+    /// commits every partition it names in one transaction.
     private func importPartitioned(by field: String, from input: Input) async throws {
         let started = ContinuousClock.now
-        let quiet = self.quiet
+        let (quiet, collection, replace) = (self.quiet, self.collection, self.replace)
         let progress: (Int) -> Void = { count in
             if !quiet { printError("import: \(count) records read (\(rate(count, since: started)))") }
         }
         let stream = RecordStream(source: try input.open(), name: input.name)
-        let partitions = try PartitionRecords.group(stream, collection: collection, by: field, progress: progress)
-        if !quiet { printError("import: \(stream.count) records in \(partitions.count) partitions; committing") }
-        let results = try await StoreLocation.withStore(db) { store in
+        // Counted as each partition is written: a million partitions hold no million results.
+        let tally = LockedValue(PartitionTally())
+        let count: @Sendable (WriteResult) -> Void = { result in tally.withLock { $0.add(result) } }
+        try await StoreLocation.withStore(db) { store in
             let settings = try await store.reviewSettings()
-            var routed: [PartitionRecords] = []
-            for partition in partitions {
-                routed.append(PartitionRecords(path: try await store.writeTarget(for: partition.path, settings: settings), records: partition.records))
-            }
-            return try await store.importPartitions(routed, replace: replace)
+            // A reviewed collection's partitions are written in their workspaces, each
+            // prepared before the write (a copy of what is published): their names are kept
+            // while the input is read. Only then, so a million partitions cost no memory.
+            let reviewed = settings[collection] != nil
+            var named = Set<String>()
+            let partitions = try PartitionRecords.streams(
+                stream, collection: collection, by: field, progress: progress, seeing: reviewed ? { named.insert($0) } : nil)
+            if !quiet, stream.count >= 100_000 { printError("import: \(stream.count) records read and sorted by partition and id; committing") }
+            guard reviewed else { return try await store.importStreams(partitions, replace: replace, recording: nil, each: count) }
+            let routed = ReviewRoutedStore(store, settings: settings)
+            try await routed.prepare(named.sorted { $0.utf8Precedes($1) })
+            try await routed.importStreams(partitions, replace: replace, recording: nil, each: count)
         }
-        let committed = results.filter(\.committed)
-        let upserted = results.reduce(0) { $0 + $1.upserted }
-        let hidden = results.reduce(0) { $0 + $1.hidden }
-        let unchanged = results.reduce(0) { $0 + $1.unchanged }
-        print("\(collection): \(partitions.count) partitions, \(committed.count) new versions: \(upserted) upserted, \(hidden) hidden, \(unchanged) unchanged [\(rate(stream.count, since: started))]")
+        let total = tally.withLock { $0 }
+        print("\(collection): \(total.partitions) partitions, \(total.versions) new versions: \(total.upserted) upserted, \(total.hidden) hidden, \(total.unchanged) unchanged [\(rate(stream.count, since: started))]")
+    }
+
+    /// What a partitioned import wrote, summed over its partitions.
+    private struct PartitionTally {
+        var partitions = 0, versions = 0, upserted = 0, hidden = 0, unchanged = 0
+
+        mutating func add(_ result: WriteResult) {
+            partitions += 1
+            if result.committed { versions += 1 }
+            upserted += result.upserted
+            hidden += result.hidden
+            unchanged += result.unchanged
+        }
     }
 }
 

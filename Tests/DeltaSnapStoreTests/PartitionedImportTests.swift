@@ -174,4 +174,46 @@ import Testing
         let result = try await CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "sets/1", "--partition-by", "set", "-"], stdin: "")
         #expect(result.status == 2 && result.stderr.contains("--partition-by needs --collection NAME"), "\(result.stderr)")
     }
+
+    /// Partitions new to the store go by the set-based path, yet their records' files are
+    /// checked and noted as any write's are: a reference to a blob the store does not hold is
+    /// refused (nothing committed), and a held one becomes readable through its partition.
+    @Test(arguments: TestBackend.allCases) func aNewPartitionsFileReferencesAreCheckedAndNoted(_ backend: TestBackend) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await TestDatabase.make(backend, in: dir)
+        try await store.stopping {
+            let bytes = AttachmentStoreTests.blob(5_000)
+            let reference = try AttachmentStoreTests.reference(bytes)
+            func line(_ id: String, set: String) -> String {
+                #"{"id":"\#(id)","set":"\#(set)","file":{"$attachment":"\#(reference.sha256)","size":\#(bytes.count),"type":"\#(reference.type)"}}"#
+            }
+            await #expect(performing: { try await store.importPartitioned(line("q1", set: "a"), collection: "sets", by: "set") }, throws: { error in
+                (error as? StoreError)?.code == .missingAttachment || (error as? ImportError)?.code == .missingAttachment
+            })
+            #expect(try await store.head(of: "sets/a") == nil)
+            try await store.store.storeAttachment(reference, from: AttachmentStoreTests.chunks(bytes))
+            let written = try await store.importPartitioned(line("q1", set: "b") + "\n" + #"{"id":"q2","set":"c"}"#, collection: "sets", by: "set")
+            #expect(written.map(\.committed) == [true, true])
+            #expect(try await store.store.collections(referringTo: reference.sha256, limit: 10) == ["sets/b"])
+            #expect(try await store.store.attachment(reference.sha256, in: "sets/b") == reference)
+            #expect(try await store.store.attachment(reference.sha256, in: "sets/c") == nil)
+        }
+    }
+
+    /// The same id twice in one partition is refused at its later line, wherever the lines
+    /// stand; the same id in two partitions is two records.
+    @Test func aRepeatedIdInOnePartitionIsRefusedAtItsLaterLine() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let lines = [#"{"id":"q1","set":"a"}"#, #"{"id":"q1","set":"b"}"#, #"{"id":"q2","set":"a"}"#, #"{"id":"q1","set":"a","again":true}"#]
+        let input = try dir.write("in.ndjson", lines.joined(separator: "\n") + "\n")
+        let refused = try await CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "sets", "--partition-by", "set", "--quiet", input])
+        #expect(refused.status == 1)
+        #expect(refused.stderr.hasPrefix("deltasnap: \(input):4: duplicate id \"q1\""), "\(refused.stderr)")
+        #expect(try SQLiteDatabase(path: dir.file("s.sqlite")).head(of: "sets/a") == nil)
+        let once = try dir.write("once.ndjson", lines.dropLast().joined(separator: "\n") + "\n")
+        let result = try await CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "sets", "--partition-by", "set", "--quiet", once])
+        #expect(result.status == 0 && result.stdout.hasPrefix("sets: 2 partitions, 2 new versions: 3 upserted, 0 hidden, 0 unchanged"), "\(result.stdout)")
+    }
 }

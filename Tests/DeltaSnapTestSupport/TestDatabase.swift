@@ -67,8 +67,8 @@ package final class TestDatabase: Sendable {
     /// NDJSON spread over partitions `collection/VALUE` by the value of `field`.
     @discardableResult
     package func importPartitioned(_ text: String, collection: String, by field: String, replace: Bool = false) async throws -> [WriteResult] {
-        let groups = try PartitionRecords.group(RecordStream(source: ChunkSources.bytes(Array(text.utf8)), name: "test"), collection: collection, by: field)
-        return try await store.importPartitions(groups, replace: replace)
+        let partitions = try PartitionRecords.streams(RecordStream(source: ChunkSources.bytes(Array(text.utf8)), name: "test"), collection: collection, by: field)
+        return try await store.importStreams(partitions, replace: replace, recording: nil)
     }
 
     package func head(of collection: String) async throws -> CollectionHead? {

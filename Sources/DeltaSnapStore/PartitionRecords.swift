@@ -15,8 +15,9 @@ public struct PartitionRecords: Sendable {
     /// (a string or a number that is a valid partition key), as
     /// ``CollectionStore/importStreams(_:replace:recording:)`` takes them: partitions in path
     /// order, each one's records in id order, sorted in bounded memory (``RecordSorter``:
-    /// runs spilled to temporary files). The whole input is read, and every line checked,
-    /// before this returns, so a bad line commits nothing. `seeing` is told each record's
+    /// runs spilled to temporary files). The whole input is read, and every line's JSON and
+    /// partition checked, before this returns; a repeated id within a partition is refused
+    /// at its later line as the store reads it. Either way nothing is committed. `seeing` is told each record's
     /// partition as it is read (what a reviewed collection's import prepares first).
     ///
     /// ```swift

@@ -216,4 +216,34 @@ import Testing
         let result = try await CLI.run(["import", "--db", dir.file("s.sqlite"), "--collection", "sets", "--partition-by", "set", "--quiet", once])
         #expect(result.status == 0 && result.stdout.hasPrefix("sets: 2 partitions, 2 new versions: 3 upserted, 0 hidden, 0 unchanged"), "\(result.stdout)")
     }
+
+    /// More partitions than one run holds (`PathBatches.maximumPaths`): the store writes
+    /// several runs in one transaction (PostgreSQL drops each run's staging tables before the
+    /// next makes its own), first all new, then existing and new mixed with `--replace`.
+    @Test(arguments: TestBackend.allCases) func manyRunsOfPartitionsAreOneImport(_ backend: TestBackend) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await TestDatabase.make(backend, in: dir)
+        try await store.stopping {
+            let count = PathBatches.maximumPaths * 2 + 7
+            let first = (0..<count).map { #"{"id":"a","set":"p\#($0)","n":\#($0)}"# }.joined(separator: "\n")
+            let written = try await store.importPartitioned(first, collection: "sets", by: "set")
+            #expect(written.count == count && written.allSatisfy(\.committed))
+            let before = try await store.publishedSequence()
+            // Every partition named again: odd ones changed, even ones the same; p0 gains a
+            // record and loses none; 100 partitions new.
+            let second = (0..<(count + 100)).map { #"{"id":"a","set":"p\#($0)","n":\#($0 % 2 == 1 && $0 < count ? -$0 : $0)}"# }
+                .joined(separator: "\n") + "\n" + #"{"id":"b","set":"p0"}"#
+            let merged = try await store.importPartitioned(second, collection: "sets", by: "set", replace: true)
+            #expect(merged.count == count + 100)
+            #expect(merged.filter(\.committed).count == count / 2 + 1 + 100)
+            #expect(merged.reduce(0) { $0 + $1.unchanged } == count / 2 + 1)
+            #expect(try await store.head(of: "sets/p0")?.count == 2)
+            #expect(try await store.head(of: "sets/p1")?.version == 2)
+            #expect(try await store.head(of: "sets/p2")?.version == 1)
+            #expect(try await store.head(of: "sets/p\(count + 99)")?.count == 1)
+            #expect(try await store.publishedSequence() > before)
+            #expect(try await store.export("sets/p3") == #"{"id":"a","n":-3,"set":"p3"}"# + "\n")
+        }
+    }
 }

@@ -35,6 +35,11 @@ struct FollowCommand: AsyncParsableCommand {
             until it resumes); --drop-slot removes the slot (not the publication) when the follower is retired (a forgotten \
             slot keeps WAL on the source's disk: --max-lag-bytes reports one that holds back too much; \
             --metrics-listen serves deltasnap_follow_slot_lag_bytes and the other metrics at /metrics).
+
+            When the source shuts down or restarts under it, the follower exits with status 1 \
+            and one line (deltasnap: the source closed the connection (it shut down or \
+            restarted)); nothing half-published is left. Run it again, or let a service \
+            manager restart it: it resumes from the position it committed last (docs/FOLLOW.md).
             """
     )
 

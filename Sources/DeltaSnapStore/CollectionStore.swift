@@ -94,9 +94,8 @@ public protocol CollectionStore: Sendable {
     /// not be held as a million results (the convenience without it collects them).
     ///
     /// ```swift
-    /// var versions = 0
     /// try await store.importStreams(spill.streams(), replace: false, recording: position) { result in
-    ///     if result.committed { versions += 1 }
+    ///     if result.committed { print("\(result.collection): version \(result.head!.version)") }
     /// }
     /// ```
     func importStreams(

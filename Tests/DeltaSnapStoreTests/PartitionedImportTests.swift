@@ -179,10 +179,7 @@ import Testing
     /// checked and noted as any write's are: a reference to a blob the store does not hold is
     /// refused (nothing committed), and a held one becomes readable through its partition.
     @Test(arguments: TestBackend.allCases) func aNewPartitionsFileReferencesAreCheckedAndNoted(_ backend: TestBackend) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let store = try await TestDatabase.make(backend, in: dir)
-        try await store.stopping {
+        try await TestDatabase.with(backend) { store in
             let bytes = AttachmentStoreTests.blob(5_000)
             let reference = try AttachmentStoreTests.reference(bytes)
             func line(_ id: String, set: String) -> String {
@@ -221,10 +218,7 @@ import Testing
     /// several runs in one transaction (PostgreSQL drops each run's staging tables before the
     /// next makes its own), first all new, then existing and new mixed with `--replace`.
     @Test(arguments: TestBackend.allCases) func manyRunsOfPartitionsAreOneImport(_ backend: TestBackend) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let store = try await TestDatabase.make(backend, in: dir)
-        try await store.stopping {
+        try await TestDatabase.with(backend) { store in
             let count = PathBatches.maximumPaths * 2 + 7
             let first = (0..<count).map { #"{"id":"a","set":"p\#($0)","n":\#($0)}"# }.joined(separator: "\n")
             let written = try await store.importPartitioned(first, collection: "sets", by: "set")

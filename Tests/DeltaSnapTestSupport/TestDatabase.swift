@@ -120,4 +120,17 @@ package final class TestDatabase: Sendable {
     package func stopping<T>(after body: () async throws -> T) async throws -> T {
         try await finally(body, then: stop)
     }
+
+    /// A fresh store of `backend` in a temporary directory for `body`, stopped and removed
+    /// after it whatever happened: the set-up a store-level test repeats.
+    ///
+    /// ```swift
+    /// try await TestDatabase.with(backend) { store in try await store.importText(…, collection: "items") }
+    /// ```
+    package static func with<T>(_ backend: TestBackend, _ body: (TestDatabase) async throws -> T) async throws -> T {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try await make(backend, in: dir)
+        return try await store.stopping { try await body(store) }
+    }
 }

@@ -9,7 +9,7 @@ extension SourceFollower {
     /// the task is cancelled. `catalog` is a second connection to the source, for what a change makes the follower
     /// ask the catalog while the slot's changes are still streaming in on `connection`.
     func stream(from start: FollowPosition, shapes initial: [String: TableShape], on connection: PostgresConnection, catalog: PostgresConnection) async throws {
-        var state = StreamState(position: start, shapes: initial)
+        var state = StreamState(position: start, shapes: initial, spillRows: options.spillRows)
         var lastLagCheck = ContinuousClock.now - .seconds(3600)
         var lastAdvanced: UInt64 = 0
         var unpublished: Set<String> = []
@@ -37,7 +37,19 @@ extension SourceFollower {
             for try await data in try await connection.query(query, logger: logger).decode(ByteBuffer.self) {
                 messages += 1
                 let message = try PgOutputMessage(decoding: Array(buffer: data))
-                guard let commit = try await state.take(message, follower: self, on: catalog) else { continue }
+                let commit: CommittedTransaction
+                switch try state.take(message) {
+                case .none: continue
+                case .report(let notes):
+                    for note in notes { logger.log(level: note.level, "\(note.message)") }
+                    continue
+                case .resolve(let relation, let current):
+                    if let adopted = try await adopt(relation, current: current, on: catalog) {
+                        state.adopted(relation, shape: adopted.shape, reshape: adopted.reshape)
+                    }
+                    continue
+                case .publish(let committed): commit = committed
+                }
                 if commit.readsStore {
                     try await publish(batch, state: &state)
                     try await publish([commit], state: &state)
@@ -251,219 +263,12 @@ extension SourceFollower {
     static let batchRows = 50_000
 }
 
-/// One source transaction, read whole: the last state of each row it changed, by path and id
-/// — in memory, or in a file once it grew past ``FollowOptions/spillRows`` (`spill`).
-struct CommittedTransaction {
-    var changes: [String: [String: Record]]
-    /// Where its rows are when they were too many to hold (then `changes` and `pending` are empty).
-    var spill: TransactionSpill?
-    /// Rows completed from the store's records when published.
-    var pending: [String: [String: PendingRow]]
-    /// Collections whose table's columns changed before this transaction's rows.
-    var reshapes: [String: Reshape]
-    /// Collections a `TRUNCATE` emptied (before the rows the transaction then wrote).
-    var truncated: Set<String>
-    var endLSN: UInt64
-    var commitTime: Int64
-
-    /// Whether publishing it reads the store (what a `TRUNCATE` hides, what changed columns
-    /// rewrite): then it cannot share a commit with the transactions before it.
-    var readsStore: Bool { !truncated.isEmpty || !reshapes.isEmpty || !pending.isEmpty || spill != nil }
-}
-
-/// The stream as a plain value: the tables' shapes by relation, the transaction being read,
-/// and the position published so far.
-struct StreamState {
-    var position: FollowPosition
-    var shapes: [String: TableShape]
-    var relations: [UInt32: PgRelation] = [:]
-    var open: OpenTransaction?
-    /// Column changes seen and not yet published (they go with the next transaction).
-    var reshapes: [String: Reshape] = [:]
-
-    struct OpenTransaction {
-        var xid: UInt32
-        var finalLSN: UInt64
-        /// Already published (a restart) or already in the copy: read and dropped.
-        var skipped: Bool
-        var changes: [String: [String: Record]] = [:]
-        /// Rows waiting for values their update did not send (by path and id).
-        var pending: [String: [String: PendingRow]] = [:]
-        var truncated: Set<String> = []
-        /// Rows changed so far (a row changed twice counts twice: a bound, not a count).
-        var rows = 0
-        /// Where the rows go once there are more than ``FollowOptions/spillRows``.
-        var spill: TransactionSpill?
-    }
-
-    init(position: FollowPosition, shapes: [String: TableShape]) {
-        self.position = position
-        self.shapes = shapes
-    }
-
-    /// Takes one message; the transaction it completes, when it is one to publish.
-    mutating func take(_ message: PgOutputMessage, follower: SourceFollower, on connection: PostgresConnection) async throws -> CommittedTransaction? {
-        switch message {
-        case .begin(let finalLSN, _, let xid):
-            let skipped = finalLSN < position.applied || (position.copy?.holds(xid: xid, commitLSN: finalLSN) ?? false)
-            open = OpenTransaction(xid: xid, finalLSN: finalLSN, skipped: skipped)
-        case .commit(_, let endLSN, let commitTime):
-            defer { open = nil }
-            guard let transaction = open, !transaction.skipped, endLSN > position.applied else { return nil }
-            defer { reshapes = [:] }
-            return CommittedTransaction(
-                changes: transaction.changes, spill: transaction.spill, pending: transaction.pending, reshapes: reshapes,
-                truncated: transaction.truncated, endLSN: endLSN, commitTime: commitTime)
-        case .relation(let relation):
-            relations[relation.id] = relation
-            if let reshape = try await follower.adopt(relation, into: &shapes, on: connection) {
-                reshapes[reshape.collection] = reshapes[reshape.collection].map { $0.then(reshape) } ?? reshape
-            }
-        case .insert(let relation, let new):
-            try change(relation, old: nil, new: new, follower: follower)
-        case .update(let relation, let old, let new):
-            try change(relation, old: old, new: new, follower: follower)
-        case .delete(let relation, let old):
-            try change(relation, old: old, new: nil, follower: follower)
-        case .truncate(let ids):
-            guard open?.skipped == false else { return nil }
-            for id in ids {
-                guard let name = relations[id]?.qualifiedName, let shape = shapes[name] else { continue }
-                open?.truncated.insert(shape.table.collection)
-                // Rows written before the TRUNCATE in this transaction go too.
-                try open?.hideAll(in: shape.table.collection)
-            }
-        case .other:
-            break
-        }
-        return nil
-    }
-
-    private mutating func change(_ relationID: UInt32, old: [PgValue]?, new: [PgValue]?, follower: SourceFollower) throws {
-        guard open?.skipped == false, let relation = relations[relationID], let shape = shapes[relation.qualifiedName] else { return }
-        // Taken out while it changes: a copy left in `open` would make every change copy the
-        // transaction's dictionaries (a 250,000-row transaction took 25 s).
-        var transaction = open!
-        open = nil
-        defer { open = transaction }
-        transaction.rows += 1
-        if transaction.spill == nil, transaction.rows > follower.options.spillRows {
-            try transaction.moveToSpill()
-            follower.logger.notice("transaction \(transaction.xid): more than \(follower.options.spillRows) rows, staged in a temporary file until its commit")
-        }
-        // A value the update left unsent (unchanged TOAST) is in the old row when the table
-        // sends whole old rows (REPLICA IDENTITY FULL). An old key tuple (a key change under
-        // the default identity) sends every other column as NULL: that NULL is no value, and
-        // the unsent one stays to be taken from the row's earlier state.
-        var new = new
-        if let values = new, let old, old.count == values.count {
-            new = zip(values, old).map { value, previous in
-                if value == .unchangedToast, case .text = previous { return previous }
-                return value
-            }
-        }
-        var leaving: (path: String, id: String)?
-        if let old, case .success(let named) = shape.path(of: old) { leaving = named }
-        guard let new else {
-            guard let leaving else { return follower.logger.error("\(relation.qualifiedName): a delete without its key is not published") }
-            try transaction.set(.tombstone(id: leaving.id), at: leaving.path)
-            return
-        }
-        switch shape.row(from: new) {
-        case .failure(let problem):
-            follower.logger.error("\(relation.qualifiedName): a row is not published: \(problem)")
-        case .success(let row):
-            // Where the row stood before this change: its unsent values are there. Read
-            // before a key change leaves a tombstone there (which would hide them).
-            let from = leaving ?? (row.path, row.id)
-            let waiting = row.unchanged.isEmpty ? nil : try transaction.pending(at: from.path, id: from.id)
-            let written = row.unchanged.isEmpty || waiting != nil ? nil : try transaction.record(at: from.path, id: from.id)
-            if from.path != row.path || from.id != row.id { try transaction.set(.tombstone(id: from.id), at: from.path) }
-            if row.unchanged.isEmpty {
-                try transaction.set(row.record(filling: nil)!, at: row.path)
-            } else if let earlier = waiting {
-                // Changed before in this transaction and still waiting for the store's values.
-                var merged = row
-                let known = Set(row.members.map(\.key))
-                merged.members += earlier.row.members.filter { !known.contains($0.key) && row.unchanged.contains($0.key) }
-                merged.unchanged = row.unchanged.filter { name in !merged.members.contains { $0.key == name } }
-                try transaction.wait(PendingRow(row: merged, from: earlier.from))
-            } else if let earlier = written {
-                guard let record = row.record(filling: earlier) else {
-                    return follower.logger.error("\(relation.qualifiedName): a row is not published: \(TableShape.RowProblem.unchangedValue(row.unchanged[0]))")
-                }
-                try transaction.set(record, at: row.path)
-            } else {
-                try transaction.wait(PendingRow(row: row, from: from))
-            }
-        }
-    }
-}
-
-/// The transaction's rows, in memory or in its spill: one set of operations for both.
-extension StreamState.OpenTransaction {
-    /// `record` is the row's state at `path` now.
-    mutating func set(_ record: Record, at path: String) throws {
-        if let spill { return try spill.set(record, at: path) }
-        changes[path, default: [:]][record.id] = record
-        pending[path]?[record.id] = nil
-    }
-
-    /// The row waits for the values its update did not send, read from the published record
-    /// at `pending.from` when the transaction is published.
-    mutating func wait(_ pending: PendingRow) throws {
-        if let spill { return try spill.wait(pending) }
-        changes[pending.row.path]?[pending.row.id] = nil
-        self.pending[pending.row.path, default: [:]][pending.row.id] = pending
-    }
-
-    func record(at path: String, id: String) throws -> Record? {
-        if let spill { return try spill.record(at: path, id: id) }
-        return changes[path]?[id]
-    }
-
-    func pending(at path: String, id: String) throws -> PendingRow? {
-        if let spill { return try spill.pending(at: path, id: id) }
-        return pending[path]?[id]
-    }
-
-    /// Every row written (or waiting) in `collection`'s table so far becomes a tombstone.
-    mutating func hideAll(in collection: String) throws {
-        if let spill { return try spill.hideAll(in: collection) }
-        let inTable = { (path: String) in path == collection || path.hasPrefix(collection + "/") }
-        for (path, records) in changes where inTable(path) {
-            changes[path] = records.mapValues { .tombstone(id: $0.id) }
-        }
-        for (path, rows) in pending where inTable(path) {
-            for id in rows.keys { try set(.tombstone(id: id), at: path) }
-        }
-    }
-
-    /// From now on the rows go to a file: what is held so far moves there.
-    mutating func moveToSpill() throws {
-        let spill = try TransactionSpill()
-        for (path, records) in changes {
-            for record in records.values { try spill.set(record, at: path) }
-        }
-        for rows in pending.values {
-            for row in rows.values { try spill.wait(row) }
-        }
-        (changes, pending, self.spill) = ([:], [:], spill)
-    }
-}
-
-/// A row an update changed without sending all its values, and where its published record is.
-struct PendingRow {
-    var row: TableShape.Row
-    var from: (path: String, id: String)
-}
-
 extension SourceFollower {
-    /// A `Relation` message: the table's columns now. A change (columns added or dropped
-    /// since the records were published) is logged and returned, to be applied to every
-    /// record of the table in the next version.
-    func adopt(_ relation: PgRelation, into shapes: inout [String: TableShape], on connection: PostgresConnection) async throws -> Reshape? {
-        guard let shape = shapes[relation.qualifiedName] else { return nil }
+    /// A `Relation` message of a followed table whose shape is `shape`: the table's shape
+    /// now, and the change (columns added or dropped since the records were published),
+    /// logged, to be applied to every record of the table in the next version; nil when its
+    /// columns did not change.
+    func adopt(_ relation: PgRelation, current shape: TableShape, on connection: PostgresConnection) async throws -> (shape: TableShape, reshape: Reshape?)? {
         // A domain's column is mapped as its base type, as the copy maps it.
         var relation = relation
         relation.columns = try await resolvingDomains(relation.columns, on: connection)
@@ -482,9 +287,9 @@ extension SourceFollower {
             logger.warning("\(relation.qualifiedName): the type of \(retyped.joined(separator: ", ")) changed; a record shows the new type once its row changes")
         }
         // The stream's order of columns is the one its tuples use.
-        shapes[relation.qualifiedName] = try TableShape(table: shape.table, columns: relation.columns, key: fresh.key)
-        guard !added.isEmpty || !dropped.isEmpty else { return nil }
-        return Reshape(collection: shape.table.collection, added: try await missingValues(of: added, in: shape.table, on: connection), dropped: Set(dropped))
+        let adopted = try TableShape(table: shape.table, columns: relation.columns, key: fresh.key)
+        guard !added.isEmpty || !dropped.isEmpty else { return (adopted, nil) }
+        return (adopted, Reshape(collection: shape.table.collection, added: try await missingValues(of: added, in: shape.table, on: connection), dropped: Set(dropped)))
     }
 
     /// What rows that existed before `ADD COLUMN` hold in the new columns: the default

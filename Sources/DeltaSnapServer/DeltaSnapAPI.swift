@@ -269,12 +269,8 @@ public final class DeltaSnapAPI: Sendable {
     /// memory (a current token's `304`, a cached delta), and the JSON error body for a
     /// request the HTTP parser refuses.
     func channelHandlers(logger: Logger) -> [any RemovableChannelHandler] {
-        // One count per connection, kept by the fast path (the only handler that sees which
-        // requests go on to the router) and read by the malformed-request handler.
-        let routed = RoutedRequests()
-        return [
-            RequestBoundaryHandler(), MalformedRequestHandler(metrics: metrics, routed: routed),
-            FastPathHandler(service: self, logger: logger, routed: routed),
+        [
+            RequestBoundaryHandler(), FastPathHandler(service: self, logger: logger),
             // Last: what passes it needs the router, and so Hummingbird's connection task.
             RouterGate(),
         ]

@@ -4,6 +4,7 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import NIOCore
+import NIOHTTP1
 import NIOHTTPTypes
 
 /// Answers the polls that need nothing but memory — a current token (`304`) or an older one
@@ -12,10 +13,11 @@ import NIOHTTPTypes
 /// deployment's traffic is exactly these polls.
 ///
 /// What to answer is ``DeltaSnapAPI/fastAnswer(to:start:)``'s call (the decision table's,
-/// with the same headers and metrics as the router's path); this type is only the NIO
-/// plumbing. It answers only while no earlier request of the connection is with the router,
-/// so responses never overtake each other, and it drops the answered request's remaining
-/// parts (its end, and a body should a GET carry one).
+/// with the same headers and metrics as the router's path); when it may answer is
+/// ``FastPathConnectionState``'s (only while no earlier request of the connection is with
+/// the router, so responses never overtake each other; the answered request's remaining
+/// parts dropped; a parser error answered once, with ``MalformedRequestAnswer``). This type
+/// is only the NIO plumbing.
 final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPRequestPart
     typealias InboundOut = HTTPRequestPart
@@ -24,19 +26,11 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private let service: DeltaSnapAPI
     private var writer: PollResponseWriter
-    /// Requests handed to the router whose response has not ended yet (shared with
-    /// ``MalformedRequestHandler``).
-    private let routed: RoutedRequests
-    /// Dropping the rest of a request this handler answered.
-    private var droppingRequestParts = false
-    private var needsFlush = false
-
+    /// What is in flight on the connection, and so what this handler may do.
+    private var state = FastPathConnectionState<Held>()
     private let logger: Logger
-    /// The last request handed to the router, named when the connection is closed under it.
-    private var lastRouted: HTTPRequest?
 
-    init(service: DeltaSnapAPI, logger: Logger, routed: RoutedRequests) {
-        self.routed = routed
+    init(service: DeltaSnapAPI, logger: Logger) {
         self.service = service
         self.logger = logger
         writer = PollResponseWriter(service: service, logger: logger)
@@ -46,63 +40,80 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         switch unwrapInboundIn(data) {
         case .head(let request):
             let start = ContinuousClock.now
+            guard case .mayAnswerHere(let ending) = state.headReceived(request) else { return context.fireChannelRead(data) }
             // A pipelined request ends a held one's wait: answers keep their order.
-            if parked != nil { answerParked(changedTo: nil, context: context) }
-            if routed.count == 0, let wait = service.parkableWait(request), park(wait, request: AnsweredRequest(request), start: start, context: context) {
-                droppingRequestParts = true
-                return
-            }
-            if routed.count == 0, let answer = service.indexAnswerFromMemory(request) {
-                droppingRequestParts = true
-                writeIndexAnswer(answer, to: AnsweredRequest(request), start: start, context: context)
-                return
-            }
-            if routed.count == 0, let answer = service.attachmentFromMemory(request) {
-                droppingRequestParts = true
-                let body: ByteBuffer? = if case .bytes(let bytes) = answer.body { bytes } else { nil }
-                write(status: answer.status, headers: answer.headers, body: body, route: .attachment, to: AnsweredRequest(request), start: start, context: context)
-                return
-            }
-            if routed.count == 0, let answer = service.fastAnswer(to: request, start: start) {
-                droppingRequestParts = true
-                write(answer, to: AnsweredRequest(request), start: start, context: context)
-                return
-            }
-            routed.count += 1
-            lastRouted = request
+            if let ending { answer(ending, changedTo: nil, context: context) }
+            if answerHere(request, start: start, context: context) { return }
+            state.routing(request)
             context.fireChannelRead(data)
         case .body:
-            if !droppingRequestParts { context.fireChannelRead(data) }
+            if state.partReceived(isEnd: false) == .forward { context.fireChannelRead(data) }
         case .end:
-            if droppingRequestParts {
-                droppingRequestParts = false
-            } else {
-                context.fireChannelRead(data)
-            }
+            if state.partReceived(isEnd: true) == .forward { context.fireChannelRead(data) }
         }
     }
 
+    /// Answers (or holds) `request` from memory when it can; false when the router must.
+    private func answerHere(_ request: HTTPRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) -> Bool {
+        if let wait = service.parkableWait(request) {
+            switch hold(wait, request: AnsweredRequest(request), start: start, context: context) {
+            case .waiting(let held):
+                state.answeredHere(holding: held)
+                return true
+            case .answerNow(let held):
+                state.answeredHere(holding: nil)
+                answer(held, changedTo: nil, context: context)
+                return true
+            case .notHeld:
+                break
+            }
+        }
+        if let answer = service.indexAnswerFromMemory(request) {
+            state.answeredHere(holding: nil)
+            writeIndexAnswer(answer, to: AnsweredRequest(request), start: start, context: context)
+            return true
+        }
+        if let answer = service.attachmentFromMemory(request) {
+            state.answeredHere(holding: nil)
+            let body: ByteBuffer? = if case .bytes(let bytes) = answer.body { bytes } else { nil }
+            write(status: answer.status, headers: answer.headers, body: body, route: .attachment, to: AnsweredRequest(request), start: start, context: context)
+            return true
+        }
+        if let answer = service.fastAnswer(to: request, start: start) {
+            state.answeredHere(holding: nil)
+            write(answer, to: AnsweredRequest(request), start: start, context: context)
+            return true
+        }
+        return false
+    }
+
     func channelInactive(context: ChannelHandlerContext) {
-        if let parked { service.waiters.cancel(parked.id) }
-        parked = nil
+        if let held = state.takeHeld(), held.id != 0 { service.waiters.cancel(held.id) }
         context.fireChannelInactive()
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        // One flush per read: pipelined polls that arrived together leave together.
-        if needsFlush {
-            needsFlush = false
-            context.flush()
-        }
+        if state.readComplete() { context.flush() }
         context.fireChannelReadComplete()
     }
 
-    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if case .end = unwrapOutboundIn(data) {
-            routed.count -= 1
-            // Nothing unanswered to name: an idle keep-alive connection holds no request.
-            if routed.count == 0 { lastRouted = nil }
+    /// Bytes the HTTP parser refuses: `400` with a JSON body and a close, when no request is
+    /// in flight (``MalformedRequestAnswer``).
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard let parserError = error as? HTTPParserError else { return context.fireErrorCaught(error) }
+        switch state.parserError() {
+        case .forward:
+            context.fireErrorCaught(error)
+        case .ignore:
+            break
+        case .refuse(let ending):
+            if let ending { answer(ending, changedTo: nil, context: context) }
+            MalformedRequestAnswer.write(parserError, metrics: service.metrics, context: context)
         }
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        if case .end = unwrapOutboundIn(data) { state.responseEnded() }
         context.write(data, promise: promise)
     }
 
@@ -111,9 +122,9 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// warning level, with the request, since nothing else would show it (a close that the
     /// client's end of input or a failed read caused comes from NIO itself, not through here).
     func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
-        if mode != .input, routed.count > 0, let request = lastRouted {
+        if let (request, unanswered) = state.closing(mode: mode) {
             logger.warning("closing a connection with a request unanswered", metadata: [
-                "method": "\(request.method)", "path": "\(request.path ?? "")", "unanswered": "\(routed.count)", "mode": "\(mode)",
+                "method": "\(request.method)", "path": "\(request.path)", "unanswered": "\(unanswered)", "mode": "\(mode)",
             ])
         }
         context.close(mode: mode, promise: promise)
@@ -123,18 +134,24 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// A `GET /v1/index?wait=` held here, with no task: a closure in ``IndexWaiters`` and
     /// this value are all it costs beyond its connection.
-    private struct Parked {
+    struct Held {
+        /// Its registration with ``IndexWaiters`` (0: none).
         var id: UInt64
         var wait: DeltaSnapAPI.ParkableWait
         var request: AnsweredRequest
         var start: ContinuousClock.Instant
     }
 
-    private var parked: Parked?
+    private enum Holding {
+        case waiting(Held)
+        /// The wait is over already (its deadline, or shutdown): answer "no change" now.
+        case answerNow(Held)
+        /// The router answers (the index changed already, or no more requests may wait).
+        case notHeld
+    }
 
-    /// Holds `wait` until the public index changes, its deadline or shutdown; false when the
-    /// router must answer instead (it changed already, or no more requests may wait).
-    private func park(_ wait: DeltaSnapAPI.ParkableWait, request: AnsweredRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) -> Bool {
+    /// Registers `wait` until the public index changes, its deadline or shutdown.
+    private func hold(_ wait: DeltaSnapAPI.ParkableWait, request: AnsweredRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) -> Holding {
         let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         switch service.waiters.register(after: wait.generation, until: wait.deadline, wake: { wake in
             bound.eventLoop.execute {
@@ -143,21 +160,18 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
         }) {
         case .waiting(let id):
-            parked = Parked(id: id, wait: wait, request: request, start: start)
-            return true
+            return .waiting(Held(id: id, wait: wait, request: request, start: start))
         case .immediate(.timedOut), .immediate(.closed):
-            parked = Parked(id: 0, wait: wait, request: request, start: start)
-            answerParked(changedTo: nil, context: context)
-            return true
+            return .answerNow(Held(id: 0, wait: wait, request: request, start: start))
         case .immediate(.changed), .immediate(.full):
-            return false
+            return .notHeld
         }
     }
 
     /// On the event loop.
     private func woken(_ wake: IndexWaiters.Wake, context: ChannelHandlerContext) {
-        guard let held = parked else { return }
-        guard wake == .changed else { return answerParked(changedTo: nil, context: context) }
+        guard let held = state.held else { return }
+        guard wake == .changed else { return answerHeld(changedTo: nil, context: context) }
         let generation = service.waiters.generation
         if let fresh = service.viewIndex.fromMemory(for: held.wait.caller) {
             return settle(held, fresh: fresh, generation: generation, context: context)
@@ -171,31 +185,36 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
             let rebuilt = try? await service.viewIndex.current(for: caller)
             bound.eventLoop.execute {
                 let (handler, context) = bound.value
-                guard let held = handler.parked else { return }
-                guard let rebuilt else { return handler.answerParked(changedTo: nil, context: context) }
+                guard let held = handler.state.held else { return }
+                guard let rebuilt else { return handler.answerHeld(changedTo: nil, context: context) }
                 handler.settle(held, fresh: rebuilt, generation: generation, context: context)
             }
         }
     }
 
     /// Answers `held` with `fresh` when it differs from what the client holds, else waits on.
-    private func settle(_ held: Parked, fresh: IndexPublisher.Published, generation: UInt64, context: ChannelHandlerContext) {
-        // What the client holds is the parked document (it matched their ETag when parked).
-        if !ViewIndex.holds(held.wait.published.etag, fresh) { return answerParked(changedTo: fresh, context: context) }
+    private func settle(_ held: Held, fresh: IndexPublisher.Published, generation: UInt64, context: ChannelHandlerContext) {
+        // What the client holds is the held document (it matched their ETag when held).
+        if !ViewIndex.holds(held.wait.published.etag, fresh) { return answerHeld(changedTo: fresh, context: context) }
         var wait = held.wait
         wait.generation = generation
-        parked = nil
-        if !park(wait, request: held.request, start: held.start, context: context) {
+        switch hold(wait, request: held.request, start: held.start, context: context) {
+        case .waiting(let again):
+            state.hold(again)
+        case .answerNow, .notHeld:
             // Changed again meanwhile, or no room: the answer is due now.
-            parked = held
-            answerParked(changedTo: nil, context: context)
+            answerHeld(changedTo: nil, context: context)
         }
     }
 
-    /// Writes the parked request's answer: `changedTo` the new index, or nil for "no change".
-    private func answerParked(changedTo fresh: IndexPublisher.Published?, context: ChannelHandlerContext) {
-        guard let held = parked else { return }
-        parked = nil
+    /// Answers the held request: `changedTo` the new index, or nil for "no change".
+    private func answerHeld(changedTo fresh: IndexPublisher.Published?, context: ChannelHandlerContext) {
+        guard let held = state.takeHeld() else { return }
+        answer(held, changedTo: fresh, context: context)
+    }
+
+    /// Writes `held`'s answer, flushed at once (its wait may end outside a read).
+    private func answer(_ held: Held, changedTo fresh: IndexPublisher.Published?, context: ChannelHandlerContext) {
         if held.id != 0 { service.waiters.cancel(held.id) }
         let answer = DeltaSnapAPI.heldAnswer(
             fresh ?? held.wait.published, changed: fresh != nil, viaIfNoneMatch: held.wait.viaIfNoneMatch, cursor: held.wait.cursor,
@@ -234,15 +253,14 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let body = request.method == .get ? body : nil
         context.write(wrapOutboundOut(.head(HTTPResponse(status: status, headerFields: headers))), promise: nil)
         if let body { context.write(wrapOutboundOut(.body(body)), promise: nil) }
+        state.answerWritten(flushedNow: request.asksToClose)
         if request.asksToClose {
             // Answered here, so Hummingbird, which closes such a connection after its own
             // answers, never saw the request: close it once the answer is out.
-            needsFlush = false
             let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
             context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in loopBound.value.close(promise: nil) }
         } else {
             context.write(wrapOutboundOut(.end(nil)), promise: nil)
-            needsFlush = true
         }
         writer.finished(
             identity, route: route, method: request.method, path: request.path, status: status, since: start, bodyBytes: body?.readableBytes)
@@ -266,13 +284,6 @@ struct AnsweredRequest {
         clientsID = request.headerFields[.xRequestID]
         asksToClose = request.headerFields[values: .connection].contains { $0.lowercased().contains("close") }
     }
-}
-
-/// How many of a connection's requests are with the router (their response not ended): the
-/// fast path answers only when none is, and so does ``MalformedRequestHandler``. One per
-/// connection, used on its event loop only.
-final class RoutedRequests {
-    var count = 0
 }
 
 /// The `Date` header's value, formatted once per second (one per connection handler: no lock).

@@ -97,4 +97,23 @@ import Testing
             #expect(next.status == 200, "\(name): the server stopped serving")
         }
     }
+
+    /// A malformed request pipelined behind a held `GET /v1/index?wait=` ends the wait first:
+    /// the held request gets its own answer ("no change"), then the malformed one its `400`
+    /// (before, the `400` went out alone and read as the held request's answer).
+    @Test func aMalformedRequestBehindAHeldWaitComesAfterItsAnswer() async throws {
+        try await withServer { server, _ in
+            let etag = try await offPool { try server.connect().request("GET", "/v1/index") }.header("ETag") ?? ""
+            let (held, refused) = try await offPool {
+                let client = try server.connect()
+                try client.sendBytes(Array("GET /v1/index?wait=20 HTTP/1.1\r\nHost: x\r\nIf-None-Match: \(etag)\r\n\r\n".utf8))
+                // Held, then the bytes that are no request.
+                Thread.sleep(forTimeInterval: 0.2)
+                try client.sendBytes(Array("\u{1}\u{2} nonsense\r\n\r\n".utf8))
+                return (try client.nextResponse(), try client.nextResponse())
+            }
+            #expect(held.status == 304 && held.header("ETag") == etag, "\(held.status) \(held.headers)")
+            #expect(refused.status == 400 && refused.header("Connection") == "close" && refused.text.contains("malformed_request"), "\(refused.status) \(refused.text)")
+        }
+    }
 }

@@ -266,14 +266,14 @@ extension FastPathTests {
         let put = HTTPRequest(method: .put, scheme: nil, authority: "x", path: "/v1/collections/items/records/a")
         func warnings() -> [CapturingLogHandler.Line] { lines.withLock { $0 }.filter { $0.message.contains("unanswered") } }
 
-        let answered = EmbeddedChannel(handler: FastPathHandler(service: api, logger: logger, routed: RoutedRequests()))
+        let answered = EmbeddedChannel(handler: FastPathHandler(service: api, logger: logger))
         try answered.writeInbound(HTTPRequestPart.head(put))
         try answered.writeOutbound(HTTPResponsePart.head(HTTPResponse(status: .ok)))
         try answered.writeOutbound(HTTPResponsePart.end(nil))
         try await answered.close().get()
         #expect(warnings().isEmpty)
 
-        let cut = EmbeddedChannel(handler: FastPathHandler(service: api, logger: logger, routed: RoutedRequests()))
+        let cut = EmbeddedChannel(handler: FastPathHandler(service: api, logger: logger))
         try cut.writeInbound(HTTPRequestPart.head(put))
         try await cut.close().get()
         let said = warnings()

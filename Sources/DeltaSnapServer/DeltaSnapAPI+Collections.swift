@@ -78,24 +78,25 @@ extension DeltaSnapAPI {
     /// The answer to a poll of `name` once the caller may read it: 304, a delta or a full body.
     private func answerPoll(_ request: Request, name: String, start: ContinuousClock.Instant) async throws -> Response {
         guard let served = try await heads.served(name, store: store) else { throw APIError.unknownCollection(name) }
-        // The common poll: the client holds the current token, sent back as received.
-        if served.isCurrent(ifNoneMatch: request.headers[.ifNoneMatch]) {
+        let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
+        let decision: ServeDecision
+        switch planPoll(
+            served, ifNoneMatch: request.headers[values: .ifNoneMatch].joinedOrNil, ifModifiedSince: request.headers[.ifModifiedSince], gzip: gzip,
+            allowsBody: true)
+        {
+        case .notModified(let served):
             metrics.countOutcome(.notModified, since: start)
             return Response(status: .notModified, headers: served.validatorHeaders)
-        }
-        let conditional = ConditionalRequest(
-            ifNoneMatch: request.headers[values: .ifNoneMatch].joinedOrNil,
-            ifModifiedSince: request.headers[.ifModifiedSince])
-        let decision: ServeDecision
-        if case .modifiedSince(let seconds) = conditional {
+        case .cachedDelta(let cached):
+            metrics.countOutcome(.delta, since: start)
+            metrics.countBytes(cached.body.readableBytes, for: .delta)
+            return Response(status: .ok, headers: cached.headers, body: .init(byteBuffer: cached.body))
+        case .read(let planned):
+            decision = planned
+        case .modifiedSince(let seconds):
             let first = try await store.firstVersion(in: name, committedAtOrAfter: seconds)
-            decision = ServeDecision.decide(conditional, head: served.head) { _ in first }
-        } else {
-            // Never consulted without If-Modified-Since: the 304 path touches no database.
-            decision = ServeDecision.decide(conditional, head: served.head) { _ in nil }
+            decision = ServeDecision.decide(.modifiedSince(seconds), head: served.head) { _ in first }
         }
-        let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
-
         switch decision {
         case .notModified:
             metrics.countOutcome(.notModified, since: start)

@@ -19,8 +19,6 @@ enum FastAnswer {
 }
 
 extension DeltaSnapAPI {
-    private static let collectionsPrefix = "/v1/collections/"
-
     /// What a download answered before the router carries.
     enum AttachmentBody {
         /// None (`HEAD`, `304`).
@@ -72,11 +70,12 @@ extension DeltaSnapAPI {
     /// answered as the router would — same status, headers and count — before the request
     /// reaches it; nil sends it to the router.
     func attachmentFromMemory(_ request: HTTPRequest) -> (status: HTTPResponse.Status, headers: HTTPFields, body: AttachmentBody)? {
-        guard request.method == .get || request.method == .head, let path = request.path, path.hasPrefix(Self.collectionsPrefix) else { return nil }
-        let parts = path.utf8.dropFirst(Self.collectionsPrefix.utf8.count).split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[1].elementsEqual("attachments".utf8), let name = String(parts[0]), let hash = String(parts[2]) else { return nil }
+        // Partitions are private: their downloads are the router's.
+        guard request.method == .get || request.method == .head, case .attachment(let path, let hash) = RequestTarget(path: request.path ?? ""),
+              path.key == nil
+        else { return nil }
         return attachmentFromMemory(
-            collection: name, sha256: hash, ifNoneMatch: request.headerFields[.ifNoneMatch], range: request.headerFields[.range],
+            collection: path.name, sha256: hash, ifNoneMatch: request.headerFields[.ifNoneMatch], range: request.headerFields[.range],
             ifRange: request.headerFields[.ifRange], sendsBody: request.method == .get, allowsFile: false)
     }
 
@@ -119,15 +118,14 @@ extension DeltaSnapAPI {
     /// Answers a collection poll (already parsed by NIO) from memory when it can; nil sends
     /// it to the router. See ``answerFromMemory(collection:ifNoneMatch:acceptEncoding:allowsBody:start:)``.
     func fastAnswer(to request: HTTPRequest, start: ContinuousClock.Instant) -> FastAnswer? {
-        guard request.method == .get || request.method == .head,
-              let path = request.path, path.utf8.count > Self.collectionsPrefix.utf8.count,
-              path.hasPrefix(Self.collectionsPrefix),
-              request.headerFields[.connection] == nil
+        // Partitions are private: their polls are the router's.
+        guard request.method == .get || request.method == .head, request.headerFields[.connection] == nil,
+              case .collection(let path) = RequestTarget(path: request.path ?? ""), path.key == nil
         else { return nil }
         var tags = request.headerFields[values: .ifNoneMatch].makeIterator()
         guard let ifNoneMatch = tags.next(), tags.next() == nil else { return nil }
         return answerFromMemory(
-            collection: String(path.utf8.dropFirst(Self.collectionsPrefix.utf8.count))!, ifNoneMatch: ifNoneMatch,
+            collection: path.name, ifNoneMatch: ifNoneMatch,
             acceptEncoding: request.headerFields[values: .acceptEncoding], allowsBody: request.method == .get, start: start)
     }
 
@@ -141,29 +139,15 @@ extension DeltaSnapAPI {
         collection name: String, ifNoneMatch: String, acceptEncoding: [String], allowsBody: Bool, start: ContinuousClock.Instant
     ) -> FastAnswer? {
         guard accessControl.policy.everythingPublic, CollectionName.isValid(name), reviewed[name] == nil, let served = heads[name] else { return nil }
-        if served.isCurrent(ifNoneMatch: ifNoneMatch) {
-            guard !configuration.logNotModified else { return nil }
+        switch planPoll(served, ifNoneMatch: ifNoneMatch, ifModifiedSince: nil, gzip: Self.acceptsGzip(acceptEncoding), allowsBody: allowsBody) {
+        case .notModified(let served) where !configuration.logNotModified:
             metrics.countFastPathAnswer(.notModified, since: start)
             return .notModified(served)
-        }
-        func cachedDelta(from base: String) -> FastAnswer? {
-            guard let cached = deltas[DeltaCache.Key(head: served.head, base: base, gzip: Self.acceptsGzip(acceptEncoding))] else { return nil }
+        case .cachedDelta(let cached):
             metrics.countFastPathAnswer(.delta, since: start)
             metrics.countBytes(cached.body.readableBytes, for: .delta)
             return .delta(cached)
-        }
-        // The common older poll, one strong tag sent back as received: its cached delta is
-        // keyed by epoch, head and floor, so a hit is the decision table's answer already.
-        let tag = allowsBody ? Self.singleStrongTag(ifNoneMatch) : nil
-        if let tag, let hit = cachedDelta(from: tag) { return hit }
-        let request = ConditionalRequest(ifNoneMatch: ifNoneMatch, ifModifiedSince: nil)
-        switch ServeDecision.decide(request, head: served.head, firstVersionCommitted: { _ in nil }) {
-        case .notModified where !configuration.logNotModified:
-            metrics.countFastPathAnswer(.notModified, since: start)
-            return .notModified(served)
-        case .delta(_, let base) where allowsBody && base != tag:
-            return cachedDelta(from: base)
-        default:
+        case .notModified, .read, .modifiedSince:
             return nil
         }
     }

@@ -185,19 +185,7 @@ public final class DeltaSnapAPI: Sendable {
     /// then checked. An invalid one is `400` for every caller alike: it is syntax, and says
     /// nothing of what exists.
     func collectionPath(_ context: some RequestContext) throws -> CollectionPath {
-        let rawName = try context.parameters.require("name")
-        let rawKey = context.parameters.get("key")
-        let raw = rawKey.map { "\(rawName)/\($0)" } ?? rawName
-        guard let name = Self.percentDecoded(rawName) else { throw APIError.badCollectionName(raw) }
-        var key: String?
-        if let rawKey {
-            guard let decoded = Self.percentDecoded(rawKey) else { throw APIError.badCollectionName(raw) }
-            key = decoded
-        }
-        guard let path = CollectionPath(name: name, key: key) else { throw APIError.badCollectionName(raw) }
-        // Review workspaces and logs are reached through the review endpoints only.
-        guard !ReviewPaths.isReserved(name) else { throw APIError.unknownCollection(path.description) }
-        return path
+        try RequestTarget.collectionPath(name: try context.parameters.require("name"), key: context.parameters.get("key"))
     }
 
     /// Where a write to `path` goes: a reviewed collection's workspace (prepared on first
@@ -205,12 +193,6 @@ public final class DeltaSnapAPI: Sendable {
     func writeTarget(_ path: String) async throws -> String {
         guard !reviewed.isEmpty else { return path }
         return try await store.writeTarget(for: path, settings: reviewed)
-    }
-
-    /// `segment` percent-decoded; nil when it does not decode to UTF-8. Names and keys almost
-    /// never carry a `%`: those are returned as they are, without Foundation's decoder.
-    static func percentDecoded(_ segment: String) -> String? {
-        segment.utf8.contains(UInt8(ascii: "%")) ? segment.removingPercentEncoding : segment
     }
 
     /// The principal `request` acts as, once it may exercise `right` on `path`.

@@ -83,7 +83,7 @@ enum InformationalResponder {
         guard request.method == .put || request.method == .post, request.headers[ResumableUploadFields.interopVersionField] != nil,
               request.headers[ResumableUploadFields.completeField] != nil || request.headers[ResumableUploadFields.incompleteField] != nil
         else { return false }
-        let path = request.uri.path
-        return path.hasPrefix("/v1/collections/") && path.contains("/attachments/")
+        if case .attachment = RequestTarget(path: request.uri.path) { return true }
+        return false
     }
 }

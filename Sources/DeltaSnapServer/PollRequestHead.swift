@@ -58,7 +58,6 @@ struct PollRequestHead: Equatable {
     static let authorizationName = Array("authorization".utf8)
     /// Header fields a download from raw bytes does not answer (a range is the router's).
     static let refusedForDownloads = ["range", "if-range"].map { Array($0.utf8) }
-    static let attachmentsSegment = Array("/attachments/".utf8)
 
     /// Parses one complete request head (through its empty line), or nil when it is not a
     /// plain poll.
@@ -75,19 +74,12 @@ struct PollRequestHead: Equatable {
             let nameStart = index
             while index < bytes.endIndex, bytes[index] != UInt8(ascii: " ") { index += 1 }
             guard index < bytes.endIndex else { return nil }
-            let requestTarget = bytes[nameStart..<index]
             guard bytes[index...].starts(with: version) else { return nil }
-            if let slash = requestTarget.firstIndex(of: UInt8(ascii: "/")) {
-                // NAME/attachments/HASH, nothing else.
-                guard requestTarget[slash...].starts(with: attachmentsSegment) else { return nil }
-                let name = String(decoding: requestTarget[..<slash], as: UTF8.self)
-                let sha256 = String(decoding: requestTarget[(slash + attachmentsSegment.count)...], as: UTF8.self)
-                guard CollectionName.isValid(name), AttachmentReference.isSHA256(sha256) else { return nil }
-                target = .attachment(collection: name, sha256: sha256)
-            } else {
-                let name = String(decoding: requestTarget, as: UTF8.self)
-                guard CollectionName.isValid(name) else { return nil }
-                target = .collection(name)
+            // The server's one URL grammar; partitions are private, so the router's.
+            switch RequestTarget.underCollections(Substring(decoding: bytes[nameStart..<index], as: UTF8.self)) {
+            case .collection(let path) where path.key == nil: target = .collection(path.name)
+            case .attachment(let path, let sha256) where path.key == nil: target = .attachment(collection: path.name, sha256: sha256)
+            default: return nil
             }
             index += version.count
         }

@@ -80,7 +80,7 @@ extension DeltaSnapAPI {
         guard let served = try await heads.served(name, store: store) else { throw APIError.unknownCollection(name) }
         let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
         let decision: ServeDecision
-        switch planPoll(
+        switch memory.planPoll(
             served, ifNoneMatch: request.headers[values: .ifNoneMatch].joinedOrNil, ifModifiedSince: request.headers[.ifModifiedSince], gzip: gzip,
             allowsBody: true)
         {

@@ -119,13 +119,15 @@ public final class DeltaSnapAPI: Sendable {
     /// a protocol existential on every download was a measurable part of a small one's CPU.
     let attachmentFiles: (any AttachmentFiles)?
     let fullBodies = FullBodyCache()
-    let deltas = DeltaCache()
+    var deltas: DeltaCache { memory.deltas }
+    /// What is answered before the router, from memory (the one thing its handlers hold).
+    let memory: MemoryAnswers
     let accessControl: AccessControl
-    /// `GET /v1/index`'s documents: who sees which, and whether a client holds it.
-    let viewIndex: ViewIndex
+    /// `GET /v1/index`: its routes, and its answers from memory.
+    let index: IndexController
+    var viewIndex: ViewIndex { index.viewIndex }
+    var waiters: IndexWaiters { index.waiters }
     let memberships: MembershipDirectory
-    /// The requests held by `GET /v1/index?wait=`, woken by every head change.
-    let waiters: IndexWaiters
     /// The versions clients page through (`…/snapshots/{token}?limit=&after=`).
     let pagedVersions: PagedVersions
     /// Resumable uploads a request is appending to now.
@@ -153,7 +155,7 @@ public final class DeltaSnapAPI: Sendable {
         reviewed = configuration.access.rules.reviewed
         var policy = configuration.access
         policy.adminToken = configuration.writeToken ?? policy.adminToken
-        waiters = IndexWaiters(debounce: configuration.waitDebounce, capacity: configuration.maximumWaiters)
+        let waiters = IndexWaiters(debounce: configuration.waitDebounce, capacity: configuration.maximumWaiters)
         do {
             accessControl = try AccessControl(policy: policy, metrics: TokenMetrics(factory: metrics.factory))
             heads = HeadCache(
@@ -174,9 +176,13 @@ public final class DeltaSnapAPI: Sendable {
             await store.close()
             throw error
         }
-        viewIndex = ViewIndex(
+        let viewIndex = ViewIndex(
             publication: IndexPublisher(keys: configuration.signingKeys, lifetime: Int64(configuration.indexLifetime)), heads: heads,
             accessControl: accessControl, memberships: memberships, store: store, maxAge: configuration.indexMaxAge)
+        index = IndexController(viewIndex: viewIndex, waiters: waiters)
+        memory = MemoryAnswers(
+            configuration: configuration, metrics: metrics, accessControl: accessControl, heads: heads, deltas: DeltaCache(),
+            attachmentMemory: attachmentMemory, attachmentFiles: attachmentFiles, index: index)
     }
 
     /// The collection or partition a route's path names (`:name`, and `:key` on the
@@ -234,7 +240,7 @@ public final class DeltaSnapAPI: Sendable {
                 http1: HTTP1Channel(
                     responder: InformationalResponder.wrapping(responder, limit: { self.uploadLimit(version: $0) }, logger: logger),
                     configuration: .init(additionalChannelHandlers: self.channelHandlers(logger: logger))),
-                service: self, governor: governor, requestLogger: logger)
+                answers: self.memory, governor: governor, requestLogger: logger)
         }
     }
 
@@ -252,7 +258,7 @@ public final class DeltaSnapAPI: Sendable {
     /// request the HTTP parser refuses.
     func channelHandlers(logger: Logger) -> [any RemovableChannelHandler] {
         [
-            RequestBoundaryHandler(), FastPathHandler(service: self, logger: logger),
+            RequestBoundaryHandler(), FastPathHandler(answers: memory, logger: logger),
             // Last: what passes it needs the router, and so Hummingbird's connection task.
             RouterGate(),
         ]
@@ -301,11 +307,9 @@ public final class DeltaSnapAPI: Sendable {
             try requireAdmin(request, for: "/metrics")
             return Self.headOnly(metricsResponse())
         }
-        router.get("/v1/index") { [self] request, _ in try await index(request) }
-        router.head("/v1/index") { [self] request, _ in Self.headOnly(try await index(request)) }
+        router.addRoutes(index.routes(context: Routes.Context.self))
         for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
             router.on("/v1/collections", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
-            router.on("/v1/index", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
         }
         router.head("/v1/uploads/:token") { [self] request, context in try await uploadProgress(request, context: context) }
         // The draft allows GET for the offset too (a body means nothing there).

@@ -12,7 +12,7 @@ import NIOHTTPTypes
 /// Hummingbird's router: no task, no async hop, no router or middleware. Most of a
 /// deployment's traffic is exactly these polls.
 ///
-/// What to answer is ``DeltaSnapAPI/fastAnswer(to:start:)``'s call (the decision table's,
+/// What to answer is ``MemoryAnswers``' call (the decision table's,
 /// with the same headers and metrics as the router's path); when it may answer is
 /// ``FastPathConnectionState``'s (only while no earlier request of the connection is with
 /// the router, so responses never overtake each other; the answered request's remaining
@@ -24,16 +24,16 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias OutboundIn = HTTPResponsePart
     typealias OutboundOut = HTTPResponsePart
 
-    private let service: DeltaSnapAPI
+    private let answers: MemoryAnswers
     private var writer: PollResponseWriter
     /// What is in flight on the connection, and so what this handler may do.
     private var state = FastPathConnectionState<Held>()
     private let logger: Logger
 
-    init(service: DeltaSnapAPI, logger: Logger) {
-        self.service = service
+    init(answers: MemoryAnswers, logger: Logger) {
+        self.answers = answers
         self.logger = logger
-        writer = PollResponseWriter(service: service, logger: logger)
+        writer = PollResponseWriter(answers: answers, logger: logger)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -55,7 +55,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Answers (or holds) `request` from memory when it can; false when the router must.
     private func answerHere(_ request: HTTPRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) -> Bool {
-        if let wait = service.parkableWait(request) {
+        if let wait = answers.index.parkableWait(request) {
             switch hold(wait, request: AnsweredRequest(request), start: start, context: context) {
             case .waiting(let held):
                 state.answeredHere(holding: held)
@@ -68,18 +68,18 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 break
             }
         }
-        if let answer = service.indexAnswerFromMemory(request) {
+        if let answer = answers.index.indexAnswerFromMemory(request) {
             state.answeredHere(holding: nil)
             writeIndexAnswer(answer, to: AnsweredRequest(request), start: start, context: context)
             return true
         }
-        if let answer = service.attachmentFromMemory(request) {
+        if let answer = answers.attachmentFromMemory(request) {
             state.answeredHere(holding: nil)
             let body: ByteBuffer? = if case .bytes(let bytes) = answer.body { bytes } else { nil }
             write(status: answer.status, headers: answer.headers, body: body, route: .attachment, to: AnsweredRequest(request), start: start, context: context)
             return true
         }
-        if let answer = service.fastAnswer(to: request, start: start) {
+        if let answer = answers.fastAnswer(to: request, start: start) {
             state.answeredHere(holding: nil)
             write(answer, to: AnsweredRequest(request), start: start, context: context)
             return true
@@ -88,7 +88,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        if let held = state.takeHeld(), held.id != 0 { service.waiters.cancel(held.id) }
+        if let held = state.takeHeld(), held.id != 0 { answers.index.waiters.cancel(held.id) }
         context.fireChannelInactive()
     }
 
@@ -108,7 +108,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
             break
         case .refuse(let ending):
             if let ending { answer(ending, changedTo: nil, context: context) }
-            MalformedRequestAnswer.write(parserError, metrics: service.metrics, context: context)
+            MalformedRequestAnswer.write(parserError, metrics: answers.metrics, context: context)
         }
     }
 
@@ -137,7 +137,7 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     struct Held {
         /// Its registration with ``IndexWaiters`` (0: none).
         var id: UInt64
-        var wait: DeltaSnapAPI.ParkableWait
+        var wait: IndexController.ParkableWait
         var request: AnsweredRequest
         var start: ContinuousClock.Instant
     }
@@ -151,9 +151,9 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     /// Registers `wait` until the public index changes, its deadline or shutdown.
-    private func hold(_ wait: DeltaSnapAPI.ParkableWait, request: AnsweredRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) -> Holding {
+    private func hold(_ wait: IndexController.ParkableWait, request: AnsweredRequest, start: ContinuousClock.Instant, context: ChannelHandlerContext) -> Holding {
         let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        switch service.waiters.register(after: wait.generation, until: wait.deadline, wake: { wake in
+        switch answers.index.waiters.register(after: wait.generation, until: wait.deadline, wake: { wake in
             bound.eventLoop.execute {
                 let (handler, context) = bound.value
                 handler.woken(wake, context: context)
@@ -172,17 +172,17 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func woken(_ wake: IndexWaiters.Wake, context: ChannelHandlerContext) {
         guard let held = state.held else { return }
         guard wake == .changed else { return answerHeld(changedTo: nil, context: context) }
-        let generation = service.waiters.generation
-        if let fresh = service.viewIndex.fromMemory(for: held.wait.caller) {
+        let generation = answers.index.waiters.generation
+        if let fresh = answers.index.viewIndex.fromMemory(for: held.wait.caller) {
             return settle(held, fresh: fresh, generation: generation, context: context)
         }
         // The index must be rebuilt (read and signed): off the event loop, once for every
         // request woken by this change (the publisher builds each document once).
         let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        let service = service
+        let index = answers.index
         Task {
             let caller = held.wait.caller
-            let rebuilt = try? await service.viewIndex.current(for: caller)
+            let rebuilt = try? await index.viewIndex.current(for: caller)
             bound.eventLoop.execute {
                 let (handler, context) = bound.value
                 guard let held = handler.state.held else { return }
@@ -215,8 +215,8 @@ final class FastPathHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Writes `held`'s answer, flushed at once (its wait may end outside a read).
     private func answer(_ held: Held, changedTo fresh: IndexPublisher.Published?, context: ChannelHandlerContext) {
-        if held.id != 0 { service.waiters.cancel(held.id) }
-        let answer = DeltaSnapAPI.heldAnswer(
+        if held.id != 0 { answers.index.waiters.cancel(held.id) }
+        let answer = IndexController.heldAnswer(
             fresh ?? held.wait.published, changed: fresh != nil, viaIfNoneMatch: held.wait.viaIfNoneMatch, cursor: held.wait.cursor,
             headers: held.wait.headers)
         writeIndexAnswer(answer, to: held.request, start: held.start, context: context)

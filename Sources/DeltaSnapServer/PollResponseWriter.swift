@@ -37,10 +37,10 @@ struct PollResponseWriter {
     /// Read once: the configuration is a large value, and this is read per answer.
     private let logNotModified: Bool
 
-    init(service: DeltaSnapAPI, logger: Logger) {
-        requestLog = RequestLog(logger: logger, output: service.configuration.requestLogOutput)
-        metrics = service.metrics
-        logNotModified = service.configuration.logNotModified
+    init(answers: MemoryAnswers, logger: Logger) {
+        requestLog = RequestLog(logger: logger, output: answers.requestLogOutput)
+        metrics = answers.metrics
+        logNotModified = answers.logNotModified
     }
 
     private func identity(status: HTTPResponse.Status, clientsID: String?) -> ResponseIdentity {

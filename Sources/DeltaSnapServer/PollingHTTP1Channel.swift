@@ -15,7 +15,7 @@ struct PollingHTTP1Channel: ServerChildChannel {
     }
 
     let http1: HTTP1Channel
-    let service: DeltaSnapAPI
+    let answers: MemoryAnswers
     let governor: ConnectionGovernor
     /// The server's logger, for the request log lines of the answers given here.
     let requestLogger: Logger
@@ -35,7 +35,7 @@ struct PollingHTTP1Channel: ServerChildChannel {
             // connection, docs/BENCHMARKS.md), and grow for larger requests.
             try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65536))
             let connectionGuard = ConnectionGuardHandler(sweeper: sweeper, openedAt: .now())
-            try channel.pipeline.syncOperations.addHandler(RawPollHandler(service: service, logger: requestLogger, connectionGuard: connectionGuard), position: .first)
+            try channel.pipeline.syncOperations.addHandler(RawPollHandler(answers: answers, logger: requestLogger, connectionGuard: connectionGuard), position: .first)
             try channel.pipeline.syncOperations.addHandler(connectionGuard, position: .first)
             (try? channel.pipeline.syncOperations.handler(type: RequestBoundaryHandler.self))?.connectionGuard = connectionGuard
             return value

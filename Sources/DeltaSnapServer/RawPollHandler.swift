@@ -38,7 +38,7 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// A longer head is not a poll: hand it on rather than hold it.
     static let maximumHeadBytes = 4096
 
-    private let service: DeltaSnapAPI
+    private let answers: MemoryAnswers
     private var writer: PollResponseWriter
     private var steppedAside = false
     /// The start of a request whose head has not fully arrived.
@@ -47,10 +47,10 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// The connection's guard, told of the requests answered here (nil in tests without one).
     private let connectionGuard: ConnectionGuardHandler?
 
-    init(service: DeltaSnapAPI, logger: Logger, connectionGuard: ConnectionGuardHandler? = nil) {
-        self.service = service
+    init(answers: MemoryAnswers, logger: Logger, connectionGuard: ConnectionGuardHandler? = nil) {
+        self.answers = answers
         self.connectionGuard = connectionGuard
-        writer = PollResponseWriter(service: service, logger: logger)
+        writer = PollResponseWriter(answers: answers, logger: logger)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -100,11 +100,11 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     private func answer(to poll: PollRequestHead, start: ContinuousClock.Instant) -> Answer? {
         switch poll.target {
         case .collection(let name):
-            service.answerFromMemory(
+            answers.answerFromMemory(
                 collection: name, ifNoneMatch: poll.ifNoneMatch, acceptEncoding: poll.acceptEncoding, allowsBody: true, start: start
             ).map(Answer.collection)
         case .index:
-            service.indexNotModifiedFromMemory(authorization: poll.authorization, ifNoneMatch: poll.ifNoneMatch).map {
+            answers.index.indexNotModifiedFromMemory(authorization: poll.authorization, ifNoneMatch: poll.ifNoneMatch).map {
                 Answer.indexNotModified($0.head, etag: $0.etag)
             }
         case .attachment(let name, let sha256):
@@ -115,10 +115,10 @@ final class RawPollHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// A download, its body sent by `sendfile` from the store's file as nginx sends a static
     /// file (NIO's `FileRegion`, written here below every handler that would need bytes).
     private func downloadAnswer(collection name: String, sha256: String, ifNoneMatch: String) -> Answer? {
-        if ifNoneMatch.isEmpty, let plain = service.plainDownload(collection: name, sha256: sha256) {
+        if ifNoneMatch.isEmpty, let plain = answers.plainDownload(collection: name, sha256: sha256) {
             return .plainFile(plain.head, plain.file, size: plain.size)
         }
-        guard let answer = service.attachmentFromMemory(
+        guard let answer = answers.attachmentFromMemory(
             collection: name, sha256: sha256, ifNoneMatch: ifNoneMatch.isEmpty ? nil : ifNoneMatch, range: nil, ifRange: nil, sendsBody: true,
             allowsFile: true)
         else { return nil }

@@ -198,7 +198,7 @@ import Testing
             let etag = try #require(first.header("ETag"))
             #expect(first.status == 200 && first.text.contains("attempts/alice"))
             // Memory has it, so the raw handler answers it.
-            #expect(server.service.indexNotModifiedFromMemory(authorization: alice, ifNoneMatch: etag) != nil)
+            #expect(server.service.memory.index.indexNotModifiedFromMemory(authorization: alice, ifNoneMatch: etag) != nil)
             let raw = try await get(server, "/v1/index", ["Authorization": alice, "If-None-Match": etag, "X-Request-Id": "raw-1"])
             // `Connection` keeps a request from the raw handler (the fast path answers it); a
             // query from both (the router answers it).
@@ -213,10 +213,10 @@ import Testing
             // Her ETag is hers: another user, no token, or a token memory does not know yet get
             // their own answer, never her 304.
             let bob = "Bearer \(try await token("bob"))"
-            #expect(server.service.indexNotModifiedFromMemory(authorization: bob, ifNoneMatch: etag) == nil)
+            #expect(server.service.memory.index.indexNotModifiedFromMemory(authorization: bob, ifNoneMatch: etag) == nil)
             let bobs = try await get(server, "/v1/index", ["Authorization": bob, "If-None-Match": etag])
             #expect(bobs.status == 200 && !bobs.text.contains("attempts/alice"))
-            #expect(server.service.indexNotModifiedFromMemory(authorization: nil, ifNoneMatch: etag) == nil)
+            #expect(server.service.memory.index.indexNotModifiedFromMemory(authorization: nil, ifNoneMatch: etag) == nil)
             #expect(try await get(server, "/v1/index", ["If-None-Match": etag]).status == 200)
             #expect(try await get(server, "/v1/index", ["Authorization": "Bearer not.a.jwt", "If-None-Match": etag]).status == 401)
             // The raw answers are counted with the index's others.
@@ -266,14 +266,14 @@ extension FastPathTests {
         let put = HTTPRequest(method: .put, scheme: nil, authority: "x", path: "/v1/collections/items/records/a")
         func warnings() -> [CapturingLogHandler.Line] { lines.withLock { $0 }.filter { $0.message.contains("unanswered") } }
 
-        let answered = EmbeddedChannel(handler: FastPathHandler(service: api, logger: logger))
+        let answered = EmbeddedChannel(handler: FastPathHandler(answers: api.memory, logger: logger))
         try answered.writeInbound(HTTPRequestPart.head(put))
         try answered.writeOutbound(HTTPResponsePart.head(HTTPResponse(status: .ok)))
         try answered.writeOutbound(HTTPResponsePart.end(nil))
         try await answered.close().get()
         #expect(warnings().isEmpty)
 
-        let cut = EmbeddedChannel(handler: FastPathHandler(service: api, logger: logger))
+        let cut = EmbeddedChannel(handler: FastPathHandler(answers: api.memory, logger: logger))
         try cut.writeInbound(HTTPRequestPart.head(put))
         try await cut.close().get()
         let said = warnings()

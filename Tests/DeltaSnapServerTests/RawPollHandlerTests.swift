@@ -20,7 +20,7 @@ import Testing
         func channel() -> EmbeddedChannel {
             var quiet = Logger(label: "raw")
             quiet.logLevel = .warning
-            return EmbeddedChannel(handler: RawPollHandler(service: api, logger: quiet))
+            return EmbeddedChannel(handler: RawPollHandler(answers: api.memory, logger: quiet))
         }
     }
 
@@ -132,7 +132,7 @@ import Testing
         api.attachmentMemory.remember(reference, in: "files")
         var quiet = Logger(label: "raw")
         quiet.logLevel = .warning
-        let channel = EmbeddedChannel(handler: RawPollHandler(service: api, logger: quiet))
+        let channel = EmbeddedChannel(handler: RawPollHandler(answers: api.memory, logger: quiet))
         let download = "GET /v1/collections/files/attachments/\(hash) HTTP/1.1\r\nHost: x\r\n\r\n"
 
         try channel.writeInbound(ByteBuffer(string: download))

@@ -18,7 +18,7 @@ enum PollPlan {
     case modifiedSince(seconds: Int64)
 }
 
-extension DeltaSnapAPI {
+extension MemoryAnswers {
     /// Plans the answer to a poll of `served`. `allowsBody`: false for a `HEAD` answered as
     /// such (never a cached body then).
     ///

@@ -18,7 +18,48 @@ enum FastAnswer {
     }
 }
 
-extension DeltaSnapAPI {
+/// The answers the server gives from memory before a request reaches the router — a poll's
+/// `304` or cached delta, a small public download, the index's `304` and held waits — with the
+/// router's status, headers and counts. The one thing ``RawPollHandler`` and
+/// ``FastPathHandler`` hold: only what these answers read, never the whole API.
+///
+/// ```swift
+/// let answers = MemoryAnswers(…)
+/// if let answer = answers.fastAnswer(to: request, start: .now) { … }   // else: the router
+/// ```
+final class MemoryAnswers: Sendable {
+    let metrics: ServerMetrics
+    /// Read once: the configuration is a large value, and these are read per answer.
+    let logNotModified: Bool
+    let requestLogOutput: BufferedLogOutput?
+    let access: AccessPolicy
+    let accessControl: AccessControl
+    let heads: HeadCache
+    let deltas: DeltaCache
+    /// Reviewed collections: never answered here (a preview device's token must be looked at).
+    let reviewed: [String: ReviewSettings]
+    let attachmentMemory: AttachmentMemory
+    let attachmentFiles: (any AttachmentFiles)?
+    /// The index's answers from memory, and its held waits.
+    let index: IndexController
+
+    init(
+        configuration: DeltaSnapServerConfiguration, metrics: ServerMetrics, accessControl: AccessControl, heads: HeadCache, deltas: DeltaCache,
+        attachmentMemory: AttachmentMemory, attachmentFiles: (any AttachmentFiles)?, index: IndexController
+    ) {
+        self.metrics = metrics
+        logNotModified = configuration.logNotModified
+        requestLogOutput = configuration.requestLogOutput
+        access = configuration.access
+        reviewed = configuration.access.rules.reviewed
+        self.accessControl = accessControl
+        self.heads = heads
+        self.deltas = deltas
+        self.attachmentMemory = attachmentMemory
+        self.attachmentFiles = attachmentFiles
+        self.index = index
+    }
+
     /// What a download answered before the router carries.
     enum AttachmentBody {
         /// None (`HEAD`, `304`).
@@ -34,7 +75,7 @@ extension DeltaSnapAPI {
     /// answers then, or the router).
     func plainDownload(collection name: String, sha256 hash: String) -> (head: ByteBuffer, file: BlobFile, size: UInt64)? {
         guard let files = attachmentFiles, CollectionName.isValid(name), let collection = CollectionPath(name: name, key: nil),
-              configuration.access.isPublicRead(collection),
+              access.isPublicRead(collection),
               let (reference, head) = attachmentMemory.publicHead(of: hash, in: name, encode: Self.encodedPublicHead),
               let file = attachmentMemory.file(of: hash, size: reference.size, at: { files.attachmentFile(hash) })
         else { return nil }
@@ -54,7 +95,7 @@ extension DeltaSnapAPI {
     /// and the request id, which ``PollResponseWriter`` adds).
     static func encodedPublicHead(_ reference: AttachmentReference) -> ByteBuffer {
         var head = ByteBuffer()
-        let answer = try? attachmentAnswer(reference, isPublic: true, ifNoneMatch: nil, range: nil, ifRange: nil)
+        let answer = try? DeltaSnapAPI.attachmentAnswer(reference, isPublic: true, ifNoneMatch: nil, range: nil, ifRange: nil)
         head.writeString("HTTP/1.1 200 OK\r\n")
         for field in answer?.headers ?? [:] {
             head.writeString(field.name.rawName)
@@ -87,9 +128,9 @@ extension DeltaSnapAPI {
         collection name: String, sha256 hash: String, ifNoneMatch: String?, range: String?, ifRange: String?, sendsBody: Bool, allowsFile: Bool
     ) -> (status: HTTPResponse.Status, headers: HTTPFields, body: AttachmentBody)? {
         guard CollectionName.isValid(name), AttachmentReference.isSHA256(hash),
-              let collection = CollectionPath(name: name, key: nil), configuration.access.isPublicRead(collection),
+              let collection = CollectionPath(name: name, key: nil), access.isPublicRead(collection),
               let reference = attachmentMemory.reference(of: hash, in: name),
-              let answer = try? Self.attachmentAnswer(reference, isPublic: true, ifNoneMatch: ifNoneMatch, range: range, ifRange: ifRange)
+              let answer = try? DeltaSnapAPI.attachmentAnswer(reference, isPublic: true, ifNoneMatch: ifNoneMatch, range: range, ifRange: ifRange)
         else { return nil }
         guard let served = answer.range, sendsBody else {
             metrics.countFastPathAttachmentAnswer(status: answer.status.code)
@@ -139,8 +180,8 @@ extension DeltaSnapAPI {
         collection name: String, ifNoneMatch: String, acceptEncoding: [String], allowsBody: Bool, start: ContinuousClock.Instant
     ) -> FastAnswer? {
         guard accessControl.policy.everythingPublic, CollectionName.isValid(name), reviewed[name] == nil, let served = heads[name] else { return nil }
-        switch planPoll(served, ifNoneMatch: ifNoneMatch, ifModifiedSince: nil, gzip: Self.acceptsGzip(acceptEncoding), allowsBody: allowsBody) {
-        case .notModified(let served) where !configuration.logNotModified:
+        switch planPoll(served, ifNoneMatch: ifNoneMatch, ifModifiedSince: nil, gzip: DeltaSnapAPI.acceptsGzip(acceptEncoding), allowsBody: allowsBody) {
+        case .notModified(let served) where !logNotModified:
             metrics.countFastPathAnswer(.notModified, since: start)
             return .notModified(served)
         case .cachedDelta(let cached):

@@ -7,8 +7,29 @@ import HummingbirdCore
 import NIOCore
 
 /// `GET /v1/index`: the public index, a user's view, and the long-poll on either
-/// (docs/PROTOCOL.md §8.1, §10, §11).
-extension DeltaSnapAPI {
+/// (docs/PROTOCOL.md §8.1, §10, §11) — the router's routes, and the answers memory gives
+/// before the router (``MemoryAnswers`` holds this controller for them).
+///
+/// ```swift
+/// let index = IndexController(viewIndex: viewIndex, waiters: waiters)
+/// routes.addRoutes(index.routes(context: BasicRequestContext.self))
+/// ```
+struct IndexController: Sendable {
+    /// Who sees which document, and whether a client holds it.
+    let viewIndex: ViewIndex
+    /// The requests held by `GET /v1/index?wait=`, woken by every head change.
+    let waiters: IndexWaiters
+
+    func routes<Context: RequestContext>(context: Context.Type) -> RouteCollection<Context> {
+        let routes = RouteCollection(context: Context.self)
+        routes.get("/v1/index") { request, _ in try await index(request) }
+        routes.head("/v1/index") { request, _ in DeltaSnapAPI.headOnly(try await index(request)) }
+        for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
+            routes.on("/v1/index", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
+        }
+        return routes
+    }
+
     /// The longest `?wait=` in seconds: a held request outlives no ordinary proxy timeout
     /// by much, and a client asks again anyway.
     static let longestWait = 60

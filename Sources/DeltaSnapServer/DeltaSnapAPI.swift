@@ -141,6 +141,11 @@ public final class DeltaSnapAPI: Sendable {
     /// push asks). Their polls are never answered from memory, where a preview device's token
     /// would not be looked at.
     let reviewed: [String: ReviewSettings]
+    /// Who may do what (every controller holds it).
+    let gate: Gate
+    let operations: OperationsController
+    let console: ConsoleController
+    let review: ReviewController
 
     /// A service on `store`, which it owns from now on (``shutdown()`` closes it; so does a
     /// failed init).
@@ -183,6 +188,12 @@ public final class DeltaSnapAPI: Sendable {
         memory = MemoryAnswers(
             configuration: configuration, metrics: metrics, accessControl: accessControl, heads: heads, deltas: DeltaCache(),
             attachmentMemory: attachmentMemory, attachmentFiles: attachmentFiles, index: index)
+        gate = Gate(accessControl: accessControl, memberships: memberships)
+        operations = OperationsController(gate: gate, metrics: metrics)
+        console = ConsoleController(
+            gate: gate, store: store, heads: heads, deltas: memory.deltas, fullBodies: fullBodies, waiters: waiters, recentPushes: recentPushes,
+            consoleSizes: consoleSizes)
+        review = ReviewController(gate: gate, store: store, heads: heads)
     }
 
     /// The collection or partition a route's path names (`:name`, and `:key` on the
@@ -203,7 +214,7 @@ public final class DeltaSnapAPI: Sendable {
 
     /// The principal `request` acts as, once it may exercise `right` on `path`.
     func authorize(_ request: Request, _ path: CollectionPath, for right: AccessControl.Right) async throws -> Principal {
-        try await accessControl.authorize(request, path: path, for: right, memberships: memberships)
+        try await gate.authorize(request, path, for: right)
     }
 
     /// Picks up commits made by other processes or instances; runs until cancelled.
@@ -293,20 +304,9 @@ public final class DeltaSnapAPI: Sendable {
 
     /// Adds every route, without middleware, to `router`.
     func register<Routes: RouterMethods>(on router: Routes) {
-        router.get("/healthz") { _, _ in
-            Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "{\"status\":\"ok\"}\n")))
-        }
-        router.get("/metrics") { [self] request, _ in
-            try requireAdmin(request, for: "/metrics")
-            return metricsResponse()
-        }
+        router.addRoutes(operations.routes(context: Routes.Context.self))
         router.get("/v1/collections") { [self] request, _ in await listCollections(request) }
         router.head("/v1/collections") { [self] request, _ in Self.headOnly(await listCollections(request)) }
-        router.head("/healthz") { _, _ in Response(status: .ok, headers: [.contentType: "application/json"]) }
-        router.head("/metrics") { [self] request, _ in
-            try requireAdmin(request, for: "/metrics")
-            return Self.headOnly(metricsResponse())
-        }
         router.addRoutes(index.routes(context: Routes.Context.self))
         for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
             router.on("/v1/collections", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
@@ -319,7 +319,8 @@ public final class DeltaSnapAPI: Sendable {
         for method in [HTTPRequest.Method.post, .put, .options, .trace] {
             router.on("/v1/uploads/:token", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("HEAD, GET, PATCH, DELETE") }
         }
-        if configuration.console { registerConsoleRoutes(on: router) }
+        if configuration.console { router.addRoutes(console.routes(context: Routes.Context.self)) }
+        router.addRoutes(review.routes(context: Routes.Context.self))
         // A partition has every endpoint a collection has, under .../partitions/KEY.
         for base in ["/v1/collections/:name", "/v1/collections/:name/partitions/:key"] {
             registerCollectionRoutes(at: base, on: router)
@@ -336,7 +337,6 @@ public final class DeltaSnapAPI: Sendable {
             Self.headOnly(try await getCollection(request, path: try collectionPath(context)))
         }
         addPublicationRoutes(at: base, to: router)
-        registerReviewRoutes(at: base, on: router)
         router.post(RouterPath(base + "/mutations")) { [self] request, context in
             try await pushMutations(request, context: context)
         }
@@ -390,33 +390,10 @@ public final class DeltaSnapAPI: Sendable {
 }
 
 extension DeltaSnapAPI {
-    /// The server's counters in the Prometheus text format: what `/metrics` answers, to the
-    /// admin token on the API's address or to anyone on `serve --metrics-listen`'s.
-    func metricsResponse() -> Response {
-        Response(
-            status: .ok, headers: [.contentType: "text/plain; version=0.0.4", .cacheControl: "no-store"],
-            body: .init(byteBuffer: ByteBuffer(bytes: metrics.registry.emitToBuffer())))
-    }
-
-    /// Refuses (`401`) any request without the admin token. The counters move when anyone
-    /// reads their own partition: public, they would let anyone watch others' traffic.
-    func requireAdmin(_ request: Request, for what: String) throws {
-        guard let token = AccessControl.bearerToken(request) else {
-            throw APIError.missingToken("\(what) is for the operator: it needs the admin token in")
-        }
-        guard accessControl.knownPrincipal(token)?.isAdmin == true else {
-            throw APIError(
-                .unauthorized, "invalid_token",
-                "\(what) answers the admin token only" + (what == "/metrics" ? " (or serve it apart with serve --metrics-listen HOST:PORT)" : ""),
-                headers: [.wwwAuthenticate: "Bearer error=\"invalid_token\""])
-        }
-    }
-
     /// The routes of the metrics listener (`serve --metrics-listen`): `/metrics` for anyone
     /// who reaches that address, which the operator keeps off the public network.
     func registerMetricsListener<Routes: RouterMethods>(on router: Routes) {
-        router.get("/metrics") { [self] _, _ in metricsResponse() }
-        router.head("/metrics") { [self] _, _ in Self.headOnly(metricsResponse()) }
+        router.addRoutes(operations.metricsListenerRoutes(context: Routes.Context.self))
     }
 
     /// A GET response as HEAD answers it: status and headers, no body.

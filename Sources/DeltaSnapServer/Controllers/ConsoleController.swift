@@ -11,36 +11,52 @@ import NIOCore
 /// what no other endpoint tells: health and caches, a search among the partitions, a record
 /// by id, recent pushes. Everything else the page shows comes from the public API (the
 /// collections' list, paged snapshots, history, the review endpoints), with the admin token.
-extension DeltaSnapAPI {
-    func registerConsoleRoutes<Routes: RouterMethods>(on router: Routes) {
+///
+/// ```swift
+/// routes.addRoutes(console.routes(context: BasicRequestContext.self))
+/// ```
+struct ConsoleController: Controller {
+    let gate: Gate
+    let store: any CollectionStore
+    let heads: HeadCache
+    let deltas: DeltaCache
+    let fullBodies: FullBodyCache
+    let waiters: IndexWaiters
+    let recentPushes: RecentPushes
+    let consoleSizes: ConsoleSizes
+    var accessControl: AccessControl { gate.accessControl }
+
+    func routes<Context: RequestContext>(context: Context.Type) -> RouteCollection<Context> {
+        let router = RouteCollection(context: Context.self)
         // `/console` and `/console/` are one route; the page names its files by absolute paths.
         router.get("/console") { _, _ in Self.consoleAsset(ConsoleAssets.html, type: "text/html; charset=utf-8") }
         router.get("/console/console.js") { _, _ in Self.consoleAsset(ConsoleAssets.script, type: "text/javascript; charset=utf-8") }
         router.get("/console/console.css") { _, _ in Self.consoleAsset(ConsoleAssets.style, type: "text/css; charset=utf-8") }
-        router.get("/v1/console/overview") { [self] request, _ in
-            try requireAdmin(request, for: "the console")
+        router.get("/v1/console/overview") { request, _ in
+            try gate.requireAdmin(request, for: "the console")
             return try await consoleOverview()
         }
-        router.get("/v1/console/partitions") { [self] request, _ in
-            try requireAdmin(request, for: "the console")
+        router.get("/v1/console/partitions") { request, _ in
+            try gate.requireAdmin(request, for: "the console")
             return try await consolePartitions(request)
         }
-        router.get("/v1/console/record") { [self] request, _ in
-            try requireAdmin(request, for: "the console")
+        router.get("/v1/console/record") { request, _ in
+            try gate.requireAdmin(request, for: "the console")
             return try await consoleRecord(request)
         }
-        router.get("/v1/console/records") { [self] request, _ in
-            try requireAdmin(request, for: "the console")
+        router.get("/v1/console/records") { request, _ in
+            try gate.requireAdmin(request, for: "the console")
             return try await consoleRecords(request)
         }
-        router.get("/v1/console/sizes") { [self] request, _ in
-            try requireAdmin(request, for: "the console")
+        router.get("/v1/console/sizes") { request, _ in
+            try gate.requireAdmin(request, for: "the console")
             return try await consoleSizes(request)
         }
-        router.get("/v1/console/pushes") { [self] request, _ in
-            try requireAdmin(request, for: "the console")
+        router.get("/v1/console/pushes") { request, _ in
+            try gate.requireAdmin(request, for: "the console")
             return Self.privateJSON(.object([JSONMember("pushes", .array(recentPushes.all.map(\.json)))]))
         }
+        return router
     }
 
     /// Health (the store answers, waiters, caches), each reviewed collection's rule and pending

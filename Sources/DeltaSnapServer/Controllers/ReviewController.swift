@@ -7,17 +7,32 @@ import NIOCore
 
 /// Review before publish (docs/PROTOCOL.md §13): the pending change as per-record diffs, the
 /// steps (request, approve, decline, roll back) and the audit log, under `{base}/review`.
-extension DeltaSnapAPI {
+///
+/// ```swift
+/// routes.addRoutes(review.routes(context: BasicRequestContext.self))
+/// ```
+struct ReviewController: Controller {
+    let gate: Gate
+    let store: any CollectionStore
+    let heads: HeadCache
+    var accessControl: AccessControl { gate.accessControl }
+
     /// What a caller wants to do with a review: see it, change it (request), or decide on it.
     enum ReviewRight { case see, request, decide }
 
-    func registerReviewRoutes<Routes: RouterMethods>(at base: String, on router: Routes) {
-        router.get(RouterPath(base + "/review")) { [self] request, context in try await reviewChanges(request, path: try collectionPath(context)) }
-        router.get(RouterPath(base + "/review/log")) { [self] request, context in try await reviewLog(request, path: try collectionPath(context)) }
-        router.head(RouterPath(base + "/review")) { [self] request, context in Self.headOnly(try await reviewChanges(request, path: try collectionPath(context))) }
-        router.head(RouterPath(base + "/review/log")) { [self] request, context in Self.headOnly(try await reviewLog(request, path: try collectionPath(context))) }
+    func routes<Context: RequestContext>(context: Context.Type) -> RouteCollection<Context> {
+        let router = RouteCollection(context: Context.self)
+        for base in CollectionRoutes.bases { register(at: base, on: router) }
+        return router
+    }
+
+    private func register<Context: RequestContext>(at base: String, on router: RouteCollection<Context>) {
+        router.get(RouterPath(base + "/review")) { request, context in try await reviewChanges(request, path: try collectionPath(context)) }
+        router.get(RouterPath(base + "/review/log")) { request, context in try await reviewLog(request, path: try collectionPath(context)) }
+        router.head(RouterPath(base + "/review")) { request, context in Self.headOnly(try await reviewChanges(request, path: try collectionPath(context))) }
+        router.head(RouterPath(base + "/review/log")) { request, context in Self.headOnly(try await reviewLog(request, path: try collectionPath(context))) }
         for step in ReviewStep.allCases {
-            router.post(RouterPath(base + "/review/\(step.rawValue)")) { [self] request, context in
+            router.post(RouterPath(base + "/review/\(step.rawValue)")) { request, context in
                 try await takeReviewStep(step, request, path: try collectionPath(context), logger: context.logger)
             }
         }
@@ -142,7 +157,7 @@ extension DeltaSnapAPI {
         case .decide: reviewer || (editor && settings.selfApprove)
         }
         if allowed { return principal }
-        if accessControl.policy.hidesRefusals(path), !(try await accessControl.mayRead(path, as: principal, memberships: memberships)) {
+        if accessControl.policy.hidesRefusals(path), !(try await accessControl.mayRead(path, as: principal, memberships: gate.memberships)) {
             throw APIError.unknownCollection(path.description)
         }
         let needed = switch right {
@@ -153,15 +168,6 @@ extension DeltaSnapAPI {
         throw APIError(.forbidden, "forbidden", "only \(needed) may do this with the review of \"\(path)\"")
     }
 
-    /// A `200` with `document` as canonical JSON, for the caller only (`private, no-store`):
-    /// the review's and the console's answers.
-    static func privateJSON(_ document: JSONValue) -> Response {
-        var bytes = Array(CanonicalJSON.string(document).utf8)
-        bytes.append(UInt8(ascii: "\n"))
-        return Response(
-            status: .ok, headers: [.contentType: "application/json", .cacheControl: CacheRule.privateAnswer],
-            body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
-    }
 }
 
 /// The JSON body of a review step: `{"comment":"…","version":N,"ids":["…"]}`, each as the step needs.

@@ -54,25 +54,11 @@ extension DeltaSnapAPI {
         if !policy.everythingPublic {
             _ = try await authorize(request, path, for: .read)
         }
-        let name = try await previewedName(of: path, for: request) ?? path.description
+        let name = try await reviewRouting.previewedName(of: path, for: request) ?? path.description
         guard !policy.isPublicRead(path) || name != path.description else { return try await answerPoll(request, name: name, start: start) }
         var response = try await answerPoll(request, name: name, start: start)
         response.headers[.cacheControl] = CacheRule.privateAnswer
         return response
-    }
-
-    /// The workspace a preview device reads instead of `path` (PROTOCOL.md §13.6): the token's
-    /// `preview` claim, on a reviewed collection whose workspace exists; nil otherwise. Its
-    /// bodies state `path`'s name and its own tokens, and are never kept by a shared cache.
-    func previewedName(of path: CollectionPath, for request: Request) async throws -> String? {
-        guard reviewed[path.name] != nil, AccessControl.bearerToken(request) != nil else { return nil }
-        // The token's claims, also where anyone may read (authorize then looks at no token).
-        let principal = try await accessControl.principal(of: request)
-        guard principal.claims?.preview == true else { return nil }
-        _ = try await authorize(request, path, for: .read)
-        let workspace = ReviewPaths.workspace(of: path.description)
-        guard ReviewPaths.published(ofWorkspace: workspace) == path.description, try await heads.served(workspace, store: store) != nil else { return nil }
-        return workspace
     }
 
     /// The answer to a poll of `name` once the caller may read it: 304, a delta or a full body.

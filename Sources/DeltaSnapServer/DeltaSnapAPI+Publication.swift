@@ -120,7 +120,7 @@ extension DeltaSnapAPI {
     /// private by `--private-collections` have none.
     /// A preview device (PROTOCOL.md §13.5) gets the workspace's head, never cached by others.
     private func publishedHead(_ path: CollectionPath, _ request: Request) async throws -> (CollectionHead, isPublic: Bool) {
-        if let workspace = try await previewedName(of: path, for: request), let served = try await heads.served(workspace, store: store) {
+        if let workspace = try await reviewRouting.previewedName(of: path, for: request), let served = try await heads.served(workspace, store: store) {
             return (served.head, false)
         }
         let name = path.description

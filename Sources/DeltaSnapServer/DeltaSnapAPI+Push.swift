@@ -22,7 +22,7 @@ extension DeltaSnapAPI {
         }
         if holdsMemberships(name) { try Self.checkMemberships(in: mutations) }
         // A blob is named only by a writer who proves it holds the bytes (§12.2).
-        let proof = try await attachmentProof(for: mutations, writing: try collectionPath(context), as: principal)
+        let proof = try await attachments.attachmentProof(for: mutations, writing: try collectionPath(context), as: principal)
         // Write numbers are per client *of a user*: one user cannot advance another's.
         let outcome = try await store.push(
             mutations, from: client, user: principal.isAdmin ? nil : principal.subject, to: try await writeTarget(name), retention: configuration.pushRetention,

@@ -146,6 +146,9 @@ public final class DeltaSnapAPI: Sendable {
     let operations: OperationsController
     let console: ConsoleController
     let review: ReviewController
+    /// Where a reviewed collection's reads and writes go.
+    let reviewRouting: ReviewRouting
+    let attachments: AttachmentsController
 
     /// A service on `store`, which it owns from now on (``shutdown()`` closes it; so does a
     /// failed init).
@@ -194,6 +197,11 @@ public final class DeltaSnapAPI: Sendable {
             gate: gate, store: store, heads: heads, deltas: memory.deltas, fullBodies: fullBodies, waiters: waiters, recentPushes: recentPushes,
             consoleSizes: consoleSizes)
         review = ReviewController(gate: gate, store: store, heads: heads)
+        reviewRouting = ReviewRouting(gate: gate, store: store, heads: heads, reviewed: reviewed)
+        attachments = AttachmentsController(
+            gate: gate, reviewRouting: reviewRouting, store: store, attachmentFiles: attachmentFiles, attachmentMemory: attachmentMemory, activeUploads: activeUploads, metrics: metrics,
+            connectionMetrics: connectionMetrics, access: configuration.access, maximumAttachmentBytes: configuration.maximumAttachmentBytes,
+            uploadLifetime: configuration.uploadLifetime)
     }
 
     /// The collection or partition a route's path names (`:name`, and `:key` on the
@@ -205,11 +213,9 @@ public final class DeltaSnapAPI: Sendable {
         try RequestTarget.collectionPath(name: try context.parameters.require("name"), key: context.parameters.get("key"))
     }
 
-    /// Where a write to `path` goes: a reviewed collection's workspace (prepared on first
-    /// use), else `path` itself.
+    /// Where a write to `path` goes: a reviewed collection's workspace, else `path` itself.
     func writeTarget(_ path: String) async throws -> String {
-        guard !reviewed.isEmpty else { return path }
-        return try await store.writeTarget(for: path, settings: reviewed)
+        try await reviewRouting.writeTarget(path)
     }
 
     /// The principal `request` acts as, once it may exercise `right` on `path`.
@@ -249,7 +255,7 @@ public final class DeltaSnapAPI: Sendable {
         return HTTPServerBuilder { [self] responder in
             PollingHTTP1Channel(
                 http1: HTTP1Channel(
-                    responder: InformationalResponder.wrapping(responder, limit: { self.uploadLimit(version: $0) }, logger: logger),
+                    responder: InformationalResponder.wrapping(responder, limit: { self.attachments.uploadLimit(version: $0) }, logger: logger),
                     configuration: .init(additionalChannelHandlers: self.channelHandlers(logger: logger))),
                 answers: self.memory, governor: governor, requestLogger: logger)
         }
@@ -311,14 +317,7 @@ public final class DeltaSnapAPI: Sendable {
         for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
             router.on("/v1/collections", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
         }
-        router.head("/v1/uploads/:token") { [self] request, context in try await uploadProgress(request, context: context) }
-        // The draft allows GET for the offset too (a body means nothing there).
-        router.get("/v1/uploads/:token") { [self] request, context in try await uploadProgress(request, context: context) }
-        router.patch("/v1/uploads/:token") { [self] request, context in try await appendToUpload(request, context: context) }
-        router.delete("/v1/uploads/:token") { [self] request, context in try await cancelUpload(request, context: context) }
-        for method in [HTTPRequest.Method.post, .put, .options, .trace] {
-            router.on("/v1/uploads/:token", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("HEAD, GET, PATCH, DELETE") }
-        }
+        router.addRoutes(attachments.routes(context: Routes.Context.self))
         if configuration.console { router.addRoutes(console.routes(context: Routes.Context.self)) }
         router.addRoutes(review.routes(context: Routes.Context.self))
         // A partition has every endpoint a collection has, under .../partitions/KEY.
@@ -351,24 +350,6 @@ public final class DeltaSnapAPI: Sendable {
         }
         router.post(RouterPath(base + "/records")) { [self] request, context in
             try await postRecords(request, context: context)
-        }
-        router.get(RouterPath(base + "/attachments/:hash")) { [self] request, context in
-            try await getAttachment(request, context: context, bodyless: false)
-        }
-        router.head(RouterPath(base + "/attachments/:hash")) { [self] request, context in
-            try await getAttachment(request, context: context, bodyless: true)
-        }
-        router.put(RouterPath(base + "/attachments/:hash")) { [self] request, context in
-            try await uploadAttachment(request, context: context)
-        }
-        router.post(RouterPath(base + "/attachments/:hash")) { [self] request, context in
-            try await uploadAttachment(request, context: context)
-        }
-        router.on(RouterPath(base + "/attachments/:hash"), method: .options) { [self] request, _ in try attachmentOptions(request) }
-        for method in [HTTPRequest.Method.delete, .patch, .trace] {
-            router.on(RouterPath(base + "/attachments/:hash"), method: method) { _, _ -> Response in
-                throw APIError.methodNotAllowed("GET, HEAD, PUT, POST, OPTIONS")
-            }
         }
         // Known paths with other methods get 405, not 404.
         // HEAD wherever GET works: the same status and headers, no body.

@@ -95,7 +95,7 @@ final class MemoryAnswers: Sendable {
     /// and the request id, which ``PollResponseWriter`` adds).
     static func encodedPublicHead(_ reference: AttachmentReference) -> ByteBuffer {
         var head = ByteBuffer()
-        let answer = try? DeltaSnapAPI.attachmentAnswer(reference, isPublic: true, ifNoneMatch: nil, range: nil, ifRange: nil)
+        let answer = try? AttachmentsController.attachmentAnswer(reference, isPublic: true, ifNoneMatch: nil, range: nil, ifRange: nil)
         head.writeString("HTTP/1.1 200 OK\r\n")
         for field in answer?.headers ?? [:] {
             head.writeString(field.name.rawName)
@@ -130,7 +130,7 @@ final class MemoryAnswers: Sendable {
         guard CollectionName.isValid(name), AttachmentReference.isSHA256(hash),
               let collection = CollectionPath(name: name, key: nil), access.isPublicRead(collection),
               let reference = attachmentMemory.reference(of: hash, in: name),
-              let answer = try? DeltaSnapAPI.attachmentAnswer(reference, isPublic: true, ifNoneMatch: ifNoneMatch, range: range, ifRange: ifRange)
+              let answer = try? AttachmentsController.attachmentAnswer(reference, isPublic: true, ifNoneMatch: ifNoneMatch, range: range, ifRange: ifRange)
         else { return nil }
         guard let served = answer.range, sendsBody else {
             metrics.countFastPathAttachmentAnswer(status: answer.status.code)

@@ -10,14 +10,70 @@ import NIOCore
 /// whoever may read a record of that collection or partition that refers to it; `PUT|POST`
 /// uploads one — whole, or as the first part of a resumable upload whose later parts go to
 /// `/v1/uploads/{token}` (draft-ietf-httpbis-resumable-upload).
-extension DeltaSnapAPI {
+///
+/// ```swift
+/// routes.addRoutes(attachments.routes(context: BasicRequestContext.self))
+/// ```
+struct AttachmentsController: Controller {
+    let gate: Gate
+    let reviewRouting: ReviewRouting
+    let store: any CollectionStore
+    /// `store` as a keeper of one file per blob (the embedded default), cast once: a cast to
+    /// a protocol existential on every download was a measurable part of a small one's CPU.
+    let attachmentFiles: (any AttachmentFiles)?
+    /// Attachments served lately: references, and small blobs whole.
+    let attachmentMemory: AttachmentMemory
+    /// Resumable uploads a request is appending to now.
+    let activeUploads: ActiveUploads
+    let metrics: ServerMetrics
+    let connectionMetrics: ConnectionMetrics
+    let access: AccessPolicy
+    /// The largest attachment accepted (`413` above; `Upload-Limit: max-size`).
+    let maximumAttachmentBytes: UInt64
+    /// Seconds an unfinished resumable upload is kept from its start.
+    let uploadLifetime: Int64
+    var accessControl: AccessControl { gate.accessControl }
+
+    func routes<Context: RequestContext>(context: Context.Type) -> RouteCollection<Context> {
+        let routes = RouteCollection(context: Context.self)
+        routes.head("/v1/uploads/:token") { request, context in try await uploadProgress(request, context: context) }
+        // The draft allows GET for the offset too (a body means nothing there).
+        routes.get("/v1/uploads/:token") { request, context in try await uploadProgress(request, context: context) }
+        routes.patch("/v1/uploads/:token") { request, context in try await appendToUpload(request, context: context) }
+        routes.delete("/v1/uploads/:token") { request, context in try await cancelUpload(request, context: context) }
+        for method in [HTTPRequest.Method.post, .put, .options, .trace] {
+            routes.on("/v1/uploads/:token", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("HEAD, GET, PATCH, DELETE") }
+        }
+        for base in CollectionRoutes.bases {
+            routes.get(RouterPath(base + "/attachments/:hash")) { request, context in
+                try await getAttachment(request, context: context, bodyless: false)
+            }
+            routes.head(RouterPath(base + "/attachments/:hash")) { request, context in
+                try await getAttachment(request, context: context, bodyless: true)
+            }
+            routes.put(RouterPath(base + "/attachments/:hash")) { request, context in
+                try await uploadAttachment(request, context: context)
+            }
+            routes.post(RouterPath(base + "/attachments/:hash")) { request, context in
+                try await uploadAttachment(request, context: context)
+            }
+            routes.on(RouterPath(base + "/attachments/:hash"), method: .options) { request, _ in try attachmentOptions(request) }
+            for method in [HTTPRequest.Method.delete, .patch, .trace] {
+                routes.on(RouterPath(base + "/attachments/:hash"), method: method) { _, _ -> Response in
+                    throw APIError.methodNotAllowed("GET, HEAD, PUT, POST, OPTIONS")
+                }
+            }
+        }
+        return routes
+    }
+
     // MARK: - Download
 
     /// `GET|HEAD …/attachments/{hash}`: the bytes (`Range` → `206`), `ETag` = the hash.
     func getAttachment(_ request: Request, context: some RequestContext, bodyless: Bool) async throws -> Response {
         let path = try collectionPath(context)
         let hash = try context.parameters.require("hash")
-        var isPublic = configuration.access.isPublicRead(path)
+        var isPublic = access.isPublicRead(path)
         if !isPublic { _ = try await authorize(request, path, for: .read) }
         let name = path.description
         var reference = attachmentMemory.reference(of: hash, in: name)
@@ -28,7 +84,7 @@ extension DeltaSnapAPI {
             if let found = try await store.attachment(hash, in: name) {
                 attachmentMemory.remember(found, in: name)
                 reference = found
-            } else if let workspace = try await previewedName(of: path, for: request), let found = try await store.attachment(hash, in: workspace) {
+            } else if let workspace = try await reviewRouting.previewedName(of: path, for: request), let found = try await store.attachment(hash, in: workspace) {
                 // A preview device (§13.5) sees the workspace's files as its records: the
                 // photo a change adds. Not remembered under `name` (others would be served it)
                 // and never kept by a shared cache.
@@ -168,7 +224,7 @@ extension DeltaSnapAPI {
         }
         let now = Int64(Date().timeIntervalSince1970)
         // Unfinished uploads past their lifetime go as new ones begin: no sweeper to run.
-        _ = try? await store.expireUploads(begunBefore: now - configuration.uploadLifetime)
+        _ = try? await store.expireUploads(begunBefore: now - uploadLifetime)
         // The token the 104 announced; a fresh one when a client sent the field itself to a
         // server without the announcing responder (an app mounting the routes) and named
         // an upload that exists.
@@ -242,7 +298,7 @@ extension DeltaSnapAPI {
         if try await store.attachment(sha256, in: path.description) != nil { return true }
         for name in try await store.collections(referringTo: sha256, limit: Self.proofScopesChecked) where !ReviewPaths.isReserved(name) {
             guard let scope = CollectionPath(name) else { continue }
-            if try await accessControl.mayRead(scope, as: principal, memberships: memberships) { return true }
+            if try await accessControl.mayRead(scope, as: principal, memberships: gate.memberships) { return true }
         }
         return false
     }
@@ -341,7 +397,7 @@ extension DeltaSnapAPI {
     }
 
     private func requireWithinLimit(_ size: UInt64) throws {
-        let limit = configuration.maximumAttachmentBytes
+        let limit = maximumAttachmentBytes
         guard size > limit else { return }
         throw APIError(
             .contentTooLarge, "attachment_too_large", "the attachment is \(size) bytes; this server keeps attachments of at most \(limit)",
@@ -354,7 +410,7 @@ extension DeltaSnapAPI {
 
     /// `Upload-Limit` in `version`'s spelling.
     func uploadLimit(version: Int) -> String {
-        ResumableUploadFields.limit(version: version, maximumSize: configuration.maximumAttachmentBytes, lifetime: configuration.uploadLifetime)
+        ResumableUploadFields.limit(version: version, maximumSize: maximumAttachmentBytes, lifetime: uploadLifetime)
     }
 
     /// `OPTIONS …/attachments/{hash}`: the methods and the limits (the draft's discovery).

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 out=.build/fuzz
 mkdir -p "$out/src"
 # One module: ConditionalRequest's `import DeltaSnapCore` would name a module that is not built.
-sed '/^import DeltaSnapCore$/d' Sources/DeltaSnapServer/ConditionalRequest.swift > "$out/src/ConditionalRequest.swift"
+sed '/^import DeltaSnapCore$/d' Sources/DeltaSnapServer/HTTP/ConditionalRequest.swift > "$out/src/ConditionalRequest.swift"
 swiftc -sanitize=fuzzer,address -parse-as-library -O -g -module-name DeltaSnapFuzz -package-name DeltaSnap \
   -I Sources/CZlib -I Sources/CSQLite \
   Sources/DeltaSnapCore/*.swift "$out/src/ConditionalRequest.swift" Fuzz/FuzzTargets.swift \

@@ -14,7 +14,7 @@ import NIOCore
 /// ```swift
 /// routes.addRoutes(attachments.routes(context: BasicRequestContext.self))
 /// ```
-struct AttachmentsController: Controller {
+struct AttachmentsController: GatedController {
     let gate: Gate
     let reviewRouting: ReviewRouting
     let store: any CollectionStore

@@ -15,7 +15,7 @@ import NIOCore
 /// ```swift
 /// routes.addRoutes(console.routes(context: BasicRequestContext.self))
 /// ```
-struct ConsoleController: Controller {
+struct ConsoleController: GatedController {
     let gate: Gate
     let store: any CollectionStore
     let heads: HeadCache

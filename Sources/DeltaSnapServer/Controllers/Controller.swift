@@ -13,18 +13,21 @@ import NIOCore
 ///
 /// ```swift
 /// struct HealthController: Controller {
-///     let gate: Gate
 ///     func routes<Context: RequestContext>(context: Context.Type) -> RouteCollection<Context> {
 ///         RouteCollection(context: Context.self).get("/healthz") { _, _ in "ok" }
 ///     }
 /// }
 /// ```
 protocol Controller: Sendable {
-    /// Who may do what.
-    var gate: Gate { get }
     /// This feature's routes, with absolute paths (``CollectionRoutes/bases`` for the ones a
     /// collection and a partition both have).
     func routes<Context: RequestContext>(context: Context.Type) -> RouteCollection<Context>
+}
+
+/// A controller whose endpoints ask who may do what (every one but the index's, whose
+/// documents are already cut to their reader).
+protocol GatedController: Controller {
+    var gate: Gate { get }
 }
 
 /// Where a collection's and a partition's endpoints hang: every endpoint a collection has,
@@ -74,17 +77,6 @@ extension Controller {
         try RequestTarget.collectionPath(name: try context.parameters.require("name"), key: context.parameters.get("key"))
     }
 
-    /// The principal `request` acts as, once it may exercise `right` on `path`.
-    func authorize(_ request: Request, _ path: CollectionPath, for right: AccessControl.Right) async throws -> Principal {
-        try await gate.authorize(request, path, for: right)
-    }
-
-    /// The valid collection name in the path, once the bearer token may write it.
-    func authorizedCollection(_ request: Request, context: some RequestContext) async throws -> (name: String, principal: Principal) {
-        let path = try collectionPath(context)
-        return (path.description, try await authorize(request, path, for: .write))
-    }
-
     /// The record id in the path, percent-decoded.
     func recordID(_ context: some RequestContext) throws -> String {
         let id = try Self.percentDecodedParameter("id", in: context) { _ in
@@ -130,5 +122,18 @@ extension Controller {
             // the server's: 400, and nothing was committed (nothing ran yet).
             throw APIError(.badRequest, "unreadable_body", "the request body could not be read to its end: \(error)")
         }
+    }
+}
+
+extension GatedController {
+    /// The principal `request` acts as, once it may exercise `right` on `path`.
+    func authorize(_ request: Request, _ path: CollectionPath, for right: AccessControl.Right) async throws -> Principal {
+        try await gate.authorize(request, path, for: right)
+    }
+
+    /// The valid collection name in the path, once the bearer token may write it.
+    func authorizedCollection(_ request: Request, context: some RequestContext) async throws -> (name: String, principal: Principal) {
+        let path = try collectionPath(context)
+        return (path.description, try await authorize(request, path, for: .write))
     }
 }

@@ -14,7 +14,7 @@ import NIOCore
 /// let index = IndexController(viewIndex: viewIndex, waiters: waiters)
 /// routes.addRoutes(index.routes(context: BasicRequestContext.self))
 /// ```
-struct IndexController: Sendable {
+struct IndexController: Controller {
     /// Who sees which document, and whether a client holds it.
     let viewIndex: ViewIndex
     /// The requests held by `GET /v1/index?wait=`, woken by every head change.
@@ -23,7 +23,7 @@ struct IndexController: Sendable {
     func routes<Context: RequestContext>(context: Context.Type) -> RouteCollection<Context> {
         let routes = RouteCollection(context: Context.self)
         routes.get("/v1/index") { request, _ in try await index(request) }
-        routes.head("/v1/index") { request, _ in DeltaSnapAPI.headOnly(try await index(request)) }
+        routes.head("/v1/index") { request, _ in Self.headOnly(try await index(request)) }
         for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
             routes.on("/v1/index", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
         }

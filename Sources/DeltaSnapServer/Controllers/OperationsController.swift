@@ -8,7 +8,7 @@ import NIOCore
 /// ```swift
 /// routes.addRoutes(operations.routes(context: BasicRequestContext.self))
 /// ```
-struct OperationsController: Controller {
+struct OperationsController: GatedController {
     let gate: Gate
     let metrics: ServerMetrics
 

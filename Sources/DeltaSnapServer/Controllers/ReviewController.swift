@@ -11,7 +11,7 @@ import NIOCore
 /// ```swift
 /// routes.addRoutes(review.routes(context: BasicRequestContext.self))
 /// ```
-struct ReviewController: Controller {
+struct ReviewController: GatedController {
     let gate: Gate
     let store: any CollectionStore
     let heads: HeadCache

@@ -3,7 +3,55 @@ import DeltaSnapStore
 import Foundation
 import Hummingbird
 
-extension DeltaSnapAPI {
+/// Reads of collections and partitions (docs/PROTOCOL.md §5, §8): the list, the poll
+/// endpoint (`304`, a delta or a full body, by the plan ``MemoryAnswers`` makes for every
+/// layer), the URLs a shared cache keeps (deltas and snapshots named by their tokens, pages),
+/// and a record's history.
+///
+/// ```swift
+/// routes.addRoutes(collections.routes(context: BasicRequestContext.self))
+/// ```
+struct CollectionsController: GatedController {
+    let gate: Gate
+    let reviewRouting: ReviewRouting
+    let store: any CollectionStore
+    let heads: HeadCache
+    /// The poll's plan, and the delta cache it reads.
+    let memory: MemoryAnswers
+    let fullBodies: FullBodyCache
+    /// The versions clients page through (`…/snapshots/{token}?limit=&after=`).
+    let pagedVersions: PagedVersions
+    let metrics: ServerMetrics
+    let access: AccessPolicy
+    /// Collections up to this many records keep their full gzip body in memory.
+    let fullBodyCacheMaximumRecords: Int
+    var accessControl: AccessControl { gate.accessControl }
+    var reviewed: [String: ReviewSettings] { reviewRouting.reviewed }
+    var deltas: DeltaCache { memory.deltas }
+
+    func routes<Context: RequestContext>(context: Context.Type) -> RouteCollection<Context> {
+        let routes = RouteCollection(context: Context.self)
+        routes.get("/v1/collections") { request, _ in await listCollections(request) }
+        routes.head("/v1/collections") { request, _ in Self.headOnly(await listCollections(request)) }
+        for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
+            routes.on("/v1/collections", method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
+        }
+        for base in CollectionRoutes.bases {
+            routes.get(RouterPath(base)) { request, context in try await getCollection(request, path: try collectionPath(context)) }
+            // HEAD: the same status and headers (curl -I), never a body, so nothing is streamed.
+            routes.head(RouterPath(base)) { request, context in Self.headOnly(try await getCollection(request, path: try collectionPath(context))) }
+            addPublicationRoutes(at: base, to: routes)
+            routes.get(RouterPath(base + "/records/:id/history")) { request, context in try await recordHistory(request, context: context) }
+            routes.head(RouterPath(base + "/records/:id/history")) { request, context in Self.headOnly(try await recordHistory(request, context: context)) }
+            // Known paths with other methods get 405, not 404.
+            for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
+                routes.on(RouterPath(base), method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
+                routes.on(RouterPath(base + "/records/:id/history"), method: method) { _, _ -> Response in throw APIError.methodNotAllowed("GET, HEAD") }
+            }
+        }
+        return routes
+    }
+
     /// `GET /v1/collections`: every collection's head (partitions are listed only in their
     /// readers' views, `GET /v1/index`). A preview token (PROTOCOL.md §13.5) is listed each
     /// reviewed collection's workspace under the collection's name, as `GET {base}` and its
@@ -21,7 +69,7 @@ extension DeltaSnapAPI {
             var head = served.head
             guard let path = CollectionPath(head.name), path.key == nil else { continue }
             // Private collections are listed only to those who may read them.
-            if !policy.isPublicRead(path), (try? await accessControl.mayRead(path, as: principal, memberships: memberships)) != true { continue }
+            if !policy.isPublicRead(path), (try? await accessControl.mayRead(path, as: principal, memberships: gate.memberships)) != true { continue }
             if previews, reviewed[path.name] != nil,
                let workspace = try? await heads.served(ReviewPaths.workspace(of: path.description), store: store) {
                 head = workspace.head
@@ -64,7 +112,7 @@ extension DeltaSnapAPI {
     /// The answer to a poll of `name` once the caller may read it: 304, a delta or a full body.
     private func answerPoll(_ request: Request, name: String, start: ContinuousClock.Instant) async throws -> Response {
         guard let served = try await heads.served(name, store: store) else { throw APIError.unknownCollection(name) }
-        let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
+        let gzip = DeltaSnapAPI.acceptsGzip(request.headers[values: .acceptEncoding])
         let decision: ServeDecision
         switch memory.planPoll(
             served, ifNoneMatch: request.headers[values: .ifNoneMatch].joinedOrNil, ifModifiedSince: request.headers[.ifModifiedSince], gzip: gzip,
@@ -103,7 +151,7 @@ extension DeltaSnapAPI {
     /// A full body: the cached gzip body of collections up to ``DeltaSnapServerConfiguration/fullBodyCacheMaximumRecords``,
     /// else streamed. With `target` (the cacheable URLs) it must be exactly that token's.
     func fullResponse(head: CollectionHead, gzip: Bool, since start: ContinuousClock.Instant, target: String? = nil) async throws -> Response {
-        guard gzip && head.count <= configuration.fullBodyCacheMaximumRecords else {
+        guard gzip && head.count <= fullBodyCacheMaximumRecords else {
             return try await streamed(name: head.name, sinceVersion: nil, base: nil, gzip: gzip, outcome: .full, since: start, target: target)
         }
         let entry = try await fullBodies.body(for: head, store: store)
@@ -227,6 +275,48 @@ extension DeltaSnapAPI {
         })
     }
 
+    /// `GET /v1/collections/{c}/records/{id}/history[?limit=N]`: the values writes
+    /// replaced, newest first.
+    func recordHistory(_ request: Request, context: some RequestContext) async throws -> Response {
+        let path = try collectionPath(context)
+        let name = path.description
+        _ = try await authorize(request, path, for: .read)
+        guard try await heads.served(name, store: store) != nil else { throw APIError.unknownCollection(name) }
+        let id = try recordID(context)
+        var limit = 100
+        if let text = request.uri.queryParameters.get("limit") {
+            guard let number = Int(text), (1...1000).contains(number) else {
+                throw APIError(.badRequest, "invalid_limit", "limit must be an integer from 1 to 1000")
+            }
+            limit = number
+        }
+        // A reviewed collection's published values change through review only: its history is
+        // what publications replaced (pushes' stays with the unpublished workspace).
+        let entries = reviewed[path.name] != nil
+            ? try await store.reviewHistory(of: id, in: name, limit: limit)
+            : try await store.history(of: id, in: name, limit: limit)
+        var out = Array(#"{"collection":"#.utf8)
+        CanonicalJSON.writeString(name, into: &out)
+        out.append(contentsOf: Array(#","history":["#.utf8))
+        for (index, entry) in entries.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: Array(#"{"replacedAt":"#.utf8))
+            CanonicalJSON.writeString(HTTPDate.format(entry.replacedAt), into: &out)
+            out.append(contentsOf: Array(#","replacedBy":"#.utf8))
+            CanonicalJSON.writeString(entry.replacedBy, into: &out)
+            out.append(contentsOf: Array(#","replacedIn":\#(entry.replacedIn),"value":"#.utf8))
+            out.append(contentsOf: entry.value)  // canonical record bytes, as stored
+            out.append(contentsOf: Array(#","version":\#(entry.version)}"#.utf8))
+        }
+        out.append(contentsOf: Array(#"],"id":"#.utf8))
+        CanonicalJSON.writeString(id, into: &out)
+        out.append(contentsOf: Array("}\n".utf8))
+        let cacheControl = accessControl.policy.isPublicRead(path) ? CacheRule.revalidate : CacheRule.privateAnswer
+        return Response(status: .ok, headers: [.contentType: "application/json", .cacheControl: cacheControl], body: .init(byteBuffer: ByteBuffer(bytes: out)))
+    }
+}
+
+extension DeltaSnapAPI {
     /// Whether `Accept-Encoding` allows gzip (RFC 9110 §12.5.3): an explicit `gzip` (or
     /// `x-gzip`) entry decides; `*` applies only when gzip is not named; `q=0` refuses.
     ///
@@ -251,9 +341,7 @@ extension DeltaSnapAPI {
         }
         return named ?? wildcard ?? false
     }
-}
 
-extension DeltaSnapAPI {
     /// The common case read straight from the bytes: no `;` (so no `q=`) and no `*`, where
     /// the answer is whether `gzip` or `x-gzip` is listed. Nil leaves it to the full parse.
     /// Every poll asks this; the general parse (splits, lowercased copies) was a tenth of a

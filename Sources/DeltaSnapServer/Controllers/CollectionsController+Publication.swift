@@ -6,19 +6,19 @@ import Hummingbird
 /// The URLs a shared cache (a CDN, nginx `proxy_cache`) can serve (docs/PROTOCOL.md §8):
 /// the signed index with a short `max-age`, and deltas and full bodies named by their
 /// tokens, which never change once answered.
-extension DeltaSnapAPI {
+extension CollectionsController {
     /// The cacheable URLs of the collection or partition whose path is `base`.
-    func addPublicationRoutes<Routes: RouterMethods>(at base: String, to router: Routes) {
-        router.get(RouterPath(base + "/deltas/:base/:target")) { [self] request, context in
+    func addPublicationRoutes<Context: RequestContext>(at base: String, to router: RouteCollection<Context>) {
+        router.get(RouterPath(base + "/deltas/:base/:target")) { request, context in
             try await immutableDelta(request, context: context)
         }
-        router.head(RouterPath(base + "/deltas/:base/:target")) { [self] request, context in
+        router.head(RouterPath(base + "/deltas/:base/:target")) { request, context in
             Self.headOnly(try await immutableDelta(request, context: context))
         }
-        router.get(RouterPath(base + "/snapshots/:token")) { [self] request, context in
+        router.get(RouterPath(base + "/snapshots/:token")) { request, context in
             try await immutableFull(request, context: context)
         }
-        router.head(RouterPath(base + "/snapshots/:token")) { [self] request, context in
+        router.head(RouterPath(base + "/snapshots/:token")) { request, context in
             Self.headOnly(try await immutableFull(request, context: context))
         }
         for method in [HTTPRequest.Method.post, .put, .delete, .patch, .options, .trace] {
@@ -48,7 +48,7 @@ extension DeltaSnapAPI {
         guard baseToken.version <= head.version else {
             throw APIError(.notFound, "unknown_base", "token \(base) is newer than \(target); no delta leads back in time")
         }
-        let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
+        let gzip = DeltaSnapAPI.acceptsGzip(request.headers[values: .acceptEncoding])
         do {
             return Self.cacheable(try await deltaResponse(
                 name: name, head: head, sinceVersion: baseToken.version, base: base, gzip: gzip, since: start, target: target), isPublic: isPublic)
@@ -85,7 +85,7 @@ extension DeltaSnapAPI {
             return Self.cacheable(try await page(of: path, target: target, head: head, query: query), isPublic: isPublic)
         }
         try requireCurrent(target, head: head)
-        let gzip = Self.acceptsGzip(request.headers[values: .acceptEncoding])
+        let gzip = DeltaSnapAPI.acceptsGzip(request.headers[values: .acceptEncoding])
         return Self.cacheable(try await fullResponse(head: head, gzip: gzip, since: start, target: target), isPublic: isPublic)
     }
 
@@ -124,10 +124,10 @@ extension DeltaSnapAPI {
             return (served.head, false)
         }
         let name = path.description
-        if path.key == nil, configuration.access.rules[path.name] == nil, !configuration.access.isPublicRead(path) {
+        if path.key == nil, access.rules[path.name] == nil, !access.isPublicRead(path) {
             throw APIError(.notFound, "not_published", "collection \"\(name)\" is private: it has no cacheable URLs; use GET /v1/collections/\(name)")
         }
-        let isPublic = configuration.access.isPublicRead(path)
+        let isPublic = access.isPublicRead(path)
         if !isPublic { _ = try await authorize(request, path, for: .read) }
         guard let served = try await heads.served(name, store: store) else { throw APIError.unknownCollection(name) }
         return (served.head, isPublic)

@@ -31,3 +31,22 @@ package final class LockedValue<Value> {
 // The lock makes every access exclusive; a value that is not Sendable could still leave
 // through `withLock`'s result, so only a Sendable value is shared.
 extension LockedValue: @unchecked Sendable where Value: Sendable {}
+
+/// A value that is not `Sendable`, handed from one holder to the next where exactly one
+/// holder uses it at a time by construction — a pooled connection from its checkout to its
+/// checkin, the writer's connection on its serial queue, the change watcher's connection on
+/// one poll at a time. The one audited `@unchecked Sendable` for that pattern (the
+/// `sending` parameter cannot say it: the value outlives one hand-over); each use says why
+/// only one holder touches it.
+///
+/// ```swift
+/// let writer = HandedOver(try SQLiteDatabase(path: path))   // used on the writer queue only
+/// try await writes.run { try writer.value.write(records, to: "items") }
+/// ```
+package struct HandedOver<Value>: @unchecked Sendable {
+    package let value: Value
+
+    package init(_ value: Value) {
+        self.value = value
+    }
+}

@@ -161,14 +161,14 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
     /// Polls SQLite's `data_version`, which changes whenever another connection commits.
     public func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async {
         // Runs until cancelled, whatever happens: the server stops when its watcher returns.
-        let watcher = DataVersionWatcher(path: path, since: openedAt)
+        let watcher = HandedOver(DataVersionWatcher(path: path, since: openedAt))
         while !Task.isCancelled {
             do {
                 try await Task.sleep(for: interval)
             } catch {
                 return
             }
-            if let heads = try? await reads.run({ watcher.headsIfChanged() }) { onChange(heads) }
+            if let heads = try? await reads.run({ watcher.value.headsIfChanged() }) { onChange(heads) }
         }
     }
 
@@ -279,16 +279,18 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
 }
 
 /// The one writing connection. Only the writer queue touches it, one job at a time.
-private final class WriterConnection: @unchecked Sendable {
-    let store: SQLiteDatabase
+private struct WriterConnection: Sendable {
+    private let handed: HandedOver<SQLiteDatabase>
+    var store: SQLiteDatabase { handed.value }
 
     init(_ store: SQLiteDatabase) {
-        self.store = store
+        handed = HandedOver(store)
     }
 }
 
-/// Notices other connections' commits by SQLite's `data_version`; used by one poll at a time.
-private final class DataVersionWatcher: @unchecked Sendable {
+/// Notices other connections' commits by SQLite's `data_version`; used by one poll at a time
+/// (handed over to the read queue for each).
+private final class DataVersionWatcher {
     private let path: String
     private var connection: SQLiteDatabase?
     private var lastDataVersion: Int64?

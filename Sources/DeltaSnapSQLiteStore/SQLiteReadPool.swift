@@ -1,3 +1,4 @@
+import DeltaSnapCore
 import DeltaSnapStore
 import Foundation
 
@@ -13,26 +14,23 @@ import Foundation
 /// let pool = SQLiteReadPool(path: "deltasnap.sqlite", maximumReaders: 8)
 /// let head = try await pool.withStore { try $0.head(of: "countries") }
 /// ```
-final class SQLiteReadPool: @unchecked Sendable {
+final class SQLiteReadPool: Sendable {
     let path: String
     let maximumReaders: Int
     /// Connections kept open while unused; more are closed as they come back. Each holds
     /// three file descriptors (the database, its WAL, its shared memory).
     let maximumIdle: Int
 
-    private struct State {
-        var idle: [SQLiteDatabase] = []
+    private struct State: Sendable {
+        var idle: [Lease] = []
         /// Connections open now, idle or checked out.
         var open = 0
         /// Reads waiting for a connection, first come first served.
         var waiters: [CheckedContinuation<Lease, Never>] = []
     }
 
-    // NSLock, not Mutex: the store links no NIO, and the package supports macOS 14, where
-    // Synchronization's Mutex is not available (macOS 15). It guards `state` only, never
-    // across a call out.
-    private let lock = NSLock()
-    private var state = State()
+    // Guards `state` only, never across a call out.
+    private let state = LockedValue(State())
 
     init(path: String, maximumReaders: Int = 64, maximumIdle: Int = 16) {
         precondition(maximumReaders > 0, "a read pool needs at least one connection")
@@ -48,8 +46,8 @@ final class SQLiteReadPool: @unchecked Sendable {
     }
 
     private func reserve() -> Checkout {
-        lock.withLock {
-            if let store = state.idle.popLast() { return .reuse(store) }
+        state.withLock { state in
+            if let lease = state.idle.popLast() { return .reuse(lease.store) }
             guard state.open < maximumReaders else { return .wait }
             state.open += 1
             return .open
@@ -60,7 +58,7 @@ final class SQLiteReadPool: @unchecked Sendable {
         do {
             return try SQLiteDatabase(path: path, readOnly: true)
         } catch {
-            lock.withLock { state.open -= 1 }
+            state.withLock { $0.open -= 1 }
             throw error
         }
     }
@@ -74,9 +72,9 @@ final class SQLiteReadPool: @unchecked Sendable {
         case .open: return try await queue.run { Lease(store: try self.openConnection()) }.store
         case .wait:
             let lease = await withCheckedContinuation { continuation in
-                let handed: Lease? = lock.withLock {
+                let handed: Lease? = state.withLock { state in
                     // A connection may have come back between reserve() and here.
-                    if let store = state.idle.popLast() { return Lease(store: store) }
+                    if let lease = state.idle.popLast() { return lease }
                     state.waiters.append(continuation)
                     return nil
                 }
@@ -93,26 +91,26 @@ final class SQLiteReadPool: @unchecked Sendable {
         case .reuse(let store): return store
         case .open: return try openConnection()
         case .wait:
-            lock.withLock { state.open += 1 }
+            state.withLock { $0.open += 1 }
             return try openConnection()
         }
     }
 
     /// The connections waiting in the pool (for tests).
-    var idleStores: [SQLiteDatabase] { lock.withLock { state.idle } }
+    var idleStores: [SQLiteDatabase] { state.withLock { $0.idle.map(\.store) } }
 
     /// Connections open now, idle or in use (for tests).
-    var openCount: Int { lock.withLock { state.open } }
+    var openCount: Int { state.withLock { $0.open } }
 
     /// Gives `store` back: to the longest waiting read, or to the idle list (closed instead,
     /// on release, when the pool is over its cap or has enough idle connections).
     func checkin(_ store: SQLiteDatabase) {
-        let waiter: CheckedContinuation<Lease, Never>? = lock.withLock {
+        let waiter: CheckedContinuation<Lease, Never>? = state.withLock { state in
             if !state.waiters.isEmpty { return state.waiters.removeFirst() }
             if state.open > maximumReaders || state.idle.count >= maximumIdle {
                 state.open -= 1
             } else {
-                state.idle.append(store)
+                state.idle.append(Lease(store: store))
             }
             return nil
         }
@@ -129,7 +127,13 @@ final class SQLiteReadPool: @unchecked Sendable {
 }
 
 /// A checked-out connection handed to the queue that uses it: one task holds it at a time,
-/// from checkout to checkin, so sending it across is safe though the class is not Sendable.
-struct Lease: @unchecked Sendable {
-    let store: SQLiteDatabase
+/// from checkout to checkin (an idle one, none), so handing it over is safe though the class
+/// is not Sendable.
+struct Lease: Sendable {
+    private let handed: HandedOver<SQLiteDatabase>
+    var store: SQLiteDatabase { handed.value }
+
+    init(store: SQLiteDatabase) {
+        handed = HandedOver(store)
+    }
 }

@@ -11,8 +11,8 @@ extension ByteBuffer: ByteSink {
 ///
 /// The transaction pins one consistent state for the whole body, however long it takes to
 /// send, and memory stays bounded (a chunk at a time) for any collection size. Owned by one
-/// response at a time.
-final class BodyStreamer: @unchecked Sendable {
+/// response at a time: a streamed body hands it to its writer's task (``HandedOver``).
+final class BodyStreamer {
     let header: BodyHeader
     var head: CollectionHead { source.head }
     private let source: any RecordSource

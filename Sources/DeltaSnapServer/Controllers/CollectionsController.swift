@@ -261,7 +261,11 @@ struct CollectionsController: GatedController {
         }
         metrics.countOutcome(outcome, since: start)
         let metrics = metrics
-        return Response(status: .ok, headers: PollAnswer.bodyHeaders(for: streamer.head, gzip: gzip), body: ResponseBody { writer in
+        let headers = PollAnswer.bodyHeaders(for: streamer.head, gzip: gzip)
+        // From here only the body's writer uses it.
+        let handed = HandedOver(streamer)
+        return Response(status: .ok, headers: headers, body: ResponseBody { writer in
+            let streamer = handed.value
             do {
                 while let chunk = try await streamer.nextChunk() {
                     metrics.countBytes(chunk.readableBytes, for: outcome)

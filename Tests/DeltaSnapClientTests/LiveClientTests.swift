@@ -1,6 +1,6 @@
 @testable import DeltaSnapClient
 import DeltaSnapCore
-import DeltaSnapServer
+@testable import DeltaSnapServer
 import DeltaSnapTestSupport
 import Foundation
 import Testing
@@ -8,14 +8,9 @@ import Testing
 /// Live mode (docs/CLIENT.md): a replica, a view and `deltasnap sync --watch --live` learn
 /// of a commit while they wait on a real server on 127.0.0.1, and stop when told.
 @Suite struct LiveClientTests {
-    /// Polls `condition` every 50 ms for at most `seconds`.
+    /// Polls `condition` every 50 ms for at most `seconds` (the shared ``eventually(within:every:_:)``).
     static func eventually(within seconds: Double, _ condition: () async throws -> Bool) async throws -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if try await condition() { return true }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        return try await condition()
+        try await DeltaSnapTestSupport.eventually(within: .milliseconds(Int(seconds * 1000)), every: .milliseconds(50), condition)
     }
 
     static func put(_ server: TestServer, _ path: String, _ json: String) async throws {
@@ -44,8 +39,9 @@ import Testing
             let outcomes = Locked<[String]>([])
             let live = Task { await replica.live(LiveOptions(wait: 20)) { outcome in outcomes.withLock { $0.append(outcome.name) } } }
             #expect(try await Self.eventually(within: 10) { await replica.count == 1 })
-            // Now waiting on the server: a commit shows up without a poll interval.
-            try await Task.sleep(for: .milliseconds(300))
+            // Now waiting on the server (its held request registered): a commit shows up
+            // without a poll interval.
+            #expect(try await Self.eventually(within: 10) { server.service.waiters.count >= 1 })
             let committed = Date()
             try await Self.put(server, "/v1/collections/countries/records/FR", #"{"name":"France"}"#)
             #expect(try await Self.eventually(within: 10) { try await replica.record(id: "FR") != nil })
@@ -69,7 +65,8 @@ import Testing
             let byName = LiveQueryTests.Seen(try await replica.observe(ReplicaQuery().order(by: "name")))
             try await byName.waitFor(1)
             let live = Task { await replica.live(LiveOptions(wait: 20)) { _ in } }
-            try await Task.sleep(for: .milliseconds(300))
+            // Waiting on the server (its held request registered): a commit wakes it.
+            #expect(try await Self.eventually(within: 10) { server.service.waiters.count >= 1 })
             try await Self.put(server, "/v1/collections/countries/records/FR", #"{"name":"France"}"#)
             #expect(try await Self.eventually(within: 10) { byName.count == 2 })
             try await Self.put(server, "/v1/collections/countries/records/BE", #"{"name":"Belgium"}"#)
@@ -90,7 +87,8 @@ import Testing
             let live = Task { await alice.live(LiveOptions(wait: 20)) { _ in reports.withLock { $0 += 1 } } }
             // The first sync, backed off if the whole suite's load makes it time out.
             #expect(try await Self.eventually(within: 30) { try await alice.partitions().count == 4 })
-            try await Task.sleep(for: .milliseconds(300))
+            // Waiting on the server (its held request registered): a commit wakes it.
+            #expect(try await Self.eventually(within: 10) { f.server.service.waiters.count >= 1 })
             try await Self.put(f.server, "/v1/collections/attempts/partitions/alice/records/a2", #"{"score":9}"#)
             #expect(try await Self.eventually(within: 10) { try f.dump("alice", "attempts/alice").contains(#""a2""#) })
             #expect(try await Self.eventually(within: 10) { LiveQueryTests.ids(attempts.last) == ["a1", "a2"] })
@@ -116,7 +114,8 @@ import Testing
             #expect(try await Self.eventually(within: 10) { lines.current.count == 1 })
             #expect(lines.current.first?.hasPrefix("pulled: full ") == true, "\(lines.current)")
             for (index, code) in ["FR", "BE"].enumerated() {
-                try await Task.sleep(for: .milliseconds(300))
+                // Waiting on the server (its held request registered): a commit wakes it.
+                #expect(try await Self.eventually(within: 10) { server.service.waiters.count >= 1 })
                 try await Self.put(server, "/v1/collections/countries/records/\(code)", #"{"name":"\#(code)"}"#)
                 #expect(try await Self.eventually(within: 10) { lines.current.count == index + 2 }, "\(lines.current)")
                 #expect(lines.current.last?.hasPrefix("pulled: delta ") == true && lines.current.last?.contains("changed=1") == true)

@@ -50,7 +50,7 @@ import Testing
         /// Waits (bounded) until `count` values arrived: delivery is synchronous with the commit,
         /// the consumer's task takes them a moment later.
         func waitFor(_ count: Int) async throws {
-            for _ in 0..<500 where self.count < count { try await Task.sleep(for: .milliseconds(2)) }
+            try await eventually(within: .seconds(1), every: .milliseconds(2)) { self.count >= count }
         }
     }
 

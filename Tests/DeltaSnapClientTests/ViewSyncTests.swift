@@ -327,13 +327,11 @@ import Testing
         let token = try #require(try await f.store.head(of: partition)).token
         let path = CollectionPath(partition)!
         let url = "/v1/collections/\(path.name)/partitions/\(path.key!)"
-        let deadline = ContinuousClock.now + .seconds(10)
-        while ContinuousClock.now < deadline {
-            let answer = try await offPool { try f.server.connect().request("HEAD", url, headers: ["Authorization": "Bearer \(TestServer.writeToken)"]) }
-            if answer.header("ETag") == "\"\(token)\"" { return }
-            try await Task.sleep(for: .milliseconds(20))
+        let seen = try await eventually(within: .seconds(10)) {
+            try await offPool { try f.server.connect().request("HEAD", url, headers: ["Authorization": "Bearer \(TestServer.writeToken)"]) }
+                .header("ETag") == "\"\(token)\""
         }
-        Issue.record("the server did not see \(partition) at \(token) within 10 s")
+        if !seen { Issue.record("the server did not see \(partition) at \(token) within 10 s") }
     }
 
     /// A document's `index.collections` members.

@@ -61,11 +61,8 @@ import Testing
 
         /// Waits (up to 30 s) for `line` in its output.
         func waitFor(_ line: String) async throws {
-            for _ in 0..<600 {
-                if text.contains(line) { return }
-                try await Task.sleep(for: .milliseconds(50))
-            }
-            Issue.record("\(line) never came: \(text)")
+            let came = try await eventually(within: .seconds(30), every: .milliseconds(50)) { text.contains(line) }
+            if !came { Issue.record("\(line) never came: \(text)") }
         }
     }
 

@@ -63,9 +63,8 @@ import Testing
 
     /// Waits (up to 20 s) until `collection` is at `version`.
     static func waitFor(_ collection: String, version: UInt64, in store: any CollectionStore) async throws {
-        for _ in 0..<2000 {
-            if let head = try await store.head(of: collection), head.version >= version { return }
-            try await Task.sleep(for: .milliseconds(10))
+        if try await eventually(within: .seconds(20), every: .milliseconds(10), { (try await store.head(of: collection)?.version ?? 0) >= version }) {
+            return
         }
         Issue.record("\(collection) never reached version \(version): \(String(describing: try await store.head(of: collection)))")
         throw CancellationError()
@@ -73,11 +72,8 @@ import Testing
 
     /// Waits (up to 20 s) for a file to appear (a store a child process creates).
     static func waitForFile(_ path: String) async throws {
-        for _ in 0..<400 {
-            if FileManager.default.fileExists(atPath: path) { return }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        Issue.record("\(path) never appeared")
+        let appeared = try await eventually(within: .seconds(20), every: .milliseconds(50)) { FileManager.default.fileExists(atPath: path) }
+        if !appeared { Issue.record("\(path) never appeared") }
     }
 
     static func export(_ collection: String, from store: any CollectionStore) async throws -> String {
@@ -165,6 +161,7 @@ import Testing
                 try await Task.sleep(for: .milliseconds(50))
                 said = logs.withLock { $0 }.map(\.message).filter { $0.contains("public.attempts is no longer in publication deltasnap") }
             }
+            // A negative check: the follower's next checks must not say it again.
             try await Task.sleep(for: .milliseconds(300))
             #expect(logs.withLock { $0 }.filter { $0.message.contains("public.attempts is no longer in publication") }.count == 1)
         }

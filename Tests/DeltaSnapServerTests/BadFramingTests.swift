@@ -1,6 +1,7 @@
 import DeltaSnapCore
 import DeltaSnapSQLiteStore
 import DeltaSnapStore
+@testable import DeltaSnapServer
 import DeltaSnapTestSupport
 import Foundation
 import Testing
@@ -107,8 +108,9 @@ import Testing
             let (held, refused) = try await offPool {
                 let client = try server.connect()
                 try client.sendBytes(Array("GET /v1/index?wait=20 HTTP/1.1\r\nHost: x\r\nIf-None-Match: \(etag)\r\n\r\n".utf8))
-                // Held, then the bytes that are no request.
-                Thread.sleep(forTimeInterval: 0.2)
+                // Held (bounded), then the bytes that are no request.
+                let deadline = Date().addingTimeInterval(10)
+                while server.service.waiters.count == 0, Date() < deadline { usleep(5_000) }
                 try client.sendBytes(Array("\u{1}\u{2} nonsense\r\n\r\n".utf8))
                 return (try client.nextResponse(), try client.nextResponse())
             }

@@ -261,12 +261,11 @@ import Testing
 
 /// Waits (bounded) until the server's in-memory head reaches `version`.
 func waitForHead(_ server: TestServer, version: UInt64, collection: String = "items") async throws {
-    for _ in 0..<200 {
-        let response = try await offPool { try server.connect().request("HEAD", "/v1/collections/\(collection)") }
-        if let etag = response.header("ETag"), let token = ServerToken(etag.dropFirst().dropLast()), token.version >= version { return }
-        try await Task.sleep(for: .milliseconds(20))
+    let reached = try await eventually(within: .seconds(4)) {
+        let etag = try await offPool { try server.connect().request("HEAD", "/v1/collections/\(collection)") }.header("ETag")
+        return etag.flatMap { ServerToken($0.dropFirst().dropLast()) }.map { $0.version >= version } ?? false
     }
-    Issue.record("the server never reached version \(version)")
+    if !reached { Issue.record("the server never reached version \(version)") }
 }
 
 /// Runs curl and returns its standard output.

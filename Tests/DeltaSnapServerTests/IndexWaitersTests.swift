@@ -20,7 +20,7 @@ import Testing
                 generation = waiters.generation
             }
         }
-        while waiters.count == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        try await eventually("the wait was never registered", every: .milliseconds(5)) { waiters.count > 0 }
         let started = ContinuousClock.now
         var changes = 0
         while ContinuousClock.now - started < .seconds(1) {
@@ -43,7 +43,7 @@ import Testing
         let generation = waiters.generation
         let started = ContinuousClock.now
         async let wake = waiters.wait(after: generation, until: .now + .seconds(20))
-        try await Task.sleep(for: .milliseconds(100))
+        try await eventually("the wait was never registered") { waiters.count == 1 }
         waiters.changed()
         #expect(await wake == .changed)
         #expect(ContinuousClock.now - started < .seconds(4))
@@ -54,7 +54,7 @@ import Testing
         let generation = waiters.generation
         #expect(await waiters.wait(after: generation, until: .now + .milliseconds(200)) == .timedOut)
         async let held = waiters.wait(after: generation, until: .now + .seconds(30))
-        while waiters.count == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        try await eventually("the wait was never registered", every: .milliseconds(5)) { waiters.count > 0 }
         #expect(await waiters.wait(after: generation, until: .now + .seconds(30)) == .full)
         waiters.close()
         #expect(await held == .closed)

@@ -1,5 +1,5 @@
 import DeltaSnapCore
-import DeltaSnapServer
+@testable import DeltaSnapServer
 import DeltaSnapStore
 import DeltaSnapTestSupport
 import DeltaSnapTrust
@@ -55,7 +55,7 @@ import Testing
             #expect(stale.response.header("Cache-Control")?.hasPrefix("public, max-age=") == true)
 
             async let held = Self.timed(server, "/v1/index?wait=20", headers: ["If-None-Match": etag])
-            try await Task.sleep(for: .milliseconds(400))
+            try await eventually("the request was never held") { server.service.waiters.count == 1 }
             try await Self.put(server, "/v1/collections/countries/records/FR", #"{"name":"France"}"#)
             let woken = try await held
             #expect(woken.response.status == 200 && woken.seconds < 10, "\(woken.seconds) s")
@@ -106,7 +106,7 @@ import Testing
             }
             #expect(closed.0 == 304 && closed.1, "the connection stays open after Connection: close")
             async let changed = Self.timed(server, "/v1/index?wait=20", headers: ["If-None-Match": etag], method: "HEAD")
-            try await Task.sleep(for: .milliseconds(300))
+            try await eventually("the request was never held") { server.service.waiters.count == 1 }
             try await Self.put(server, "/v1/collections/countries/records/FR", #"{"name":"France"}"#)
             let woken = try await changed
             #expect(woken.response.status == 200 && woken.response.body.isEmpty && woken.response.header("Content-Length").map { Int($0)! > 0 } == true)
@@ -131,7 +131,7 @@ import Testing
             let etag = try #require(try await Self.timed(server, "/v1/index").response.header("ETag"))
             async let one = Self.timed(server, "/v1/index?wait=3", headers: ["If-None-Match": etag])
             async let two = Self.timed(server, "/v1/index?wait=3", headers: ["If-None-Match": etag])
-            try await Task.sleep(for: .milliseconds(500))
+            try await eventually("the request was never held") { server.service.waiters.count == 2 }
             let three = try await Self.timed(server, "/v1/index?wait=3", headers: ["If-None-Match": etag]).response
             #expect(three.status == 503 && three.header("Retry-After") == "1" && three.text.contains(#""error":"too_many_waiters""#), "\(three.text)")
             #expect(try await one.response.status == 304)
@@ -148,7 +148,7 @@ import Testing
         let server = try await TestServer.start(database: store.url)
         let etag = try #require(try await Self.timed(server, "/v1/index").response.header("ETag"))
         async let held = Self.timed(server, "/v1/index?wait=30", headers: ["If-None-Match": etag])
-        try await Task.sleep(for: .milliseconds(400))
+        try await eventually("the request was never held") { server.service.waiters.count == 1 }
         let stopping = Date()
         await server.stop()
         let answer = try await held
@@ -168,14 +168,14 @@ import Testing
             #expect(view.header("Cache-Control") == "private, no-store")
 
             async let unmoved = Self.timed(server, "/v1/index?wait=2", headers: auth.merging(["If-None-Match": etag]) { $1 })
-            try await Task.sleep(for: .milliseconds(300))
+            try await eventually("the request was never held") { server.service.waiters.count == 1 }
             try await Self.put(server, "/v1/collections/attempts/partitions/bob/records/b2", #"{"score":1}"#)
             let quiet = try await unmoved
             #expect(quiet.response.status == 304 && quiet.seconds >= 1.9, "bob's write reached alice's wait: \(quiet.response.status) after \(quiet.seconds) s")
             #expect(quiet.response.header("Cache-Control") == "private, no-store")
 
             async let moved = Self.timed(server, "/v1/index?wait=20", headers: auth.merging(["If-None-Match": etag]) { $1 })
-            try await Task.sleep(for: .milliseconds(300))
+            try await eventually("the request was never held") { server.service.waiters.count == 1 }
             try await Self.put(server, "/v1/collections/attempts/partitions/alice/records/a2", #"{"score":2}"#)
             let woken = try await moved
             #expect(woken.response.status == 200 && woken.seconds < 10 && woken.response.header("ETag") != etag)
@@ -187,7 +187,7 @@ import Testing
         try await Self.withServer(.sqlite) { server, store in
             let etag = try #require(try await Self.timed(server, "/v1/index").response.header("ETag"))
             async let held = Self.timed(server, "/v1/index?wait=20", headers: ["If-None-Match": etag])
-            try await Task.sleep(for: .milliseconds(300))
+            try await eventually("the request was never held") { server.service.waiters.count == 1 }
             let url = store.url
             let imported = try await offPool {
                 try CLI.runBlocking(["import", "--db", url, "--collection", "countries", "-"], stdin: #"{"id":"BE","name":"Belgium"}"# + "\n")
@@ -208,7 +208,7 @@ import Testing
         do {
             let etag = try #require(try await Self.timed(b, "/v1/index").response.header("ETag"))
             async let held = Self.timed(b, "/v1/index?wait=20", headers: ["If-None-Match": etag])
-            try await Task.sleep(for: .milliseconds(300))
+            try await eventually("the request was never held") { b.service.waiters.count == 1 }
             let committed = Date()
             try await Self.put(a, "/v1/collections/countries/records/FR", #"{"name":"France"}"#)
             let woken = try await held

@@ -234,6 +234,7 @@ import Testing
                 }
             }
         }
+        // The writers run a while before PostgreSQL stops under them, and after it is back.
         try await Task.sleep(for: .milliseconds(400))
         try await offPool { cluster.stop() }
         let restarted = try await cluster.restarted()

@@ -223,6 +223,7 @@ import Testing
             let first = try await f.get("/v1/index")
             let etag = try #require(first.header("ETag"))
             try Fixtures.importText(#"{"id":"p2"}"#, into: f.store, collection: "private")
+            // A negative check: ten of the watcher's 20 ms polls, and the index must not move.
             try await Task.sleep(for: .milliseconds(200))
             #expect(try await f.get("/v1/index", ["If-None-Match": etag]).status == 304)
             // Nothing committed between these two reads: only the compaction moves it.

@@ -99,12 +99,10 @@ package final class TestServer: Sendable {
     /// loaded machine. Throws after 10 s.
     package func waitForFloor(_ floor: UInt64, of collection: String) async throws {
         let port = port
-        for _ in 0..<500 {
+        try await eventually("the server never stated floor \(floor) of \(collection)") {
             let body = try await offPool { try RawHTTPClient(port: port).request("GET", "/v1/index").body }
-            if let entry = try? SignedIndex.parse(body).entry(for: collection), entry.floor == floor { return }
-            try await Task.sleep(for: .milliseconds(20))
+            return (try? SignedIndex.parse(body).entry(for: collection))?.floor == floor
         }
-        throw RawHTTPClient.Failure(description: "the server never stated floor \(floor) of \(collection)")
     }
 
     /// `GET /metrics` as the operator (the admin token): the Prometheus text.
@@ -121,14 +119,12 @@ package final class TestServer: Sendable {
     package func waitForToken(_ token: ServerToken?, of collection: String) async throws {
         let port = port
         guard let path = CollectionPath(collection)?.urlPath else { throw RawHTTPClient.Failure(description: "\(collection) is no collection") }
-        for _ in 0..<500 {
+        try await eventually("the server never served \(collection) at \(token.map(String.init(describing:)) ?? "nil")") {
             let etag = try await offPool {
                 try RawHTTPClient(port: port).request("HEAD", path, headers: ["Authorization": "Bearer \(TestServer.writeToken)"]).header("ETag")
             }
-            if let token, etag == "\"\(token)\"" { return }
-            try await Task.sleep(for: .milliseconds(20))
+            return token.map { etag == "\"\($0)\"" } ?? false
         }
-        throw RawHTTPClient.Failure(description: "the server never served \(collection) at \(token.map(String.init(describing:)) ?? "nil")")
     }
 
     /// A new raw connection to the server.

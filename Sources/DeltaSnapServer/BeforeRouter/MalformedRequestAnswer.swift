@@ -26,8 +26,9 @@ enum MalformedRequestAnswer {
         metrics.countResponse(route: "malformed", status: 400)
         context.write(NIOAny(HTTPResponsePart.head(head)), promise: nil)
         context.write(NIOAny(HTTPResponsePart.body(buffer)), promise: nil)
+        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
         context.writeAndFlush(NIOAny(HTTPResponsePart.end(nil))).whenComplete { _ in
-            context.close(promise: nil)
+            bound.value.close(promise: nil)
         }
     }
 

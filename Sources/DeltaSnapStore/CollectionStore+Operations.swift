@@ -2,8 +2,9 @@ import DeltaSnapCore
 import DeltaSnapTrust
 import Foundation
 
-/// What every store does the same way, written once on top of ``CollectionStore``.
-extension CollectionStore {
+/// What every store does the same way, written once on top of its parts (``StoreReader``,
+/// ``StoreWriter``, ``AttachmentStore``): these write.
+extension StoreWriter {
     /// Upserts or hides `records` as one version (a `PUT`, a `DELETE`): the import rule.
     ///
     /// ```swift
@@ -18,6 +19,10 @@ extension CollectionStore {
         try await importPartitions(partitions, replace: replace, recording: nil)
     }
 
+}
+
+/// What every store does the same way, written once on top of its parts: these read.
+extension StoreReader {
     /// ``publishedState(of:confirming:statedAt:)`` with each head read.
     public func publishedState(of names: [String], confirming known: [String: PublishedHead]) async throws -> PublishedState {
         try await publishedState(of: names, confirming: known, statedAt: nil)
@@ -41,6 +46,9 @@ extension CollectionStore {
         return heads
     }
 
+}
+
+extension StoreWriter {
     /// One store transaction per source transaction (stores that cannot do better).
     public func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
         var results: [[WriteResult]] = []
@@ -72,6 +80,9 @@ extension CollectionStore {
         return CompactionResult(collection: collection, previousFloor: head.floor, floor: target, tombstonesRemoved: removed)
     }
 
+}
+
+extension StoreReader {
     /// Reads every record of `collection` from one transaction: the visible ones (`after`
     /// nil) or the changes since `after`. The source is closed whatever `body` does.
     public func withRecords<T>(
@@ -99,6 +110,10 @@ extension CollectionStore {
         }
     }
 
+}
+
+/// A bake with the files: reads records and attachments.
+extension StoreReader where Self: AttachmentStore {
     /// Writes `DIRECTORY/COLLECTION.snapshot` (atomically) from one read and updates
     /// `DIRECTORY/manifest.json`. Deterministic: the same state gives the same bytes,
     /// whichever store holds it.
@@ -170,6 +185,9 @@ extension CollectionStore {
         }
     }
 
+}
+
+extension StoreReader {
     /// Writes `DIRECTORY/COLLECTION.index`, signed, for the collection's current state
     /// (issued at its last commit, so the file is deterministic too).
     @discardableResult

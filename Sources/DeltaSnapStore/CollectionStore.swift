@@ -2,7 +2,10 @@ import DeltaSnapCore
 import DeltaSnapTrust
 
 /// The one interface to a DeltaSnap store, whichever database holds it: what the server,
-/// the CLI, bake and the tests use.
+/// the CLI, bake and the tests use — cut by capability (``StoreReader``, ``StoreWriter``,
+/// ``AttachmentStore``, ``FollowerPositions``, ``StoreLocks``), as GRDB cuts its database
+/// access into a reader and a writer: a store conforms to every part, and code asks for the
+/// least it needs.
 ///
 /// Two conformances: ``SQLiteCollectionStore`` (one file, the embedded default) and
 /// `PostgresCollectionStore` in DeltaSnapPostgresStore (a shared server many stateless instances
@@ -20,7 +23,19 @@ import DeltaSnapTrust
 /// try await store.export("countries") { chunk in FileHandle.standardOutput.write(Data(chunk)) }
 /// await store.close()
 /// ```
-public protocol CollectionStore: Sendable {
+public protocol CollectionStore: StoreWriter, AttachmentStore, FollowerPositions, StoreLocks {
+    /// Closes the store's connections. Call once, when done.
+    func close() async
+}
+
+/// What reads a store: heads, records, bodies, pages, versions, history, and the changes
+/// other writers make. Code that only reads asks for this (``ViewIndex``, the console, a
+/// poll), as GRDB's code asks for a `DatabaseReader`.
+///
+/// ```swift
+/// func count(in store: some StoreReader) async throws -> Int { try await store.head(of: "countries")?.count ?? 0 }
+/// ```
+public protocol StoreReader: Sendable {
     /// Every collection's head as committed now (partitions left out), sorted by name.
     func collections() async throws -> [CollectionHead]
     /// One collection's head, or nil when it does not exist.
@@ -65,6 +80,19 @@ public protocol CollectionStore: Sendable {
     /// moved may then confirm a known name by its not having moved since — reading the heads
     /// that moved, not every head named (O(changes), not O(names)); nil: each head is read.
     func publishedState(of names: [String], confirming known: [String: PublishedHead], statedAt: UInt64?) async throws -> PublishedState
+    /// The values writes replaced, newest first.
+    func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry]
+    /// Calls `onChange` with the heads that changed (a commit, a raised floor) since its
+    /// previous call, whoever wrote them (another process or instance), until the task is
+    /// cancelled; its first call has every collection that is not a partition. Partitions are
+    /// never all read: a store may hold millions.
+    func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async
+}
+
+/// What writes a store, each a whole transaction: an import (of one collection, of several
+/// paths, of a source's transactions, of streamed paths), a client's push, a compaction, a
+/// review's publication. A writer reads too, as GRDB's `DatabaseWriter` is a reader.
+public protocol StoreWriter: StoreReader {
     /// Imports every record `stream` yields into `collection` as one new version (none when
     /// nothing changed): only records whose canonical bytes change are written; a hidden
     /// record hides; with `replace`, records the input does not mention are hidden. Any bad
@@ -102,16 +130,6 @@ public protocol CollectionStore: Sendable {
         _ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?,
         each: @escaping @Sendable (WriteResult) -> Void
     ) async throws
-    /// The position a source follower last recorded with its writes (nil: none yet).
-    func sourcePosition(of follower: String) async throws -> String?
-    /// Every follower that recorded a position, with when it last did (seconds since 1970): a
-    /// follower records one with each publication, so this is how recent its last one is.
-    func followers() async throws -> [SourceFollowerStatus]
-    /// Notes how far `follower`'s source ran ahead of it, measured at `at` (seconds since
-    /// 1970): what the operator's console shows. Nothing for a follower with no position yet.
-    func recordSourceLag(of follower: String, bytes: Int64, at: Int64) async throws
-    /// Forgets a follower's position (`follow --drop-slot`); whether there was one.
-    func forgetSourcePosition(of follower: String) async throws -> Bool
     /// One client's batch of offline writes (two-way sync), idempotent by sequence number,
     /// merged by `merge` (``MergePolicy/fork``: conflict copies). A write whose value names
     /// a blob that `attachments` does not prove and that `collection`'s records do not
@@ -120,16 +138,17 @@ public protocol CollectionStore: Sendable {
         _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy,
         attachments: AttachmentProof
     ) async throws -> PushOutcome
-    /// The values writes replaced, newest first.
-    func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry]
     /// Deletes tombstones of versions up to `version` (at most the head) and raises the
     /// floor to it; a raised floor is published under a new sequence. Returns how many went.
     func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int
-    /// Calls `onChange` with the heads that changed (a commit, a raised floor) since its
-    /// previous call, whoever wrote them (another process or instance), until the task is
-    /// cancelled; its first call has every collection that is not a partition. Partitions are
-    /// never all read: a store may hold millions.
-    func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async
+    /// Writes one publication of review before publish in one transaction (see
+    /// ``ReviewPublication``); by default with ``importPartitions(_:replace:recording:)``.
+    func publish(_ publication: ReviewPublication) async throws -> [WriteResult]
+}
+
+/// Attachments and resumable uploads (docs/PROTOCOL.md §12): blobs kept once per store,
+/// who may read them, uploads in progress, garbage collection.
+public protocol AttachmentStore: Sendable {
     /// Keeps the attachment `reference` names, its bytes read from `next` (nil: the end), once
     /// their size and SHA-256 are proven (``BlobVerifier``); nothing is kept otherwise
     /// (``StoreError/attachmentMismatch(_:)``). The same bytes are kept once per store, and
@@ -180,15 +199,30 @@ public protocol CollectionStore: Sendable {
     /// wait meanwhile, so none refers to a blob being removed. Also brings the per-collection
     /// reference table (who may read a blob) to what the records say.
     func collectAttachmentGarbage(unreferencedFor grace: Int64, now: Int64) async throws -> AttachmentGarbage
+}
+
+/// Where each source follower (`deltasnap follow`) stands: the position it recorded with
+/// its last publication, and how far its source ran ahead.
+public protocol FollowerPositions: Sendable {
+    /// The position a source follower last recorded with its writes (nil: none yet).
+    func sourcePosition(of follower: String) async throws -> String?
+    /// Every follower that recorded a position, with when it last did (seconds since 1970): a
+    /// follower records one with each publication, so this is how recent its last one is.
+    func followers() async throws -> [SourceFollowerStatus]
+    /// Notes how far `follower`'s source ran ahead of it, measured at `at` (seconds since
+    /// 1970): what the operator's console shows. Nothing for a follower with no position yet.
+    func recordSourceLag(of follower: String, bytes: Int64, at: Int64) async throws
+    /// Forgets a follower's position (`follow --drop-slot`); whether there was one.
+    func forgetSourcePosition(of follower: String) async throws -> Bool
+}
+
+/// Sections no two callers of a store run at once under one name, across the processes and
+/// instances that share it.
+public protocol StoreLocks: Sendable {
     /// Runs `body` while no other caller of this store runs one under `name` — in any process
     /// or instance that shares the store (PostgreSQL: a session advisory lock; by default, in
     /// this process only). Review steps of one path hold it.
     func exclusively<T: Sendable>(_ name: String, _ body: @Sendable () async throws -> T) async throws -> T
-    /// Writes one publication of review before publish in one transaction (see
-    /// ``ReviewPublication``); by default with ``importPartitions(_:replace:recording:)``.
-    func publish(_ publication: ReviewPublication) async throws -> [WriteResult]
-    /// Closes the store's connections. Call once, when done.
-    func close() async
 }
 
 /// What a signed index states: the publication sequence and the entries, from one read.
@@ -245,7 +279,7 @@ package protocol AttachmentFiles: Sendable {
     func attachmentFile(_ sha256: String) -> String?
 }
 
-extension CollectionStore {
+extension StoreWriter {
     /// ``importStreams(_:replace:recording:each:)`` returning every path's result, in the
     /// order the paths came.
     ///

@@ -23,7 +23,7 @@ actor KeyedLocks {
     }
 }
 
-extension CollectionStore {
+extension StoreLocks {
     /// In this process only: the stores one process writes.
     public func exclusively<T: Sendable>(_ name: String, _ body: @Sendable () async throws -> T) async throws -> T {
         await KeyedLocks.shared.lock(name)

@@ -73,7 +73,7 @@ public struct RecordChange: Sendable, Equatable {
 /// as far as its changes lie, in pages that grow. Paged reads are separate transactions:
 /// callers that need one state hold the review lock, under which neither side changes.
 final class RecordMergeCursor {
-    private let store: any CollectionStore
+    private let store: any StoreReader
     private let collection: String
     private var stream: (any RecordSource)?
     private var page: [Record] = []
@@ -81,14 +81,14 @@ final class RecordMergeCursor {
     private var pageSize = 256
     private var exhausted = false
 
-    private init(store: any CollectionStore, collection: String) {
+    private init(store: any StoreReader, collection: String) {
         self.store = store
         self.collection = collection
     }
 
     /// A cursor on `collection`'s visible records after id `after` (nil: from the first), on
     /// the first of them; nil when the collection does not exist. `paged`: read a page at a time.
-    static func open(_ collection: String, in store: any CollectionStore, after: String?, paged: Bool) async throws -> RecordMergeCursor? {
+    static func open(_ collection: String, in store: any StoreReader, after: String?, paged: Bool) async throws -> RecordMergeCursor? {
         guard try await store.head(of: collection) != nil else { return nil }
         let cursor = RecordMergeCursor(store: store, collection: collection)
         if paged || after != nil {

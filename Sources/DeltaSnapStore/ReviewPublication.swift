@@ -61,7 +61,7 @@ public struct ReviewPublication: Sendable {
     }
 }
 
-extension CollectionStore {
+extension StoreWriter {
     /// Writes `publication` with `importPartitions`, in one transaction: what any store can do.
     public func publish(_ publication: ReviewPublication) async throws -> [WriteResult] {
         try await publishByImport(publication)

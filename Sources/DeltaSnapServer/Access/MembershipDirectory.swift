@@ -19,11 +19,11 @@ final class MembershipDirectory: Sendable {
     }
 
     private let collection: String?
-    private let store: any CollectionStore
+    private let store: any StoreReader
     private let heads: HeadCache
     private let entries: NIOLockedValueBox<BoundedCache<String, Entry>>
 
-    init(collection: String?, store: any CollectionStore, heads: HeadCache, capacity: Int = 10_000) {
+    init(collection: String?, store: any StoreReader, heads: HeadCache, capacity: Int = 10_000) {
         self.collection = collection
         self.store = store
         self.heads = heads

@@ -17,7 +17,7 @@ import NIOCore
 struct AttachmentsController: GatedController {
     let gate: Gate
     let reviewRouting: ReviewRouting
-    let store: any CollectionStore
+    let store: any AttachmentStore
     /// `store` as a keeper of one file per blob (the embedded default), cast once: a cast to
     /// a protocol existential on every download was a measurable part of a small one's CPU.
     let attachmentFiles: (any AttachmentFiles)?

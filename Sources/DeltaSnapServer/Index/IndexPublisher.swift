@@ -73,7 +73,7 @@ final class IndexPublisher: Sendable {
     /// The current document listing the heads `key` names (the heads the server answers
     /// polls with, in name order), for `subject` (nil: the public index), kept under `slot`.
     func current(
-        key: [EntryKey], subject: String?, slot: String, dependencies: ViewDependencies?, store: any CollectionStore, now: Int64
+        key: [EntryKey], subject: String?, slot: String, dependencies: ViewDependencies?, store: any StoreReader, now: Int64
     ) async throws -> Published {
         let held = state.withLockedValue { $0.published.value(forKey: slot) }
         if var held, held.lists(key), isFresh(held, now: now) {
@@ -171,7 +171,7 @@ final class IndexPublisher: Sendable {
     /// indexed read of the names moved; PostgreSQL reads the thousand heads in one query) and
     /// makes, hashes and serialises one entry.
     private func build(
-        entryKeys: [EntryKey], previous: (stated: [StatedEntry], sequence: UInt64)?, subject: String?, store: any CollectionStore, now: Int64
+        entryKeys: [EntryKey], previous: (stated: [StatedEntry], sequence: UInt64)?, subject: String?, store: any StoreReader, now: Int64
     ) async throws -> Published {
         var asked: [String: EntryKey] = [:]
         asked.reserveCapacity(entryKeys.count)

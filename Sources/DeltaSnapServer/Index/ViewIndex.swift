@@ -23,13 +23,13 @@ final class ViewIndex: Sendable {
     private let heads: HeadCache
     private let accessControl: AccessControl
     private let memberships: MembershipDirectory
-    private let store: any CollectionStore
+    private let store: any StoreReader
     /// The headers of a view's answers, and of the public index's.
     let viewHeaders: IndexHeaders
     let publicHeaders: IndexHeaders
 
     init(
-        publication: IndexPublisher, heads: HeadCache, accessControl: AccessControl, memberships: MembershipDirectory, store: any CollectionStore,
+        publication: IndexPublisher, heads: HeadCache, accessControl: AccessControl, memberships: MembershipDirectory, store: any StoreReader,
         maxAge: Int
     ) {
         self.publication = publication

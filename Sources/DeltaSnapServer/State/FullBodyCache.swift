@@ -28,7 +28,7 @@ final class FullBodyCache: Sendable {
 
     /// The body of `collection` at `head`'s version, building it (outside the lock) when
     /// missing or stale. Two first requests may both build; either result is correct.
-    func body(for head: CollectionHead, store: any CollectionStore) async throws -> Entry {
+    func body(for head: CollectionHead, store: any StoreReader) async throws -> Entry {
         if let entry = entries.withLockedValue({ $0.value(forKey: head.name) }), entry.head.version >= head.version, entry.head.epoch == head.epoch {
             return entry
         }

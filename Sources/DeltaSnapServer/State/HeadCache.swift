@@ -125,7 +125,7 @@ final class HeadCache: Sendable {
 
     /// The head of `name`: from memory, else read from `store` (a partition not in use
     /// lately, a collection another instance created that the watcher has not reported yet).
-    func served(_ name: String, store: any CollectionStore) async throws -> ServedHead? {
+    func served(_ name: String, store: any StoreReader) async throws -> ServedHead? {
         if let served = self[name] { return served }
         guard let head = try await store.head(of: name) else { return nil }
         // No wake: reading a head into the cache changes no view (a newer commit than the
@@ -146,7 +146,7 @@ final class HeadCache: Sendable {
     /// The heads of `names` (nil: does not exist): from memory, and those it lacks read from
     /// `store` in one read: a first view of a thousand partitions not in use lately is one
     /// query on PostgreSQL, not a thousand round trips one after the other.
-    func heads(of names: [String], store: any CollectionStore) async throws -> [String: CollectionHead] {
+    func heads(of names: [String], store: any StoreReader) async throws -> [String: CollectionHead] {
         var found: [String: CollectionHead] = [:]
         var missing: [String] = []
         state.withLockedValue { state in
@@ -163,7 +163,7 @@ final class HeadCache: Sendable {
     }
 
     /// ``served(_:store:)``'s head.
-    func head(of name: String, store: any CollectionStore) async throws -> CollectionHead? {
+    func head(of name: String, store: any StoreReader) async throws -> CollectionHead? {
         try await served(name, store: store)?.head
     }
 

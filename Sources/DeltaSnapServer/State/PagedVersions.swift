@@ -125,7 +125,7 @@ final class PagedVersions: Sendable {
     /// One page of version `token` of `name`: up to `limit` records after the id `after`.
     /// Nil when that version is neither kept nor the head `current` (superseded).
     func page(
-        of name: String, token: String, current: CollectionHead, after: String?, limit: Int, store: any CollectionStore
+        of name: String, token: String, current: CollectionHead, after: String?, limit: Int, store: any StoreReader
     ) async throws -> ByteBuffer? {
         let key = name + "\u{0}" + token
         let now = ContinuousClock.now
@@ -156,7 +156,7 @@ final class PagedVersions: Sendable {
     }
 
     /// Reads the version `token` of `name` whole, in one read transaction, and keeps it.
-    private func read(_ name: String, token: String, now: ContinuousClock.Instant, store: any CollectionStore) async throws -> Reading {
+    private func read(_ name: String, token: String, now: ContinuousClock.Instant, store: any StoreReader) async throws -> Reading {
         let source = try await store.openRecords(in: name, after: nil)
         var ids: [String] = []
         var bytes: [UInt8] = []
@@ -195,7 +195,7 @@ final class PagedVersions: Sendable {
 
     /// A page of a version too large to keep, read by its ids while it is the head: a range
     /// of the primary key, so each page costs its own size, not the version's.
-    private func pageFromStore(_ name: String, token: String, after: String?, limit: Int, store: any CollectionStore) async throws -> ByteBuffer? {
+    private func pageFromStore(_ name: String, token: String, after: String?, limit: Int, store: any StoreReader) async throws -> ByteBuffer? {
         // One more than the page: whether another page follows.
         let source = try await store.openPage(of: name, after: after, limit: limit + 1)
         var records: [(id: String, bytes: [UInt8])] = []

@@ -57,25 +57,20 @@ import Testing
     func withServer(
         _ backend: TestBackend, maximumAttachmentBytes: UInt64? = nil, _ body: @escaping @Sendable (Fixture) async throws -> Void
     ) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let store = try await TestDatabase.make(backend, in: dir)
-        try await store.importText(#"{"id":"n0","title":"no photo"}"#, collection: "notes")
-        try await store.importText(#"{"id":"a0","score":1}"#, collection: "attempts/alice")
-        try await store.importText(#"{"id":"b0","score":2}"#, collection: "attempts/bob")
         let access = AccessPolicy(jwtSecret: Self.secret, rules: try AccessRules(yaml: """
             collections:
               notes:    { read: public, write: admin }
               attempts: { partitioned: true, read: owner, write: owner }
             """))
-        let server = try await TestServer.start(database: store.url, access: access, maximumAttachmentBytes: maximumAttachmentBytes)
-        do { try await body(Fixture(server: server, store: store)) } catch {
-            await server.stop()
-            await store.stop()
-            throw error
-        }
-        await server.stop()
-        await store.stop()
+        try await TestServer.with(
+            backend,
+            seed: { store in
+                try await store.importText(#"{"id":"n0","title":"no photo"}"#, collection: "notes")
+                try await store.importText(#"{"id":"a0","score":1}"#, collection: "attempts/alice")
+                try await store.importText(#"{"id":"b0","score":2}"#, collection: "attempts/bob")
+            },
+            start: { try await TestServer.start(database: $0, access: access, maximumAttachmentBytes: maximumAttachmentBytes) }
+        ) { server, store in try await body(Fixture(server: server, store: store)) }
     }
 
     @Test(arguments: TestBackend.allCases) func aBlobUploadedWholeIsServedWithRangesToItsReaders(_ backend: TestBackend) async throws {

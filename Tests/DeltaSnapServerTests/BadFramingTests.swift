@@ -10,16 +10,10 @@ import Testing
 /// (or a closed connection), never a 500, nothing committed, and the server keeps serving.
 @Suite struct BadFramingTests {
     func withServer(_ body: @escaping @Sendable (TestServer, SQLiteDatabase) async throws -> Void) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
-        try Fixtures.importText(#"{"id":"a","v":1}"#, into: store, collection: "items")
-        let server = try await TestServer.start(database: dir.file("s.sqlite"), maximumWriteBodyBytes: 64 * 1024)
-        do { try await body(server, store) } catch {
-            await server.stop()
-            throw error
-        }
-        await server.stop()
+        try await TestServer.with(
+            seed: { try Fixtures.importText(#"{"id":"a","v":1}"#, into: try SQLiteDatabase(path: $0), collection: "items") },
+            start: { try await TestServer.start(database: $0, maximumWriteBodyBytes: 64 * 1024) }
+        ) { server, db in try await body(server, try SQLiteDatabase(path: db)) }
     }
 
     static let auth = "Authorization: Bearer \(TestServer.writeToken)\r\n"

@@ -10,18 +10,7 @@ import Testing
 @Suite struct CollectionEndpointTests {
     /// A store with 300 synthetic records in "items" (version 1), and a server on it.
     func withServer(_ body: @escaping @Sendable (TestServer, String) async throws -> Void) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let db = dir.file("s.sqlite")
-        try Fixtures.importText(Fixtures.ndjson(0..<300), into: try SQLiteDatabase(path: db), collection: "items")
-        let server = try await TestServer.start(database: db)
-        do {
-            try await body(server, db)
-        } catch {
-            await server.stop()
-            throw error
-        }
-        await server.stop()
+        try await TestServer.with(seed: { try Fixtures.importText(Fixtures.ndjson(0..<300), into: try SQLiteDatabase(path: $0), collection: "items") }, body)
     }
 
     func get(_ server: TestServer, _ path: String = "/v1/collections/items", _ headers: [String: String] = [:]) async throws -> RawHTTPClient.Response {

@@ -125,12 +125,10 @@ import Testing
     }
 
     func withServer(_ limits: ConnectionLimits, _ body: @escaping @Sendable (TestServer) async throws -> Void) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let db = dir.file("s.sqlite")
-        try Fixtures.importText(Fixtures.ndjson(0..<20), into: try SQLiteDatabase(path: db), collection: "items")
-        let server = try await TestServer.start(database: db, connections: limits)
-        try await server.stopping { try await body(server) }
+        try await TestServer.with(
+            seed: { try Fixtures.importText(Fixtures.ndjson(0..<20), into: try SQLiteDatabase(path: $0), collection: "items") },
+            start: { try await TestServer.start(database: $0, connections: limits) }
+        ) { server, _ in try await body(server) }
     }
 
     /// A figure of the server's `/metrics`, read in process: a request for it would be one

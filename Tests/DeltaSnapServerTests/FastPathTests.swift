@@ -15,16 +15,9 @@ import Testing
 /// connection, and never skip authorization.
 @Suite struct FastPathTests {
     func withServer(access: AccessPolicy = AccessPolicy(), _ body: @escaping @Sendable (TestServer, String) async throws -> Void) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let db = dir.file("s.sqlite")
-        try Fixtures.importText(Fixtures.ndjson(0..<50), into: try SQLiteDatabase(path: db), collection: "items")
-        let server = try await TestServer.start(database: db, access: access)
-        do { try await body(server, db) } catch {
-            await server.stop()
-            throw error
-        }
-        await server.stop()
+        try await TestServer.with(
+            seed: { try Fixtures.importText(Fixtures.ndjson(0..<50), into: try SQLiteDatabase(path: $0), collection: "items") },
+            start: { try await TestServer.start(database: $0, access: access) }, body)
     }
 
     func get(_ server: TestServer, _ path: String, _ headers: [String: String] = [:]) async throws -> RawHTTPClient.Response {

@@ -114,13 +114,9 @@ import Testing
     func withServer(
         _ backend: TestBackend, changePollInterval: Duration, _ body: (TestDatabase, TestServer) async throws -> Void
     ) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let database = try await TestDatabase.make(backend, in: dir)
-        try await database.stopping {
-            for name in ["items", "side"] { _ = try await database.importText(#"{"id":"r","v":1}"#, collection: name) }
-            let server = try await TestServer.start(database: database.url, signingKeys: [IndexSigningKey.generate()], changePollInterval: changePollInterval)
-            try await server.stopping { try await body(database, server) }
-        }
+        try await TestServer.with(
+            backend, seed: { database in for name in ["items", "side"] { _ = try await database.importText(#"{"id":"r","v":1}"#, collection: name) } },
+            start: { try await TestServer.start(database: $0, signingKeys: [IndexSigningKey.generate()], changePollInterval: changePollInterval) }
+        ) { server, database in try await body(database, server) }
     }
 }

@@ -13,19 +13,13 @@ import Testing
         logNotModified: Bool = false,
         _ body: @escaping @Sendable (TestServer, String, CapturingLogHandler.Lines) async throws -> Void
     ) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let db = dir.file("s.sqlite")
-        try Fixtures.importText(Fixtures.ndjson(0..<20), into: try SQLiteDatabase(path: db), collection: "items")
         let lines = CapturingLogHandler.Lines([])
         var logger = Logger(label: "test-server") { _ in CapturingLogHandler(lines: lines) }
         logger.logLevel = .info
-        let server = try await TestServer.start(database: db, logNotModified: logNotModified, logger: logger)
-        do { try await body(server, db, lines) } catch {
-            await server.stop()
-            throw error
-        }
-        await server.stop()
+        try await TestServer.with(
+            seed: { try Fixtures.importText(Fixtures.ndjson(0..<20), into: try SQLiteDatabase(path: $0), collection: "items") },
+            start: { try await TestServer.start(database: $0, logNotModified: logNotModified, logger: logger) }
+        ) { server, db in try await body(server, db, lines) }
     }
 
     func get(_ server: TestServer, _ path: String = "/v1/collections/items", _ headers: [String: String] = [:]) async throws -> RawHTTPClient.Response {

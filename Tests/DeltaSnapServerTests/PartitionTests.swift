@@ -50,23 +50,18 @@ import Testing
     func withServer(
         _ backend: TestBackend, signingKeys: [IndexSigningKey] = [], indexLifetime: Int? = nil, _ body: @escaping @Sendable (Fixture) async throws -> Void
     ) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let store = try await TestDatabase.make(backend, in: dir)
-        try await store.importText(#"{"id":"AD","name":"Andorra"}"#, collection: "countries")
-        try await store.importText(#"{"id":"a1","score":3}"#, collection: "attempts/alice")
-        try await store.importText(#"{"id":"b1","score":5}"#, collection: "attempts/bob")
-        try await store.importText(#"{"id":"q1","question":"2+2"}"#, collection: "sets/8271")
-        try await store.importText(#"{"id":"sets/8271","role":"write"}"#, collection: "members/alice")
         let access = AccessPolicy(jwtSecret: Self.secret, rules: try AccessRules(yaml: Self.rules))
-        let server = try await TestServer.start(database: store.url, access: access, signingKeys: signingKeys, indexLifetime: indexLifetime)
-        do { try await body(Fixture(server: server, store: store)) } catch {
-            await server.stop()
-            await store.stop()
-            throw error
-        }
-        await server.stop()
-        await store.stop()
+        try await TestServer.with(
+            backend,
+            seed: { store in
+                try await store.importText(#"{"id":"AD","name":"Andorra"}"#, collection: "countries")
+                try await store.importText(#"{"id":"a1","score":3}"#, collection: "attempts/alice")
+                try await store.importText(#"{"id":"b1","score":5}"#, collection: "attempts/bob")
+                try await store.importText(#"{"id":"q1","question":"2+2"}"#, collection: "sets/8271")
+                try await store.importText(#"{"id":"sets/8271","role":"write"}"#, collection: "members/alice")
+            },
+            start: { try await TestServer.start(database: $0, access: access, signingKeys: signingKeys, indexLifetime: indexLifetime) }
+        ) { server, store in try await body(Fixture(server: server, store: store)) }
     }
 
     @Test(arguments: TestBackend.allCases) func eachCallerReadsExactlyTheirSlice(_ backend: TestBackend) async throws {

@@ -16,19 +16,13 @@ import Testing
         _ backend: TestBackend, access: AccessPolicy = AccessPolicy(jwtSecret: PushEndpointTests.secret),
         _ body: @escaping @Sendable (TestServer, TestDatabase) async throws -> Void
     ) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let store = try await TestDatabase.make(backend, in: dir)
-        try await store.importText(#"{"id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, collection: "notes")
-        try await store.importText(#"{"id":"s1"}"#, collection: "secret")
-        let server = try await TestServer.start(database: store.url, access: access)
-        do { try await body(server, store) } catch {
-            await server.stop()
-            await store.stop()
-            throw error
-        }
-        await server.stop()
-        await store.stop()
+        try await TestServer.with(
+            backend,
+            seed: { store in
+                try await store.importText(#"{"id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, collection: "notes")
+                try await store.importText(#"{"id":"s1"}"#, collection: "secret")
+            },
+            start: { try await TestServer.start(database: $0, access: access) }, body)
     }
 
     func token(_ subject: String = "alice", write: [String] = ["notes"], read: [String] = [], expiresIn: TimeInterval = 600, secret: String = PushEndpointTests.secret) async throws -> String {

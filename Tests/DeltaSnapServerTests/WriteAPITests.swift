@@ -10,15 +10,7 @@ import Testing
     let auth = ["Authorization": "Bearer \(TestServer.writeToken)"]
 
     func withServer(writeToken: String? = TestServer.writeToken, _ body: @escaping @Sendable (TestServer, String) async throws -> Void) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let db = dir.file("s.sqlite")
-        let server = try await TestServer.start(database: db, writeToken: writeToken, maximumWriteBodyBytes: 64 * 1024)
-        do { try await body(server, db) } catch {
-            await server.stop()
-            throw error
-        }
-        await server.stop()
+        try await TestServer.with(start: { try await TestServer.start(database: $0, writeToken: writeToken, maximumWriteBodyBytes: 64 * 1024) }, body)
     }
 
     func send(_ server: TestServer, _ method: String, _ path: String, _ headers: [String: String] = [:], _ body: String = "") async throws -> RawHTTPClient.Response {

@@ -179,6 +179,8 @@ let package = Package(
                 "DeltaSnapServer", "DeltaSnapClient", "DeltaSnapSQLiteStore", "DeltaSnapTestSupport",
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "Hummingbird", package: "hummingbird"),
+                // Router-level tests (`app.test(.router)`): no socket where none is needed.
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
             ]
         ),
         // The `deltasnap` verbs as a user runs them: child processes, real files, exit codes.

@@ -26,12 +26,28 @@ extension PostgresDatabase {
     func importPartitions(_ partitions: [PartitionRecords], replace: Bool, on connection: PostgresConnection) async throws -> [WriteResult] {
         // Which partition refers to which blob; checked before anything is written.
         var referenced: [(path: String, reference: AttachmentReference, record: Record)] = []
-        for partition in partitions {
-            for record in partition.records {
-                for reference in try AttachmentRule.references(in: record) { referenced.append((partition.path, reference, record)) }
+        // Where each reference stands (partition, record): a refusal names the record's line.
+        var positions: [(partition: Int, record: Int)] = []
+        for (p, partition) in partitions.enumerated() {
+            for (r, record) in partition.records.enumerated() {
+                for reference in try AttachmentRule.references(in: record) {
+                    referenced.append((partition.path, reference, record))
+                    positions.append((p, r))
+                }
             }
         }
-        try await requireAttachments(referenced, on: connection)
+        do {
+            try await requireAttachments(referenced, on: connection)
+        } catch let error as StoreError {
+            // The first reference refused is the first that fails the same check again.
+            let held = try await attachmentSizes(Array(Set(referenced.map(\.reference.sha256))), on: connection)
+            for (index, (_, reference, record)) in referenced.enumerated() {
+                do { try AttachmentRule.check(reference, in: record, heldSize: held[reference.sha256]) } catch let refused as StoreError {
+                    throw partitions[positions[index].partition].refusal(refused, of: positions[index].record)
+                }
+            }
+            throw error
+        }
         var existing = Set<String>()
         for try await name in try await connection.checkedQuery(
             "SELECT name FROM deltasnap_collections WHERE name = ANY(\(partitions.map(\.path)))", logger: logger

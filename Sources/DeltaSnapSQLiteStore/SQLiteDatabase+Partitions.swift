@@ -65,7 +65,9 @@ extension SQLiteDatabase {
             exists.reset()
             if !existing { return try fresh.write(partition) }
             let writer = try CollectionWriter(db: db, statements: statements, collection: partition.path, configuration: configuration, blobs: blobs)
-            for record in partition.records { try writer.put(record) }
+            for (index, record) in partition.records.enumerated() {
+                do { try writer.put(record) } catch let error as StoreError { throw partition.refusal(error, of: index) }
+            }
             if replace { try writer.hideRecordsNotPut() }
             return try writer.commit()
         }
@@ -148,10 +150,15 @@ private struct NewPartitions {
         var state = StateAccumulator(collection: partition.path, checksum: .empty, count: 0, digest: needsDigest ? .empty : nil)
         // The blobs the records refer to, each checked as any write checks it (``AttachmentRule``).
         var referenced: [AttachmentReference] = []
-        for record in partition.records {
-            guard seen.insert(record.id).inserted else { throw StoreError.duplicateID(record.id) }
+        for (index, record) in partition.records.enumerated() {
+            guard seen.insert(record.id).inserted else { throw partition.refusal(StoreError.duplicateID(record.id), of: index) }
             state.put(record, replacing: nil)
-            if !record.isHidden { referenced += try AttachmentRule.checkAll(record, heldSize: blobs.size(of:)) }
+            guard !record.isHidden else { continue }
+            do {
+                referenced += try AttachmentRule.checkAll(record, heldSize: blobs.size(of:))
+            } catch let error as StoreError {
+                throw partition.refusal(error, of: index)
+            }
         }
         guard state.upserted > 0 else {
             return WriteResult(collection: partition.path, committed: false, head: nil, upserted: 0, hidden: 0, unchanged: state.unchanged)

@@ -5,10 +5,23 @@ public struct PartitionRecords: Sendable {
     /// `NAME/KEY`.
     public var path: String
     public var records: [Record]
+    /// Where each record came from (its input's name, and its line there) when it was read
+    /// from a file: a store's refusal of a record then names its line, as a streamed
+    /// import's does. Nil for records built in memory (a follower's rows).
+    package var origin: (source: String, lines: [Int])?
 
     public init(path: String, records: [Record]) {
         self.path = path
         self.records = records
+    }
+
+    /// The store's refusal of the record at `index`: at its line when the records came from a
+    /// file (``ImportError`` with the refusal's code), as it is otherwise.
+    package func refusal(_ error: StoreError, of index: Int) -> any Error {
+        guard let origin, origin.lines.indices.contains(index) else { return error }
+        var failure = ImportError(source: origin.source, line: origin.lines[index], reason: error.message)
+        failure.code = error.code
+        return failure
     }
 
     /// The records of `stream` spread over partitions of `collection` by the value of `field`

@@ -77,7 +77,10 @@ package struct PathBatches {
                 bytes += record.bytes.count + record.id.utf8.count + 64
             }
             if ended, !records.isEmpty {
-                batch.append(PartitionRecords(path: part.path, records: records.map(\.record)))
+                var partition = PartitionRecords(path: part.path, records: records.map(\.record))
+                // A refusal in the run then names its line, as a streamed path's does.
+                partition.origin = (part.records.name, records.map(\.line))
+                batch.append(partition)
                 batchBytes += bytes + part.path.utf8.count + 64
                 if batchBytes >= batchBudget || batch.count >= maximumPaths { return .small(batch) }
                 continue

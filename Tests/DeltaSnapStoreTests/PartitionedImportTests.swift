@@ -185,8 +185,11 @@ import Testing
             func line(_ id: String, set: String) -> String {
                 #"{"id":"\#(id)","set":"\#(set)","file":{"$attachment":"\#(reference.sha256)","size":\#(bytes.count),"type":"\#(reference.type)"}}"#
             }
-            await #expect(performing: { try await store.importPartitioned(line("q1", set: "a"), collection: "sets", by: "set") }, throws: { error in
-                (error as? StoreError)?.code == .missingAttachment || (error as? ImportError)?.code == .missingAttachment
+            // Refused at its line (the input's second), whether its partition is new or not.
+            await #expect(performing: {
+                try await store.importPartitioned(#"{"id":"q0","set":"a"}"# + "\n" + line("q1", set: "a"), collection: "sets", by: "set")
+            }, throws: { error in
+                (error as? ImportError).map { $0.code == .missingAttachment && $0.line == 2 && $0.source == "test" } ?? false
             })
             #expect(try await store.head(of: "sets/a") == nil)
             try await store.store.storeAttachment(reference, from: AttachmentStoreTests.chunks(bytes))
@@ -195,6 +198,13 @@ import Testing
             #expect(try await store.store.collections(referringTo: reference.sha256, limit: 10) == ["sets/b"])
             #expect(try await store.store.attachment(reference.sha256, in: "sets/b") == reference)
             #expect(try await store.store.attachment(reference.sha256, in: "sets/c") == nil)
+            let missing = try AttachmentStoreTests.reference(AttachmentStoreTests.blob(7_000))
+            let elsewhere = #"{"id":"q9","set":"c","file":{"$attachment":"\#(missing.sha256)","size":7000,"type":"\#(missing.type)"}}"#
+            await #expect(performing: {
+                try await store.importPartitioned(#"{"id":"q3","set":"c"}"# + "\n" + #"{"id":"q4","set":"d"}"# + "\n" + elsewhere, collection: "sets", by: "set")
+            }, throws: { error in
+                (error as? ImportError).map { $0.code == .missingAttachment && $0.line == 3 } ?? false
+            })
         }
     }
 

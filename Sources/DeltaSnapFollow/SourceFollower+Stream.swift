@@ -126,7 +126,7 @@ extension SourceFollower {
 
     /// Publishes source transactions, each one version of every collection or partition it
     /// changed with the position after it, committed together where the store can
-    /// (``DeltaSnapStore/CollectionStore/importTransactions(_:)``). A transaction that must
+    /// (``DeltaSnapStore/StoreWriter/importTransactions(_:)``). A transaction that must
     /// read the store (a `TRUNCATE`, changed columns) or that is staged in a file is published alone.
     private func publish(_ commits: [CommittedTransaction], state: inout StreamState) async throws {
         guard let last = commits.last else { return }

@@ -7,7 +7,7 @@ import Foundation
 /// last state of each row by path and id (a later change replaces an earlier one, as in
 /// memory), and the rows still waiting for values their update did not send. Read back path
 /// by path, in id order, as the records a store imports in one transaction
-/// (``DeltaSnapStore/CollectionStore/importStreams(_:recording:)``). The file goes with it.
+/// (``DeltaSnapStore/StoreWriter/importStreams(_:recording:)``). The file goes with it.
 ///
 /// A SQLite file because what is needed is a keyed upsert on disk — a row changed twice in
 /// one transaction is one record — and SQLite is linked already; a plain append-only file
@@ -144,7 +144,7 @@ final class TransactionSpill: @unchecked Sendable {
         waiting = Int(try db.scalarInt("SELECT count(*) FROM waiting") ?? 0)
     }
 
-    /// The paths and their records, in path then id order, as ``DeltaSnapStore/CollectionStore/importStreams(_:replace:recording:)``
+    /// The paths and their records, in path then id order, as ``DeltaSnapStore/StoreWriter/importStreams(_:replace:recording:)``
     /// takes them (each path's records read to their end before the next path is asked for);
     /// then `emptied`, each with no record (a copy's table or partitions that have no row now).
     func streams(then emptied: [String] = []) throws -> @Sendable () throws -> PathRecords? {

@@ -272,7 +272,7 @@ public protocol RecordSource: AnyObject, Sendable {
 
 /// A store that keeps each attachment as a file of its own (the embedded default): the
 /// server then reads a download straight into its network buffers from the file, as nginx
-/// serves a static file, instead of through ``CollectionStore/readAttachment(_:range:_:)``.
+/// serves a static file, instead of through ``AttachmentStore/readAttachment(_:range:_:)``.
 package protocol AttachmentFiles: Sendable {
     /// Where the file of the attachment `sha256` is when the store holds it (nil for a name
     /// that is no SHA-256). Not checked: opening it tells, in the same system call.

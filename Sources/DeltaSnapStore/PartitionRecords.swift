@@ -26,7 +26,7 @@ public struct PartitionRecords: Sendable {
 
     /// The records of `stream` spread over partitions of `collection` by the value of `field`
     /// (a string or a number that is a valid partition key), as
-    /// ``CollectionStore/importStreams(_:replace:recording:)`` takes them: partitions in path
+    /// ``StoreWriter/importStreams(_:replace:recording:)`` takes them: partitions in path
     /// order, each one's records in id order, sorted in bounded memory (``RecordSorter``:
     /// runs spilled to temporary files). The whole input is read, and every line's JSON and
     /// partition checked, before this returns; a repeated id within a partition is refused

@@ -1,9 +1,9 @@
 import DeltaSnapCore
 
-/// The paths of a streamed import (``CollectionStore/importStreams(_:replace:recording:)``)
+/// The paths of a streamed import (``StoreWriter/importStreams(_:replace:recording:)``)
 /// cut into what a store writes best: runs of small paths held together, each run written by
 /// the store's set-based partition path (one statement for many partitions, as
-/// ``CollectionStore/importPartitions(_:replace:recording:)`` writes them), and large paths
+/// ``StoreWriter/importPartitions(_:replace:recording:)`` writes them), and large paths
 /// streamed record by record. Memory stays within ``batchBudget`` whatever the number of
 /// paths or their sizes.
 ///

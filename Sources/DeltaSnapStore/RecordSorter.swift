@@ -58,7 +58,7 @@ package enum RecordSorter {
 
     /// The records of `stream` grouped by what `group` says of each (a partition's path) and
     /// in ascending id order within each group, groups in ascending order (UTF-8 bytes): one
-    /// ``PathRecords`` per group, as ``CollectionStore/importStreams(_:replace:recording:)``
+    /// ``PathRecords`` per group, as ``StoreWriter/importStreams(_:replace:recording:)``
     /// takes them, each with ``RecordStream/idsAscend`` set. A repeated id within a group is
     /// refused at its later line (``StoreError/duplicateID(_:)``), before it reaches a store.
     ///

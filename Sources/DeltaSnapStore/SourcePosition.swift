@@ -39,7 +39,7 @@ public struct SourceFollowerStatus: Sendable, Equatable {
 }
 
 /// One source transaction as a store writes it: the partitions (or collections) it changed,
-/// and the follower's position once it is written (``CollectionStore/importTransactions(_:)``).
+/// and the follower's position once it is written (``StoreWriter/importTransactions(_:)``).
 public struct StoreTransaction: Sendable {
     public var partitions: [PartitionRecords]
     public var position: SourcePosition?
@@ -51,7 +51,7 @@ public struct StoreTransaction: Sendable {
 }
 
 /// One collection or partition of a streamed import: its path and its records, read once
-/// (``CollectionStore/importStreams(_:replace:recording:)``).
+/// (``StoreWriter/importStreams(_:replace:recording:)``).
 public struct PathRecords: Sendable {
     /// `NAME` or `NAME/KEY`.
     public var path: String

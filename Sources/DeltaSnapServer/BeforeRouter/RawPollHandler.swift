@@ -13,8 +13,8 @@ import NIOCore
 ///
 /// Only while the connection has sent nothing else: at the first request that is not a
 /// plain poll answered from memory (``PollRequestHead``,
-/// ``DeltaSnapAPI/answerFromMemory(collection:ifNoneMatch:acceptEncoding:allowsBody:start:)``,
-/// ``DeltaSnapAPI/indexNotModifiedFromMemory(authorization:ifNoneMatch:)``)
+/// ``MemoryAnswers/answerFromMemory(collection:ifNoneMatch:acceptEncoding:allowsBody:start:)``,
+/// ``IndexController/indexNotModifiedFromMemory(authorization:ifNoneMatch:)``)
 /// the handler hands that request's bytes, and every later byte, to the decoder and steps
 /// aside for good. Responses therefore never overtake each other, and whatever it does not
 /// answer reaches the rest of the server exactly as sent.

@@ -51,7 +51,7 @@ final class ServedHead: Sendable {
 /// The heads the server answers polls with: every collection's, and the partitions' in
 /// use (a bounded cache: a store may hold millions, read one by one on demand). Installed
 /// at once after the server's own commits and bodies, and changed whenever the store reports
-/// another writer's commit (``DeltaSnapStore/CollectionStore/watchForChanges(every:onChange:)``),
+/// another writer's commit (``DeltaSnapStore/StoreReader/watchForChanges(every:onChange:)``),
 /// which names every change, so a cached head is never stale for longer than a watch.
 final class HeadCache: Sendable {
     /// Everything the lock guards, as one plain value.

@@ -52,15 +52,6 @@ public enum ReviewError: Error, Equatable, Sendable, CustomStringConvertible {
 extension CollectionStore {
     // MARK: - Settings and routing
 
-    /// Which collections are reviewed, by name.
-    public func reviewSettings() async throws -> [String: ReviewSettings] {
-        var settings: [String: ReviewSettings] = [:]
-        for record in try await visibleRecords(of: ReviewPaths.settings) {
-            if let rule = ReviewSettings(record: record) { settings[record.id] = rule }
-        }
-        return settings
-    }
-
     /// Records which collections are reviewed (what `serve --rules` states), and prepares the
     /// workspace of each reviewed collection that is not partitioned.
     public func setReviewSettings(_ settings: [String: ReviewSettings]) async throws {
@@ -88,73 +79,6 @@ extension CollectionStore {
         if !copy.isEmpty { _ = try await write(copy, to: workspace) }
         return workspace
     }
-
-    // MARK: - Reading
-
-    /// The review's log, and whether a request waits.
-    public func reviewState(of path: String) async throws -> ReviewState {
-        ReviewState(log: try await visibleRecords(of: ReviewPaths.log(of: path)).compactMap(ReviewLogEntry.init(record:)))
-    }
-
-    /// The change under review — the frozen request when one waits, else the workspace —
-    /// against what is published, in id order after `after`, at most `limit`.
-    public func reviewChanges(
-        of path: String, after: String?, limit: Int
-    ) async throws -> (pending: ReviewLogEntry?, changes: [RecordChange], more: Bool) {
-        let pending = try await reviewState(of: path).pending
-        let proposed = pending == nil ? ReviewPaths.workspace(of: path) : ReviewPaths.request(of: path)
-        guard try await head(of: proposed) != nil else { return (pending, [], false) }
-        let (changes, more) = try await changes(from: path, to: proposed, after: after, limit: limit)
-        return (pending, changes, more)
-    }
-
-    /// The requests waiting for a decision, of every reviewed path (partitions included), in
-    /// path order after `after`, at most `limit`. Requests made before this queue was kept
-    /// (an older release) are not in it; the path's own log still has them.
-    public func pendingReviews(after: String?, limit: Int) async throws -> [(path: String, request: ReviewLogEntry)] {
-        guard try await head(of: ReviewPaths.queue) != nil else { return [] }
-        return try await withPage(of: ReviewPaths.queue, after: after, limit: limit) { source in
-            var found: [(path: String, request: ReviewLogEntry)] = []
-            while try await source.next({ bytes in
-                let record = try Record.parse(Array(bytes))
-                if let entry = ReviewLogEntry(record: record) { found.append((record.id, entry)) }
-            }) {}
-            return found
-        }
-    }
-
-    /// The values review publications (approvals, rollbacks) replaced in record `id` of `path`,
-    /// newest first, at most `limit` — a reviewed collection's history: its published values
-    /// change only through review, and pushes' history stays with the workspace, unpublished.
-    /// `version` is the publication that had written the value, 0 when it predates the last
-    /// ``reviewHistoryDepth`` publications (or the review); `replacedBy` is `"review"` (history
-    /// is as public as the collection: no reviewer's name).
-    public func reviewHistory(of id: String, in path: String, limit: Int) async throws -> [HistoryEntry] {
-        let publications = try await reviewState(of: path).log.filter { $0.published && $0.version != nil }.suffix(Self.reviewHistoryDepth).reversed()
-        var entries: [HistoryEntry] = []
-        var pending: (value: Record, replacedIn: UInt64, at: Int64)?
-        func settle(writtenBy version: UInt64) {
-            if let kept = pending {
-                entries.append(HistoryEntry(value: kept.value.bytes, version: version, replacedIn: kept.replacedIn, replacedAt: kept.at, replacedBy: "review"))
-            }
-            pending = nil
-        }
-        for publication in publications {
-            guard entries.count < limit else { break }
-            let replaced = try await record(id, in: ReviewPaths.replaced(of: path, publication: publication.sequence))
-            let added = replaced == nil ? try await record(id, in: ReviewPaths.added(of: path, publication: publication.sequence)) : nil
-            guard replaced != nil || added != nil else { continue }
-            // This publication wrote the value the newer one replaced.
-            settle(writtenBy: publication.version!)
-            if let replaced { pending = (replaced, publication.version!, publication.at) }
-        }
-        if entries.count < limit { settle(writtenBy: 0) }
-        return entries
-    }
-
-    /// The publications a reviewed record's history looks through, newest first: each costs
-    /// up to two store reads, on an endpoint anyone who may read the collection can ask.
-    public static var reviewHistoryDepth: Int { 100 }
 
     // MARK: - Steps
 
@@ -288,6 +212,85 @@ extension CollectionStore {
     private func stateChange(of target: String, toMatch source: String) async throws -> [Record] {
         try await changes(from: target, to: source).changes.map { $0.after ?? Record.tombstone(id: $0.id) }
     }
+
+}
+
+/// What reading a review needs: the settings, the log, the change under review, the queue,
+/// the published history — a reader is enough (the console, a poll's history).
+extension StoreReader {
+    /// Which collections are reviewed, by name.
+    public func reviewSettings() async throws -> [String: ReviewSettings] {
+        var settings: [String: ReviewSettings] = [:]
+        for record in try await visibleRecords(of: ReviewPaths.settings) {
+            if let rule = ReviewSettings(record: record) { settings[record.id] = rule }
+        }
+        return settings
+    }
+
+    /// The review's log, and whether a request waits.
+    public func reviewState(of path: String) async throws -> ReviewState {
+        ReviewState(log: try await visibleRecords(of: ReviewPaths.log(of: path)).compactMap(ReviewLogEntry.init(record:)))
+    }
+
+    /// The change under review — the frozen request when one waits, else the workspace —
+    /// against what is published, in id order after `after`, at most `limit`.
+    public func reviewChanges(
+        of path: String, after: String?, limit: Int
+    ) async throws -> (pending: ReviewLogEntry?, changes: [RecordChange], more: Bool) {
+        let pending = try await reviewState(of: path).pending
+        let proposed = pending == nil ? ReviewPaths.workspace(of: path) : ReviewPaths.request(of: path)
+        guard try await head(of: proposed) != nil else { return (pending, [], false) }
+        let (changes, more) = try await changes(from: path, to: proposed, after: after, limit: limit)
+        return (pending, changes, more)
+    }
+
+    /// The requests waiting for a decision, of every reviewed path (partitions included), in
+    /// path order after `after`, at most `limit`. Requests made before this queue was kept
+    /// (an older release) are not in it; the path's own log still has them.
+    public func pendingReviews(after: String?, limit: Int) async throws -> [(path: String, request: ReviewLogEntry)] {
+        guard try await head(of: ReviewPaths.queue) != nil else { return [] }
+        return try await withPage(of: ReviewPaths.queue, after: after, limit: limit) { source in
+            var found: [(path: String, request: ReviewLogEntry)] = []
+            while try await source.next({ bytes in
+                let record = try Record.parse(Array(bytes))
+                if let entry = ReviewLogEntry(record: record) { found.append((record.id, entry)) }
+            }) {}
+            return found
+        }
+    }
+
+    /// The values review publications (approvals, rollbacks) replaced in record `id` of `path`,
+    /// newest first, at most `limit` — a reviewed collection's history: its published values
+    /// change only through review, and pushes' history stays with the workspace, unpublished.
+    /// `version` is the publication that had written the value, 0 when it predates the last
+    /// ``reviewHistoryDepth`` publications (or the review); `replacedBy` is `"review"` (history
+    /// is as public as the collection: no reviewer's name).
+    public func reviewHistory(of id: String, in path: String, limit: Int) async throws -> [HistoryEntry] {
+        let publications = try await reviewState(of: path).log.filter { $0.published && $0.version != nil }.suffix(Self.reviewHistoryDepth).reversed()
+        var entries: [HistoryEntry] = []
+        var pending: (value: Record, replacedIn: UInt64, at: Int64)?
+        func settle(writtenBy version: UInt64) {
+            if let kept = pending {
+                entries.append(HistoryEntry(value: kept.value.bytes, version: version, replacedIn: kept.replacedIn, replacedAt: kept.at, replacedBy: "review"))
+            }
+            pending = nil
+        }
+        for publication in publications {
+            guard entries.count < limit else { break }
+            let replaced = try await record(id, in: ReviewPaths.replaced(of: path, publication: publication.sequence))
+            let added = replaced == nil ? try await record(id, in: ReviewPaths.added(of: path, publication: publication.sequence)) : nil
+            guard replaced != nil || added != nil else { continue }
+            // This publication wrote the value the newer one replaced.
+            settle(writtenBy: publication.version!)
+            if let replaced { pending = (replaced, publication.version!, publication.at) }
+        }
+        if entries.count < limit { settle(writtenBy: 0) }
+        return entries
+    }
+
+    /// The publications a reviewed record's history looks through, newest first: each costs
+    /// up to two store reads, on an endpoint anyone who may read the collection can ask.
+    public static var reviewHistoryDepth: Int { 100 }
 
     /// Every visible record of `path` (none when it does not exist), in id order.
     func visibleRecords(of path: String) async throws -> [Record] {

@@ -135,7 +135,7 @@ final class RecordMergeCursor {
     }
 }
 
-extension CollectionStore {
+extension StoreReader {
     /// The records that differ between `published` and `proposed` (either may not exist: no
     /// records), in id order, after id `after`; at most `limit` (nil: all). `more`: whether
     /// changes follow the last one returned.

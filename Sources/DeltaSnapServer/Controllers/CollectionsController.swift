@@ -14,7 +14,7 @@ import Hummingbird
 struct CollectionsController: GatedController {
     let gate: Gate
     let reviewRouting: ReviewRouting
-    let store: any CollectionStore
+    let store: any StoreReader
     let heads: HeadCache
     /// The poll's plan, and the delta cache it reads.
     let memory: MemoryAnswers

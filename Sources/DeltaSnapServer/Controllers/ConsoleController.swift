@@ -17,7 +17,7 @@ import NIOCore
 /// ```
 struct ConsoleController: GatedController {
     let gate: Gate
-    let store: any CollectionStore
+    let store: any StoreReader & FollowerPositions
     let heads: HeadCache
     let deltas: DeltaCache
     let fullBodies: FullBodyCache

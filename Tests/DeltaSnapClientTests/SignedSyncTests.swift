@@ -193,7 +193,7 @@ import Testing
         defer { Task { await setup.finish() } }
         _ = await setup.replica.sync()
         let old = try await offPool { try setup.server.connect().request("GET", "/v1/index").body }
-        try await Task.sleep(for: .milliseconds(1100))  // the next commit's sequence is a later second
+        try await untilTheNextSecond()  // the next commit's sequence is a later second
         try await setup.commit(#"{"id":"r0000002","v":"newer"}"#)
         #expect(await setup.replica.sync().name == "delta")
         let before = try await setup.snapshot()

@@ -147,7 +147,7 @@ import Testing
             let later = try await offPool { try curl(["-s", "-D", "-", "-o", "/dev/null", "-z", HTTPDate.format(head.committedAt + 1), url]) }
             #expect(later.hasPrefix("HTTP/1.1 304"), "\(later)")
             // A second version in a later second: a date at that second gets exactly its changes.
-            try await Task.sleep(for: .milliseconds(1100))
+            try await untilTheNextSecond()
             try Fixtures.importText(#"{"id":"r0000005","v":2}"#, into: try SQLiteDatabase(path: db), collection: "items")
             try await waitForHead(server, version: 2)
             let v2 = try #require(try SQLiteDatabase(path: db).head(of: "items"))

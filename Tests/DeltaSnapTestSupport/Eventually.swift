@@ -35,3 +35,13 @@ package func eventually(
 package struct EventuallyFailed: Error, CustomStringConvertible {
     package let description: String
 }
+
+/// Waits until the wall clock's second changes (half a second on average, never more than
+/// one): what a time at one second's resolution — an HTTP date, a commit time — needs to
+/// differ from one taken before, without a straight second-long sleep.
+package func untilTheNextSecond() async throws {
+    let now = Int64(Date().timeIntervalSince1970)
+    try await eventually("the clock's second never changed", within: .seconds(2), every: .milliseconds(10)) {
+        Int64(Date().timeIntervalSince1970) > now
+    }
+}

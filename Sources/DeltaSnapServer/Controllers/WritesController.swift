@@ -14,7 +14,7 @@ import NIOCore
 struct WritesController: GatedController {
     let gate: Gate
     let reviewRouting: ReviewRouting
-    let store: any CollectionStore
+    let store: any StoreWriter
     let heads: HeadCache
     /// The proof a push's file references need.
     let attachments: AttachmentsController

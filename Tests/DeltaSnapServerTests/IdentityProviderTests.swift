@@ -17,24 +17,16 @@ import Testing
         issuers: [String] = [], audiences: [String] = [], claims mapping: ClaimMapping = ClaimMapping(),
         _ body: @escaping @Sendable (TestServer, JWKSKeySource) async throws -> Void
     ) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let store = try await TestDatabase.make(.sqlite, in: dir)
-        try await store.importText(#"{"id":"n1","title":"a"}"#, collection: "notes")
         let keySet = try await JWKSKeySource(url: provider.jwksURL, policy: policy)
         var access = AccessPolicy()
         access.keySets = [keySet]
         access.issuers = issuers
         access.audiences = audiences
         access.claims = mapping
-        let server = try await TestServer.start(database: store.url, access: access)
-        do { try await body(server, keySet) } catch {
-            await server.stop()
-            await store.stop()
-            throw error
-        }
-        await server.stop()
-        await store.stop()
+        try await TestServer.with(
+            .sqlite, seed: { try await $0.importText(#"{"id":"n1","title":"a"}"#, collection: "notes") },
+            start: { try await TestServer.start(database: $0, access: access) }
+        ) { server, _ in try await body(server, keySet) }
     }
 
     func push(_ server: TestServer, token: String) async throws -> Int {

@@ -72,23 +72,11 @@ import Testing
     func withServer(
         _ backend: TestBackend, selfApprove: Bool = false, signingKeys: [IndexSigningKey] = [], _ body: @escaping @Sendable (Fixture) async throws -> Void
     ) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let database = try await TestDatabase.make(backend, in: dir)
-        try await database.importText(Fixtures.ndjson(0..<100), collection: "catalogue")
-        var servers: [TestServer] = []
-        do {
-            let access = AccessPolicy(jwtSecret: Self.secret, rules: try AccessRules(yaml: Self.rules(selfApprove: selfApprove)))
-            let server = try await TestServer.start(database: database.url, access: access, signingKeys: signingKeys, console: true)
-            servers.append(server)
-            try await body(Fixture(server: server, database: database))
-        } catch {
-            for server in servers { await server.stop() }
-            await database.stop()
-            throw error
-        }
-        for server in servers { await server.stop() }
-        await database.stop()
+        let access = AccessPolicy(jwtSecret: Self.secret, rules: try AccessRules(yaml: Self.rules(selfApprove: selfApprove)))
+        try await TestServer.with(
+            backend, seed: { try await $0.importText(Fixtures.ndjson(0..<100), collection: "catalogue") },
+            start: { try await TestServer.start(database: $0, access: access, signingKeys: signingKeys, console: true) }
+        ) { server, database in try await body(Fixture(server: server, database: database)) }
     }
 
     static func etag(_ response: RawHTTPClient.Response) -> String? {

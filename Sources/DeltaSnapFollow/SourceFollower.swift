@@ -100,8 +100,8 @@ package final class SourceFollower: Sendable {
 
     /// The source's own message for what it refused (PostgresNIO hides it from `description`).
     static func sourceError(_ error: any Error) -> any Error {
-        guard let error = error as? PSQLError else { return error }
-        return FollowError.source("the source: \(error.serverInfo?[.message] ?? error.code.description)")
+        guard error is PSQLError else { return error }
+        return FollowError.source("the source: \(PostgresErrorReason.line(error))")
     }
 
     /// Removes the slot (and the position the store keeps for it): `follow --drop-slot`.
@@ -126,7 +126,7 @@ package final class SourceFollower: Sendable {
         do {
             connection = try await PostgresConnection.connect(configuration: url.configuration, id: 1, logger: logger)
         } catch {
-            throw FollowError.source("cannot reach the source \(url): \(String(reflecting: error))")
+            throw FollowError.source("cannot reach the source \(url): \(PostgresErrorReason.line(error))")
         }
         // Values are read in their text form (``PgTextMapping``): fix how that form looks
         // (`money` by the source's locale otherwise: `lc_monetary C` writes `$1,234.50`).

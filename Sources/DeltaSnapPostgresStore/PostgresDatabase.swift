@@ -174,11 +174,7 @@ final class PostgresDatabase: Sendable {
 
     /// A one-line reason for `error`, without postgres-nio's multi-line dumps.
     static func reason(_ error: any Error) -> String {
-        if let error = error as? PSQLError {
-            if let message = error.serverInfo?[.message] { return message }
-            return error.code.description
-        }
-        return String(describing: error)
+        PostgresErrorReason.line(error)
     }
 
     /// Store errors as they are; a lost or refused connection as ``DeltaSnapStore/StoreError/unavailable(_:_:)``.

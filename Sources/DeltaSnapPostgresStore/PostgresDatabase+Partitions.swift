@@ -36,17 +36,14 @@ extension PostgresDatabase {
                 }
             }
         }
-        do {
-            try await requireAttachments(referenced, on: connection)
-        } catch let error as StoreError {
-            // The first reference refused is the first that fails the same check again.
+        // ``requireAttachments(_:on:)``'s check, each refusal at its record's line.
+        if !referenced.isEmpty {
             let held = try await attachmentSizes(Array(Set(referenced.map(\.reference.sha256))), on: connection)
             for (index, (_, reference, record)) in referenced.enumerated() {
                 do { try AttachmentRule.check(reference, in: record, heldSize: held[reference.sha256]) } catch let refused as StoreError {
                     throw partitions[positions[index].partition].refusal(refused, of: positions[index].record)
                 }
             }
-            throw error
         }
         var existing = Set<String>()
         for try await name in try await connection.checkedQuery(

@@ -22,7 +22,8 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
     /// The attachments, in a directory beside the file.
     let blobs: BlobDirectory
     /// Nil when opened read-only.
-    private let writer: WriterConnection?
+    /// The one writing connection: only the writer queue touches it, one job at a time.
+    private let writer: HandedOver<SQLiteDatabase>?
     private let writes = BlockingQueue(label: "deltasnap.sqlite.writer")
     private let reads = BlockingQueue(label: "deltasnap.sqlite.readers", concurrent: true)
     /// The publication sequence when the store was opened: a watcher reports every change
@@ -44,7 +45,7 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
             writer = nil
         } else {
             // The writer creates the schema, so read-only connections can open the file.
-            writer = WriterConnection(try SQLiteDatabase(path: path, configuration: configuration))
+            writer = HandedOver(try SQLiteDatabase(path: path, configuration: configuration))
             blobs.removeLeftovers()
         }
         let pool = self.pool
@@ -274,17 +275,7 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
 
     private func writing<T: Sendable>(_ body: @escaping @Sendable (SQLiteDatabase) throws -> T) async throws -> T {
         guard let writer else { throw StoreError.readOnly(path) }
-        return try await writes.run { try body(writer.store) }
-    }
-}
-
-/// The one writing connection. Only the writer queue touches it, one job at a time.
-private struct WriterConnection: Sendable {
-    private let handed: HandedOver<SQLiteDatabase>
-    var store: SQLiteDatabase { handed.value }
-
-    init(_ store: SQLiteDatabase) {
-        handed = HandedOver(store)
+        return try await writes.run { try body(writer.value) }
     }
 }
 

@@ -32,7 +32,6 @@ final class MemoryAnswers: Sendable {
     /// Read once: the configuration is a large value, and these are read per answer.
     let logNotModified: Bool
     let requestLogOutput: BufferedLogOutput?
-    let access: AccessPolicy
     let accessControl: AccessControl
     let heads: HeadCache
     let deltas: DeltaCache
@@ -50,7 +49,6 @@ final class MemoryAnswers: Sendable {
         self.metrics = metrics
         logNotModified = configuration.logNotModified
         requestLogOutput = configuration.requestLogOutput
-        access = configuration.access
         reviewed = configuration.access.rules.reviewed
         self.accessControl = accessControl
         self.heads = heads
@@ -75,7 +73,7 @@ final class MemoryAnswers: Sendable {
     /// answers then, or the router).
     func plainDownload(collection name: String, sha256 hash: String) -> (head: ByteBuffer, file: BlobFile, size: UInt64)? {
         guard let files = attachmentFiles, CollectionName.isValid(name), let collection = CollectionPath(name: name, key: nil),
-              access.isPublicRead(collection),
+              accessControl.policy.isPublicRead(collection),
               let (reference, head) = attachmentMemory.publicHead(of: hash, in: name, encode: Self.encodedPublicHead),
               let file = attachmentMemory.file(of: hash, size: reference.size, at: { files.attachmentFile(hash) })
         else { return nil }
@@ -128,7 +126,7 @@ final class MemoryAnswers: Sendable {
         collection name: String, sha256 hash: String, ifNoneMatch: String?, range: String?, ifRange: String?, sendsBody: Bool, allowsFile: Bool
     ) -> (status: HTTPResponse.Status, headers: HTTPFields, body: AttachmentBody)? {
         guard CollectionName.isValid(name), AttachmentReference.isSHA256(hash),
-              let collection = CollectionPath(name: name, key: nil), access.isPublicRead(collection),
+              let collection = CollectionPath(name: name, key: nil), accessControl.policy.isPublicRead(collection),
               let reference = attachmentMemory.reference(of: hash, in: name),
               let answer = try? AttachmentsController.attachmentAnswer(reference, isPublic: true, ifNoneMatch: ifNoneMatch, range: range, ifRange: ifRange)
         else { return nil }

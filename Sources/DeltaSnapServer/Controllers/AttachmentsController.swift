@@ -32,7 +32,6 @@ struct AttachmentsController: GatedController {
     let maximumAttachmentBytes: UInt64
     /// Seconds an unfinished resumable upload is kept from its start.
     let uploadLifetime: Int64
-    var accessControl: AccessControl { gate.accessControl }
 
     func routes<Context: RequestContext>(context: Context.Type) -> RouteCollection<Context> {
         let routes = RouteCollection(context: Context.self)

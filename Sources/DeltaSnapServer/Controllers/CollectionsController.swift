@@ -25,7 +25,6 @@ struct CollectionsController: GatedController {
     let access: AccessPolicy
     /// Collections up to this many records keep their full gzip body in memory.
     let fullBodyCacheMaximumRecords: Int
-    var accessControl: AccessControl { gate.accessControl }
     var reviewed: [String: ReviewSettings] { reviewRouting.reviewed }
     var deltas: DeltaCache { memory.deltas }
 

@@ -24,7 +24,6 @@ struct ConsoleController: GatedController {
     let waiters: IndexWaiters
     let recentPushes: RecentPushes
     let consoleSizes: ConsoleSizes
-    var accessControl: AccessControl { gate.accessControl }
 
     func routes<Context: RequestContext>(context: Context.Type) -> RouteCollection<Context> {
         let router = RouteCollection(context: Context.self)
@@ -32,30 +31,19 @@ struct ConsoleController: GatedController {
         router.get("/console") { _, _ in Self.consoleAsset(ConsoleAssets.html, type: "text/html; charset=utf-8") }
         router.get("/console/console.js") { _, _ in Self.consoleAsset(ConsoleAssets.script, type: "text/javascript; charset=utf-8") }
         router.get("/console/console.css") { _, _ in Self.consoleAsset(ConsoleAssets.style, type: "text/css; charset=utf-8") }
-        router.get("/v1/console/overview") { request, _ in
-            try gate.requireAdmin(request, for: "the console")
-            return try await consoleOverview()
+        // Every JSON route is the operator's alone.
+        func admin(_ path: RouterPath, _ answer: @escaping @Sendable (Request) async throws -> Response) {
+            router.get(path) { request, _ in
+                try gate.requireAdmin(request, for: "the console")
+                return try await answer(request)
+            }
         }
-        router.get("/v1/console/partitions") { request, _ in
-            try gate.requireAdmin(request, for: "the console")
-            return try await consolePartitions(request)
-        }
-        router.get("/v1/console/record") { request, _ in
-            try gate.requireAdmin(request, for: "the console")
-            return try await consoleRecord(request)
-        }
-        router.get("/v1/console/records") { request, _ in
-            try gate.requireAdmin(request, for: "the console")
-            return try await consoleRecords(request)
-        }
-        router.get("/v1/console/sizes") { request, _ in
-            try gate.requireAdmin(request, for: "the console")
-            return try await consoleSizes(request)
-        }
-        router.get("/v1/console/pushes") { request, _ in
-            try gate.requireAdmin(request, for: "the console")
-            return Self.privateJSON(.object([JSONMember("pushes", .array(recentPushes.all.map(\.json)))]))
-        }
+        admin("/v1/console/overview") { _ in try await consoleOverview() }
+        admin("/v1/console/partitions") { try await consolePartitions($0) }
+        admin("/v1/console/record") { try await consoleRecord($0) }
+        admin("/v1/console/records") { try await consoleRecords($0) }
+        admin("/v1/console/sizes") { try await consoleSizes($0) }
+        admin("/v1/console/pushes") { _ in Self.privateJSON(.object([JSONMember("pushes", .array(recentPushes.all.map(\.json)))])) }
         return router
     }
 

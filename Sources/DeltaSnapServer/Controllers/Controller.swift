@@ -126,6 +126,9 @@ extension Controller {
 }
 
 extension GatedController {
+    /// The access rules (``Gate``'s).
+    var accessControl: AccessControl { gate.accessControl }
+
     /// The principal `request` acts as, once it may exercise `right` on `path`.
     func authorize(_ request: Request, _ path: CollectionPath, for right: AccessControl.Right) async throws -> Principal {
         try await gate.authorize(request, path, for: right)

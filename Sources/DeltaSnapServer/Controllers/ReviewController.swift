@@ -15,7 +15,6 @@ struct ReviewController: GatedController {
     let gate: Gate
     let store: any CollectionStore
     let heads: HeadCache
-    var accessControl: AccessControl { gate.accessControl }
 
     /// What a caller wants to do with a review: see it, change it (request), or decide on it.
     enum ReviewRight { case see, request, decide }

@@ -28,7 +28,6 @@ struct WritesController: GatedController {
     let pushRetention: PushRetention
     /// Collections whose pushes fork a conflict copy rather than merge per field.
     let forkCollections: Set<String>
-    var accessControl: AccessControl { gate.accessControl }
 
     func routes<Context: RequestContext>(context: Context.Type) -> RouteCollection<Context> {
         let routes = RouteCollection(context: Context.self)

@@ -50,6 +50,10 @@ enum RequestTarget: Equatable {
     static func underCollections(_ rest: Substring) -> RequestTarget {
         // A query, an empty segment, anything else past those shapes is the router's.
         guard !rest.utf8.contains(UInt8(ascii: "?")) else { return .other }
+        // The common poll, `/v1/collections/NAME`: no split (no array) on the 304 path.
+        if !rest.utf8.contains(UInt8(ascii: "/")) {
+            return (try? collectionPath(name: rest, key: nil as Substring?)).map(RequestTarget.collection) ?? .other
+        }
         var segments = rest.split(separator: "/", maxSplits: 5, omittingEmptySubsequences: false)[...]
         guard let name = segments.popFirst() else { return .other }
         var key: Substring?

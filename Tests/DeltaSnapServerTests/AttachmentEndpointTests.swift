@@ -187,6 +187,13 @@ import Testing
             #expect(location.hasPrefix("/v1/uploads/") && created.header("Upload-Offset") == "100000" && created.header("Upload-Complete") == "?0")
             let announced = try #require(created.informational.first, "no 104 before the answer")
             #expect(announced.status == 104 && announced.header("Location") == location && announced.header("Upload-Draft-Interop-Version") == "8")
+            // The token reaches the route inside the server: a client cannot name one for it.
+            let hijack = try await fixture.request(
+                "POST", "/v1/collections/notes/attachments/\(hash)",
+                headers: ["Upload-Draft-Interop-Version": "8", "Upload-Complete": "?0", "Upload-Length": "300000",
+                          "DeltaSnap-Announced-Upload": String(location.dropFirst("/v1/uploads/".count))],
+                body: Array(bytes[0..<10]))
+            #expect(hijack.status == 201 && hijack.header("Location") != location && hijack.informational.first?.header("Location") == hijack.header("Location"))
 
             let progress = try await fixture.request("HEAD", location, headers: ["Upload-Draft-Interop-Version": "8"])
             #expect(progress.status == 204 && progress.header("Upload-Offset") == "100000" && progress.header("Upload-Length") == "300000")

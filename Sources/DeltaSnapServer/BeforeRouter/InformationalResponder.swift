@@ -19,43 +19,40 @@ import Foundation
 /// HTTP1Channel(responder: InformationalResponder.wrapping(responder, limit: { api.uploadLimit(version: $0) }, logger: logger))
 /// ```
 enum InformationalResponder {
-    /// The field that hands the announced token to the route (a client's own is dropped).
-    static let tokenField = HTTPField.Name("DeltaSnap-Announced-Upload")!
+    /// The token the `104` announced, for the route that creates the upload. A task-local,
+    /// not a request field: the route runs in the responder's task, and a value there is one
+    /// a client cannot send (a field would have to be stripped from every request).
+    @TaskLocal static var announcedToken: String?
 
     /// `responder`, with the informational answers first.
     static func wrapping(
         _ responder: @escaping HTTPChannelHandler.Responder, limit: @escaping @Sendable (Int) -> String, logger: Logger
     ) -> HTTPChannelHandler.Responder {
-        { request, writer, channel in
-            if let expect = request.headers[.expect], expect.lowercased().trimmingSpaces == "100-continue" {
-                try await writer.writeInformationalHead(HTTPResponse(status: .continue))
-            }
-            guard request.headers[tokenField] != nil || beginsUpload(request) else {
-                do {
-                    return try await responder(request, writer, channel)
-                } catch {
-                    logFailure(error, answering: request, logger: logger)
-                    throw error
-                }
-            }
-            var head = request.head
-            head.headerFields[tokenField] = nil
-            // Only to a client that named a version this server speaks (the draft's rule).
-            if let fields = try? ResumableUploadFields(request.headers), fields.isCreation, let version = fields.interopVersion, beginsUpload(request) {
-                let token = AttachmentUpload.newToken()
-                var informational = HTTPFields()
-                informational[.location] = "/v1/uploads/\(token)"
-                informational[ResumableUploadFields.interopVersionField] = String(version)
-                informational[ResumableUploadFields.limitField] = limit(version)
-                try await writer.writeInformationalHead(HTTPResponse(status: ResumableUploadFields.resumptionSupported, headerFields: informational))
-                head.headerFields[tokenField] = token
-            }
+        @Sendable func respond(_ request: Request, _ writer: consuming ResponseWriter, _ channel: any Channel) async throws {
             do {
-                try await responder(Request(head: head, body: request.body), writer, channel)
+                try await responder(request, writer, channel)
             } catch {
                 logFailure(error, answering: request, logger: logger)
                 throw error
             }
+        }
+        return { request, writer, channel in
+            if let expect = request.headers[.expect], expect.lowercased().trimmingSpaces == "100-continue" {
+                try await writer.writeInformationalHead(HTTPResponse(status: .continue))
+            }
+            // Only to a client that named a version this server speaks (the draft's rule).
+            guard beginsUpload(request), let fields = try? ResumableUploadFields(request.headers), fields.isCreation,
+                  let version = fields.interopVersion
+            else { return try await respond(request, writer, channel) }
+            let token = AttachmentUpload.newToken()
+            var informational = HTTPFields()
+            informational[.location] = "/v1/uploads/\(token)"
+            informational[ResumableUploadFields.interopVersionField] = String(version)
+            informational[ResumableUploadFields.limitField] = limit(version)
+            try await writer.writeInformationalHead(HTTPResponse(status: ResumableUploadFields.resumptionSupported, headerFields: informational))
+            // The writer cannot be captured and consumed by a closure: it goes in by `take()`.
+            var handed: ResponseWriter? = consume writer
+            try await $announcedToken.withValue(token) { try await respond(request, handed.take()!, channel) }
         }
     }
 
@@ -71,11 +68,6 @@ enum InformationalResponder {
         logger.log(
             level: clientLeft ? .debug : .error, "answering \(request.method) \(request.uri.path) failed; the connection is closed",
             metadata: ["error": "\(String(reflecting: error))"])
-    }
-
-    /// The token the `104` announced for `request`, if one was sent.
-    static func announcedToken(_ request: Request) -> String? {
-        request.headers[tokenField].flatMap { AttachmentUpload.isToken($0) ? $0 : nil }
     }
 
     /// `PUT` or `POST` of `…/attachments/{hash}` with the draft's interop version and `Upload-Complete`.

@@ -224,11 +224,9 @@ struct AttachmentsController: GatedController {
         let now = Int64(Date().timeIntervalSince1970)
         // Unfinished uploads past their lifetime go as new ones begin: no sweeper to run.
         _ = try? await store.expireUploads(begunBefore: now - uploadLifetime)
-        // The token the 104 announced; a fresh one when a client sent the field itself to a
-        // server without the announcing responder (an app mounting the routes) and named
-        // an upload that exists.
-        var token = InformationalResponder.announcedToken(request) ?? AttachmentUpload.newToken()
-        if try await store.upload(token) != nil { token = AttachmentUpload.newToken() }
+        // The token the 104 announced; a fresh one behind a server without the announcing
+        // responder (an app mounting the routes on its own).
+        let token = InformationalResponder.announcedToken ?? AttachmentUpload.newToken()
         let upload = AttachmentUpload(token: token, reference: reference, collection: path.description, owner: principal.subject, createdAt: now)
         try await store.createUpload(upload)
         return try await append(request, to: upload, at: 0, complete: complete, version: fields.answerVersion, creating: true)

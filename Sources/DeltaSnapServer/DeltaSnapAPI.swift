@@ -146,7 +146,7 @@ public final class DeltaSnapAPI: Sendable {
         return HTTPServerBuilder { [self] responder in
             PollingHTTP1Channel(
                 http1: HTTP1Channel(
-                    responder: InformationalResponder.wrapping(responder, limit: { self.attachments.uploadLimit(version: $0) }, logger: logger),
+                    responder: InformationalResponder.wrapping(responder, limits: self.attachments.uploadLimits, logger: logger),
                     configuration: .init(additionalChannelHandlers: self.channelHandlers(logger: logger))),
                 answers: self.memory, governor: governor, requestLogger: logger)
         }

@@ -16,7 +16,7 @@ import Foundation
 ///   there instead of starting over.
 ///
 /// ```swift
-/// HTTP1Channel(responder: InformationalResponder.wrapping(responder, limit: { api.uploadLimit(version: $0) }, logger: logger))
+/// HTTP1Channel(responder: InformationalResponder.wrapping(responder, limits: attachments.uploadLimits, logger: logger))
 /// ```
 enum InformationalResponder {
     /// The token the `104` announced, for the route that creates the upload. A task-local,
@@ -26,7 +26,7 @@ enum InformationalResponder {
 
     /// `responder`, with the informational answers first.
     static func wrapping(
-        _ responder: @escaping HTTPChannelHandler.Responder, limit: @escaping @Sendable (Int) -> String, logger: Logger
+        _ responder: @escaping HTTPChannelHandler.Responder, limits: UploadLimits, logger: Logger
     ) -> HTTPChannelHandler.Responder {
         @Sendable func respond(_ request: Request, _ writer: consuming ResponseWriter, _ channel: any Channel) async throws {
             do {
@@ -48,7 +48,7 @@ enum InformationalResponder {
             var informational = HTTPFields()
             informational[.location] = "/v1/uploads/\(token)"
             informational[ResumableUploadFields.interopVersionField] = String(version)
-            informational[ResumableUploadFields.limitField] = limit(version)
+            informational[ResumableUploadFields.limitField] = limits.field(version: version)
             try await writer.writeInformationalHead(HTTPResponse(status: ResumableUploadFields.resumptionSupported, headerFields: informational))
             // The writer cannot be captured and consumed by a closure: it goes in by `take()`.
             var handed: ResponseWriter? = consume writer

@@ -398,22 +398,20 @@ struct AttachmentsController: GatedController {
         guard size > limit else { return }
         throw APIError(
             .contentTooLarge, "attachment_too_large", "the attachment is \(size) bytes; this server keeps attachments of at most \(limit)",
-            headers: [ResumableUploadFields.limitField: uploadLimit(version: ResumableUploadFields.latestInteropVersion)])
+            headers: [ResumableUploadFields.limitField: uploadLimits.field(version: ResumableUploadFields.latestInteropVersion)])
     }
 
     private func progress(of upload: AttachmentUpload, received: UInt64, complete: Bool, version: Int) -> HTTPFields {
-        ResumableUploadFields.progress(version: version, offset: received, complete: complete, length: upload.reference.size, limit: uploadLimit(version: version))
+        ResumableUploadFields.progress(version: version, offset: received, complete: complete, length: upload.reference.size, limit: uploadLimits.field(version: version))
     }
 
     /// `Upload-Limit` in `version`'s spelling.
-    func uploadLimit(version: Int) -> String {
-        ResumableUploadFields.limit(version: version, maximumSize: maximumAttachmentBytes, lifetime: uploadLifetime)
-    }
+    var uploadLimits: UploadLimits { UploadLimits(maximumSize: maximumAttachmentBytes, lifetime: uploadLifetime) }
 
     /// `OPTIONS …/attachments/{hash}`: the methods and the limits (the draft's discovery).
     func attachmentOptions(_ request: Request) throws -> Response {
         let version = try ResumableUploadFields(request.headers).answerVersion
-        return Response(status: .noContent, headers: [.allow: "GET, HEAD, PUT, POST, OPTIONS", ResumableUploadFields.limitField: uploadLimit(version: version)])
+        return Response(status: .noContent, headers: [.allow: "GET, HEAD, PUT, POST, OPTIONS", ResumableUploadFields.limitField: uploadLimits.field(version: version)])
     }
 
     /// The answer to a finished upload: the reference to put in a record.

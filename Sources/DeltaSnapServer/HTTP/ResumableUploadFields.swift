@@ -61,11 +61,6 @@ package struct ResumableUploadFields: Sendable, Equatable {
     /// The version answers are spelled in.
     package var answerVersion: Int { interopVersion ?? Self.latestInteropVersion }
 
-    /// What a server's limits are, in `version`'s spelling (`expires` became `max-age` in
-    /// version 7): the largest size and the seconds an unfinished upload is kept.
-    package static func limit(version: Int, maximumSize: UInt64, lifetime: Int64) -> String {
-        "max-size=\(maximumSize), \(version <= 6 ? "expires" : "max-age")=\(lifetime)"
-    }
 
     /// Where an upload stands, in the fields of `version`: `Upload-Offset`, whether it is
     /// complete, its length and the limits.
@@ -106,5 +101,17 @@ package struct ResumableUploadFields: Sendable, Equatable {
             throw APIError(.badRequest, "invalid_upload_field", "\(field) must be a whole number of bytes, not \"\(text)\"")
         }
         return value
+    }
+}
+
+/// A server's upload limits — the largest attachment and the seconds an unfinished upload is
+/// kept — held by the attachments controller and the responder that announces uploads.
+package struct UploadLimits: Sendable {
+    package var maximumSize: UInt64
+    package var lifetime: Int64
+
+    /// The `Upload-Limit` field in `version`'s spelling (`expires` became `max-age` in version 7).
+    package func field(version: Int) -> String {
+        "max-size=\(maximumSize), \(version <= 6 ? "expires" : "max-age")=\(lifetime)"
     }
 }

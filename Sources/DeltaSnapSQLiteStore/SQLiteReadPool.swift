@@ -102,6 +102,9 @@ final class SQLiteReadPool: Sendable {
     /// Connections open now, idle or in use (for tests).
     var openCount: Int { state.withLock { $0.open } }
 
+    /// How many checkouts wait for a connection to come back.
+    var waitingCount: Int { state.withLock { $0.waiters.count } }
+
     /// Gives `store` back: to the longest waiting read, or to the idle list (closed instead,
     /// on release, when the pool is over its cap or has enough idle connections).
     func checkin(_ store: SQLiteDatabase) {

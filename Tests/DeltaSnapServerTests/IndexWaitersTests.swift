@@ -13,11 +13,13 @@ import Testing
         let waiters = IndexWaiters(debounce: .milliseconds(50), capacity: 10)
         let wakes = Locked(0)
         let stormOver = Locked(false)
+        let seen = Locked(waiters.generation)
         let waiting = Task {
             var generation = waiters.generation
             while !stormOver.current {
                 if await waiters.wait(after: generation, until: .now + .milliseconds(500)) == .changed { wakes.withLock { $0 += 1 } }
                 generation = waiters.generation
+                seen.withLock { $0 = generation }
             }
         }
         try await eventually("the wait was never registered", every: .milliseconds(5)) { waiters.count > 0 }
@@ -29,8 +31,9 @@ import Testing
             try await Task.sleep(for: .microseconds(500))
         }
         let lasted = ContinuousClock.now - started
-        // The changes of the storm's last interval wake once more, at its end.
-        try await Task.sleep(for: .milliseconds(200))
+        // The changes of the storm's last interval wake once more, at its end: the waiter has
+        // seen every change and waits again.
+        try await eventually("the storm's last changes never woke the waiter") { seen.current == waiters.generation && waiters.count == 1 }
         stormOver.withLock { $0 = true }
         await waiting.value
         let count = wakes.current

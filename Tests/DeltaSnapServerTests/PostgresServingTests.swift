@@ -214,6 +214,7 @@ import Testing
         try await database.importText(Fixtures.ndjson(0..<10), collection: "items")
         let instance = try await TestServer.start(database: cluster.url)
         let writing = LockedValue(true)
+        let taken = LockedValue(0)
         let port = instance.port
         let writers = (0..<8).map { writer in
             Task {
@@ -229,17 +230,19 @@ import Testing
                                 body: Array(#"{"n":\#(count)}"#.utf8))
                         }
                         if ContinuousClock.now - started > .seconds(10) { slow.append("w\(writer)-\(count): \(answer)") }
+                        if (try? answer.get())?.status == 200 { taken.withLock { $0 += 1 } }
                     }
                     return slow
                 }
             }
         }
-        // The writers run a while before PostgreSQL stops under them, and after it is back.
-        try await Task.sleep(for: .milliseconds(400))
+        // The writers have writes taken before PostgreSQL stops under them, and after it is back.
+        try await eventually("no write was taken before the stop", within: .seconds(30)) { taken.withLock { $0 } >= 16 }
         try await offPool { cluster.stop() }
         let restarted = try await cluster.restarted()
         defer { restarted.stop() }
-        try await Task.sleep(for: .milliseconds(500))
+        let takenBefore = taken.withLock { $0 }
+        try await eventually("no write was taken after the restart", within: .seconds(30)) { taken.withLock { $0 } >= takenBefore + 16 }
         writing.withLock { $0 = false }
         var unanswered: [String] = []
         for writer in writers { unanswered += try await writer.value }

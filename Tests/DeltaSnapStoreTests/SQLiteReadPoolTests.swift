@@ -8,9 +8,10 @@ import Testing
 /// The SQLite read pool is capped as GRDB's `maximumReaderCount`: past the cap a read waits
 /// for a connection to come back instead of opening another file descriptor set.
 @Suite struct SQLiteReadPoolTests {
-    /// Whether `task` is still waiting after a moment (the pool handed it nothing).
-    private func stillWaiting(_ finished: Flag) async throws -> Bool {
-        try await Task.sleep(for: .milliseconds(200))
+    /// Whether the read that sets `finished` is still waiting once `pool` holds it as a waiter
+    /// (the pool handed it nothing).
+    private func stillWaiting(_ finished: Flag, in pool: SQLiteReadPool) async throws -> Bool {
+        try await eventually("the read never waited for a connection") { pool.waitingCount == 1 }
         return !finished.value
     }
 
@@ -33,7 +34,7 @@ import Testing
             pool.checkin(store)
             return head?.count
         }
-        #expect(try await stillWaiting(finished))
+        #expect(try await stillWaiting(finished, in: pool))
         #expect(pool.openCount == 2)
 
         pool.checkin(first)
@@ -57,7 +58,7 @@ import Testing
             finished.set()
             return head?.count
         }
-        #expect(try await stillWaiting(finished))
+        #expect(try await stillWaiting(finished, in: store.pool))
         // ...and the next read runs as soon as it is closed, on the same connection.
         await held.close()
         #expect(try await waiting.value == 50)

@@ -26,13 +26,13 @@ import Testing
     }
 
     func withWorld(_ body: (World) async throws -> Void) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
-        try Fixtures.importText(#"{"id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: store, collection: "notes")
-        try Fixtures.importText(#"{"id":"o1"}"#, into: store, collection: "other")
-        let server = try await TestServer.start(database: dir.file("s.sqlite"))
-        try await server.stopping { try await body(World(dir: dir, store: store, server: server)) }
+        try await TestServer.withDirectory(seed: { db in
+            let store = try SQLiteDatabase(path: db)
+            try Fixtures.importText(#"{"id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: store, collection: "notes")
+            try Fixtures.importText(#"{"id":"o1"}"#, into: store, collection: "other")
+        }) { server, dir in
+            try await body(World(dir: dir, store: try SQLiteDatabase(path: dir.file("s.sqlite")), server: server))
+        }
     }
 
     /// A replica remembers its collection: syncing it with another collection's URL is refused

@@ -36,16 +36,9 @@ import Testing
     }
 
     func withWorld(_ body: (World) async throws -> Void) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
-        try Fixtures.importText(#"{"id":"n0","title":"no photo"}"#, into: store, collection: "notes")
-        let server = try await TestServer.start(database: dir.file("s.sqlite"))
-        do { try await body(World(dir: dir, store: store, server: server)) } catch {
-            await server.stop()
-            throw error
+        try await TestServer.withDirectory(seed: { try Fixtures.importText(#"{"id":"n0","title":"no photo"}"#, into: try SQLiteDatabase(path: $0), collection: "notes") }) { server, dir in
+            try await body(World(dir: dir, store: try SQLiteDatabase(path: dir.file("s.sqlite")), server: server))
         }
-        await server.stop()
     }
 
     static func photo(_ count: Int, seed: UInt8 = 1) -> [UInt8] { (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 11) &+ seed } }

@@ -23,12 +23,12 @@ import Testing
     }
 
     func withWorld(signingKeys: [IndexSigningKey] = [], _ body: (World) async throws -> Void) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
-        try Fixtures.importText(Fixtures.ndjson(0..<2_000), into: store, collection: "items")
-        let server = try await TestServer.start(database: dir.file("s.sqlite"), signingKeys: signingKeys)
-        try await server.stopping { try await body(World(dir: dir, store: store, server: server)) }
+        try await TestServer.withDirectory(
+            seed: { try Fixtures.importText(Fixtures.ndjson(0..<2_000), into: try SQLiteDatabase(path: $0), collection: "items") },
+            start: { try await TestServer.start(database: $0, signingKeys: signingKeys) }
+        ) { server, dir in
+            try await body(World(dir: dir, store: try SQLiteDatabase(path: dir.file("s.sqlite")), server: server))
+        }
     }
 
     /// Syncs until the server has seen the import just made (its watcher polls every 20 ms).

@@ -36,16 +36,12 @@ import Testing
     }
 
     func withWorld(access: AccessPolicy = AccessPolicy(), forkCollections: Set<String> = [], _ body: (World) async throws -> Void) async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let store = try SQLiteDatabase(path: dir.file("s.sqlite"))
-        try Fixtures.importText(#"{"body":"x","id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: store, collection: "notes")
-        let server = try await TestServer.start(database: dir.file("s.sqlite"), access: access, forkCollections: forkCollections)
-        do { try await body(World(dir: dir, store: store, server: server)) } catch {
-            await server.stop()
-            throw error
+        try await TestServer.withDirectory(
+            seed: { try Fixtures.importText(#"{"body":"x","id":"n1","title":"a"}"# + "\n" + #"{"id":"n2","title":"b"}"#, into: try SQLiteDatabase(path: $0), collection: "notes") },
+            start: { try await TestServer.start(database: $0, access: access, forkCollections: forkCollections) }
+        ) { server, dir in
+            try await body(World(dir: dir, store: try SQLiteDatabase(path: dir.file("s.sqlite")), server: server))
         }
-        await server.stop()
     }
 
     /// Syncs until the replica's token is the store's head (the poll picks up commits within 20 ms).

@@ -61,24 +61,20 @@ import Testing
         _ backend: TestBackend = .sqlite, signingKeys: [IndexSigningKey] = [], seed: ((TestDatabase) async throws -> Void)? = nil,
         _ body: @escaping @Sendable (Fixture) async throws -> Void
     ) async throws {
+        // The views' replicas live in a directory of their own; the fixture owns the store's.
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let store = try await TestDatabase.make(backend, in: dir)
-        try await store.importText(#"{"id":"AD","name":"Andorra"}"#, collection: "countries")
-        try await store.importText(#"{"id":"a1","score":3}"#, collection: "attempts/alice")
-        try await store.importText(#"{"id":"q1","question":"2+2"}"#, collection: "sets/8271")
-        try await store.importText(#"{"id":"q1","question":"3+3"}"#, collection: "sets/9000")
-        try await store.importText(#"{"id":"sets/8271","role":"write"}"#, collection: "members/alice")
-        try await seed?(store)
         let access = AccessPolicy(jwtSecret: Self.secret, rules: try AccessRules(yaml: Self.rules))
-        let server = try await TestServer.start(database: store.url, access: access, signingKeys: signingKeys)
-        do { try await body(Fixture(server: server, store: store, dir: dir)) } catch {
-            await server.stop()
-            await store.stop()
-            throw error
+        try await TestServer.with(backend, seed: { store in
+            try await store.importText(#"{"id":"AD","name":"Andorra"}"#, collection: "countries")
+            try await store.importText(#"{"id":"a1","score":3}"#, collection: "attempts/alice")
+            try await store.importText(#"{"id":"q1","question":"2+2"}"#, collection: "sets/8271")
+            try await store.importText(#"{"id":"q1","question":"3+3"}"#, collection: "sets/9000")
+            try await store.importText(#"{"id":"sets/8271","role":"write"}"#, collection: "members/alice")
+            try await seed?(store)
+        }, start: { try await TestServer.start(database: $0, access: access, signingKeys: signingKeys) }) { server, store in
+            try await body(Fixture(server: server, store: store, dir: dir))
         }
-        await server.stop()
-        await store.stop()
     }
 
     @Test(arguments: TestBackend.allCases) func aViewHoldsExactlyWhatItsUserMayRead(_ backend: TestBackend) async throws {

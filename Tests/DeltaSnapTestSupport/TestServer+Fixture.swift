@@ -17,12 +17,29 @@ extension TestServer {
         start: (String) async throws -> TestServer = { try await TestServer.start(database: $0) },
         _ body: (TestServer, String) async throws -> T
     ) async throws -> T {
+        try await withDirectory(seed: seed, start: start) { server, dir in try await body(server, dir.file("s.sqlite")) }
+    }
+
+    /// ``with(seed:start:_:)`` for a test that keeps files of its own beside the store —
+    /// replicas, bundles, a CLI's output (a client test's "world"): `body` gets the directory,
+    /// the store being `dir.file("s.sqlite")`; everything in it is removed after `body`.
+    ///
+    /// ```swift
+    /// try await TestServer.withDirectory(seed: { … }) { server, dir in
+    ///     let phone = try DeltaSnapReplica(path: dir.file("phone.sqlite"), collection: "notes", url: …)
+    /// }
+    /// ```
+    package static func withDirectory<T>(
+        seed: (String) throws -> Void = { _ in },
+        start: (String) async throws -> TestServer = { try await TestServer.start(database: $0) },
+        _ body: (TestServer, TemporaryDirectory) async throws -> T
+    ) async throws -> T {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let db = dir.file("s.sqlite")
         try seed(db)
         let server = try await start(db)
-        return try await server.stopping { try await body(server, db) }
+        return try await server.stopping { try await body(server, dir) }
     }
 }
 

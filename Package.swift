@@ -54,7 +54,8 @@ let package = Package(
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
 
         // The protocol: canonical JSON, records, tokens, checksums, the body format, gzip.
-        // Foundation + zlib only, so every other target (and a third-party app) can use it.
+        // Foundation + zlib only, so every other target can use it (its public part: the values
+        // the client and server APIs hand over; the codecs are `package`).
         .target(name: "DeltaSnapCore", dependencies: ["CZlib"]),
         // Signed data: the LtHash16 state digest, Ed25519 keys, the signed index.
         .target(
@@ -197,3 +198,22 @@ let package = Package(
         ),
     ]
 )
+
+// The ordo-one benchmarks (`make bench`) join the package only when asked for
+// (`DELTASNAP_BENCHMARKS=1`): they measure DeltaSnap's own internals — `package` declarations,
+// which a package of their own could not reach — and an app that depends on DeltaSnap should
+// resolve neither ordo-one/benchmark nor its malloc interposer.
+if Context.environment["DELTASNAP_BENCHMARKS"] != nil {
+    package.dependencies.append(.package(url: "https://github.com/ordo-one/benchmark", exact: "1.38.1", traits: ["MallocInterposer"]))
+    package.targets.append(
+        .executableTarget(
+            name: "DeltaSnapBenchmarks",
+            dependencies: [
+                .product(name: "Benchmark", package: "benchmark"),
+                "DeltaSnapCore", "DeltaSnapStore", "DeltaSnapSQLiteStore", "DeltaSnapClient", "DeltaSnapServer", "DeltaSnapSynthetic", "DeltaSnapTrust",
+            ],
+            // The benchmark plugin runs the executables in a `Benchmarks` directory.
+            path: "Benchmarks/DeltaSnapBenchmarks",
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+        ))
+}

@@ -4,7 +4,7 @@ import DeltaSnapTrust
 import Foundation
 
 /// Why a body could not be applied; every case leads to a rollback.
-public enum ApplyError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum ApplyError: Error, Equatable, Sendable, CustomStringConvertible {
     case wrongCollection(expected: String, found: String)
     case wrongBase(held: String?, base: String)
     case body(BodyError)
@@ -12,7 +12,7 @@ public enum ApplyError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The body applied cleanly but the result is not what the signed index names.
     case trust(TrustError)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .wrongCollection(let expected, let found): "the body is for collection \"\(found)\", not \"\(expected)\""
         case .wrongBase(let held, let base): "the delta applies on \(base) but the replica holds \(held ?? "nothing")"

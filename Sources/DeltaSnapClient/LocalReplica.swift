@@ -93,7 +93,7 @@ extension DeltaSnapReplica {
     public func delete(id: String) throws -> UInt64 { try storage.enqueue(.delete, id: id, json: nil) }
     /// Queues a put (or insert) of each record in one transaction.
     @discardableResult
-    public func write(_ records: [Record], operation: Mutation.Operation = .put) throws -> [UInt64] {
+    package func write(_ records: [Record], operation: Mutation.Operation = .put) throws -> [UInt64] {
         try storage.enqueueAll(records: records, operation: operation)
     }
 }

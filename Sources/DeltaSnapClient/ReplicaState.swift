@@ -26,7 +26,7 @@ public struct ReplicaState: Sendable, Equatable {
     public var notBefore: Date?
     /// The LtHash16 digest of the records held, maintained like ``checksum`` once the replica
     /// verifies signed data (nil before).
-    public var digest: StateDigest?
+    package var digest: StateDigest?
     /// The sequence of the newest signed index verified: an older one is a replay.
     public var indexSequence: UInt64?
     /// When that index expires: past it (and no newer one verified), the data is
@@ -47,7 +47,7 @@ public struct ReplicaState: Sendable, Equatable {
         lastError: nil, failingSince: nil, consecutiveFailures: 0, notBefore: nil,
         digest: nil, indexSequence: nil, indexExpires: nil)
 
-    public init(
+    package init(
         etag: String?, lastModified: String?, token: String?, checksum: StateChecksum, count: Int, lastSuccessfulSync: Date?,
         lastError: String?, failingSince: Date?, consecutiveFailures: Int, notBefore: Date?,
         digest: StateDigest?, indexSequence: UInt64?, indexExpires: Date?, serverNotBefore: Date? = nil,

@@ -25,7 +25,7 @@ public struct RetryPolicy: Sendable, Equatable {
     }
 
     /// Seconds to wait after `failures` consecutive failures (≥ 1); `random` in [0, 1).
-    public func delay(afterFailures failures: Int, serverAsked: Double?, random: Double) -> Double {
+    package func delay(afterFailures failures: Int, serverAsked: Double?, random: Double) -> Double {
         let exponent = Double(min(max(failures - 1, 0), 30))
         let base = min(maximumDelay, initialDelay * pow(2, exponent))
         let jittered = base * (1 - jitter) + base * jitter * random
@@ -33,7 +33,7 @@ public struct RetryPolicy: Sendable, Equatable {
     }
 
     /// Seconds a `Retry-After` (seconds or HTTP date) or `Backoff` (seconds) header asks for.
-    public static func serverDelay(retryAfter: String?, backoff: String?, now: Date) -> Double? {
+    package static func serverDelay(retryAfter: String?, backoff: String?, now: Date) -> Double? {
         var asked: [Double] = []
         if let backoff, let seconds = Double(backoff.trimmingCharacters(in: .whitespaces)), seconds >= 0 { asked.append(seconds) }
         if let retryAfter {

@@ -18,11 +18,11 @@
 /// ```
 public struct AttachmentReference: Hashable, Sendable, CustomStringConvertible {
     /// The member that marks an object as a reference (`$` sorts it first in canonical JSON).
-    public static let marker = "$attachment"
+    package static let marker = "$attachment"
     /// The largest size a reference may state: 2^53 − 1, exact in every JSON reader.
-    public static let maximumSize: UInt64 = (1 << 53) - 1
+    package static let maximumSize: UInt64 = (1 << 53) - 1
     /// The longest media type accepted (RFC 6838 allows 127 + "/" + 127 characters).
-    public static let maximumTypeLength = 255
+    package static let maximumTypeLength = 255
 
     /// 64 lowercase hexadecimal digits.
     public let sha256: String
@@ -64,14 +64,14 @@ public struct AttachmentReference: Hashable, Sendable, CustomStringConvertible {
 
     /// Every reference `record` makes, in member order (duplicates kept once). A tombstone
     /// makes none.
-    public static func references(in record: Record) throws -> [AttachmentReference] {
+    package static func references(in record: Record) throws -> [AttachmentReference] {
         guard !record.isHidden else { return [] }
         return try references(in: JSONReader(bytes: record.bytes).readValue())
     }
 
     /// Every reference the record `value` makes: a top-level member's value, or an element
     /// of a top-level array.
-    public static func references(in value: JSONValue) throws(AttachmentReferenceError) -> [AttachmentReference] {
+    package static func references(in value: JSONValue) throws(AttachmentReferenceError) -> [AttachmentReference] {
         guard case .object(let members) = value else { return [] }
         var found: [AttachmentReference] = []
         var seen = Set<String>()
@@ -95,7 +95,7 @@ public struct AttachmentReference: Hashable, Sendable, CustomStringConvertible {
     /// Whether a record's canonical `bytes` may hold a reference (contain `"$attachment"`):
     /// a record without it is skipped without parsing, which keeps a million-record import
     /// or scan at its old speed.
-    public static func mayBeReferredTo(in bytes: UnsafeRawBufferPointer) -> Bool {
+    package static func mayBeReferredTo(in bytes: UnsafeRawBufferPointer) -> Bool {
         let marker = quotedMarker
         let count = marker.count
         guard bytes.count >= count else { return false }
@@ -119,7 +119,7 @@ public struct AttachmentReference: Hashable, Sendable, CustomStringConvertible {
     private static let quotedMarker = Array("\"\(marker)\"".utf8)
 
     /// 64 lowercase hexadecimal digits.
-    public static func isSHA256(_ text: String) -> Bool {
+    package static func isSHA256(_ text: String) -> Bool {
         // Asked on every download: over the contiguous bytes, not through the generic
         // `allSatisfy` of `String.UTF8View` (a percent of a 20 KiB download's CPU).
         var text = text

@@ -9,16 +9,16 @@
 /// for record in records { encoder.append(record, into: &out) }
 /// encoder.finish(into: &out)
 /// ```
-public struct BodyEncoder: Sendable {
-    public let header: BodyHeader
-    public private(set) var written = 0
+package struct BodyEncoder: Sendable {
+    package let header: BodyHeader
+    package private(set) var written = 0
 
-    public init(header: BodyHeader) {
+    package init(header: BodyHeader) {
         self.header = header
     }
 
     /// The bytes before the first record: the metadata object up to `"records":[`.
-    public func start() -> [UInt8] {
+    package func start() -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(512)
         out.append(contentsOf: #"{"format":"#.utf8)
@@ -43,19 +43,19 @@ public struct BodyEncoder: Sendable {
     }
 
     /// Appends one record's canonical bytes (a tombstone for a hidden record).
-    public mutating func append(_ record: Record, into out: inout [UInt8]) {
+    package mutating func append(_ record: Record, into out: inout [UInt8]) {
         appendCanonical(record.bytes, into: &out)
     }
 
     /// Appends bytes that are already a canonical record.
-    public mutating func appendCanonical(_ bytes: some Collection<UInt8>, into out: inout [UInt8]) {
+    package mutating func appendCanonical(_ bytes: some Collection<UInt8>, into out: inout [UInt8]) {
         out.append(contentsOf: written == 0 ? Self.firstSeparator : Self.separator)
         out.append(contentsOf: bytes)
         written += 1
     }
 
     /// Closes `records` and the object. Checks that as many records were written as announced.
-    public func finish(into out: inout [UInt8]) {
+    package func finish(into out: inout [UInt8]) {
         precondition(written == header.count, "body announced \(header.count) records but \(written) were written")
         out.append(contentsOf: written == 0 ? Self.emptyEnd : Self.end)
     }

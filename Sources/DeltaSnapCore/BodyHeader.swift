@@ -13,25 +13,25 @@ public enum BodyKind: String, Sendable, Equatable {
 ///                         token: "5f3c9a0e12ab34cd.1", lastModified: "Sun, 22 Nov 2026 12:00:00 GMT",
 ///                         checksum: checksum, count: 249)
 /// ```
-public struct BodyHeader: Sendable, Equatable {
+package struct BodyHeader: Sendable, Equatable {
     /// The wire format version this code writes and reads.
-    public static let currentFormat = 1
+    package static let currentFormat = 1
 
-    public var format: Int
-    public var collection: String
-    public var kind: BodyKind
+    package var format: Int
+    package var collection: String
+    package var kind: BodyKind
     /// The token a delta applies on; `nil` for a full body.
-    public var base: String?
+    package var base: String?
     /// The token of the state the body leads to (the `ETag` value without its quotes).
-    public var token: String
+    package var token: String
     /// The HTTP date of that state's commit (the `Last-Modified` value).
-    public var lastModified: String
+    package var lastModified: String
     /// The ``StateChecksum`` of the whole visible state at `token`.
-    public var checksum: StateChecksum
+    package var checksum: StateChecksum
     /// How many entries `records` holds.
-    public var count: Int
+    package var count: Int
 
-    public init(
+    package init(
         format: Int = BodyHeader.currentFormat, collection: String, kind: BodyKind, base: String? = nil,
         token: String, lastModified: String, checksum: StateChecksum, count: Int
     ) {

@@ -1,5 +1,5 @@
 /// Why a body or snapshot could not be read.
-public enum BodyError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum BodyError: Error, Equatable, Sendable, CustomStringConvertible {
     case invalidJSON(JSONParseError)
     case invalidRecord(index: Int, RecordError)
     case missingField(String)
@@ -10,7 +10,7 @@ public enum BodyError: Error, Equatable, Sendable, CustomStringConvertible {
     case duplicateRecord(id: String)
     case tombstoneInFullBody(id: String)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .invalidJSON(let error): "\(error)"
         case .invalidRecord(let index, let error): "record #\(index + 1): \(error)"
@@ -33,24 +33,24 @@ public enum BodyError: Error, Equatable, Sendable, CustomStringConvertible {
 /// let header = try reader.readHeader()
 /// while let record = try reader.nextRecord() { apply(record) }
 /// ```
-public final class BodyReader {
+package final class BodyReader {
     private let json: JSONReader
     private var state = State.beforeHeader
-    public private(set) var recordsRead = 0
+    package private(set) var recordsRead = 0
 
     private enum State { case beforeHeader, inRecords, done }
 
-    public init(nextChunk: @escaping () throws -> [UInt8]?) {
+    package init(nextChunk: @escaping () throws -> [UInt8]?) {
         json = JSONReader(nextChunk: nextChunk)
     }
 
-    public init(bytes: [UInt8]) {
+    package init(bytes: [UInt8]) {
         json = JSONReader(bytes: bytes)
     }
 
     /// Reads the metadata up to the start of `records`. Unknown members are skipped, so
     /// later formats may add fields.
-    public func readHeader() throws -> BodyHeader {
+    package func readHeader() throws -> BodyHeader {
         precondition(state == .beforeHeader, "readHeader called twice")
         do {
             try json.expect(UInt8(ascii: "{"))
@@ -95,7 +95,7 @@ public final class BodyReader {
     }
 
     /// The next record, or `nil` after the last one (having checked the body ends properly).
-    public func nextRecord() throws -> Record? {
+    package func nextRecord() throws -> Record? {
         precondition(state != .beforeHeader, "readHeader must come first")
         guard state == .inRecords else { return nil }
         do {

@@ -9,9 +9,9 @@
 /// CanonicalJSON.write(.object([JSONMember("id", .string("AD"))]), into: &out)
 /// // out == Array(#"{"id":"AD"}"#.utf8)
 /// ```
-public enum CanonicalJSON {
+package enum CanonicalJSON {
     /// Appends the canonical bytes of `value` to `out`.
-    public static func write(_ value: JSONValue, into out: inout [UInt8]) {
+    package static func write(_ value: JSONValue, into out: inout [UInt8]) {
         switch value {
         case .null: out.append(contentsOf: nullBytes)
         case .bool(let flag): out.append(contentsOf: flag ? trueBytes : falseBytes)
@@ -37,7 +37,7 @@ public enum CanonicalJSON {
     }
 
     /// The canonical bytes of `value`.
-    public static func bytes(_ value: JSONValue) -> [UInt8] {
+    package static func bytes(_ value: JSONValue) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(256)
         write(value, into: &out)
@@ -45,12 +45,12 @@ public enum CanonicalJSON {
     }
 
     /// The canonical text of `value`.
-    public static func string(_ value: JSONValue) -> String {
+    package static func string(_ value: JSONValue) -> String {
         String(decoding: bytes(value), as: UTF8.self)
     }
 
     /// Appends `string` as a canonical JSON string literal.
-    public static func writeString(_ string: String, into out: inout [UInt8]) {
+    package static func writeString(_ string: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         // Most strings need no escape: copied in one go.
         let copied = string.utf8.withContiguousStorageIfAvailable { bytes -> Bool in

@@ -1,15 +1,15 @@
 import Foundation
 
 /// A pull source of bytes: each call returns the next chunk, or `nil` at the end.
-public typealias ChunkSource = () throws -> [UInt8]?
+package typealias ChunkSource = () throws -> [UInt8]?
 
 /// Ready-made ``ChunkSource``s for files and gzip streams.
-public enum ChunkSources {
+package enum ChunkSources {
     /// The size of the chunks read from files.
-    public static let chunkSize = 64 * 1024
+    package static let chunkSize = 64 * 1024
 
     /// Reads the file at `path` in chunks.
-    public static func file(at path: String) throws -> ChunkSource {
+    package static func file(at path: String) throws -> ChunkSource {
         guard let handle = FileHandle(forReadingAtPath: path) else {
             throw FileError(path: path, reason: FileManager.default.fileExists(atPath: path) ? "cannot be read" : "does not exist")
         }
@@ -23,7 +23,7 @@ public enum ChunkSources {
     }
 
     /// Reads standard input in chunks.
-    public static func standardInput() -> ChunkSource {
+    package static func standardInput() -> ChunkSource {
         let handle = FileHandle.standardInput
         return {
             guard let data = try handle.read(upToCount: chunkSize), !data.isEmpty else { return nil }
@@ -32,7 +32,7 @@ public enum ChunkSources {
     }
 
     /// Decompresses the gzip bytes of `source`; throws ``GzipError/truncated`` if it ends early.
-    public static func gunzip(_ source: @escaping ChunkSource) throws -> ChunkSource {
+    package static func gunzip(_ source: @escaping ChunkSource) throws -> ChunkSource {
         let decompressor = try GzipDecompressor()
         var finished = false
         return {
@@ -50,7 +50,7 @@ public enum ChunkSources {
     }
 
     /// A source over one in-memory buffer.
-    public static func bytes(_ bytes: [UInt8]) -> ChunkSource {
+    package static func bytes(_ bytes: [UInt8]) -> ChunkSource {
         var pending: [UInt8]? = bytes
         return {
             defer { pending = nil }
@@ -60,12 +60,12 @@ public enum ChunkSources {
 }
 
 /// A file that could not be opened, read or written.
-public struct FileError: Error, Equatable, Sendable, CustomStringConvertible {
-    public var path: String
-    public var reason: String
-    public init(path: String, reason: String) {
+package struct FileError: Error, Equatable, Sendable, CustomStringConvertible {
+    package var path: String
+    package var reason: String
+    package init(path: String, reason: String) {
         self.path = path
         self.reason = reason
     }
-    public var description: String { "\(path): \(reason)" }
+    package var description: String { "\(path): \(reason)" }
 }

@@ -1,7 +1,7 @@
 /// Collection names: `[a-z0-9][a-z0-9_-]{0,63}`, safe in a URL path and a file name.
-public enum CollectionName {
+package enum CollectionName {
     /// Whether `name` is a valid collection name (not a partition: see ``CollectionPath``).
-    public static func isValid(_ name: String) -> Bool {
+    package static func isValid(_ name: String) -> Bool {
         guard (1...64).contains(name.utf8.count) else { return false }
         for (index, byte) in name.utf8.enumerated() {
             let lowerOrDigit = (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
@@ -13,15 +13,15 @@ public enum CollectionName {
     }
 
     /// Throws a message a user can act on when `name` is not valid.
-    public static func validate(_ name: String) throws(InvalidCollectionName) {
+    package static func validate(_ name: String) throws(InvalidCollectionName) {
         guard isValid(name) else { throw InvalidCollectionName(name: name) }
     }
 }
 
 /// Partition keys: 1–128 of `A-Za-z0-9._:@-` (a user id, an e-mail address, a set number),
 /// except `.` and `..`, which URL libraries remove from a path.
-public enum PartitionKey {
-    public static func isValid(_ key: String) -> Bool {
+package enum PartitionKey {
+    package static func isValid(_ key: String) -> Bool {
         guard (1...128).contains(key.utf8.count), key != ".", key != ".." else { return false }
         return key.utf8.allSatisfy { byte in
             (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
@@ -41,14 +41,14 @@ public enum PartitionKey {
 /// let path = CollectionPath("sets/8271")!   // path.name == "sets", path.key == "8271"
 /// CollectionPath("countries")?.key          // nil: a whole collection
 /// ```
-public struct CollectionPath: Hashable, Sendable, CustomStringConvertible {
+package struct CollectionPath: Hashable, Sendable, CustomStringConvertible {
     /// The collection's name.
-    public var name: String
+    package var name: String
     /// The partition's key; nil for a collection that is not partitioned.
-    public var key: String?
+    package var key: String?
 
     /// Parses `NAME` or `NAME/KEY`; nil when either part is invalid.
-    public init?(_ path: String) {
+    package init?(_ path: String) {
         if let slash = path.utf8.firstIndex(of: UInt8(ascii: "/")) {
             let name = String(path[..<slash])
             let key = String(path[path.index(after: slash)...])
@@ -63,40 +63,40 @@ public struct CollectionPath: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// `name/key`, both already valid.
-    public init?(name: String, key: String?) {
+    package init?(name: String, key: String?) {
         guard CollectionName.isValid(name), key.map(PartitionKey.isValid) ?? true else { return nil }
         self.name = name
         self.key = key
     }
 
     /// `NAME` or `NAME/KEY`: how stores, bodies and the index name it.
-    public var description: String { key.map { "\(name)/\($0)" } ?? name }
+    package var description: String { key.map { "\(name)/\($0)" } ?? name }
 
     /// Whether `path` is a valid `NAME` or `NAME/KEY`.
-    public static func isValid(_ path: String) -> Bool { CollectionPath(path) != nil }
+    package static func isValid(_ path: String) -> Bool { CollectionPath(path) != nil }
 
     /// Whether `path` names a partition (it holds a `/`); says nothing of its validity.
-    public static func isPartition(_ path: String) -> Bool { path.utf8.contains(UInt8(ascii: "/")) }
+    package static func isPartition(_ path: String) -> Bool { path.utf8.contains(UInt8(ascii: "/")) }
 
     /// Throws a message a user can act on when `path` is neither a valid `NAME` nor `NAME/KEY`.
-    public static func validate(_ path: String) throws(InvalidCollectionName) {
+    package static func validate(_ path: String) throws(InvalidCollectionName) {
         guard isValid(path) else { throw InvalidCollectionName(name: path) }
     }
 
     /// The path of the collection endpoint: `/v1/collections/NAME` or
     /// `/v1/collections/NAME/partitions/KEY` (both parts need no percent-encoding).
-    public var urlPath: String {
+    package var urlPath: String {
         key.map { "/v1/collections/\(name)/partitions/\($0)" } ?? "/v1/collections/\(name)"
     }
 }
 
-public struct InvalidCollectionName: Error, Equatable, Sendable, CustomStringConvertible {
-    public var name: String
+package struct InvalidCollectionName: Error, Equatable, Sendable, CustomStringConvertible {
+    package var name: String
 
-    public init(name: String) {
+    package init(name: String) {
         self.name = name
     }
-    public var description: String {
+    package var description: String {
         if CollectionPath.isPartition(name) {
             return "invalid partition \"\(name)\": use NAME/KEY, NAME of 1 to 64 characters of a-z, 0-9, '_' and '-' (starting with a letter or digit), KEY of 1 to 128 characters of A-Z, a-z, 0-9, '.', '_', ':', '@' and '-'"
         }

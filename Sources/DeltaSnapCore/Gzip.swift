@@ -1,7 +1,7 @@
 import CZlib
 
 /// Why gzip bytes could not be decompressed.
-public enum GzipError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum GzipError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The stream ended before the gzip trailer: a cut-off download or file.
     case truncated
     /// zlib rejected the bytes (a bad header, a flipped bit, a CRC mismatch).
@@ -11,7 +11,7 @@ public enum GzipError: Error, Equatable, Sendable, CustomStringConvertible {
     /// zlib could not initialise (out of memory).
     case internalError(Int32)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .truncated: "gzip data is truncated"
         case .corrupt(let reason): "gzip data is corrupt (\(reason))"
@@ -24,12 +24,12 @@ public enum GzipError: Error, Equatable, Sendable, CustomStringConvertible {
 /// Where a ``GzipCompressor`` appends its output: a `[UInt8]`, or the server's NIO
 /// `ByteBuffer` (DeltaSnapCore links no NIO, so the server adds that conformance), so a
 /// compressed chunk is written once, into the buffer that is sent.
-public protocol ByteSink {
+package protocol ByteSink {
     mutating func append(bytes: UnsafeRawBufferPointer)
 }
 
 extension Array: ByteSink where Element == UInt8 {
-    public mutating func append(bytes: UnsafeRawBufferPointer) { append(contentsOf: bytes) }
+    package mutating func append(bytes: UnsafeRawBufferPointer) { append(contentsOf: bytes) }
 }
 
 /// Streaming gzip compression with a deterministic header.
@@ -44,7 +44,7 @@ extension Array: ByteSink where Element == UInt8 {
 /// compressor.compress(Array("hello".utf8), into: &out)
 /// compressor.finish(into: &out)
 /// ```
-public final class GzipCompressor {
+package final class GzipCompressor {
     private let stream: UnsafeMutablePointer<z_stream>
     private var crc: uLong = crc32(0, nil, 0)
     private var inputSize: UInt32 = 0
@@ -52,10 +52,10 @@ public final class GzipCompressor {
     private var output = [UInt8](repeating: 0, count: 64 * 1024)
 
     /// The fixed gzip header: magic, deflate, no flags, mtime 0, no extra flags, OS 255 ("unknown").
-    public static let header: [UInt8] = [0x1F, 0x8B, 0x08, 0x00, 0, 0, 0, 0, 0x00, 0xFF]
+    package static let header: [UInt8] = [0x1F, 0x8B, 0x08, 0x00, 0, 0, 0, 0, 0x00, 0xFF]
 
     /// `level` is zlib's 1 (fastest) to 9 (smallest); 6 is zlib's and gzip's default.
-    public init(level: Int32 = 6) throws(GzipError) {
+    package init(level: Int32 = 6) throws(GzipError) {
         stream = .allocate(capacity: 1)
         stream.initialize(to: z_stream())
         // Negative window bits: a raw deflate stream, framed by our own header and trailer.
@@ -75,12 +75,12 @@ public final class GzipCompressor {
     private var headerWritten = false
 
     /// Compresses `input`, appending whatever compressed bytes are ready to `out`.
-    public func compress<Sink: ByteSink>(_ input: [UInt8], into out: inout Sink) {
+    package func compress<Sink: ByteSink>(_ input: [UInt8], into out: inout Sink) {
         input.withUnsafeBytes { compress($0, into: &out) }
     }
 
     /// Compresses `input`, appending whatever compressed bytes are ready to `out`.
-    public func compress<Sink: ByteSink>(_ input: UnsafeRawBufferPointer, into out: inout Sink) {
+    package func compress<Sink: ByteSink>(_ input: UnsafeRawBufferPointer, into out: inout Sink) {
         precondition(!finished, "GzipCompressor used after finish")
         writeHeaderIfNeeded(into: &out)
         guard let base = input.baseAddress, input.count > 0 else { return }
@@ -92,7 +92,7 @@ public final class GzipCompressor {
     }
 
     /// Ends the stream: flushes deflate and appends the CRC-32 and size trailer.
-    public func finish<Sink: ByteSink>(into out: inout Sink) {
+    package func finish<Sink: ByteSink>(into out: inout Sink) {
         precondition(!finished, "GzipCompressor finished twice")
         writeHeaderIfNeeded(into: &out)
         stream.pointee.next_in = nil
@@ -131,7 +131,7 @@ public final class GzipCompressor {
     }
 
     /// Compresses `bytes` in one go.
-    public static func compress(_ bytes: [UInt8], level: Int32 = 6) -> [UInt8] {
+    package static func compress(_ bytes: [UInt8], level: Int32 = 6) -> [UInt8] {
         // Only an out-of-memory zlib can fail to initialise.
         let compressor = try! GzipCompressor(level: level)
         var out: [UInt8] = []
@@ -149,13 +149,13 @@ public final class GzipCompressor {
 /// try decompressor.decompress(chunk, into: &text)   // for each chunk received
 /// try decompressor.finish()                         // throws .truncated if the stream was cut
 /// ```
-public final class GzipDecompressor {
+package final class GzipDecompressor {
     private let stream: UnsafeMutablePointer<z_stream>
     private var output = [UInt8](repeating: 0, count: 64 * 1024)
     /// True once zlib saw the end of the stream and its checksum matched.
-    public private(set) var isComplete = false
+    package private(set) var isComplete = false
 
-    public init() throws(GzipError) {
+    package init() throws(GzipError) {
         stream = .allocate(capacity: 1)
         stream.initialize(to: z_stream())
         // 15 + 32: accept gzip or zlib framing, detected from the header.
@@ -172,7 +172,7 @@ public final class GzipDecompressor {
     }
 
     /// Decompresses `input`, appending the bytes it yields to `out`.
-    public func decompress(_ input: [UInt8], into out: inout [UInt8]) throws(GzipError) {
+    package func decompress(_ input: [UInt8], into out: inout [UInt8]) throws(GzipError) {
         guard !input.isEmpty else { return }
         guard !isComplete else { throw .trailingData }
         let result: GzipError? = input.withUnsafeBytes { raw in
@@ -204,19 +204,19 @@ public final class GzipDecompressor {
     }
 
     /// Decompresses `input` and returns what it yields.
-    public func decompress(_ input: [UInt8]) throws(GzipError) -> [UInt8] {
+    package func decompress(_ input: [UInt8]) throws(GzipError) -> [UInt8] {
         var out: [UInt8] = []
         try decompress(input, into: &out)
         return out
     }
 
     /// Throws ``GzipError/truncated`` unless the whole stream, trailer included, was read.
-    public func finish() throws(GzipError) {
+    package func finish() throws(GzipError) {
         guard isComplete else { throw .truncated }
     }
 
     /// Decompresses a whole gzip buffer.
-    public static func decompress(_ bytes: [UInt8]) throws(GzipError) -> [UInt8] {
+    package static func decompress(_ bytes: [UInt8]) throws(GzipError) -> [UInt8] {
         let decompressor = try GzipDecompressor()
         let out = try decompressor.decompress(bytes)
         try decompressor.finish()

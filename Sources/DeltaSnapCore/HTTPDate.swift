@@ -2,12 +2,12 @@
 ///
 /// Hand-written: `DateFormatter` depends on locale and time-zone set-up and is slow on the
 /// 304 path; this is a few lines of calendar arithmetic (days from the civil calendar).
-public enum HTTPDate {
+package enum HTTPDate {
     private static let weekdays = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"]
     private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 
     /// Formats seconds since 1970-01-01T00:00:00Z.
-    public static func format(_ seconds: Int64) -> String {
+    package static func format(_ seconds: Int64) -> String {
         let days = floorDivide(seconds, 86_400)
         let secondOfDay = seconds - days * 86_400
         let (year, month, day) = civil(fromDays: days)
@@ -17,7 +17,7 @@ public enum HTTPDate {
 
     /// Parses an IMF-fixdate into seconds since 1970; `nil` for any other text
     /// (RFC 9110 says a recipient ignores an invalid `If-Modified-Since`).
-    public static func parse(_ text: some StringProtocol) -> Int64? {
+    package static func parse(_ text: some StringProtocol) -> Int64? {
         let parts = text.split(separator: " ")
         guard parts.count == 6, parts[0].count == 4, parts[0].hasSuffix(","), parts[5] == "GMT",
               isDigits(parts[1], count: 2), let day = Int(parts[1]), (1...31).contains(day),

@@ -12,9 +12,9 @@
 ///     let value = try reader.readValue()
 /// }
 /// ```
-public final class JSONReader {
+package final class JSONReader {
     /// Objects and arrays nested deeper than this are rejected instead of overflowing the stack.
-    public static let maximumDepth = 64
+    package static let maximumDepth = 64
 
     private var buffer: [UInt8]
     private var position = 0
@@ -24,29 +24,29 @@ public final class JSONReader {
     private let nextChunk: (() throws -> [UInt8]?)?
 
     /// 1-based line number of the next unread byte.
-    public private(set) var line = 1
+    package private(set) var line = 1
 
     /// Whether an object may name a key twice, its last value kept — PostgreSQL's `jsonb`
     /// rule, for reading a `json` column (which keeps its text as written). Off: a duplicate
     /// key is an error, as a record's must be.
-    public var keepsLastOfDuplicateKeys = false
+    package var keepsLastOfDuplicateKeys = false
 
     /// Reads from one complete buffer.
-    public init(bytes: [UInt8]) {
+    package init(bytes: [UInt8]) {
         buffer = bytes
         exhausted = true
         nextChunk = nil
     }
 
     /// Reads from a stream: `nextChunk` returns the next bytes, or `nil` at the end.
-    public init(nextChunk: @escaping () throws -> [UInt8]?) {
+    package init(nextChunk: @escaping () throws -> [UInt8]?) {
         buffer = []
         exhausted = false
         self.nextChunk = nextChunk
     }
 
     /// 0-based offset of the next unread byte from the start of the input.
-    public var offset: Int { bufferStart + position }
+    package var offset: Int { bufferStart + position }
 
     // MARK: - Bytes
 
@@ -96,12 +96,12 @@ public final class JSONReader {
     }
 
     /// An error at the current position.
-    public func error(_ reason: String) -> JSONParseError {
+    package func error(_ reason: String) -> JSONParseError {
         JSONParseError(line: line, offset: offset, reason: reason)
     }
 
     /// Skips spaces, tabs, carriage returns and newlines, counting lines.
-    public func skipWhitespace() throws {
+    package func skipWhitespace() throws {
         while try ensureByte() {
             switch buffer[position] {
             case UInt8(ascii: "\n"): line += 1; position += 1
@@ -112,19 +112,19 @@ public final class JSONReader {
     }
 
     /// True when only whitespace is left.
-    public func isAtEnd() throws -> Bool {
+    package func isAtEnd() throws -> Bool {
         try skipWhitespace()
         return try !ensureByte()
     }
 
     /// The next non-whitespace byte, without consuming it; `nil` at the end.
-    public func peekSignificantByte() throws -> UInt8? {
+    package func peekSignificantByte() throws -> UInt8? {
         try skipWhitespace()
         return try peek()
     }
 
     /// Consumes `byte` (after whitespace) or throws naming what was found instead.
-    public func expect(_ byte: UInt8) throws {
+    package func expect(_ byte: UInt8) throws {
         try skipWhitespace()
         guard try ensureByte() else {
             throw error("unexpected end of input, expected '\(Character(Unicode.Scalar(byte)))'")
@@ -145,12 +145,12 @@ public final class JSONReader {
     /// The bytes of the next value exactly as written (after skipping whitespace), without
     /// validating them: the caller validates (see `Record.parse`). Tracks lines, so
     /// ``line`` stays right; throws only at the end of the input.
-    public func readRawValue() throws -> [UInt8] {
+    package func readRawValue() throws -> [UInt8] {
         try scanRawValue(keeping: true)
     }
 
     /// Moves past the next value as ``readRawValue()`` reads it, keeping nothing.
-    public func skipValue() throws {
+    package func skipValue() throws {
         _ = try scanRawValue(keeping: false)
     }
 
@@ -158,7 +158,7 @@ public final class JSONReader {
     /// is skipped, not built (a partitioned import reads one field of every record). Nil when
     /// the value is not an object or has no such member. For input already known to be valid
     /// JSON (a record's canonical bytes): skipped members are not validated.
-    public func member(_ key: String) throws -> JSONValue? {
+    package func member(_ key: String) throws -> JSONValue? {
         guard try peekSignificantByte() == UInt8(ascii: "{") else { return nil }
         position += 1
         if try peekSignificantByte() == UInt8(ascii: "}") { return nil }
@@ -232,7 +232,7 @@ public final class JSONReader {
     // MARK: - Values
 
     /// Reads one complete JSON value.
-    public func readValue() throws -> JSONValue {
+    package func readValue() throws -> JSONValue {
         try readValue(depth: 0)
     }
 
@@ -321,7 +321,7 @@ public final class JSONReader {
     }
 
     /// Reads a string token (the reader stands on its opening quote) as validated UTF-8.
-    public func readString() throws -> String {
+    package func readString() throws -> String {
         try skipWhitespace()
         guard try next() == UInt8(ascii: "\"") else { throw error("expected a string") }
         var bytes: [UInt8] = []

@@ -21,7 +21,7 @@ public enum JSONValue: Hashable, Sendable {
     case object([JSONMember])
 
     /// How deeply arrays and objects nest in this value (a scalar is 0, `{}` is 1).
-    public var depth: Int {
+    package var depth: Int {
         switch self {
         case .array(let elements): 1 + (elements.map(\.depth).max() ?? 0)
         case .object(let members): 1 + (members.map(\.value.depth).max() ?? 0)
@@ -51,7 +51,7 @@ extension String {
     /// Byte-wise ordering of the UTF-8 encodings: the order canonical JSON sorts keys in
     /// (Swift's `<` on `String` follows Unicode canonical equivalence, not bytes).
     @inlinable
-    public func utf8Precedes(_ other: String) -> Bool {
+    package func utf8Precedes(_ other: String) -> Bool {
         // Native strings are contiguous UTF-8: one memcmp instead of a generic byte loop
         // (sorting a view's thousand entries spent most of its time there).
         let fast = utf8.withContiguousStorageIfAvailable { mine in

@@ -23,18 +23,18 @@ public struct Mutation: Sendable, Equatable {
     }
 
     /// The client's write number: positive, increasing in the order the writes were made.
-    public var seq: UInt64
-    public var operation: Operation
+    package var seq: UInt64
+    package var operation: Operation
     /// The record's id.
-    public var id: String
+    package var id: String
     /// The record (put, insert) or the fields (patch); `nil` for delete.
-    public var value: JSONValue?
+    package var value: JSONValue?
     /// The token of the state the device showed when the write was made (its replica's
     /// token then), or nil. A collection merged by `fork` copies a write whose record
     /// changed on the server since (docs/PROTOCOL.md §5.6).
-    public var base: String?
+    package var base: String?
 
-    public init(seq: UInt64, operation: Operation, id: String, value: JSONValue? = nil, base: String? = nil) {
+    package init(seq: UInt64, operation: Operation, id: String, value: JSONValue? = nil, base: String? = nil) {
         self.seq = seq
         self.operation = operation
         self.id = id
@@ -43,7 +43,7 @@ public struct Mutation: Sendable, Equatable {
     }
 
     /// The canonical JSON object sent on the wire.
-    public var jsonValue: JSONValue {
+    package var jsonValue: JSONValue {
         var members = [JSONMember]()
         if let base { members.append(JSONMember("base", .string(base))) }
         members.append(JSONMember("id", .string(id)))
@@ -54,7 +54,7 @@ public struct Mutation: Sendable, Equatable {
     }
 
     /// ``jsonValue`` as canonical text.
-    public var json: String { CanonicalJSON.string(jsonValue) }
+    package var json: String { CanonicalJSON.string(jsonValue) }
 }
 
 /// Why a write was refused: a stable machine-readable `code` and a sentence for a person.
@@ -65,22 +65,22 @@ public struct MutationRefusal: Error, Sendable, Equatable, CustomStringConvertib
     public var code: String
     public var message: String
 
-    public init(code: String, message: String) {
+    package init(code: String, message: String) {
         self.code = code
         self.message = message
     }
 
     public var description: String { "\(code): \(message)" }
 
-    public static func exists(_ id: String) -> MutationRefusal {
+    package static func exists(_ id: String) -> MutationRefusal {
         MutationRefusal(code: "exists", message: "record \"\(id)\" already exists; an insert never replaces a record")
     }
 
-    public static func notFound(_ id: String) -> MutationRefusal {
+    package static func notFound(_ id: String) -> MutationRefusal {
         MutationRefusal(code: "not_found", message: "record \"\(id)\" does not exist, so it cannot be patched")
     }
 
-    public static func invalid(_ id: String, _ reason: String) -> MutationRefusal {
+    package static func invalid(_ id: String, _ reason: String) -> MutationRefusal {
         MutationRefusal(code: "invalid_record", message: "record \"\(id)\": \(reason)")
     }
 }

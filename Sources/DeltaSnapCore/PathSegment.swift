@@ -8,7 +8,7 @@ extension StringProtocol {
     /// "5f3c9a0e12ab34cd.42".percentEncodedPathSegment   // unchanged
     /// "a/b c".percentEncodedPathSegment                  // "a%2Fb%20c"
     /// ```
-    public var percentEncodedPathSegment: String {
+    package var percentEncodedPathSegment: String {
         var out: [UInt8] = []
         out.reserveCapacity(utf8.count)
         let hex = Array("0123456789ABCDEF".utf8)

@@ -6,20 +6,20 @@
 /// ])
 /// request.bytes   // {"client":"6f1c…","mutations":[{"id":"AQ","op":"delete","seq":1}]}
 /// ```
-public struct PushRequest: Sendable, Equatable {
+package struct PushRequest: Sendable, Equatable {
     /// The client's id: 1 to 128 characters of `A-Za-z0-9._:-`, generated once per replica.
-    public var client: String
+    package var client: String
     /// Writes with strictly increasing `seq`.
-    public var mutations: [Mutation]
+    package var mutations: [Mutation]
 
-    public static let maximumMutations = 1000
+    package static let maximumMutations = 1000
 
-    public init(client: String, mutations: [Mutation]) {
+    package init(client: String, mutations: [Mutation]) {
         self.client = client
         self.mutations = mutations
     }
 
-    public var bytes: [UInt8] {
+    package var bytes: [UInt8] {
         CanonicalJSON.bytes(.object([
             JSONMember("client", .string(client)),
             JSONMember("mutations", .array(mutations.map(\.jsonValue))),
@@ -27,7 +27,7 @@ public struct PushRequest: Sendable, Equatable {
     }
 
     /// Whether `client` is a usable client id.
-    public static func isValidClient(_ client: String) -> Bool {
+    package static func isValidClient(_ client: String) -> Bool {
         (1...128).contains(client.utf8.count) && client.utf8.allSatisfy { byte in
             switch byte {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
@@ -41,7 +41,7 @@ public struct PushRequest: Sendable, Equatable {
     /// Parses a request body. A problem with the batch as a whole (not JSON, no client, a
     /// missing or non-increasing `seq`, too many writes) throws; a problem with one write's
     /// operation, id or value is kept in ``ParsedMutation/refusal`` so it is refused alone.
-    public static func parse(_ bytes: [UInt8]) throws(PushRequestError) -> (client: String, mutations: [ParsedMutation]) {
+    package static func parse(_ bytes: [UInt8]) throws(PushRequestError) -> (client: String, mutations: [ParsedMutation]) {
         let value: JSONValue
         do {
             let reader = JSONReader(bytes: bytes)
@@ -77,12 +77,12 @@ public struct PushRequest: Sendable, Equatable {
 }
 
 /// One write of a parsed batch: either a ``Mutation`` or the reason it is refused.
-public struct ParsedMutation: Sendable, Equatable {
-    public var seq: UInt64
-    public var mutation: Mutation?
-    public var refusal: MutationRefusal?
+package struct ParsedMutation: Sendable, Equatable {
+    package var seq: UInt64
+    package var mutation: Mutation?
+    package var refusal: MutationRefusal?
     /// The record id, when one could be read (for reports).
-    public var id: String?
+    package var id: String?
 
     init(seq: UInt64, element: JSONValue) {
         self.seq = seq
@@ -114,14 +114,14 @@ public struct ParsedMutation: Sendable, Equatable {
 }
 
 /// Why a push body was rejected as a whole (answered `400`).
-public struct PushRequestError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var description: String
-    public init(_ description: String) { self.description = description }
+package struct PushRequestError: Error, Sendable, Equatable, CustomStringConvertible {
+    package var description: String
+    package init(_ description: String) { self.description = description }
 }
 
 /// What the server decided for one write.
-public struct MutationResult: Sendable, Equatable {
-    public enum Status: Sendable, Equatable {
+package struct MutationResult: Sendable, Equatable {
+    package enum Status: Sendable, Equatable {
         /// Merged and committed in `version` (or already the server's state then).
         case applied(version: UInt64)
         /// Not applied, and never will be: roll it back and tell the user.
@@ -133,15 +133,15 @@ public struct MutationResult: Sendable, Equatable {
         case copied(version: UInt64, copy: String)
     }
 
-    public var seq: UInt64
-    public var status: Status
+    package var seq: UInt64
+    package var status: Status
 
-    public init(seq: UInt64, status: Status) {
+    package init(seq: UInt64, status: Status) {
         self.seq = seq
         self.status = status
     }
 
-    public var jsonValue: JSONValue {
+    package var jsonValue: JSONValue {
         var members = [JSONMember("seq", .number(String(seq)))]
         switch status {
         case .applied(let version):
@@ -184,18 +184,18 @@ public struct MutationResult: Sendable, Equatable {
 }
 
 /// The `200` answer to a push: one result per write, in the batch's order.
-public struct PushResponse: Sendable, Equatable {
-    public var collection: String
-    public var client: String
+package struct PushResponse: Sendable, Equatable {
+    package var collection: String
+    package var client: String
     /// The highest `seq` the server has processed for this client.
-    public var lastSeq: UInt64
+    package var lastSeq: UInt64
     /// Whether this batch committed a new version.
-    public var committed: Bool
+    package var committed: Bool
     /// The collection's token after the batch (absent while the collection has no version).
-    public var token: String?
-    public var results: [MutationResult]
+    package var token: String?
+    package var results: [MutationResult]
 
-    public init(collection: String, client: String, lastSeq: UInt64, committed: Bool, token: String?, results: [MutationResult]) {
+    package init(collection: String, client: String, lastSeq: UInt64, committed: Bool, token: String?, results: [MutationResult]) {
         self.collection = collection
         self.client = client
         self.lastSeq = lastSeq
@@ -204,7 +204,7 @@ public struct PushResponse: Sendable, Equatable {
         self.results = results
     }
 
-    public var bytes: [UInt8] {
+    package var bytes: [UInt8] {
         var members = [
             JSONMember("client", .string(client)),
             JSONMember("collection", .string(collection)),
@@ -219,7 +219,7 @@ public struct PushResponse: Sendable, Equatable {
     }
 
     /// Parses a `200` push answer; nil when it is not one (the client then retries the batch).
-    public static func parse(_ bytes: [UInt8]) -> PushResponse? {
+    package static func parse(_ bytes: [UInt8]) -> PushResponse? {
         guard let value = try? JSONReader(bytes: bytes).readValue(),
               case .string(let collection)? = value["collection"],
               case .string(let client)? = value["client"],

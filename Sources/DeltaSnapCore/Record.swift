@@ -9,19 +9,19 @@
 /// record.id     // "AD"
 /// record.text   // {"id":"AD","name":"Andorra"}
 /// ```
-public struct Record: Hashable, Sendable {
+package struct Record: Hashable, Sendable {
     /// The attribute that names a record; a non-empty string.
-    public static let idKey = "id"
+    package static let idKey = "id"
     /// The attribute that hides a record; `true` or `false` only.
-    public static let hiddenKey = "hidden"
+    package static let hiddenKey = "hidden"
 
-    public let id: String
-    public let isHidden: Bool
+    package let id: String
+    package let isHidden: Bool
     /// Canonical bytes: what is stored, sent, hashed and compared.
-    public let bytes: [UInt8]
+    package let bytes: [UInt8]
 
     /// Validates a parsed JSON value as a record and computes its canonical bytes.
-    public init(parsing value: JSONValue) throws(RecordError) {
+    package init(parsing value: JSONValue) throws(RecordError) {
         guard case .object(var members) = value else { throw .notAnObject }
         guard let idIndex = members.firstIndex(where: { $0.key == Self.idKey }) else { throw .missingID }
         guard case .string(let id) = members[idIndex].value else { throw .idNotAString }
@@ -43,7 +43,7 @@ public struct Record: Hashable, Sendable {
     }
 
     /// Parses and validates one record from JSON bytes.
-    public init(json bytes: [UInt8]) throws {
+    package init(json bytes: [UInt8]) throws {
         self = try Record.parse(bytes)
     }
 
@@ -51,7 +51,7 @@ public struct Record: Hashable, Sendable {
     /// are validated in one pass and kept as they are; anything else goes through the full
     /// parser, which canonicalises it or throws a `JSONParseError` (lines and offsets counted
     /// from the start of `bytes`) or a ``RecordError``.
-    public static func parse(_ bytes: [UInt8]) throws -> Record {
+    package static func parse(_ bytes: [UInt8]) throws -> Record {
         if let record = bytes.withUnsafeBytes(CanonicalRecordScanner.scan) { return record }
         let reader = JSONReader(bytes: bytes)
         let value = try reader.readValue()
@@ -72,7 +72,7 @@ public struct Record: Hashable, Sendable {
     }
 
     /// The tombstone of `id`: `{"hidden":true,"id":"…"}`.
-    public static func tombstone(id: String) -> Record {
+    package static func tombstone(id: String) -> Record {
         var bytes = Array(#"{"hidden":true,"id":"#.utf8)
         CanonicalJSON.writeString(id, into: &bytes)
         bytes.append(UInt8(ascii: "}"))
@@ -80,14 +80,14 @@ public struct Record: Hashable, Sendable {
     }
 
     /// The canonical bytes as text.
-    public var text: String { String(decoding: bytes, as: UTF8.self) }
+    package var text: String { String(decoding: bytes, as: UTF8.self) }
 
     /// The 64-bit hash that the state checksum adds up.
-    public var hash: UInt64 { XXH64.hash(bytes) }
+    package var hash: UInt64 { XXH64.hash(bytes) }
 }
 
 /// Why a JSON value is not a valid record.
-public enum RecordError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum RecordError: Error, Equatable, Sendable, CustomStringConvertible {
     case notAnObject
     case missingID
     case idNotAString
@@ -95,7 +95,7 @@ public enum RecordError: Error, Equatable, Sendable, CustomStringConvertible {
     case idContainsNUL
     case hiddenNotABoolean(id: String)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .notAnObject: "a record must be a JSON object"
         case .missingID: "the record has no \"id\""

@@ -3,14 +3,14 @@
 /// collection they will be published as, so a preview device checks a workspace against a
 /// signed index entry of that name, and an approved state's digest is the workspace's.
 /// `ReviewPaths` (DeltaSnapStore) builds on it.
-public enum ReviewWorkspace {
+package enum ReviewWorkspace {
     /// The reserved collection whose partitions are the workspaces.
-    public static let collection = "deltasnap-review-work"
+    package static let collection = "deltasnap-review-work"
     private static let prefix = collection + "/"
 
     /// The path whose workspace `path` is (`deltasnap-review-work/sets:8271` → `sets/8271`), or
     /// nil for a path that is no workspace (or one named by a hash: too long to be read back).
-    public static func published(of path: String) -> String? {
+    package static func published(of path: String) -> String? {
         // Asked for every record the state digest covers: no string is built for a path that is no workspace.
         guard path.utf8.starts(with: prefix.utf8) else { return nil }
         let key = path.dropFirst(prefix.count)

@@ -2,13 +2,13 @@
 ///
 /// Only the server reads it. Clients treat the token (the `ETag` without its quotes) as an
 /// opaque string, so the server may change this format at any time.
-public struct ServerToken: Hashable, Sendable, CustomStringConvertible {
+package struct ServerToken: Hashable, Sendable, CustomStringConvertible {
     /// 16 lowercase hex digits, random for each new collection store.
-    public var epoch: String
+    package var epoch: String
     /// The collection version: 1 for the first commit, +1 for each commit after it.
-    public var version: UInt64
+    package var version: UInt64
 
-    public init(epoch: String, version: UInt64) {
+    package init(epoch: String, version: UInt64) {
         self.epoch = epoch
         self.version = version
     }
@@ -16,7 +16,7 @@ public struct ServerToken: Hashable, Sendable, CustomStringConvertible {
     /// Parses a token; `nil` for anything not of this format (a client may send garbage),
     /// and for version 0: versions start at 1, so no server ever issued `<epoch>.0`
     /// (docs/PROTOCOL.md §8.3 answers it `bad_token`; §5.1 a full body).
-    public init?(_ text: some StringProtocol) {
+    package init?(_ text: some StringProtocol) {
         let parts = text.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 2, Self.isEpoch(parts[0]),
               parts[1].utf8.count <= 20, parts[1].utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
@@ -28,15 +28,15 @@ public struct ServerToken: Hashable, Sendable, CustomStringConvertible {
         self.version = version
     }
 
-    public var description: String { "\(epoch).\(version)" }
+    package var description: String { "\(epoch).\(version)" }
 
     /// Whether `text` is 16 lowercase hex digits.
-    public static func isEpoch(_ text: some StringProtocol) -> Bool {
+    package static func isEpoch(_ text: some StringProtocol) -> Bool {
         text.utf8.count == 16 && text.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
     }
 
     /// A new random epoch.
-    public static func randomEpoch() -> String {
+    package static func randomEpoch() -> String {
         var generator = SystemRandomNumberGenerator()
         let hex = String(generator.next() as UInt64, radix: 16)
         return String(repeating: "0", count: 16 - hex.utf8.count) + hex

@@ -6,22 +6,22 @@
 /// }
 /// print(header.token, header.count, header.checksum)
 /// ```
-public enum Snapshot {
+package enum Snapshot {
     /// The file name bake writes for `collection`.
-    public static func fileName(for collection: String) -> String { "\(collection).snapshot" }
+    package static func fileName(for collection: String) -> String { "\(collection).snapshot" }
 
     /// Streams the snapshot at `path`, calling `body` for each record, and verifies it:
     /// it is a full body, its ids are unique and sorted, and its count and checksum match
     /// its records. Throws on the first problem, so `body`'s effects must be undone by the
     /// caller (e.g. by rolling back a transaction).
     @discardableResult
-    public static func read(path: String, _ body: (Record) throws -> Void = { _ in }) throws -> BodyHeader {
+    package static func read(path: String, _ body: (Record) throws -> Void = { _ in }) throws -> BodyHeader {
         try verifyFull(BodyReader(nextChunk: try ChunkSources.gunzip(try ChunkSources.file(at: path))), body)
     }
 
     /// Verifies a full body from `reader` as ``read(path:_:)`` does.
     @discardableResult
-    public static func verifyFull(_ reader: BodyReader, _ body: (Record) throws -> Void = { _ in }) throws -> BodyHeader {
+    package static func verifyFull(_ reader: BodyReader, _ body: (Record) throws -> Void = { _ in }) throws -> BodyHeader {
         let header = try reader.readHeader()
         guard header.kind == .full else { throw BodyError.invalidField("kind", "must be \"full\" in a snapshot") }
         var checksum = StateChecksum.empty

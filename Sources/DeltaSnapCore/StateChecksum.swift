@@ -23,10 +23,10 @@ public struct StateChecksum: Hashable, Sendable, CustomStringConvertible {
         self.value = value
     }
 
-    public mutating func add(hash: UInt64) { value &+= hash }
-    public mutating func remove(hash: UInt64) { value &-= hash }
-    public mutating func add(_ record: Record) { add(hash: record.hash) }
-    public mutating func remove(_ record: Record) { remove(hash: record.hash) }
+    package mutating func add(hash: UInt64) { value &+= hash }
+    package mutating func remove(hash: UInt64) { value &-= hash }
+    package mutating func add(_ record: Record) { add(hash: record.hash) }
+    package mutating func remove(_ record: Record) { remove(hash: record.hash) }
 
     public var description: String {
         let hex = String(value, radix: 16)

@@ -3,7 +3,7 @@
 /// Hand-written because Foundation has no fast non-cryptographic hash and the protocol
 /// needs one that every language has a library for (xxHash's XXH64 is in all of them).
 /// Verified against the reference implementation's test vectors in the tests.
-public enum XXH64 {
+package enum XXH64 {
     private static let prime1: UInt64 = 0x9E37_79B1_85EB_CA87
     private static let prime2: UInt64 = 0xC2B2_AE3D_27D4_EB4F
     private static let prime3: UInt64 = 0x1656_67B1_9E37_79F9
@@ -11,12 +11,12 @@ public enum XXH64 {
     private static let prime5: UInt64 = 0x27D4_EB2F_1656_67C5
 
     /// The XXH64 hash of `bytes` with seed 0.
-    public static func hash(_ bytes: [UInt8]) -> UInt64 {
+    package static func hash(_ bytes: [UInt8]) -> UInt64 {
         bytes.withUnsafeBytes { hash($0) }
     }
 
     /// The XXH64 hash of `bytes` with `seed`.
-    public static func hash(_ bytes: UnsafeRawBufferPointer, seed: UInt64 = 0) -> UInt64 {
+    package static func hash(_ bytes: UnsafeRawBufferPointer, seed: UInt64 = 0) -> UInt64 {
         let length = bytes.count
         var index = 0
         var hash: UInt64

@@ -15,8 +15,7 @@ import NIOConcurrencyHelpers
 ///
 /// ```swift
 /// let store = try await PostgresCollectionStore.connect(url: "postgres://deltasnap@127.0.0.1:5432/app")
-/// let result = try await store.importBatch(Array(#"{"id":"AD","name":"Andorra"}"#.utf8), into: "countries")
-/// await store.close()
+/// let api = try await DeltaSnapAPI(store: store)   // owns it: `api.shutdown()` closes it
 /// ```
 public final class PostgresCollectionStore: CollectionStore {
     let primary: PostgresDatabase
@@ -56,121 +55,121 @@ public final class PostgresCollectionStore: CollectionStore {
         }
     }
 
-    public func collections() async throws -> [CollectionHead] {
+    package func collections() async throws -> [CollectionHead] {
         try await reader.collections()
     }
 
-    public func partitions(of collection: String) async throws -> [String] {
+    package func partitions(of collection: String) async throws -> [String] {
         try await reader.partitionPaths(of: collection)
     }
 
-    public func partitions(of collection: String, keysStartingWith prefix: String, limit: Int) async throws -> [String] {
+    package func partitions(of collection: String, keysStartingWith prefix: String, limit: Int) async throws -> [String] {
         try await reader.partitionPaths(of: collection, keysStartingWith: prefix, limit: limit)
     }
 
-    public func head(of collection: String) async throws -> CollectionHead? {
+    package func head(of collection: String) async throws -> CollectionHead? {
         try await reader.head(of: collection)
     }
 
-    public func heads(of names: [String]) async throws -> [CollectionHead] {
+    package func heads(of names: [String]) async throws -> [CollectionHead] {
         try await reader.heads(of: names)
     }
 
     /// A session advisory lock on the primary, named by `name`'s hash, held on a connection of
     /// its own while `body` runs (on others): every instance of the store waits for it.
-    public func exclusively<T: Sendable>(_ name: String, _ body: @Sendable () async throws -> T) async throws -> T {
+    package func exclusively<T: Sendable>(_ name: String, _ body: @Sendable () async throws -> T) async throws -> T {
         try await primary.exclusively(name, body)
     }
 
-    public func openRecords(in collection: String, after version: UInt64?) async throws -> any RecordSource {
+    package func openRecords(in collection: String, after version: UInt64?) async throws -> any RecordSource {
         try await reader.openRecords(in: collection, after: version)
     }
 
-    public func record(_ id: String, in collection: String) async throws -> Record? {
+    package func record(_ id: String, in collection: String) async throws -> Record? {
         try await reader.visibleRecord(id, in: collection)
     }
 
-    public func openPage(of collection: String, after id: String?, limit: Int) async throws -> any RecordSource {
+    package func openPage(of collection: String, after id: String?, limit: Int) async throws -> any RecordSource {
         try await reader.openPage(of: collection, after: id, limit: limit)
     }
 
-    public func versions(of collection: String, limit: Int) async throws -> [(version: UInt64, committedAt: Int64)] {
+    package func versions(of collection: String, limit: Int) async throws -> [(version: UInt64, committedAt: Int64)] {
         try await reader.versions(of: collection, limit: limit)
     }
 
-    public func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
+    package func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
         try await reader.firstVersion(in: collection, committedAtOrAfter: seconds)
     }
 
     /// From the primary: the index's sequence must never go down, whichever instance (and
     /// replica) a client asks; a target a lagging replica cannot serve yet is a retryable 404.
-    public func publishedState(of names: [String]) async throws -> PublishedState {
+    package func publishedState(of names: [String]) async throws -> PublishedState {
         try await primary.publishedState(of: names)
     }
 
     /// One query reads every head named (`statedAt` is not needed: the rows never leave the server).
-    public func publishedState(of names: [String], confirming known: [String: PublishedHead], statedAt: UInt64?) async throws -> PublishedState {
+    package func publishedState(of names: [String], confirming known: [String: PublishedHead], statedAt: UInt64?) async throws -> PublishedState {
         try await primary.publishedState(of: names, confirming: known)
     }
 
-    public func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
+    package func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
         try await primary.importPartitions(partitions, replace: replace, recording: position)
     }
 
-    public func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
+    package func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
         try await primary.importTransactions(transactions)
     }
 
     /// An approval (a publication from a source) is copied inside PostgreSQL
     /// (``PostgresDatabase/publishCopying(_:)``); anything else goes through `importPartitions`.
-    public func publish(_ publication: ReviewPublication) async throws -> [WriteResult] {
+    package func publish(_ publication: ReviewPublication) async throws -> [WriteResult] {
         guard publication.source != nil, publication.expectedVersion != nil, !publication.changes.isEmpty else {
             return try await publishByImport(publication)
         }
         return try await primary.publishCopying(publication)
     }
 
-    public func importStreams(
+    package func importStreams(
         _ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?,
         each: @escaping @Sendable (WriteResult) -> Void
     ) async throws {
         try await primary.importStreams(next, replace: replace, recording: position, each: each)
     }
 
-    public func sourcePosition(of follower: String) async throws -> String? {
+    package func sourcePosition(of follower: String) async throws -> String? {
         try await primary.sourcePosition(of: follower)
     }
 
-    public func forgetSourcePosition(of follower: String) async throws -> Bool {
+    package func forgetSourcePosition(of follower: String) async throws -> Bool {
         try await primary.forgetSourcePosition(of: follower)
     }
 
-    public func followers() async throws -> [SourceFollowerStatus] {
+    package func followers() async throws -> [SourceFollowerStatus] {
         try await primary.followers()
     }
 
-    public func recordSourceLag(of follower: String, bytes: Int64, at: Int64) async throws {
+    package func recordSourceLag(of follower: String, bytes: Int64, at: Int64) async throws {
         try await primary.recordSourceLag(of: follower, bytes: bytes, at: at)
     }
 
-    public func importRecords(
+    package func importRecords(
         from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?
     ) async throws -> WriteResult {
         try await primary.importRecords(from: stream, into: collection, replace: replace, progress: progress)
     }
 
-    public func push(
+    package func push(
         _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy,
         attachments: AttachmentProof
     ) async throws -> PushOutcome {
         try await primary.push(mutations, from: client, user: user, to: collection, retention: retention, merge: merge, attachments: attachments)
     }
 
-    public func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry] {
+    package func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry] {
         try await reader.history(of: id, in: collection, limit: limit)
     }
 
-    public func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int {
+    package func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int {
         try await primary.compact(collection, throughVersion: version)
     }
 
@@ -178,7 +177,7 @@ public final class PostgresCollectionStore: CollectionStore {
     /// asking a lagging replica again every 20 ms until it has the commit. On (re)connecting,
     /// and every `10 × interval` (at least a second) regardless, it reads every head changed since it last looked
     /// (the safety net for a notification lost between a drop and the next LISTEN).
-    public func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async {
+    package func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { [self] in
                 var backoff: Duration = .milliseconds(50)
@@ -239,67 +238,67 @@ public final class PostgresCollectionStore: CollectionStore {
         onChange(collections + changed.heads)
     }
 
-    public func storeAttachment(_ reference: AttachmentReference, from next: () async throws -> [UInt8]?) async throws {
+    package func storeAttachment(_ reference: AttachmentReference, from next: () async throws -> [UInt8]?) async throws {
         try await primary.storeAttachment(reference, from: next)
     }
 
-    public func attachmentSize(_ sha256: String) async throws -> UInt64? {
+    package func attachmentSize(_ sha256: String) async throws -> UInt64? {
         // From the primary: a blob just stored is there before any replica has it.
         try await primary.attachmentSize(sha256)
     }
 
-    public func noteAttachmentUpload(_ sha256: String, into collection: String) async throws {
+    package func noteAttachmentUpload(_ sha256: String, into collection: String) async throws {
         try await primary.noteAttachmentUpload(sha256, into: collection)
     }
 
-    public func attachmentUploaded(_ sha256: String, into collection: String) async throws -> Bool {
+    package func attachmentUploaded(_ sha256: String, into collection: String) async throws -> Bool {
         // From the primary, as the upload it follows.
         try await primary.attachmentUploaded(sha256, into: collection)
     }
 
-    public func collections(referringTo sha256: String, limit: Int) async throws -> [String] {
+    package func collections(referringTo sha256: String, limit: Int) async throws -> [String] {
         // From the primary: a record just committed proves the bytes to its readers at once.
         try await primary.collections(referringTo: sha256, limit: limit)
     }
 
-    public func attachment(_ sha256: String, in collection: String) async throws -> AttachmentReference? {
+    package func attachment(_ sha256: String, in collection: String) async throws -> AttachmentReference? {
         guard AttachmentReference.isSHA256(sha256) else { return nil }
         // From the reader, as the records that refer to it: a blob is committed before them.
         return try await reader.attachment(sha256, in: collection)
     }
 
-    public func readAttachment(_ sha256: String, range: Range<UInt64>, _ body: ([UInt8]) async throws -> Void) async throws {
+    package func readAttachment(_ sha256: String, range: Range<UInt64>, _ body: ([UInt8]) async throws -> Void) async throws {
         try await reader.readAttachment(sha256, range: range, body)
     }
 
     // Uploads on the primary: each append must see the bytes the last one made durable.
-    public func createUpload(_ upload: AttachmentUpload) async throws {
+    package func createUpload(_ upload: AttachmentUpload) async throws {
         try await primary.createUpload(upload)
     }
 
-    public func upload(_ token: String) async throws -> AttachmentUpload? {
+    package func upload(_ token: String) async throws -> AttachmentUpload? {
         guard AttachmentUpload.isToken(token) else { return nil }
         return try await primary.upload(token)
     }
 
-    public func appendUpload(_ token: String, at offset: UInt64, from next: () async throws -> [UInt8]?) async throws -> UInt64 {
+    package func appendUpload(_ token: String, at offset: UInt64, from next: () async throws -> [UInt8]?) async throws -> UInt64 {
         try await primary.appendUpload(token, at: offset, from: next)
     }
 
-    public func completeUpload(_ token: String) async throws {
+    package func completeUpload(_ token: String) async throws {
         try await primary.completeUpload(token)
     }
 
-    public func cancelUpload(_ token: String) async throws -> Bool {
+    package func cancelUpload(_ token: String) async throws -> Bool {
         guard AttachmentUpload.isToken(token) else { return false }
         return try await primary.cancelUpload(token)
     }
 
-    public func expireUploads(begunBefore seconds: Int64) async throws -> Int {
+    package func expireUploads(begunBefore seconds: Int64) async throws -> Int {
         try await primary.expireUploads(begunBefore: seconds)
     }
 
-    public func collectAttachmentGarbage(unreferencedFor grace: Int64, now: Int64) async throws -> AttachmentGarbage {
+    package func collectAttachmentGarbage(unreferencedFor grace: Int64, now: Int64) async throws -> AttachmentGarbage {
         try await primary.collectAttachmentGarbage(unreferencedFor: grace, now: now)
     }
 

@@ -10,21 +10,21 @@ import PostgresNIO
 /// TLS when the server offers it, without checking its certificate), `disable`, `require`
 /// (TLS or no connection, certificate unchecked) and `verify-full` (TLS with the
 /// certificate checked against the system's roots and the host name).
-public struct PostgresURL: Sendable, Equatable, CustomStringConvertible {
-    public var user: String
-    public var password: String?
-    public var host: String
-    public var port: Int
-    public var database: String
-    public var tlsMode: TLSMode
+package struct PostgresURL: Sendable, Equatable, CustomStringConvertible {
+    package var user: String
+    package var password: String?
+    package var host: String
+    package var port: Int
+    package var database: String
+    package var tlsMode: TLSMode
 
     /// How the connection uses TLS (`?sslmode=`).
-    public enum TLSMode: String, Sendable, CaseIterable {
+    package enum TLSMode: String, Sendable, CaseIterable {
         case disable, prefer, require
         case verifyFull = "verify-full"
     }
 
-    public init(_ text: String) throws(StoreError) {
+    package init(_ text: String) throws(StoreError) {
         guard Self.isPostgresURL(text),
             let components = URLComponents(string: text), let host = components.host, !host.isEmpty
         else {
@@ -52,13 +52,13 @@ public struct PostgresURL: Sendable, Equatable, CustomStringConvertible {
 
     /// Whether `text` names a PostgreSQL server (`postgres://`, `postgresql://`) rather than
     /// an SQLite file: the one rule `--db` is read by.
-    public static func isPostgresURL(_ text: String) -> Bool {
+    package static func isPostgresURL(_ text: String) -> Bool {
         text.hasPrefix("postgres://") || text.hasPrefix("postgresql://")
     }
 
     /// `url` (any text, valid or not) with any password between the user and `@` removed,
     /// for messages and logs.
-    public static func withoutPassword(_ url: String) -> String {
+    package static func withoutPassword(_ url: String) -> String {
         guard let scheme = url.range(of: "://") else { return url }
         let authority = url[scheme.upperBound...].prefix { $0 != "/" && $0 != "?" }
         guard let at = authority.lastIndex(of: "@") else { return url }
@@ -68,7 +68,7 @@ public struct PostgresURL: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// The URL without its password, for messages.
-    public var description: String { "postgres://\(user)@\(host):\(port)/\(database)" }
+    package var description: String { "postgres://\(user)@\(host):\(port)/\(database)" }
 
     package var configuration: PostgresConnection.Configuration {
         get throws {

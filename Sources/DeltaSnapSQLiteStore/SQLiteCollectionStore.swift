@@ -11,13 +11,15 @@ import Foundation
 /// concurrent one. Stepping an open cursor is the exception: one step is a few
 /// microseconds of in-memory work, and a hop per record would cost more than it saves.
 ///
+/// An app that embeds the server opens one and hands it over; what it does beyond that is
+/// DeltaSnap's own (`package`: the CLI's and the server's).
+///
 /// ```swift
 /// let store = try SQLiteCollectionStore(path: "deltasnap.sqlite")
-/// let result = try await store.importBatch(Array(#"{"id":"AD","name":"Andorra"}"#.utf8), into: "countries")
-/// print(result.token ?? "no change")
+/// let api = try await DeltaSnapAPI(store: store)   // owns it: `api.shutdown()` closes it
 /// ```
 public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
-    public let path: String
+    package let path: String
     let pool: SQLiteReadPool
     /// The attachments, in a directory beside the file.
     let blobs: BlobDirectory
@@ -54,89 +56,89 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         openedAt = (try? store.read { try $0.latestPublished() }) ?? 0
     }
 
-    public func collections() async throws -> [CollectionHead] {
+    package func collections() async throws -> [CollectionHead] {
         try await reading { store in try store.read { try $0.unpartitionedCollections() } }
     }
 
-    public func partitions(of collection: String) async throws -> [String] {
+    package func partitions(of collection: String) async throws -> [String] {
         try await reading { store in try store.read { try $0.partitionPaths(of: collection) } }
     }
 
-    public func partitions(of collection: String, keysStartingWith prefix: String, limit: Int) async throws -> [String] {
+    package func partitions(of collection: String, keysStartingWith prefix: String, limit: Int) async throws -> [String] {
         try await reading { store in try store.read { try $0.partitionPaths(of: collection, keysStartingWith: prefix, limit: limit) } }
     }
 
-    public func head(of collection: String) async throws -> CollectionHead? {
+    package func head(of collection: String) async throws -> CollectionHead? {
         try await reading { try $0.head(of: collection) }
     }
 
     /// One connection from the pool for all of them.
-    public func heads(of names: [String]) async throws -> [CollectionHead] {
+    package func heads(of names: [String]) async throws -> [CollectionHead] {
         try await reading { store in try names.compactMap { try store.head(of: $0) } }
     }
 
-    public func openRecords(in collection: String, after version: UInt64?) async throws -> any RecordSource {
+    package func openRecords(in collection: String, after version: UInt64?) async throws -> any RecordSource {
         try await SQLiteRecordSource.open(pool: pool, on: reads, collection: collection, selecting: version.map { .changes(after: $0) } ?? .visible)
     }
 
-    public func openPage(of collection: String, after id: String?, limit: Int) async throws -> any RecordSource {
+    package func openPage(of collection: String, after id: String?, limit: Int) async throws -> any RecordSource {
         try await SQLiteRecordSource.open(pool: pool, on: reads, collection: collection, selecting: .page(after: id ?? "", limit: limit))
     }
 
-    public func record(_ id: String, in collection: String) async throws -> Record? {
+    package func record(_ id: String, in collection: String) async throws -> Record? {
         let bytes = try await reading { store in try store.read { try $0.visibleRecord(id, in: collection) } }
         return try bytes.map { try Record.parse($0) }
     }
 
-    public func versions(of collection: String, limit: Int) async throws -> [(version: UInt64, committedAt: Int64)] {
+    package func versions(of collection: String, limit: Int) async throws -> [(version: UInt64, committedAt: Int64)] {
         try await reading { store in try store.read { try $0.versions(of: collection, limit: limit) } }
     }
 
-    public func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
+    package func firstVersion(in collection: String, committedAtOrAfter seconds: Int64) async throws -> UInt64? {
         try await reading { store in try store.read { try $0.firstVersion(in: collection, committedAtOrAfter: seconds) } }
     }
 
-    public func publishedState(of names: [String]) async throws -> PublishedState {
+    package func publishedState(of names: [String]) async throws -> PublishedState {
         try await reading { store in try store.read { try $0.publishedState(of: names) } }
     }
 
-    public func publishedState(of names: [String], confirming known: [String: PublishedHead], statedAt: UInt64?) async throws -> PublishedState {
+    package func publishedState(of names: [String], confirming known: [String: PublishedHead], statedAt: UInt64?) async throws -> PublishedState {
         try await reading { store in try store.read { try $0.publishedState(of: names, confirming: known, statedAt: statedAt) } }
     }
 
-    public func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
+    package func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
         try await writing { store in try store.importPartitions(partitions, replace: replace, recording: position) }
     }
 
-    public func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
+    package func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
         try await writing { try $0.importTransactions(transactions) }
     }
 
-    public func importStreams(
+    package func importStreams(
         _ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?,
         each: @escaping @Sendable (WriteResult) -> Void
     ) async throws {
         try await writing { try $0.importStreams(next, replace: replace, recording: position, each: each) }
     }
 
-    public func sourcePosition(of follower: String) async throws -> String? {
+    package func sourcePosition(of follower: String) async throws -> String? {
         // From the writer: a follower reads its own last commit, never a stale snapshot.
         try await writing { try $0.sourcePosition(of: follower) }
     }
 
-    public func forgetSourcePosition(of follower: String) async throws -> Bool {
+    package func forgetSourcePosition(of follower: String) async throws -> Bool {
         try await writing { try $0.forgetSourcePosition(of: follower) }
     }
 
-    public func followers() async throws -> [SourceFollowerStatus] {
+    package func followers() async throws -> [SourceFollowerStatus] {
         try await writing { try $0.followers() }
     }
 
-    public func recordSourceLag(of follower: String, bytes: Int64, at: Int64) async throws {
+    package func recordSourceLag(of follower: String, bytes: Int64, at: Int64) async throws {
         try await writing { try $0.recordSourceLag(of: follower, bytes: bytes, at: at) }
     }
 
-    public func importRecords(
+    package func importRecords(
         from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?
     ) async throws -> WriteResult {
         try await writing { store in
@@ -144,23 +146,23 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         }
     }
 
-    public func push(
+    package func push(
         _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy,
         attachments: AttachmentProof
     ) async throws -> PushOutcome {
         try await writing { try $0.push(mutations, from: client, user: user, to: collection, retention: retention, merge: merge, attachments: attachments) }
     }
 
-    public func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry] {
+    package func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry] {
         try await reading { try $0.history(of: id, in: collection, limit: limit) }
     }
 
-    public func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int {
+    package func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int {
         try await writing { try $0.compact(collection, throughVersion: version) }
     }
 
     /// Polls SQLite's `data_version`, which changes whenever another connection commits.
-    public func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async {
+    package func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async {
         // Runs until cancelled, whatever happens: the server stops when its watcher returns.
         let watcher = HandedOver(DataVersionWatcher(path: path, since: openedAt))
         while !Task.isCancelled {
@@ -173,29 +175,29 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         }
     }
 
-    public func storeAttachment(_ reference: AttachmentReference, from next: () async throws -> [UInt8]?) async throws {
+    package func storeAttachment(_ reference: AttachmentReference, from next: () async throws -> [UInt8]?) async throws {
         guard writer != nil else { throw StoreError.readOnly(path) }
         try await blobs.store(sha256: reference.sha256, size: reference.size, finishingOn: writes, from: next)
     }
 
-    public func attachmentSize(_ sha256: String) async throws -> UInt64? {
+    package func attachmentSize(_ sha256: String) async throws -> UInt64? {
         blobs.size(of: sha256)
     }
 
-    public func noteAttachmentUpload(_ sha256: String, into collection: String) async throws {
+    package func noteAttachmentUpload(_ sha256: String, into collection: String) async throws {
         try await writing { try $0.noteAttachmentUpload(sha256, into: collection) }
     }
 
-    public func attachmentUploaded(_ sha256: String, into collection: String) async throws -> Bool {
+    package func attachmentUploaded(_ sha256: String, into collection: String) async throws -> Bool {
         guard blobs.size(of: sha256) != nil else { return false }
         return try await reading { try $0.attachmentUploaded(sha256, into: collection) }
     }
 
-    public func collections(referringTo sha256: String, limit: Int) async throws -> [String] {
+    package func collections(referringTo sha256: String, limit: Int) async throws -> [String] {
         try await reading { try $0.collections(referringTo: sha256, limit: limit) }
     }
 
-    public func attachment(_ sha256: String, in collection: String) async throws -> AttachmentReference? {
+    package func attachment(_ sha256: String, in collection: String) async throws -> AttachmentReference? {
         guard AttachmentReference.isSHA256(sha256) else { return nil }
         guard let type = try await reading({ store in try store.read { try $0.attachmentType(sha256, in: collection) } }),
               let size = blobs.size(of: sha256)
@@ -207,7 +209,7 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         AttachmentReference.isSHA256(sha256) ? blobs.path(of: sha256) : nil
     }
 
-    public func readAttachment(_ sha256: String, range: Range<UInt64>, _ body: ([UInt8]) async throws -> Void) async throws {
+    package func readAttachment(_ sha256: String, range: Range<UInt64>, _ body: ([UInt8]) async throws -> Void) async throws {
         let file = try blobs.open(sha256)
         defer { file.close() }
         var offset = range.lowerBound
@@ -220,16 +222,16 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         }
     }
 
-    public func createUpload(_ upload: AttachmentUpload) async throws {
+    package func createUpload(_ upload: AttachmentUpload) async throws {
         try await writing { try $0.createUpload(upload) }
     }
 
-    public func upload(_ token: String) async throws -> AttachmentUpload? {
+    package func upload(_ token: String) async throws -> AttachmentUpload? {
         guard AttachmentUpload.isToken(token) else { return nil }
         return try await reading { try $0.upload(token) }
     }
 
-    public func appendUpload(_ token: String, at offset: UInt64, from next: () async throws -> [UInt8]?) async throws -> UInt64 {
+    package func appendUpload(_ token: String, at offset: UInt64, from next: () async throws -> [UInt8]?) async throws -> UInt64 {
         guard writer != nil else { throw StoreError.readOnly(path) }
         guard let upload = try await upload(token) else { throw StoreError.unknownUpload(token) }
         guard upload.received == offset else { throw StoreError.uploadOffsetMismatch(token, expected: upload.received) }
@@ -238,7 +240,7 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         }
     }
 
-    public func completeUpload(_ token: String) async throws {
+    package func completeUpload(_ token: String) async throws {
         guard let upload = try await upload(token) else { throw StoreError.unknownUpload(token) }
         defer { blobs.removeUpload(token) }
         do {
@@ -250,20 +252,20 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         _ = try await writing { try $0.deleteUpload(token) }
     }
 
-    public func cancelUpload(_ token: String) async throws -> Bool {
+    package func cancelUpload(_ token: String) async throws -> Bool {
         guard AttachmentUpload.isToken(token) else { return false }
         let existed = try await writing { try $0.deleteUpload(token) }
         blobs.removeUpload(token)
         return existed
     }
 
-    public func expireUploads(begunBefore seconds: Int64) async throws -> Int {
+    package func expireUploads(begunBefore seconds: Int64) async throws -> Int {
         let tokens = try await writing { try $0.deleteUploads(begunBefore: seconds) }
         for token in tokens { blobs.removeUpload(token) }
         return tokens.count
     }
 
-    public func collectAttachmentGarbage(unreferencedFor grace: Int64, now: Int64) async throws -> AttachmentGarbage {
+    package func collectAttachmentGarbage(unreferencedFor grace: Int64, now: Int64) async throws -> AttachmentGarbage {
         try await writing { try $0.collectAttachmentGarbage(unreferencedFor: grace, now: now) }
     }
 

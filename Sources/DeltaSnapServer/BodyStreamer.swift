@@ -3,7 +3,7 @@ import DeltaSnapStore
 import NIOCore
 
 extension ByteBuffer: ByteSink {
-    public mutating func append(bytes: UnsafeRawBufferPointer) { writeBytes(bytes) }
+    package mutating func append(bytes: UnsafeRawBufferPointer) { writeBytes(bytes) }
 }
 
 /// Encodes a full or delta body, chunk by chunk, from one ``RecordSource`` (one read

@@ -15,7 +15,10 @@ public struct CompactionSchedule: Sendable {
     /// Seconds a blob no record refers to is kept before a round removes it.
     public var attachmentGraceSeconds: Int64
 
-    public init(policy: CompactionPolicy, interval: Duration = .seconds(3_600), attachmentGraceSeconds: Int64 = AttachmentGarbage.defaultGraceSeconds) {
+    /// Seven days: a blob uploaded for a write still under way is not taken from under it.
+    public static let defaultAttachmentGraceSeconds: Int64 = AttachmentGarbage.defaultGraceSeconds
+
+    public init(policy: CompactionPolicy, interval: Duration = .seconds(3_600), attachmentGraceSeconds: Int64 = CompactionSchedule.defaultAttachmentGraceSeconds) {
         self.policy = policy
         self.interval = interval
         self.attachmentGraceSeconds = attachmentGraceSeconds

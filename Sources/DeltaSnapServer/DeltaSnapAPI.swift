@@ -7,8 +7,8 @@ import HummingbirdCore
 import Logging
 import NIOCore
 
-/// The DeltaSnap endpoints and their state (heads in memory, cached full bodies) on any
-/// ``DeltaSnapStore/CollectionStore``. Mount them in your own Hummingbird app with
+/// The DeltaSnap endpoints and their state (heads in memory, cached full bodies) on a
+/// DeltaSnap store (SQLite or PostgreSQL). Mount them in your own Hummingbird app with
 /// ``addRoutes(to:)``.
 ///
 /// ```swift
@@ -50,7 +50,14 @@ public final class DeltaSnapAPI: Sendable {
     /// A service on `store`, which it owns from now on (``shutdown()`` closes it; so does a
     /// failed init). The composition root: it builds the shared state (heads, caches, access
     /// rules, the index's waiters) and hands each controller what it needs.
-    public init(store: any CollectionStore, configuration: DeltaSnapServerConfiguration = DeltaSnapServerConfiguration()) async throws {
+    ///
+    /// `store` is one of DeltaSnap's: ``DeltaSnapSQLiteStore/SQLiteCollectionStore`` or
+    /// `PostgresCollectionStore` (another type is refused, and closed).
+    public init(store servable: any ServableStore, configuration: DeltaSnapServerConfiguration = DeltaSnapServerConfiguration()) async throws {
+        guard let store = servable as? any CollectionStore else {
+            await servable.close()
+            throw StoreError(.badLocation, "DeltaSnapAPI serves a SQLiteCollectionStore or a PostgresCollectionStore, not a \(type(of: servable))")
+        }
         self.configuration = configuration
         let openConnections = ConnectionCount()
         self.openConnections = openConnections

@@ -37,9 +37,9 @@ public struct DeltaSnapServer: Sendable {
         }
     }
 
-    /// A server on `store` (any ``DeltaSnapStore/CollectionStore``; it owns it from now on).
+    /// A server on `store` (a SQLite or PostgreSQL store; it owns it from now on).
     public init(
-        store: any CollectionStore, configuration: DeltaSnapServerConfiguration = DeltaSnapServerConfiguration(),
+        store: any ServableStore, configuration: DeltaSnapServerConfiguration = DeltaSnapServerConfiguration(),
         logger: Logger = Logger(label: "deltasnap")
     ) async throws {
         service = try await DeltaSnapAPI(store: store, configuration: configuration)

@@ -1,28 +1,28 @@
 import DeltaSnapCore
 
 /// What a garbage collection of attachments did (``CollectionStore/collectAttachmentGarbage(unreferencedFor:now:)``).
-public struct AttachmentGarbage: Sendable, Equatable {
+package struct AttachmentGarbage: Sendable, Equatable {
     /// Blobs removed: unreferenced for longer than the grace period.
-    public var removed: Int
+    package var removed: Int
     /// Their bytes.
-    public var bytesRemoved: UInt64
+    package var bytesRemoved: UInt64
     /// Blobs no record refers to yet within the grace period (an upload whose record is
     /// still on its way, a record deleted days ago): removed by a later collection.
-    public var waiting: Int
+    package var waiting: Int
 
-    public init(removed: Int = 0, bytesRemoved: UInt64 = 0, waiting: Int = 0) {
+    package init(removed: Int = 0, bytesRemoved: UInt64 = 0, waiting: Int = 0) {
         self.removed = removed
         self.bytesRemoved = bytesRemoved
         self.waiting = waiting
     }
 
     /// One line for a log or a terminal.
-    public var summary: String {
+    package var summary: String {
         "attachments: \(removed) removed (\(bytesRemoved) bytes), \(waiting) unreferenced kept until their grace period ends"
     }
 
     /// The default grace period: 7 days.
-    public static let defaultGraceSeconds: Int64 = 7 * 86_400
+    package static let defaultGraceSeconds: Int64 = 7 * 86_400
 }
 
 /// The one rule of attachment garbage collection, whichever store runs it: what refers to

@@ -13,28 +13,28 @@ import DeltaSnapCore
 /// let proof: AttachmentProof = principal.isAdmin ? .unchecked : .proven(hashesTheWriterHolds)
 /// try await store.push(mutations, from: client, user: user, to: "notes/alice", retention: retention, merge: .fields, attachments: proof)
 /// ```
-public struct AttachmentProof: Sendable, Equatable {
+package struct AttachmentProof: Sendable, Equatable {
     /// nil: every held blob may be named (the data owner, who may read everything, and
     /// trusted writers: imports, follow, publication).
     private let hashes: Set<String>?
 
     /// Every blob the store holds may be named.
-    public static let unchecked = AttachmentProof(hashes: nil)
+    package static let unchecked = AttachmentProof(hashes: nil)
 
     /// Only `hashes` may be named, besides the blobs the written scope already refers to.
-    public static func proven(_ hashes: Set<String>) -> AttachmentProof { AttachmentProof(hashes: hashes) }
+    package static func proven(_ hashes: Set<String>) -> AttachmentProof { AttachmentProof(hashes: hashes) }
 
     /// Whether `sha256` may be named without the scope already referring to it.
-    public func allows(_ sha256: String) -> Bool { hashes?.contains(sha256) ?? true }
+    package func allows(_ sha256: String) -> Bool { hashes?.contains(sha256) ?? true }
 
     /// Whether every held blob may be named.
-    public var isUnchecked: Bool { hashes == nil }
+    package var isUnchecked: Bool { hashes == nil }
 }
 
 extension CollectionStore {
     /// A push by a trusted writer (the data owner, a tool, a test): every held blob may be
     /// named (``AttachmentProof/unchecked``).
-    public func push(
+    package func push(
         _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy
     ) async throws -> PushOutcome {
         try await push(mutations, from: client, user: user, to: collection, retention: retention, merge: merge, attachments: .unchecked)

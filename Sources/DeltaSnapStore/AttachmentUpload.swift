@@ -10,21 +10,21 @@ import DeltaSnapCore
 /// var received = try await store.appendUpload(token, at: 0, from: body.next)
 /// if received == reference.size { try await store.completeUpload(token) }
 /// ```
-public struct AttachmentUpload: Sendable, Equatable {
+package struct AttachmentUpload: Sendable, Equatable {
     /// The upload's name in its URL (`/v1/uploads/{token}`): 128 random bits, hex.
-    public var token: String
+    package var token: String
     /// The blob being uploaded: its SHA-256, its size and its media type.
-    public var reference: AttachmentReference
+    package var reference: AttachmentReference
     /// The collection or partition it is uploaded to: who may go on with it may write there.
-    public var collection: String
+    package var collection: String
     /// Who started it (the token's subject); only they, or the admin, may go on with it.
-    public var owner: String
+    package var owner: String
     /// The bytes the store holds so far, durably.
-    public var received: UInt64
+    package var received: UInt64
     /// Seconds since 1970 when it began: an upload left alone for a day is removed.
-    public var createdAt: Int64
+    package var createdAt: Int64
 
-    public init(token: String, reference: AttachmentReference, collection: String, owner: String, received: UInt64 = 0, createdAt: Int64) {
+    package init(token: String, reference: AttachmentReference, collection: String, owner: String, received: UInt64 = 0, createdAt: Int64) {
         self.token = token
         self.reference = reference
         self.collection = collection
@@ -34,12 +34,12 @@ public struct AttachmentUpload: Sendable, Equatable {
     }
 
     /// 32 lowercase hex digits.
-    public static func isToken(_ text: String) -> Bool {
+    package static func isToken(_ text: String) -> Bool {
         text.utf8.count == 32 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
     }
 
     /// A new random token.
-    public static func newToken() -> String {
+    package static func newToken() -> String {
         var generator = SystemRandomNumberGenerator()
         let hex = Array("0123456789abcdef".utf8)
         var text: [UInt8] = []
@@ -51,5 +51,5 @@ public struct AttachmentUpload: Sendable, Equatable {
     }
 
     /// How often an append makes what it received durable (and visible to a `HEAD`).
-    public static let checkpointBytes: UInt64 = 8 << 20
+    package static let checkpointBytes: UInt64 = 8 << 20
 }

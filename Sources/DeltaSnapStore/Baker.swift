@@ -4,16 +4,16 @@ import DeltaSnapTrust
 import Foundation
 
 /// One collection's entry in `manifest.json`.
-public struct ManifestEntry: Sendable, Equatable {
-    public var collection: String
-    public var token: String
-    public var lastModified: String
-    public var count: Int
-    public var checksum: String
+package struct ManifestEntry: Sendable, Equatable {
+    package var collection: String
+    package var token: String
+    package var lastModified: String
+    package var count: Int
+    package var checksum: String
     /// Size of the `.snapshot` file in bytes.
-    public var bytes: Int
+    package var bytes: Int
     /// SHA-256 of the `.snapshot` file, lowercase hex.
-    public var sha256: String
+    package var sha256: String
 
     var json: JSONValue {
         .object([
@@ -39,15 +39,15 @@ public struct ManifestEntry: Sendable, Equatable {
 /// let entry = try await store.bake("countries", into: "Snapshots")
 /// print(entry.sha256, entry.bytes)
 /// ```
-public enum Baker {
-    public static let manifestName = "manifest.json"
+package enum Baker {
+    package static let manifestName = "manifest.json"
     /// How long a bundled index stays valid. A client does not check a bundled index's
     /// expiry (the app binary carried it); the field is there for tools that inspect it.
-    public static let bundledIndexLifetime: Int64 = 10 * 365 * 86_400
+    package static let bundledIndexLifetime: Int64 = 10 * 365 * 86_400
 
     /// Writes `DIRECTORY/COLLECTION.index` for a state read from any store (one transaction).
     @discardableResult
-    public static func writeSignedIndex(
+    package static func writeSignedIndex(
         sequence: UInt64, entry: SignedIndex.Entry, head: CollectionHead, keys: [IndexSigningKey], into directory: String
     ) throws -> SignedIndex {
         let index = SignedIndex(sequence: sequence, issued: head.committedAt, expires: head.committedAt + bundledIndexLifetime, entries: [entry])
@@ -71,7 +71,7 @@ public enum Baker {
     /// for record in records { try file.append(record) }
     /// let entry = try file.finish()
     /// ```
-    public final class SnapshotFile {
+    package final class SnapshotFile {
         private let directory: String
         private let finalPath: String
         private let temporaryPath: String
@@ -85,7 +85,7 @@ public enum Baker {
         private var size = 0
         private var done = false
 
-        public init(head: CollectionHead, into directory: String, level: Int32 = 6) throws {
+        package init(head: CollectionHead, into directory: String, level: Int32 = 6) throws {
             self.directory = directory
             finalPath = (directory as NSString).appendingPathComponent(Snapshot.fileName(for: head.name))
             // A partition's snapshot lands in a directory of its collection: OUT/sets/8271.snapshot.
@@ -109,7 +109,7 @@ public enum Baker {
         }
 
         /// Adds one visible record's canonical bytes.
-        public func append(_ bytes: UnsafeRawBufferPointer) throws {
+        package func append(_ bytes: UnsafeRawBufferPointer) throws {
             encoder.appendCanonical(bytes, into: &plain)
             if plain.count >= 64 * 1024 {
                 compressor.compress(plain, into: &compressed)
@@ -119,7 +119,7 @@ public enum Baker {
         }
 
         /// Completes the file, renames it into place and updates the manifest.
-        public func finish() throws -> ManifestEntry {
+        package func finish() throws -> ManifestEntry {
             encoder.finish(into: &plain)
             compressor.compress(plain, into: &compressed)
             compressor.finish(into: &compressed)
@@ -138,7 +138,7 @@ public enum Baker {
         }
 
         /// Removes the temporary file (a failed read); safe to call twice.
-        public func abandon() {
+        package func abandon() {
             guard !done else { return }
             done = true
             try? file.close()

@@ -8,24 +8,24 @@ import DeltaSnapTrust
 ///     print(head.token, head.count, head.checksum)   // 5f3c9a0e12ab34cd.3 249 9f3c…
 /// }
 /// ```
-public struct CollectionHead: Sendable, Equatable {
-    public var name: String
+package struct CollectionHead: Sendable, Equatable {
+    package var name: String
     /// Random per collection store; tokens of another epoch get a full body.
-    public var epoch: String
+    package var epoch: String
     /// The newest committed version (1 for the first commit).
-    public var version: UInt64
-    public var checksum: StateChecksum
+    package var version: UInt64
+    package var checksum: StateChecksum
     /// Visible records.
-    public var count: Int
+    package var count: Int
     /// Seconds since 1970 of the newest commit.
-    public var committedAt: Int64
+    package var committedAt: Int64
     /// Tokens of a version below this may have missed a compacted tombstone: they get a full body.
-    public var floor: UInt64
+    package var floor: UInt64
 
-    public var token: ServerToken { ServerToken(epoch: epoch, version: version) }
-    public var lastModified: String { HTTPDate.format(committedAt) }
+    package var token: ServerToken { ServerToken(epoch: epoch, version: version) }
+    package var lastModified: String { HTTPDate.format(committedAt) }
 
-    public init(name: String, epoch: String, version: UInt64, checksum: StateChecksum, count: Int, committedAt: Int64, floor: UInt64) {
+    package init(name: String, epoch: String, version: UInt64, checksum: StateChecksum, count: Int, committedAt: Int64, floor: UInt64) {
         self.name = name
         self.epoch = epoch
         self.version = version
@@ -39,7 +39,7 @@ public struct CollectionHead: Sendable, Equatable {
 extension SignedIndex.Entry {
     /// What the index states about a collection at `head` whose state digest is `digest`
     /// (the same entry from either store).
-    public init(head: CollectionHead, digest: StateDigest) {
+    package init(head: CollectionHead, digest: StateDigest) {
         self.init(
             collection: head.name, token: head.token.description, version: head.version, count: head.count,
             floor: head.floor, digest: digest.fingerprint, lastModified: head.lastModified)

@@ -10,12 +10,12 @@ extension StoreWriter {
     /// ```swift
     /// let result = try await store.write([record], to: "countries")
     /// ```
-    public func write(_ records: [Record], to collection: String) async throws -> WriteResult {
+    package func write(_ records: [Record], to collection: String) async throws -> WriteResult {
         try await importRecords(from: RecordStream(records: records, name: "request"), into: collection, replace: false, progress: nil)
     }
 
     /// Imports several partitions (or collections) in one transaction, recording no position.
-    public func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult] {
+    package func importPartitions(_ partitions: [PartitionRecords], replace: Bool) async throws -> [WriteResult] {
         try await importPartitions(partitions, replace: replace, recording: nil)
     }
 
@@ -24,12 +24,12 @@ extension StoreWriter {
 /// What every store does the same way, written once on top of its parts: these read.
 extension StoreReader {
     /// ``publishedState(of:confirming:statedAt:)`` with each head read.
-    public func publishedState(of names: [String], confirming known: [String: PublishedHead]) async throws -> PublishedState {
+    package func publishedState(of names: [String], confirming known: [String: PublishedHead]) async throws -> PublishedState {
         try await publishedState(of: names, confirming: known, statedAt: nil)
     }
 
     /// Every entry made, then those the caller knew set apart (stores that cannot do better).
-    public func publishedState(of names: [String], confirming known: [String: PublishedHead], statedAt: UInt64?) async throws -> PublishedState {
+    package func publishedState(of names: [String], confirming known: [String: PublishedHead], statedAt: UInt64?) async throws -> PublishedState {
         var state = try await publishedState(of: names)
         state.confirmed = Set(state.entries.filter { entry in
             guard let head = known[entry.collection], let token = ServerToken(entry.token) else { return false }
@@ -40,7 +40,7 @@ extension StoreReader {
     }
 
     /// One read per name (stores that cannot do better).
-    public func heads(of names: [String]) async throws -> [CollectionHead] {
+    package func heads(of names: [String]) async throws -> [CollectionHead] {
         var heads: [CollectionHead] = []
         for name in names { if let head = try await head(of: name) { heads.append(head) } }
         return heads
@@ -50,7 +50,7 @@ extension StoreReader {
 
 extension StoreWriter {
     /// One store transaction per source transaction (stores that cannot do better).
-    public func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
+    package func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
         var results: [[WriteResult]] = []
         for transaction in transactions {
             results.append(try await importPartitions(transaction.partitions, replace: false, recording: transaction.position))
@@ -59,7 +59,7 @@ extension StoreWriter {
     }
 
     /// Imports NDJSON or a JSON array held in memory (a write API body) as one version.
-    public func importBatch(_ body: [UInt8], into collection: String, replace: Bool = false) async throws -> WriteResult {
+    package func importBatch(_ body: [UInt8], into collection: String, replace: Bool = false) async throws -> WriteResult {
         try await importRecords(from: RecordStream(source: ChunkSources.bytes(body), name: "body"), into: collection, replace: replace, progress: nil)
     }
 
@@ -68,7 +68,7 @@ extension StoreWriter {
     /// ```swift
     /// try await store.compact("countries", policy: .keepVersions(100))
     /// ```
-    public func compact(
+    package func compact(
         _ collection: String, policy: CompactionPolicy, now: Int64 = Int64(Date().timeIntervalSince1970)
     ) async throws -> CompactionResult? {
         guard let head = try await head(of: collection) else { throw StoreError.unknownCollection(collection) }
@@ -85,7 +85,7 @@ extension StoreWriter {
 extension StoreReader {
     /// Reads every record of `collection` from one transaction: the visible ones (`after`
     /// nil) or the changes since `after`. The source is closed whatever `body` does.
-    public func withRecords<T>(
+    package func withRecords<T>(
         in collection: String, after version: UInt64? = nil, _ body: (any RecordSource) async throws -> T
     ) async throws -> T {
         try await openRecords(in: collection, after: version).closing(after: body)
@@ -93,7 +93,7 @@ extension StoreReader {
 
     /// Reads a page of `collection`'s head (``openPage(of:after:limit:)``): the source is
     /// closed whatever `body` does.
-    public func withPage<T>(
+    package func withPage<T>(
         of collection: String, after id: String?, limit: Int, _ body: (any RecordSource) async throws -> T
     ) async throws -> T {
         try await openPage(of: collection, after: id, limit: limit).closing(after: body)
@@ -102,7 +102,7 @@ extension StoreReader {
     /// Writes the visible records as NDJSON sorted by id, one canonical record a line, in
     /// chunks of about 64 KiB: what `deltasnap export` prints, byte for byte what the
     /// client's `dump` prints for the same state.
-    public func export(_ collection: String, write: @escaping ([UInt8]) throws -> Void) async throws {
+    package func export(_ collection: String, write: @escaping ([UInt8]) throws -> Void) async throws {
         try await withRecords(in: collection) { source in
             var writer = NDJSONWriter(write: write)
             while try await source.next({ try writer.append(line: $0) }) {}
@@ -122,7 +122,7 @@ extension StoreReader where Self: AttachmentStore {
     /// let entry = try await store.bake("countries", into: "Snapshots")
     /// ```
     @discardableResult
-    public func bake(_ collection: String, into directory: String, level: Int32 = 6) async throws -> ManifestEntry {
+    package func bake(_ collection: String, into directory: String, level: Int32 = 6) async throws -> ManifestEntry {
         try await bake(collection, into: directory, level: level, withAttachments: false).entry
     }
 
@@ -134,7 +134,7 @@ extension StoreReader where Self: AttachmentStore {
     /// ```swift
     /// let (entry, files) = try await store.bake("notes", into: "Snapshots", withAttachments: true)
     /// ```
-    public func bake(
+    package func bake(
         _ collection: String, into directory: String, level: Int32 = 6, withAttachments: Bool
     ) async throws -> (entry: ManifestEntry, attachments: [AttachmentReference]) {
         var referenced: [String: AttachmentReference] = [:]
@@ -191,7 +191,7 @@ extension StoreReader {
     /// Writes `DIRECTORY/COLLECTION.index`, signed, for the collection's current state
     /// (issued at its last commit, so the file is deterministic too).
     @discardableResult
-    public func writeSignedIndex(_ collection: String, keys: [IndexSigningKey], into directory: String) async throws -> SignedIndex {
+    package func writeSignedIndex(_ collection: String, keys: [IndexSigningKey], into directory: String) async throws -> SignedIndex {
         // The head and the published entry come from two reads: retry until they agree.
         for _ in 0..<10 {
             let published = try await publishedState(of: [collection])

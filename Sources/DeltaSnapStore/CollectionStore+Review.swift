@@ -2,7 +2,7 @@ import DeltaSnapCore
 import Foundation
 
 /// Why a review step cannot be taken; each case names the code the server answers with.
-public enum ReviewError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum ReviewError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The collection is not reviewed (no `review` in its rule).
     case notReviewed(String)
     /// A request waits for a decision already (its log sequence).
@@ -14,7 +14,7 @@ public enum ReviewError: Error, Equatable, Sendable, CustomStringConvertible {
     /// A rollback to a version the review log cannot restore.
     case unknownVersion(path: String, version: UInt64, oldest: UInt64?)
 
-    public var code: String {
+    package var code: String {
         switch self {
         case .notReviewed: "not_reviewed"
         case .pending: "review_pending"
@@ -24,7 +24,7 @@ public enum ReviewError: Error, Equatable, Sendable, CustomStringConvertible {
         }
     }
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .notReviewed(let path): "\"\(path)\" is not reviewed: its rule has no review"
         case .pending(let path, let sequence): "a review of \"\(path)\" is already requested (log entry \(sequence)): approve or decline it first"
@@ -54,7 +54,7 @@ extension CollectionStore {
 
     /// Records which collections are reviewed (what `serve --rules` states), and prepares the
     /// workspace of each reviewed collection that is not partitioned.
-    public func setReviewSettings(_ settings: [String: ReviewSettings]) async throws {
+    package func setReviewSettings(_ settings: [String: ReviewSettings]) async throws {
         let held = try await reviewSettings()
         var records: [Record] = []
         for (name, rule) in settings where held[name] != rule { records.append(try rule.record(for: name)) }
@@ -65,14 +65,14 @@ extension CollectionStore {
 
     /// Where a write to `path` goes: the workspace of a reviewed collection (prepared on first
     /// use), else `path` itself.
-    public func writeTarget(for path: String, settings: [String: ReviewSettings]) async throws -> String {
+    package func writeTarget(for path: String, settings: [String: ReviewSettings]) async throws -> String {
         guard ReviewPaths.target(of: path, settings: settings) != path else { return path }
         return try await prepareWorkspace(of: path)
     }
 
     /// The workspace of `path`, created as a copy of what is published when it does not exist.
     @discardableResult
-    public func prepareWorkspace(of path: String) async throws -> String {
+    package func prepareWorkspace(of path: String) async throws -> String {
         let workspace = ReviewPaths.workspace(of: path)
         guard try await head(of: workspace) == nil else { return workspace }
         let copy = try await stateChange(of: workspace, toMatch: path)
@@ -83,7 +83,7 @@ extension CollectionStore {
     // MARK: - Steps
 
     /// Freezes the workspace as the state a reviewer decides on. Throws ``ReviewError``.
-    public func requestReview(of path: String, by who: String, comment: String?, now: Int64 = Int64(Date().timeIntervalSince1970)) async throws -> ReviewLogEntry {
+    package func requestReview(of path: String, by who: String, comment: String?, now: Int64 = Int64(Date().timeIntervalSince1970)) async throws -> ReviewLogEntry {
         let state = try await reviewState(of: path)
         if let pending = state.pending { throw ReviewError.pending(path: path, sequence: pending.sequence) }
         let workspace = try await prepareWorkspace(of: path)
@@ -104,7 +104,7 @@ extension CollectionStore {
 
     /// Publishes exactly the frozen request as one new version of `path`, keeps what it
     /// changed, and logs it — one transaction. Throws ``ReviewError/nothingPending(_:)``.
-    public func approveReview(of path: String, by who: String, comment: String?, now: Int64 = Int64(Date().timeIntervalSince1970)) async throws -> ReviewLogEntry {
+    package func approveReview(of path: String, by who: String, comment: String?, now: Int64 = Int64(Date().timeIntervalSince1970)) async throws -> ReviewLogEntry {
         let state = try await reviewState(of: path)
         guard state.pending != nil else { throw ReviewError.nothingPending(path) }
         let request = ReviewPaths.request(of: path)
@@ -115,7 +115,7 @@ extension CollectionStore {
     }
 
     /// Ends the pending request without publishing; the workspace stays as it is.
-    public func declineReview(of path: String, by who: String, comment: String?, now: Int64 = Int64(Date().timeIntervalSince1970)) async throws -> ReviewLogEntry {
+    package func declineReview(of path: String, by who: String, comment: String?, now: Int64 = Int64(Date().timeIntervalSince1970)) async throws -> ReviewLogEntry {
         let state = try await reviewState(of: path)
         guard let pending = state.pending else { throw ReviewError.nothingPending(path) }
         let entry = ReviewLogEntry(sequence: state.nextSequence, step: .decline, by: who, at: now, comment: comment, version: pending.version)
@@ -132,7 +132,7 @@ extension CollectionStore {
     /// queue, and the rollback's entry names it (`withdrewRequest`).
     /// Throws ``ReviewError/unknownVersion(path:version:oldest:)`` for a version the review log
     /// cannot restore (from before the first publication through review).
-    public func rollbackReview(
+    package func rollbackReview(
         of path: String, to version: UInt64, ids: [String]?, by who: String, comment: String?, now: Int64 = Int64(Date().timeIntervalSince1970)
     ) async throws -> ReviewLogEntry {
         let state = try await reviewState(of: path)
@@ -219,7 +219,7 @@ extension CollectionStore {
 /// the published history — a reader is enough (the console, a poll's history).
 extension StoreReader {
     /// Which collections are reviewed, by name.
-    public func reviewSettings() async throws -> [String: ReviewSettings] {
+    package func reviewSettings() async throws -> [String: ReviewSettings] {
         var settings: [String: ReviewSettings] = [:]
         for record in try await visibleRecords(of: ReviewPaths.settings) {
             if let rule = ReviewSettings(record: record) { settings[record.id] = rule }
@@ -228,13 +228,13 @@ extension StoreReader {
     }
 
     /// The review's log, and whether a request waits.
-    public func reviewState(of path: String) async throws -> ReviewState {
+    package func reviewState(of path: String) async throws -> ReviewState {
         ReviewState(log: try await visibleRecords(of: ReviewPaths.log(of: path)).compactMap(ReviewLogEntry.init(record:)))
     }
 
     /// The change under review — the frozen request when one waits, else the workspace —
     /// against what is published, in id order after `after`, at most `limit`.
-    public func reviewChanges(
+    package func reviewChanges(
         of path: String, after: String?, limit: Int
     ) async throws -> (pending: ReviewLogEntry?, changes: [RecordChange], more: Bool) {
         let pending = try await reviewState(of: path).pending
@@ -247,7 +247,7 @@ extension StoreReader {
     /// The requests waiting for a decision, of every reviewed path (partitions included), in
     /// path order after `after`, at most `limit`. Requests made before this queue was kept
     /// (an older release) are not in it; the path's own log still has them.
-    public func pendingReviews(after: String?, limit: Int) async throws -> [(path: String, request: ReviewLogEntry)] {
+    package func pendingReviews(after: String?, limit: Int) async throws -> [(path: String, request: ReviewLogEntry)] {
         guard try await head(of: ReviewPaths.queue) != nil else { return [] }
         return try await withPage(of: ReviewPaths.queue, after: after, limit: limit) { source in
             var found: [(path: String, request: ReviewLogEntry)] = []
@@ -265,7 +265,7 @@ extension StoreReader {
     /// `version` is the publication that had written the value, 0 when it predates the last
     /// ``reviewHistoryDepth`` publications (or the review); `replacedBy` is `"review"` (history
     /// is as public as the collection: no reviewer's name).
-    public func reviewHistory(of id: String, in path: String, limit: Int) async throws -> [HistoryEntry] {
+    package func reviewHistory(of id: String, in path: String, limit: Int) async throws -> [HistoryEntry] {
         let publications = try await reviewState(of: path).log.filter { $0.published && $0.version != nil }.suffix(Self.reviewHistoryDepth).reversed()
         var entries: [HistoryEntry] = []
         var pending: (value: Record, replacedIn: UInt64, at: Int64)?
@@ -290,7 +290,7 @@ extension StoreReader {
 
     /// The publications a reviewed record's history looks through, newest first: each costs
     /// up to two store reads, on an endpoint anyone who may read the collection can ask.
-    public static var reviewHistoryDepth: Int { 100 }
+    package static var reviewHistoryDepth: Int { 100 }
 
     /// Every visible record of `path` (none when it does not exist), in id order.
     func visibleRecords(of path: String) async throws -> [Record] {

@@ -23,7 +23,20 @@ import DeltaSnapTrust
 /// try await store.export("countries") { chunk in FileHandle.standardOutput.write(Data(chunk)) }
 /// await store.close()
 /// ```
-public protocol CollectionStore: StoreWriter, AttachmentStore, FollowerPositions, StoreLocks {
+package protocol CollectionStore: ServableStore, StoreWriter, AttachmentStore, FollowerPositions, StoreLocks {}
+
+/// A store as an app that embeds the server holds one — ``SQLiteCollectionStore`` or
+/// `PostgresCollectionStore`: opened, handed to `DeltaSnapAPI`, closed. What a store does is
+/// DeltaSnap's own (``CollectionStore`` and its parts are `package`): a store is chosen, not
+/// written, and `DeltaSnapAPI` refuses a type of another's that conforms to this.
+///
+/// ```swift
+/// let store = try SQLiteCollectionStore(path: "deltasnap.sqlite")
+/// let api = try await DeltaSnapAPI(store: store)
+/// // … serve …
+/// await store.close()
+/// ```
+public protocol ServableStore: Sendable {
     /// Closes the store's connections. Call once, when done.
     func close() async
 }
@@ -35,7 +48,7 @@ public protocol CollectionStore: StoreWriter, AttachmentStore, FollowerPositions
 /// ```swift
 /// func count(in store: some StoreReader) async throws -> Int { try await store.head(of: "countries")?.count ?? 0 }
 /// ```
-public protocol StoreReader: Sendable {
+package protocol StoreReader: Sendable {
     /// Every collection's head as committed now (partitions left out), sorted by name.
     func collections() async throws -> [CollectionHead]
     /// One collection's head, or nil when it does not exist.
@@ -92,7 +105,7 @@ public protocol StoreReader: Sendable {
 /// What writes a store, each a whole transaction: an import (of one collection, of several
 /// paths, of a source's transactions, of streamed paths), a client's push, a compaction, a
 /// review's publication. A writer reads too, as GRDB's `DatabaseWriter` is a reader.
-public protocol StoreWriter: StoreReader {
+package protocol StoreWriter: StoreReader {
     /// Imports every record `stream` yields into `collection` as one new version (none when
     /// nothing changed): only records whose canonical bytes change are written; a hidden
     /// record hides; with `replace`, records the input does not mention are hidden. Any bad
@@ -148,7 +161,7 @@ public protocol StoreWriter: StoreReader {
 
 /// Attachments and resumable uploads (docs/PROTOCOL.md §12): blobs kept once per store,
 /// who may read them, uploads in progress, garbage collection.
-public protocol AttachmentStore: Sendable {
+package protocol AttachmentStore: Sendable {
     /// Keeps the attachment `reference` names, its bytes read from `next` (nil: the end), once
     /// their size and SHA-256 are proven (``BlobVerifier``); nothing is kept otherwise
     /// (``StoreError/attachmentMismatch(_:)``). The same bytes are kept once per store, and
@@ -203,7 +216,7 @@ public protocol AttachmentStore: Sendable {
 
 /// Where each source follower (`deltasnap follow`) stands: the position it recorded with
 /// its last publication, and how far its source ran ahead.
-public protocol FollowerPositions: Sendable {
+package protocol FollowerPositions: Sendable {
     /// The position a source follower last recorded with its writes (nil: none yet).
     func sourcePosition(of follower: String) async throws -> String?
     /// Every follower that recorded a position, with when it last did (seconds since 1970): a
@@ -218,7 +231,7 @@ public protocol FollowerPositions: Sendable {
 
 /// Sections no two callers of a store run at once under one name, across the processes and
 /// instances that share it.
-public protocol StoreLocks: Sendable {
+package protocol StoreLocks: Sendable {
     /// Runs `body` while no other caller of this store runs one under `name` — in any process
     /// or instance that shares the store (PostgreSQL: a session advisory lock; by default, in
     /// this process only). Review steps of one path hold it.
@@ -226,15 +239,15 @@ public protocol StoreLocks: Sendable {
 }
 
 /// What a signed index states: the publication sequence and the entries, from one read.
-public struct PublishedState: Sendable, Equatable {
+package struct PublishedState: Sendable, Equatable {
     /// Raised by every commit that changes what is published; never lowered.
-    public var sequence: UInt64
-    public var entries: [SignedIndex.Entry]
+    package var sequence: UInt64
+    package var entries: [SignedIndex.Entry]
     /// Names whose head was the one the caller knew (``CollectionStore/publishedState(of:confirming:)``):
     /// no entry was made for them.
-    public var confirmed: Set<String>
+    package var confirmed: Set<String>
 
-    public init(sequence: UInt64, entries: [SignedIndex.Entry], confirmed: Set<String> = []) {
+    package init(sequence: UInt64, entries: [SignedIndex.Entry], confirmed: Set<String> = []) {
         self.sequence = sequence
         self.entries = entries
         self.confirmed = confirmed
@@ -242,23 +255,23 @@ public struct PublishedState: Sendable, Equatable {
 }
 
 /// What identifies a published entry's state: its token and its floor.
-public struct PublishedHead: Hashable, Sendable {
-    public var epoch: String
-    public var version: UInt64
-    public var floor: UInt64
+package struct PublishedHead: Hashable, Sendable {
+    package var epoch: String
+    package var version: UInt64
+    package var floor: UInt64
 
-    public init(epoch: String, version: UInt64, floor: UInt64) {
+    package init(epoch: String, version: UInt64, floor: UInt64) {
         (self.epoch, self.version, self.floor) = (epoch, version, floor)
     }
 
-    public init(_ head: CollectionHead) {
+    package init(_ head: CollectionHead) {
         self.init(epoch: head.epoch, version: head.version, floor: head.floor)
     }
 }
 
 /// One consistent read of a collection (a read transaction): its head, and the records of a
 /// full body or of a delta, in id order. Owned by one response at a time; close it.
-public protocol RecordSource: AnyObject, Sendable {
+package protocol RecordSource: AnyObject, Sendable {
     /// The head in this transaction: the records belong to exactly it.
     var head: CollectionHead { get }
     /// How many records ``next(_:)`` yields.
@@ -286,7 +299,7 @@ extension StoreWriter {
     /// ```swift
     /// let results = try await store.importStreams(spill.streams(), replace: false, recording: position)
     /// ```
-    public func importStreams(_ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
+    package func importStreams(_ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
         let results = LockedValue<[WriteResult]>([])
         try await importStreams(next, replace: replace, recording: position) { result in results.withLock { $0.append(result) } }
         return results.withLock { $0 }

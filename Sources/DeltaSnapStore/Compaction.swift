@@ -17,13 +17,13 @@ public enum CompactionPolicy: Sendable, Equatable {
 extension CompactionPolicy {
     /// For `.olderThan`, the commit time from which versions are kept (their first version is
     /// what ``floor(for:firstVersionKept:)`` needs); nil for `.keepVersions`.
-    public func keptSince(now: Int64) -> Int64? {
+    package func keptSince(now: Int64) -> Int64? {
         if case .olderThan(let seconds) = self { return now - seconds }
         return nil
     }
 
     /// The floor this policy allows for a collection at `head` (whichever store holds it).
-    public func floor(for head: CollectionHead, firstVersionKept: UInt64?) -> UInt64 {
+    package func floor(for head: CollectionHead, firstVersionKept: UInt64?) -> UInt64 {
         switch self {
         case .keepVersions(let kept): head.version > kept ? head.version - kept : 0
         case .olderThan: (firstVersionKept ?? head.version + 1) - 1
@@ -32,13 +32,13 @@ extension CompactionPolicy {
 }
 
 /// What one compaction did.
-public struct CompactionResult: Sendable, Equatable {
-    public var collection: String
-    public var previousFloor: UInt64
-    public var floor: UInt64
-    public var tombstonesRemoved: Int
+package struct CompactionResult: Sendable, Equatable {
+    package var collection: String
+    package var previousFloor: UInt64
+    package var floor: UInt64
+    package var tombstonesRemoved: Int
 
-    public init(collection: String, previousFloor: UInt64, floor: UInt64, tombstonesRemoved: Int) {
+    package init(collection: String, previousFloor: UInt64, floor: UInt64, tombstonesRemoved: Int) {
         self.collection = collection
         self.previousFloor = previousFloor
         self.floor = floor

@@ -25,7 +25,7 @@ actor KeyedLocks {
 
 extension StoreLocks {
     /// In this process only: the stores one process writes.
-    public func exclusively<T: Sendable>(_ name: String, _ body: @Sendable () async throws -> T) async throws -> T {
+    package func exclusively<T: Sendable>(_ name: String, _ body: @Sendable () async throws -> T) async throws -> T {
         await KeyedLocks.shared.lock(name)
         do {
             let result = try await body()

@@ -1,16 +1,16 @@
 import DeltaSnapCore
 
 /// The records of one partition in a partitioned import.
-public struct PartitionRecords: Sendable {
+package struct PartitionRecords: Sendable {
     /// `NAME/KEY`.
-    public var path: String
-    public var records: [Record]
+    package var path: String
+    package var records: [Record]
     /// Where each record came from (its input's name, and its line there) when it was read
     /// from a file: a store's refusal of a record then names its line, as a streamed
     /// import's does. Nil for records built in memory (a follower's rows).
     package var origin: (source: String, lines: [Int])?
 
-    public init(path: String, records: [Record]) {
+    package init(path: String, records: [Record]) {
         self.path = path
         self.records = records
     }

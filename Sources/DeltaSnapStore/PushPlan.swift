@@ -23,33 +23,33 @@ public struct PushRetention: Sendable, Equatable {
 }
 
 /// What ``SQLiteDatabase/push(_:from:to:retention:)`` did.
-public struct PushOutcome: Sendable, Equatable {
+package struct PushOutcome: Sendable, Equatable {
     /// The answer for the client, one result per write in the batch's order.
-    public var response: PushResponse
+    package var response: PushResponse
     /// The collection's head after the batch (nil while it has no version).
-    public var head: CollectionHead?
+    package var head: CollectionHead?
 
-    public init(response: PushResponse, head: CollectionHead?) {
+    package init(response: PushResponse, head: CollectionHead?) {
         self.response = response
         self.head = head
     }
 }
 
 /// A value a write replaced, kept so a user can recover what lost a conflict.
-public struct HistoryEntry: Sendable, Equatable {
+package struct HistoryEntry: Sendable, Equatable {
     /// The replaced record's canonical bytes.
-    public var value: [UInt8]
+    package var value: [UInt8]
     /// The version that had written this value.
-    public var version: UInt64
+    package var version: UInt64
     /// The version whose commit replaced it.
-    public var replacedIn: UInt64
+    package var replacedIn: UInt64
     /// Seconds since 1970 of that commit.
-    public var replacedAt: Int64
+    package var replacedAt: Int64
     /// The client id whose push replaced it (never the user's name: history is as public
     /// as the collection).
-    public var replacedBy: String
+    package var replacedBy: String
 
-    public init(value: [UInt8], version: UInt64, replacedIn: UInt64, replacedAt: Int64, replacedBy: String) {
+    package init(value: [UInt8], version: UInt64, replacedIn: UInt64, replacedAt: Int64, replacedBy: String) {
         self.value = value
         self.version = version
         self.replacedIn = replacedIn
@@ -159,7 +159,7 @@ package struct PushPlan {
 
 /// How a collection merges a write whose record changed on the server since the device
 /// saw it (the write's `base`).
-public enum MergePolicy: String, Sendable, CaseIterable {
+package enum MergePolicy: String, Sendable, CaseIterable {
     /// Per field, last writer wins (the default): the write is merged over the newer value.
     case fields
     /// The write goes to a conflict copy next to the record (``ConflictCopy``); the

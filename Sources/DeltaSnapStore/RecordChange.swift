@@ -8,20 +8,20 @@ import DeltaSnapCore
 /// let change = RecordChange(before: published, after: workspace)!
 /// change.members   // [("name", .string("Andorra"), .string("Andorra (updated)"))]
 /// ```
-public struct RecordChange: Sendable, Equatable {
-    public enum Kind: String, Sendable {
+package struct RecordChange: Sendable, Equatable {
+    package enum Kind: String, Sendable {
         case added, removed, changed
     }
 
-    public var id: String
-    public var kind: Kind
+    package var id: String
+    package var kind: Kind
     /// The published record (nil: added).
-    public var before: Record?
+    package var before: Record?
     /// The record under review (nil: removed).
-    public var after: Record?
+    package var after: Record?
 
     /// The change from `before` to `after` (visible records, or nil for absent); nil when they are the same.
-    public init?(before: Record?, after: Record?) {
+    package init?(before: Record?, after: Record?) {
         let before = before?.isHidden == true ? nil : before
         let after = after?.isHidden == true ? nil : after
         guard let id = before?.id ?? after?.id, before?.bytes != after?.bytes else { return nil }
@@ -32,14 +32,14 @@ public struct RecordChange: Sendable, Equatable {
     }
 
     /// One top-level member that differs: its value before and after (nil: absent).
-    public struct Member: Sendable, Equatable {
-        public var name: String
-        public var old: JSONValue?
-        public var new: JSONValue?
+    package struct Member: Sendable, Equatable {
+        package var name: String
+        package var old: JSONValue?
+        package var new: JSONValue?
     }
 
     /// The top-level members that differ, in key order (every member for an added or removed record).
-    public var members: [Member] {
+    package var members: [Member] {
         let old = Self.members(of: before)
         let new = Self.members(of: after)
         var names = Set(old.keys).union(new.keys)
@@ -56,7 +56,7 @@ public struct RecordChange: Sendable, Equatable {
 
     /// The change as the review endpoint lists it: `{"change":…,"id":…,"members":[{"member":…,"new":…,"old":…}]}`
     /// (a member absent on one side has no `old` or `new`).
-    public var json: JSONValue {
+    package var json: JSONValue {
         let members: [JSONValue] = members.map { member in
             var fields = [JSONMember("member", .string(member.name))]
             if let new = member.new { fields.append(JSONMember("new", new)) }
@@ -139,7 +139,7 @@ extension StoreReader {
     /// The records that differ between `published` and `proposed` (either may not exist: no
     /// records), in id order, after id `after`; at most `limit` (nil: all). `more`: whether
     /// changes follow the last one returned.
-    public func changes(
+    package func changes(
         from published: String, to proposed: String, after: String? = nil, limit: Int? = nil
     ) async throws -> (changes: [RecordChange], more: Bool) {
         // A page of a diff pages through both sides; a whole diff streams them.

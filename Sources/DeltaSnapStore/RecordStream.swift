@@ -13,28 +13,28 @@ import DeltaSnapCore
 ///
 /// `@unchecked Sendable`: a stream is handed once from its caller to the store that reads
 /// it (SQLite's writer queue, a PostgreSQL `COPY`), and used by that one reader only.
-public final class RecordStream: @unchecked Sendable {
+package final class RecordStream: @unchecked Sendable {
     private let reader: JSONReader
     /// The input's name in errors (`NAME:LINE: reason`).
-    public let name: String
+    package let name: String
     /// The line the record ``next()`` returned last began on (of a JSON array: where it
     /// began inside it).
-    public private(set) var line = 1
+    package private(set) var line = 1
     private var state = State.start
     /// Records returned so far.
-    public private(set) var count = 0
+    package private(set) var count = 0
     /// No records means an empty collection (a source table copied empty), not an input
     /// that lost them on the way: a replacing import of it hides everything.
-    public var emptyIsIntended = false
+    package var emptyIsIntended = false
     /// The records come in strictly ascending id order (UTF-8 bytes), as read from a keyed
     /// table: a store then needs no memory of the ids it was given — a repeated id is one
     /// out of order, and the records a replacing import leaves out lie between two given
     /// ones. Checked as the records come (``StoreError/duplicateID(_:)``).
-    public var idsAscend = false
+    package var idsAscend = false
     /// The record ``next()`` returned last, as the input wrote it (for a record already
     /// parsed: its canonical bytes). A tombstone's canonical form keeps only its id, so what
     /// else its line said — the partition it belongs to — is read from these.
-    public private(set) var lastWritten: [UInt8] = []
+    package private(set) var lastWritten: [UInt8] = []
 
     private enum State {
         case start, ndjson, arrayFirst, arrayNext, finished
@@ -44,13 +44,13 @@ public final class RecordStream: @unchecked Sendable {
     /// when they have one, instead of from a source.
     private var pulled: (() throws -> (record: Record, line: Int?)?)?
 
-    public init(source: @escaping ChunkSource, name: String) {
+    package init(source: @escaping ChunkSource, name: String) {
         reader = JSONReader(nextChunk: source)
         self.name = name
     }
 
     /// A stream of records already parsed, so one write path serves a `PUT` and an import.
-    public convenience init(records: [Record], name: String) {
+    package convenience init(records: [Record], name: String) {
         self.init(source: ChunkSources.bytes([]), name: name)
         var given = records.makeIterator()
         pulled = { given.next().map { ($0, nil) } }
@@ -65,19 +65,19 @@ public final class RecordStream: @unchecked Sendable {
     }
 
     /// An error at the current line (or `line`) of this input.
-    public func failure(_ reason: String, at errorLine: Int? = nil) -> ImportError {
+    package func failure(_ reason: String, at errorLine: Int? = nil) -> ImportError {
         ImportError(source: name, line: errorLine ?? line, reason: reason)
     }
 
     /// The store's refusal of the current line (or `line`), keeping its code.
-    public func failure(_ error: StoreError, at errorLine: Int? = nil) -> ImportError {
+    package func failure(_ error: StoreError, at errorLine: Int? = nil) -> ImportError {
         var failure = failure(error.message, at: errorLine)
         failure.code = error.code
         return failure
     }
 
     /// The next record, or nil at the end of the input. Throws ``ImportError``.
-    public func next() throws -> Record? {
+    package func next() throws -> Record? {
         if let pulled {
             guard let (record, recordLine) = try pulled() else { return nil }
             if let recordLine { line = recordLine }
@@ -147,7 +147,7 @@ public final class RecordStream: @unchecked Sendable {
 extension RecordStream {
     /// An input that lost its records on the way (a failed export, a dropped body) must not
     /// read as "the collection is now empty" and hide everything.
-    public func refuseEmptyReplace() throws {
+    package func refuseEmptyReplace() throws {
         guard count == 0, !emptyIsIntended else { return }
         var error = failure(
             "a replacing import with no records would hide every record; nothing was committed (to empty a collection, hide its records explicitly)",

@@ -2,7 +2,7 @@ import DeltaSnapCore
 
 /// A step of a review: what `GET …/review/log` lists and what decides whether a request is
 /// pending (the last step is a request).
-public enum ReviewStep: String, Sendable, CaseIterable {
+package enum ReviewStep: String, Sendable, CaseIterable {
     case request, approve, decline, rollback
 }
 
@@ -11,31 +11,31 @@ public enum ReviewStep: String, Sendable, CaseIterable {
 /// ```json
 /// {"at":1767229200,"by":"bob","changes":1003,"comment":"ok","id":"0000000002","previousVersion":7,"step":"approve","version":8}
 /// ```
-public struct ReviewLogEntry: Sendable, Equatable {
+package struct ReviewLogEntry: Sendable, Equatable {
     /// 1, 2, … in the order the steps were taken.
-    public var sequence: Int
-    public var step: ReviewStep
+    package var sequence: Int
+    package var step: ReviewStep
     /// The JWT `sub` of who took the step ("admin" for the admin token).
-    public var by: String
+    package var by: String
     /// Seconds since 1970.
-    public var at: Int64
-    public var comment: String?
+    package var at: Int64
+    package var comment: String?
     /// A request: the workspace version it froze. An approval or rollback: the published
     /// version it made (nil when it changed nothing).
-    public var version: UInt64?
+    package var version: UInt64?
     /// An approval or rollback: the published version before it (0: none existed).
-    public var previousVersion: UInt64?
+    package var previousVersion: UInt64?
     /// How many records the step changes (a request: the changes under review).
-    public var changes: Int
+    package var changes: Int
     /// A rollback: the published version restored.
-    public var restoredVersion: UInt64?
+    package var restoredVersion: UInt64?
     /// A rollback of chosen records only: their ids.
-    public var restoredIDs: [String]?
+    package var restoredIDs: [String]?
     /// A rollback taken while a request waited: that request's sequence. The rollback ends it
     /// (withdrawn: it leaves the queue, nothing it froze is published; request again).
-    public var withdrewRequest: Int?
+    package var withdrewRequest: Int?
 
-    public init(
+    package init(
         sequence: Int, step: ReviewStep, by: String, at: Int64, comment: String? = nil, version: UInt64? = nil, previousVersion: UInt64? = nil,
         changes: Int = 0, restoredVersion: UInt64? = nil, restoredIDs: [String]? = nil, withdrewRequest: Int? = nil
     ) {
@@ -53,7 +53,7 @@ public struct ReviewLogEntry: Sendable, Equatable {
     }
 
     /// Whether this step published (an approval or a rollback).
-    public var published: Bool { step == .approve || step == .rollback }
+    package var published: Bool { step == .approve || step == .rollback }
 
     /// The record id of entry `sequence`: zero-padded, so id order is the log's order.
     static func id(_ sequence: Int) -> String {
@@ -62,7 +62,7 @@ public struct ReviewLogEntry: Sendable, Equatable {
     }
 
     /// The entry as a JSON object (the log endpoint's element, without `id`).
-    public var json: JSONValue {
+    package var json: JSONValue {
         var members: [JSONMember] = [
             JSONMember("at", .number(String(at))), JSONMember("by", .string(by)), JSONMember("changes", .number(String(changes))),
             JSONMember("sequence", .number(String(sequence))), JSONMember("step", .string(step.rawValue)),
@@ -111,16 +111,16 @@ public struct ReviewLogEntry: Sendable, Equatable {
 }
 
 /// A review's log and what it means now.
-public struct ReviewState: Sendable, Equatable {
+package struct ReviewState: Sendable, Equatable {
     /// Every step, oldest first.
-    public var log: [ReviewLogEntry]
+    package var log: [ReviewLogEntry]
 
-    public init(log: [ReviewLogEntry]) {
+    package init(log: [ReviewLogEntry]) {
         self.log = log
     }
 
     /// The request waiting for a decision: the last step, when it is a request.
-    public var pending: ReviewLogEntry? {
+    package var pending: ReviewLogEntry? {
         guard let last = log.last, last.step == .request else { return nil }
         return last
     }

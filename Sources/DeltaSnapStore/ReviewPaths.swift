@@ -11,11 +11,11 @@ import DeltaSnapTrust
 /// try ReviewPaths.workspace(of: "sets/8271")   // "deltasnap-review-work/sets:8271"
 /// ReviewPaths.isReserved("deltasnap-review-log/catalogue")   // true
 /// ```
-public enum ReviewPaths {
+package enum ReviewPaths {
     /// Names no collection of an app may start with.
-    public static let reservedPrefix = "deltasnap-review-"
+    package static let reservedPrefix = "deltasnap-review-"
     /// The review settings (which collections are reviewed, by whom): one record per collection.
-    public static let settings = "deltasnap-review-settings/rules"
+    package static let settings = "deltasnap-review-settings/rules"
 
     static let workspaceCollection = ReviewWorkspace.collection
     static let requestCollection = "deltasnap-review-request"
@@ -29,7 +29,7 @@ public enum ReviewPaths {
     static let queue = "deltasnap-review-queue/pending"
 
     /// Whether `path` (`NAME` or `NAME/KEY`) belongs to the reserved collections.
-    public static func isReserved(_ path: String) -> Bool {
+    package static func isReserved(_ path: String) -> Bool {
         path.hasPrefix(reservedPrefix)
     }
 
@@ -37,37 +37,37 @@ public enum ReviewPaths {
     /// publication's changes — so a store need not maintain its state digest (LtHash16, the
     /// most expensive part of writing a record: an approval writes a change record per record).
     /// A workspace keeps its digest: a preview device reads it as published.
-    public static func keepsNoDigest(_ path: String) -> Bool {
+    package static func keepsNoDigest(_ path: String) -> Bool {
         path == queue
             || [requestCollection, logCollection, legacyChangesCollection, replacedCollection, addedCollection].contains { path.hasPrefix($0 + "/") }
     }
 
     /// The path whose workspace `path` is (`deltasnap-review-work/sets:8271` → `sets/8271`), or
     /// nil for a path that is no workspace (or one named by a hash: too long to preview).
-    public static func published(ofWorkspace path: String) -> String? {
+    package static func published(ofWorkspace path: String) -> String? {
         ReviewWorkspace.published(of: path)
     }
 
     /// Where a writer's `path` is: its workspace when its collection is reviewed by `settings`.
-    public static func target(of path: String, settings: [String: ReviewSettings]) -> String {
+    package static func target(of path: String, settings: [String: ReviewSettings]) -> String {
         guard let name = CollectionPath(path)?.name, settings[name] != nil else { return path }
         return workspace(of: path)
     }
 
     /// The editable state of `path`: where writes to a reviewed collection go.
-    public static func workspace(of path: String) -> String { "\(workspaceCollection)/\(key(of: path))" }
+    package static func workspace(of path: String) -> String { "\(workspaceCollection)/\(key(of: path))" }
     /// The state frozen when review was requested: what an approval publishes.
-    public static func request(of path: String) -> String { "\(requestCollection)/\(key(of: path))" }
+    package static func request(of path: String) -> String { "\(requestCollection)/\(key(of: path))" }
     /// The review's audit log: one record per step.
-    public static func log(of path: String) -> String { "\(logCollection)/\(key(of: path))" }
+    package static func log(of path: String) -> String { "\(logCollection)/\(key(of: path))" }
     /// The values publication `sequence` (the log entry that made it) replaced, as they were:
     /// with ``added(of:publication:)``, what a rollback restores from.
-    public static func replaced(of path: String, publication sequence: Int) -> String {
+    package static func replaced(of path: String, publication sequence: Int) -> String {
         "\(replacedCollection)/\(key(of: path)).\(sequence)"
     }
 
     /// The new values of the ids publication `sequence` brought (absent or hidden before it).
-    public static func added(of path: String, publication sequence: Int) -> String {
+    package static func added(of path: String, publication sequence: Int) -> String {
         "\(addedCollection)/\(key(of: path)).\(sequence)"
     }
 

@@ -23,19 +23,19 @@ import DeltaSnapCore
 ///     added: ReviewPaths.added(of: "catalogue", publication: 12),
 ///     alongside: [PartitionRecords(path: ReviewPaths.log(of: "catalogue"), records: [entry])]))
 /// ```
-public struct ReviewPublication: Sendable {
-    public var path: String
+package struct ReviewPublication: Sendable {
+    package var path: String
     /// The version of ``path`` the changes were read against (nil: it had none).
-    public var expectedVersion: UInt64?
+    package var expectedVersion: UInt64?
     /// One per id, ids ascending.
-    public var changes: [RecordChange]
+    package var changes: [RecordChange]
     /// A path holding every change's `after` (and the version it was read at), when there is one.
-    public var source: (path: String, version: UInt64)?
-    public var replaced: String
-    public var added: String
-    public var alongside: [PartitionRecords]
+    package var source: (path: String, version: UInt64)?
+    package var replaced: String
+    package var added: String
+    package var alongside: [PartitionRecords]
 
-    public init(
+    package init(
         path: String, expectedVersion: UInt64?, changes: [RecordChange], source: (path: String, version: UInt64)?, replaced: String,
         added: String, alongside: [PartitionRecords]
     ) {
@@ -49,26 +49,26 @@ public struct ReviewPublication: Sendable {
     }
 
     /// What ``path`` gets: each change's new value, or a tombstone.
-    public var values: [Record] { changes.map { $0.after ?? Record.tombstone(id: $0.id) } }
+    package var values: [Record] { changes.map { $0.after ?? Record.tombstone(id: $0.id) } }
     /// What ``replaced`` gets.
-    public var replacedValues: [Record] { changes.compactMap(\.before) }
+    package var replacedValues: [Record] { changes.compactMap(\.before) }
     /// What ``added`` gets.
-    public var addedValues: [Record] { changes.filter { $0.before == nil }.compactMap(\.after) }
+    package var addedValues: [Record] { changes.filter { $0.before == nil }.compactMap(\.after) }
 
     /// The refusal when ``path`` is not at ``expectedVersion``.
-    public func moved(to version: UInt64?) -> StoreError {
+    package func moved(to version: UInt64?) -> StoreError {
         .busy("\"\(path)\" was written by something other than review while it was published (version \(version ?? 0), not \(expectedVersion ?? 0))")
     }
 }
 
 extension StoreWriter {
     /// Writes `publication` with `importPartitions`, in one transaction: what any store can do.
-    public func publish(_ publication: ReviewPublication) async throws -> [WriteResult] {
+    package func publish(_ publication: ReviewPublication) async throws -> [WriteResult] {
         try await publishByImport(publication)
     }
 
     /// ``publish(_:)`` by `importPartitions` (a store's own `publish` falls back to it).
-    public func publishByImport(_ publication: ReviewPublication) async throws -> [WriteResult] {
+    package func publishByImport(_ publication: ReviewPublication) async throws -> [WriteResult] {
         let version = try await head(of: publication.path)?.version
         guard version == publication.expectedVersion else { throw publication.moved(to: version) }
         var parts = publication.alongside

@@ -1,22 +1,22 @@
 import DeltaSnapCore
 
 /// What one write did.
-public struct WriteResult: Sendable, Equatable {
-    public var collection: String
+package struct WriteResult: Sendable, Equatable {
+    package var collection: String
     /// Whether a new version was committed (false when nothing changed).
-    public var committed: Bool
+    package var committed: Bool
     /// The collection's head after the write.
-    public var head: CollectionHead?
+    package var head: CollectionHead?
     /// Records added or changed.
-    public var upserted: Int
+    package var upserted: Int
     /// Records hidden.
-    public var hidden: Int
+    package var hidden: Int
     /// Records given that were already in that state.
-    public var unchanged: Int
+    package var unchanged: Int
 
-    public var token: ServerToken? { head?.token }
+    package var token: ServerToken? { head?.token }
 
-    public init(collection: String, committed: Bool, head: CollectionHead?, upserted: Int, hidden: Int, unchanged: Int) {
+    package init(collection: String, committed: Bool, head: CollectionHead?, upserted: Int, hidden: Int, unchanged: Int) {
         self.collection = collection
         self.committed = committed
         self.head = head

@@ -21,7 +21,7 @@ extension StoreLocation {
     /// commands: export, bake) creates no SQLite file where there was none.
     /// `maximumReaders`: SQLite read transactions open at once (a server sizes it to its
     /// open-file limit: three descriptors each).
-    public func open(
+    package func open(
         configuration: StoreConfiguration = .fromEnvironment(), readOnly: Bool = false, maximumReaders: Int = 64,
         logger: Logger = Logger(label: "deltasnap.store")
     ) async throws -> any CollectionStore {
@@ -35,7 +35,7 @@ extension StoreLocation {
 
     /// Opens the store `text` names (what `--db` takes), runs `body` with it, and closes it
     /// whatever `body` does: the shape of every CLI command that works on a store.
-    public static func withStore<T>(
+    package static func withStore<T>(
         _ text: String, readReplica: String? = nil, configuration: StoreConfiguration = .fromEnvironment(), readOnly: Bool = false,
         _ body: (any CollectionStore) async throws -> T
     ) async throws -> T {

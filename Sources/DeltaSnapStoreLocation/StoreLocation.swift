@@ -10,14 +10,14 @@ import DeltaSnapStore
 /// let location = try StoreLocation("postgres://deltasnap@127.0.0.1:5432/deltasnap")
 /// print(location)   // the URL without its password
 /// ```
-public enum StoreLocation: Sendable, Equatable, CustomStringConvertible {
+package enum StoreLocation: Sendable, Equatable, CustomStringConvertible {
     /// An SQLite file, created on first use.
     case sqlite(path: String)
     /// A PostgreSQL primary, and a read replica when given.
     case postgres(url: String, readReplica: String?)
 
     /// Parses what `--db` (and `--read-db`) take.
-    public init(_ text: String, readReplica: String? = nil) throws(StoreError) {
+    package init(_ text: String, readReplica: String? = nil) throws(StoreError) {
         if PostgresURL.isPostgresURL(text) {
             if let readReplica, !PostgresURL.isPostgresURL(readReplica) {
                 throw .badLocation(readReplica, "a read replica is a postgres:// URL")
@@ -33,7 +33,7 @@ public enum StoreLocation: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// The location as printed in logs and messages: never a password.
-    public var description: String {
+    package var description: String {
         switch self {
         case .sqlite(let path): path
         case .postgres(let url, _): PostgresURL.withoutPassword(url)

@@ -8,10 +8,10 @@ import DeltaSnapCore
 /// let line = generator.json(index: 7)          // {"city":"Zürich",…,"id":"r0000007",…}
 /// let record = generator.record(index: 7, revision: 1)   // a changed version of it
 /// ```
-public struct SyntheticRecords: Sendable {
-    public var seed: UInt64
+package struct SyntheticRecords: Sendable {
+    package var seed: UInt64
 
-    public init(seed: UInt64 = 1) {
+    package init(seed: UInt64 = 1) {
         self.seed = seed
     }
 
@@ -20,13 +20,13 @@ public struct SyntheticRecords: Sendable {
     private static let tags = ["nouveauté", "größe", "città", "niño", "øko", "ciudad", "straße", "été", "ölçü", "ışık"]
 
     /// The id of record `index`: `r` and seven digits, so ids sort in index order.
-    public static func id(_ index: Int) -> String {
+    package static func id(_ index: Int) -> String {
         let digits = String(index)
         return "r" + String(repeating: "0", count: max(0, 7 - digits.count)) + digits
     }
 
     /// The record at `index`; a different `revision` gives a changed record with the same id.
-    public func value(index: Int, revision: Int = 0) -> JSONValue {
+    package func value(index: Int, revision: Int = 0) -> JSONValue {
         // Mixed, not just offset: offset seeds would make record i+1 replay record i's draws.
         var random = SplitMix64(seed: SplitMix64.mix(seed ^ SplitMix64.mix(UInt64(index)) ^ SplitMix64.mix(UInt64(revision) &+ 0x5EED)))
         func word(_ count: Int) -> String {
@@ -56,29 +56,29 @@ public struct SyntheticRecords: Sendable {
     }
 
     /// The canonical record at `index`.
-    public func record(index: Int, revision: Int = 0) -> Record {
+    package func record(index: Int, revision: Int = 0) -> Record {
         // The value is built valid by construction.
         try! Record(parsing: value(index: index, revision: revision))
     }
 
     /// One NDJSON line (canonical JSON, no newline).
-    public func json(index: Int, revision: Int = 0) -> [UInt8] {
+    package func json(index: Int, revision: Int = 0) -> [UInt8] {
         CanonicalJSON.bytes(value(index: index, revision: revision))
     }
 }
 
 /// SplitMix64: a tiny, fast, seedable generator (the standard library's is not seedable).
-public struct SplitMix64: RandomNumberGenerator, Sendable {
+package struct SplitMix64: RandomNumberGenerator, Sendable {
     private var state: UInt64
-    public init(seed: UInt64) { state = seed }
+    package init(seed: UInt64) { state = seed }
     /// SplitMix64's output function: a strong 64-bit mixer.
-    public static func mix(_ value: UInt64) -> UInt64 {
+    package static func mix(_ value: UInt64) -> UInt64 {
         var z = value &+ 0x9E37_79B9_7F4A_7C15
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
     }
-    public mutating func next() -> UInt64 {
+    package mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9

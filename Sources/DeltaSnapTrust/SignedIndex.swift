@@ -17,26 +17,26 @@ import Foundation
 /// let checked = try SignedIndex.parse(document)
 /// try checked.verify(trusting: [trusted], now: now, heldSequence: 6)
 /// ```
-public struct SignedIndex: Sendable, Equatable {
-    public static let format = 1
+package struct SignedIndex: Sendable, Equatable {
+    package static let format = 1
     /// `bake --signing-key` writes `NAME.index` next to `NAME.snapshot`.
-    public static let fileExtension = ".index"
-    public static let signingDomain = Array("deltasnap-index-v1\n".utf8)
+    package static let fileExtension = ".index"
+    package static let signingDomain = Array("deltasnap-index-v1\n".utf8)
     /// Clock skew tolerated when checking an expiry.
-    public static let allowedClockSkew: Int64 = 300
+    package static let allowedClockSkew: Int64 = 300
 
     /// One collection's published state.
-    public struct Entry: Sendable, Equatable {
-        public var collection: String
-        public var token: String
-        public var version: UInt64
-        public var count: Int
-        public var floor: UInt64
+    package struct Entry: Sendable, Equatable {
+        package var collection: String
+        package var token: String
+        package var version: UInt64
+        package var count: Int
+        package var floor: UInt64
         /// ``StateDigest/fingerprint`` of the visible state at `token`.
-        public var digest: String
-        public var lastModified: String
+        package var digest: String
+        package var lastModified: String
 
-        public init(collection: String, token: String, version: UInt64, count: Int, floor: UInt64, digest: String, lastModified: String) {
+        package init(collection: String, token: String, version: UInt64, count: Int, floor: UInt64, digest: String, lastModified: String) {
             self.collection = collection
             self.token = token
             self.version = version
@@ -48,30 +48,30 @@ public struct SignedIndex: Sendable, Equatable {
     }
 
     /// One signature: the signer's key id and the Ed25519 signature (64 bytes).
-    public struct Signature: Sendable, Equatable {
-        public var keyID: String
-        public var bytes: [UInt8]
+    package struct Signature: Sendable, Equatable {
+        package var keyID: String
+        package var bytes: [UInt8]
     }
 
     /// Never decreases for a publication; a client refuses an index below one it verified.
-    public var sequence: UInt64 { didSet { parsedIndexValue = nil } }
+    package var sequence: UInt64 { didSet { parsedIndexValue = nil } }
     /// Seconds since 1970.
-    public var issued: Int64 { didSet { parsedIndexValue = nil } }
+    package var issued: Int64 { didSet { parsedIndexValue = nil } }
     /// Seconds since 1970; a client refuses the index after this (plus ``allowedClockSkew``).
-    public var expires: Int64 { didSet { parsedIndexValue = nil } }
+    package var expires: Int64 { didSet { parsedIndexValue = nil } }
     /// Whose view this is (the token's `sub`): a user's view lists their partitions, and
     /// the signature binds the list to them, so no entry can be moved to another user's view.
     /// Nil for the public index.
-    public var subject: String? { didSet { parsedIndexValue = nil } }
+    package var subject: String? { didSet { parsedIndexValue = nil } }
     /// Sorted by collection name.
-    public private(set) var entries: [Entry]
-    public private(set) var signatures: [Signature] = []
+    package private(set) var entries: [Entry]
+    package private(set) var signatures: [Signature] = []
     /// The `index` object exactly as parsed (canonical), when this index was read from a
     /// document: its signatures cover it as it is, members this release does not know
     /// included, at any depth. Nil for an index built here, or once a field is changed.
     private var parsedIndexValue: JSONValue?
 
-    public init(sequence: UInt64, issued: Int64, expires: Int64, entries: [Entry], subject: String? = nil) {
+    package init(sequence: UInt64, issued: Int64, expires: Int64, entries: [Entry], subject: String? = nil) {
         self.sequence = sequence
         self.issued = issued
         self.expires = expires
@@ -81,16 +81,16 @@ public struct SignedIndex: Sendable, Equatable {
         self.entries = ordered ? entries : entries.sorted { $0.collection.utf8Precedes($1.collection) }
     }
 
-    public func entry(for collection: String) -> Entry? { entries.first { $0.collection == collection } }
+    package func entry(for collection: String) -> Entry? { entries.first { $0.collection == collection } }
 
     /// Equal when they sign the same bytes with the same signatures (an index parsed from a
     /// document equals the one that wrote it).
-    public static func == (lhs: SignedIndex, rhs: SignedIndex) -> Bool {
+    package static func == (lhs: SignedIndex, rhs: SignedIndex) -> Bool {
         lhs.signedMessage == rhs.signedMessage && lhs.signatures == rhs.signatures
     }
 
     /// The bytes a signature covers: the domain line, then the canonical index object.
-    public var signedMessage: [UInt8] { Self.signingDomain + canonicalIndex }
+    package var signedMessage: [UInt8] { Self.signingDomain + canonicalIndex }
 
     /// The signed bytes of a served document cut out as docs/PROTOCOL.md §8.1 tells a
     /// verifier that does not re-serialise: after the fixed prefix `{"index":`, up to the
@@ -101,7 +101,7 @@ public struct SignedIndex: Sendable, Equatable {
     /// ```swift
     /// let signed = SignedIndex.signedBytes(of: document)   // == CanonicalJSON bytes of "index"
     /// ```
-    public static func signedBytes(of document: [UInt8]) -> ArraySlice<UInt8>? {
+    package static func signedBytes(of document: [UInt8]) -> ArraySlice<UInt8>? {
         let prefix = Array(#"{"index":"#.utf8)
         let separator = Array(#","signatures":"#.utf8)
         guard document.starts(with: prefix), document.count >= prefix.count + separator.count else { return nil }
@@ -114,7 +114,7 @@ public struct SignedIndex: Sendable, Equatable {
     }
 
     /// This index signed by every key in `keys` (several during a key rotation).
-    public func signed(with keys: [IndexSigningKey]) -> SignedIndex {
+    package func signed(with keys: [IndexSigningKey]) -> SignedIndex {
         var copy = self
         let message = signedMessage
         copy.signatures = keys.map { Signature(keyID: $0.publicKey.id, bytes: $0.signature(for: message)) }
@@ -122,7 +122,7 @@ public struct SignedIndex: Sendable, Equatable {
     }
 
     /// The document as served and bundled, ending with a newline.
-    public var document: [UInt8] {
+    package var document: [UInt8] {
         IndexDocument.document(index: canonicalIndex, signatures: signatures)
     }
 
@@ -132,7 +132,7 @@ public struct SignedIndex: Sendable, Equatable {
     /// ```swift
     /// let bytes = SignedIndex(sequence: s, issued: now, expires: now + 86_400, entries: entries).signedDocument(with: keys)
     /// ```
-    public func signedDocument(with keys: [IndexSigningKey]) -> [UInt8] {
+    package func signedDocument(with keys: [IndexSigningKey]) -> [UInt8] {
         IndexDocument.signed(index: canonicalIndex, keys: keys)
     }
 
@@ -146,7 +146,7 @@ public struct SignedIndex: Sendable, Equatable {
     // MARK: - Reading and verifying
 
     /// Parses a document (signatures are checked by ``verify(trusting:now:heldSequence:)``).
-    public static func parse(_ document: [UInt8]) throws(TrustError) -> SignedIndex {
+    package static func parse(_ document: [UInt8]) throws(TrustError) -> SignedIndex {
         let value: JSONValue
         do {
             let reader = JSONReader(bytes: document)
@@ -193,7 +193,7 @@ public struct SignedIndex: Sendable, Equatable {
     /// Checks, in this order: a signature by one of `trusted` that verifies, the expiry
     /// (with ``allowedClockSkew``; skipped when `now` is nil, e.g. for a bundled index), and
     /// that the sequence is not below `heldSequence`, the highest one already verified.
-    public func verify(trusting trusted: [TrustedKey], now: Int64?, heldSequence: UInt64?) throws(TrustError) {
+    package func verify(trusting trusted: [TrustedKey], now: Int64?, heldSequence: UInt64?) throws(TrustError) {
         guard !signatures.isEmpty else { throw .unsigned }
         let message = signedMessage
         var verified = false

@@ -30,28 +30,28 @@ import Foundation
 /// digest.remove(collection: "countries", id: "AD", canonical: old.bytes)
 /// print(digest.fingerprint)   // 64 hex digits
 /// ```
-public struct StateDigest: Equatable, Sendable {
-    public static let laneCount = 1024
-    public static let byteCount = 2048
+package struct StateDigest: Equatable, Sendable {
+    package static let laneCount = 1024
+    package static let byteCount = 2048
     static let recordDomain = Array("deltasnap-record-v1".utf8)
 
     private(set) var lanes: [UInt16]
 
     /// The digest of an empty collection: every lane zero.
-    public static let empty = StateDigest(lanes: [UInt16](repeating: 0, count: laneCount))
+    package static let empty = StateDigest(lanes: [UInt16](repeating: 0, count: laneCount))
 
     private init(lanes: [UInt16]) { self.lanes = lanes }
 
     /// A digest from its 2,048 little-endian lane bytes (as ``bytes`` writes them); `nil`
     /// for any other length.
-    public init?(bytes: some Collection<UInt8>) {
+    package init?(bytes: some Collection<UInt8>) {
         guard bytes.count == Self.byteCount else { return nil }
         let array = Array(bytes)
         lanes = (0..<Self.laneCount).map { UInt16(array[2 * $0]) | UInt16(array[2 * $0 + 1]) << 8 }
     }
 
     /// The 2,048 lane bytes, little-endian.
-    public var bytes: [UInt8] {
+    package var bytes: [UInt8] {
         var out = [UInt8](repeating: 0, count: Self.byteCount)
         for (index, lane) in lanes.enumerated() {
             out[2 * index] = UInt8(truncatingIfNeeded: lane)
@@ -61,19 +61,19 @@ public struct StateDigest: Equatable, Sendable {
     }
 
     /// Lowercase hex SHA-256 of ``bytes``: what a signed index names.
-    public var fingerprint: String { Hex.encode(SHA256.hash(data: bytes)) }
+    package var fingerprint: String { Hex.encode(SHA256.hash(data: bytes)) }
 
     /// Adds a visible record (its canonical bytes, as stored and sent).
-    public mutating func add(collection: String, id: String, canonical: some ContiguousBytes) {
+    package mutating func add(collection: String, id: String, canonical: some ContiguousBytes) {
         combine(collection: collection, id: id, canonical: canonical, subtracting: false)
     }
 
     /// Removes a record that was visible (replaced or hidden).
-    public mutating func remove(collection: String, id: String, canonical: some ContiguousBytes) {
+    package mutating func remove(collection: String, id: String, canonical: some ContiguousBytes) {
         combine(collection: collection, id: id, canonical: canonical, subtracting: true)
     }
 
-    public mutating func add(_ other: StateDigest) {
+    package mutating func add(_ other: StateDigest) {
         for index in 0..<Self.laneCount { lanes[index] &+= other.lanes[index] }
     }
 

@@ -56,17 +56,17 @@ public struct AccessPolicy: Sendable {
     }
 
     /// Whether any token can write.
-    public var acceptsWrites: Bool { adminToken != nil || jwtSecret != nil || jwtPublicKeyPEM != nil || !keySets.isEmpty }
+    package var acceptsWrites: Bool { adminToken != nil || jwtSecret != nil || jwtPublicKeyPEM != nil || !keySets.isEmpty }
 
     /// Whether every collection is public to read: then no poll needs its token checked.
-    public var everythingPublic: Bool { privateCollections.isEmpty && !rules.hasNonPublicReads }
+    package var everythingPublic: Bool { privateCollections.isEmpty && !rules.hasNonPublicReads }
 
     /// Whether `GET /v1/index` answers every caller the same public index: without rules or
     /// private collections a token is not even looked at there (as before views existed).
-    public var indexIgnoresTokens: Bool { everythingPublic && rules.collections.isEmpty }
+    package var indexIgnoresTokens: Bool { everythingPublic && rules.collections.isEmpty }
 
     /// Whether anyone may read `path` without a token.
-    public func isPublicRead(_ path: CollectionPath) -> Bool {
+    package func isPublicRead(_ path: CollectionPath) -> Bool {
         if let rule = rules[path.name] { return rule.read == .public }
         return !privateCollections.contains(path.description) && !privateCollections.contains(path.name)
     }

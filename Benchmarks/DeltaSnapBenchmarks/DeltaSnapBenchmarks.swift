@@ -1,5 +1,5 @@
-// DeltaSnap benchmarks (ordo-one/benchmark). Run with `cd Benchmarks && swift package benchmark`
-// (or `make bench` from the repository root). See docs/BENCHMARKS.md for the figures and targets.
+// DeltaSnap benchmarks (ordo-one/benchmark). Run with `make bench` (DELTASNAP_BENCHMARKS=1 adds this target to the package).
+// See docs/BENCHMARKS.md for the figures and targets.
 //
 // The benchmark tool starts one process per benchmark, so each benchmark's `setup` builds the
 // fixtures it needs (once, not per iteration) under its own temporary directory and its

@@ -1,6 +1,7 @@
 import DeltaSnapCore
 import DeltaSnapServer
 import DeltaSnapSQLiteStore
+import DeltaSnapStore
 import DeltaSnapTestSupport
 import Hummingbird
 import HummingbirdTesting
@@ -28,6 +29,18 @@ import Testing
             throw error
         }
         await api.shutdown()
+    }
+
+    /// A store is chosen, not written: the API serves DeltaSnap's two stores and refuses
+    /// (and closes, as it owns it) any other type conforming to `ServableStore`.
+    @Test func aStoreOfAnotherKindIsRefusedAndClosed() async throws {
+        actor Foreign: ServableStore {
+            var closed = false
+            func close() async { closed = true }
+        }
+        let foreign = Foreign()
+        await #expect(throws: StoreError.self) { _ = try await DeltaSnapAPI(store: foreign) }
+        #expect(await foreign.closed)
     }
 
     @Test func errorsAreJSONWithACodeAndAMessage() async throws {

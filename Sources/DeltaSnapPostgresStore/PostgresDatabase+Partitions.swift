@@ -36,14 +36,8 @@ extension PostgresDatabase {
                 }
             }
         }
-        // ``requireAttachments(_:on:)``'s check, each refusal at its record's line.
-        if !referenced.isEmpty {
-            let held = try await attachmentSizes(Array(Set(referenced.map(\.reference.sha256))), on: connection)
-            for (index, (_, reference, record)) in referenced.enumerated() {
-                do { try AttachmentRule.check(reference, in: record, heldSize: held[reference.sha256]) } catch let refused as StoreError {
-                    throw partitions[positions[index].partition].refusal(refused, of: positions[index].record)
-                }
-            }
+        try await requireAttachments(referenced, on: connection) { index, refused in
+            partitions[positions[index].partition].refusal(refused, of: positions[index].record)
         }
         var existing = Set<String>()
         for try await name in try await connection.checkedQuery(
@@ -57,10 +51,19 @@ extension PostgresDatabase {
 
     /// Refuses the write unless the store holds every blob in `referenced` with the size its
     /// reference states (``DeltaSnapStore/AttachmentRule``).
-    func requireAttachments(_ referenced: [(path: String, reference: AttachmentReference, record: Record)], on connection: PostgresConnection) async throws {
+    /// `refusing` turns the refusal of `referenced[index]` into the error thrown (an import's
+    /// names its line).
+    func requireAttachments(
+        _ referenced: [(path: String, reference: AttachmentReference, record: Record)], on connection: PostgresConnection,
+        refusing: (_ index: Int, StoreError) -> any Error = { $1 }
+    ) async throws {
         guard !referenced.isEmpty else { return }
         let held = try await attachmentSizes(Array(Set(referenced.map(\.reference.sha256))), on: connection)
-        for (_, reference, record) in referenced { try AttachmentRule.check(reference, in: record, heldSize: held[reference.sha256]) }
+        for (index, (_, reference, record)) in referenced.enumerated() {
+            do { try AttachmentRule.check(reference, in: record, heldSize: held[reference.sha256]) } catch let refused as StoreError {
+                throw refusing(index, refused)
+            }
+        }
     }
 
     /// Notes which path refers to which blob (who may read it), once every path has a row.

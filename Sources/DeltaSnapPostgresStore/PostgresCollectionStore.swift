@@ -112,30 +112,6 @@ public final class PostgresCollectionStore: CollectionStore {
         try await primary.publishedState(of: names, confirming: known)
     }
 
-    package func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
-        try await primary.importPartitions(partitions, replace: replace, recording: position)
-    }
-
-    package func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
-        try await primary.importTransactions(transactions)
-    }
-
-    /// An approval (a publication from a source) is copied inside PostgreSQL
-    /// (``PostgresDatabase/publishCopying(_:)``); anything else goes through `importPartitions`.
-    package func publish(_ publication: ReviewPublication) async throws -> [WriteResult] {
-        guard publication.source != nil, publication.expectedVersion != nil, !publication.changes.isEmpty else {
-            return try await publishByImport(publication)
-        }
-        return try await primary.publishCopying(publication)
-    }
-
-    package func importStreams(
-        _ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?,
-        each: @escaping @Sendable (WriteResult) -> Void
-    ) async throws {
-        try await primary.importStreams(next, replace: replace, recording: position, each: each)
-    }
-
     package func sourcePosition(of follower: String) async throws -> String? {
         try await primary.sourcePosition(of: follower)
     }
@@ -152,17 +128,8 @@ public final class PostgresCollectionStore: CollectionStore {
         try await primary.recordSourceLag(of: follower, bytes: bytes, at: at)
     }
 
-    package func importRecords(
-        from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?
-    ) async throws -> WriteResult {
-        try await primary.importRecords(from: stream, into: collection, replace: replace, progress: progress)
-    }
-
-    package func push(
-        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy,
-        attachments: AttachmentProof
-    ) async throws -> PushOutcome {
-        try await primary.push(mutations, from: client, user: user, to: collection, retention: retention, merge: merge, attachments: attachments)
+    package func commit(_ write: StoreWrite, each: @escaping @Sendable (StoreWrite.Outcome) -> Void) async throws {
+        try await primary.commit(write, each: each)
     }
 
     package func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry] {

@@ -8,20 +8,6 @@ extension PostgresDatabase {
     /// Ids of an unsorted input kept in memory to name a repeat's line (~20 MB).
     static let seenInMemoryLimit = 250_000
 
-    /// Imports every record `stream` yields into `collection` as one new version (none when
-    /// nothing changed), like ``DeltaSnapStore/Importer``: only records whose canonical bytes
-    /// change are written; with `replace`, records the input does not mention are hidden.
-    /// Any bad record aborts the whole import: nothing is committed.
-    package func importRecords(
-        from stream: RecordStream, into collection: String, replace: Bool = false, progress: ((Int) -> Void)? = nil
-    ) async throws -> WriteResult {
-        try CollectionPath.validate(collection)
-        return try await transaction { connection in
-            let locked = try await lock(collection, on: connection)
-            return try await merge(stream, into: locked, replace: replace, progress: progress, on: connection)
-        }
-    }
-
     /// A collection's row, locked (`SELECT … FOR UPDATE`) in the caller's transaction: the
     /// lock every writer of the collection queues on, so versions follow commit order.
     struct LockedCollection {

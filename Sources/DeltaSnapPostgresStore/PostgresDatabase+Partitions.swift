@@ -5,24 +5,14 @@ import Foundation
 import PostgresNIO
 
 extension PostgresDatabase {
-    /// Every partition of a partitioned import in one transaction, one version per partition
-    /// that changed, written by a handful of set-based statements whatever their number.
+    /// Every partition of a partitioned import, one version per partition that changed,
+    /// written by a handful of set-based statements whatever their number.
     /// Partitions new to the store — the bulk of a first import — through two `COPY`s, then
     /// one `INSERT … SELECT` each for collections, versions and records, one publication and
     /// one notification; partitions that exist are merged together (``mergeExisting(_:replace:on:)``),
-    /// by the write rule ``importRecords(from:into:replace:progress:)`` merges a collection
-    /// with. One transaction a partition cost a round trip and a commit each: 386 records/s
-    /// into 100,000 partitions.
-    package func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition? = nil) async throws -> [WriteResult] {
-        for partition in partitions { try CollectionPath.validate(partition.path) }
-        guard !partitions.isEmpty || position != nil else { return [] }
-        return try await transaction { connection in
-            if let position { try await record(position, on: connection) }
-            return try await importPartitions(partitions, replace: replace, on: connection)
-        }
-    }
-
-    /// ``importPartitions(_:replace:recording:)`` in the caller's transaction.
+    /// by the write rule an import merges a collection with
+    /// (``merge(_:into:replace:progress:on:)``). One transaction a partition cost a round trip and a commit each: 386 records/s
+    /// into 100,000 partitions. Runs in the caller's transaction.
     func importPartitions(_ partitions: [PartitionRecords], replace: Bool, on connection: PostgresConnection) async throws -> [WriteResult] {
         // Which partition refers to which blob; checked before anything is written.
         var referenced: [(path: String, reference: AttachmentReference, record: Record)] = []
@@ -181,60 +171,12 @@ extension PostgresDatabase {
     }
 
     /// Records where a source follower stands, in the caller's transaction.
-    /// Paths streamed one after the other into one transaction, with the position: a source
-    /// transaction or a partitioned import too large to hold. Runs of small paths are written
-    /// set-based, as ``importPartitions(_:replace:recording:)`` writes partitions; a large
-    /// path is merged as an import merges a collection (``merge(_:into:replace:progress:on:)``:
-    /// `COPY` into a staging table, then set-based), in bounded memory either way
-    /// (``DeltaSnapStore/PathBatches``).
-    /// `each` gets every path's result as it is written.
-    package func importStreams(
-        _ next: @escaping () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?, each: (WriteResult) -> Void
-    ) async throws {
-        try await transaction { connection in
-            if let position { try await record(position, on: connection) }
-            var batches = PathBatches(next)
-            while let piece = try batches.next() {
-                switch piece {
-                case .small(let partitions):
-                    for partition in partitions { try CollectionPath.validate(partition.path) }
-                    for result in try await importPartitions(partitions, replace: replace, on: connection) { each(result) }
-                    // Their staging tables go now rather than at the commit: the next run makes its own.
-                    try await connection.checkedQuery(
-                        "DROP TABLE IF EXISTS deltasnap_new_partitions, deltasnap_new_records, deltasnap_merging, deltasnap_merged", logger: logger)
-                case .large(let part):
-                    try CollectionPath.validate(part.path)
-                    let locked = try await lock(part.path, on: connection)
-                    each(try await merge(part.records, into: locked, replace: replace, progress: nil, on: connection))
-                    try await connection.checkedQuery("DROP TABLE deltasnap_incoming", logger: logger)
-                }
-            }
-        }
-    }
-
-    private func record(_ position: SourcePosition, on connection: PostgresConnection) async throws {
+    func record(_ position: SourcePosition, on connection: PostgresConnection) async throws {
         try await connection.checkedQuery("""
             INSERT INTO deltasnap_source_positions(follower, position, recorded_at)
             VALUES (\(position.follower), \(position.position), \(Int64(Date().timeIntervalSince1970)))
             ON CONFLICT (follower) DO UPDATE SET position = excluded.position, recorded_at = excluded.recorded_at
             """, logger: logger)
-    }
-
-    /// Several source transactions, each one version of every path it names: set-based in
-    /// one PostgreSQL transaction when every path exists and no record refers to an
-    /// attachment (``mergeTransactions(_:on:)``), else one by one — with the last position.
-    package func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
-        let merged: [[WriteResult]]? = try await transaction { connection in
-            guard let results = try await mergeTransactions(transactions, on: connection) else { return nil }
-            if let position = transactions.last(where: { $0.position != nil })?.position { try await record(position, on: connection) }
-            return results
-        }
-        if let merged { return merged }
-        var results: [[WriteResult]] = []
-        for transaction in transactions {
-            results.append(try await importPartitions(transaction.partitions, replace: false, recording: transaction.position))
-        }
-        return results
     }
 
     package func followers() async throws -> [SourceFollowerStatus] {

@@ -16,7 +16,9 @@ extension PostgresDatabase {
     /// are hashed while PostgreSQL copies. Through `importPartitions` (the default), an approval
     /// of 100,000 records sent them twice, read them back once more to learn what they
     /// replaced, and took 3.0–3.5 s.
-    package func publishCopying(_ publication: ReviewPublication) async throws -> [WriteResult] {
+    ///
+    /// Runs in the caller's transaction, as a ``DeltaSnapStore/StoreWrite/Step/publish(_:)``.
+    func publishCopying(_ publication: ReviewPublication, on connection: PostgresConnection) async throws -> [WriteResult] {
         guard let source = publication.source, let expected = publication.expectedVersion else {
             preconditionFailure("publishCopying needs a source and a published version")
         }
@@ -39,86 +41,84 @@ extension PostgresDatabase {
         }
         defer { digestChange.cancel() }
 
-        return try await transaction { connection in
-            let locked = try await lockPartitions([path, source.path], digestInline: false, on: connection)
-            guard var target = locked[path], UInt64(target.head) == expected else { throw publication.moved(to: locked[path].map { UInt64($0.head) }) }
-            guard let from = locked[source.path], UInt64(from.head) == source.version else {
-                throw StoreError.busy("\"\(source.path)\" changed while \"\(path)\" was published from it")
-            }
-            try await requireAttachments(referenced, on: connection)
-            for change in publication.changes {
-                let old = change.before.map { StateAccumulator.StoredValue(isHidden: false, hash: $0.hash, bytes: nil) }
-                target.state.put(change.after ?? Record.tombstone(id: change.id), replacing: old)
-            }
-            let committedAt = configuration.commitTime(after: target.row.previousCommit)
-            let version = target.head + 1
-            let sequence = try await publishCommit(at: committedAt, on: connection)
-
-            try await connection.checkedQuery("""
-                CREATE TEMP TABLE deltasnap_publishing(
-                    id TEXT COLLATE "C" NOT NULL, replaced BOOLEAN NOT NULL, added BOOLEAN NOT NULL, removed BOOLEAN NOT NULL, tombstone BYTEA NOT NULL)
-                ON COMMIT DROP
-                """, logger: logger)
-            var rows = CopyRows()
-            try await copy(into: "deltasnap_publishing", columns: ["id", "replaced", "added", "removed", "tombstone"], on: connection) { emit in
-                for change in publication.changes {
-                    rows.appendText(change.id)
-                    rows.appendText(change.before != nil ? "t" : "f")
-                    rows.appendText(change.before == nil ? "t" : "f")
-                    rows.appendText(change.after == nil ? "t" : "f")
-                    rows.appendBytes(change.after == nil ? Record.tombstone(id: change.id).bytes : [], last: true)
-                    if rows.isFull { try await emit(&rows) }
-                }
-                try await emit(&rows)
-            }
-            try await connection.checkedQuery("ANALYZE deltasnap_publishing", logger: logger)
-            // The planner prices the per-id lookups far above their cost; compiling them would
-            // take longer than running them. The joins of 100,000 ids hash in memory rather than
-            // in eight batches on disk (an approval is rare; this memory is its own).
-            try await connection.checkedQuery("SET LOCAL jit = off", logger: logger)
-            try await connection.checkedQuery("SET LOCAL work_mem = '64MB'", logger: logger)
-
-            // The kept values first: the replaced ones are the published rows, before they go.
-            var results: [WriteResult] = []
-            for (name, values) in kept {
-                let replaced = name == publication.replaced
-                results.append(try await keep(
-                    values, as: name, copiedFrom: replaced ? target.cid : from.cid, where: replaced ? "replaced" : "added",
-                    committedAt: committedAt, sequence: sequence, on: connection))
-            }
-            try await connection.checkedQuery(
-                "DELETE FROM deltasnap_records r USING deltasnap_publishing s WHERE r.cid = \(target.cid) AND r.id = s.id", logger: logger)
-            let written = try await count(of: """
-                INSERT INTO deltasnap_records(cid, id, version, hidden, hash, body)
-                SELECT \(target.cid), s.id, \(version), FALSE, r.hash, r.body
-                FROM deltasnap_publishing s JOIN deltasnap_records r ON r.cid = \(from.cid) AND r.id = s.id AND NOT r.hidden
-                WHERE NOT s.removed
-                UNION ALL
-                SELECT \(target.cid), s.id, \(version), TRUE, 0, s.tombstone FROM deltasnap_publishing s WHERE s.removed
-                """, on: connection)
-            guard written == publication.changes.count else {
-                throw StoreError.busy("\"\(source.path)\" holds \(written) of the \(publication.changes.count) values \"\(path)\" was to get")
-            }
-            var digest = target.storedDigest
-            digest.add(await digestChange.value)
-            let digestBytes = ByteBuffer(bytes: digest.bytes)
-            try await connection.checkedQuery(
-                "INSERT INTO deltasnap_versions(cid, version, committed_at) VALUES (\(target.cid), \(version), \(committedAt))", logger: logger)
-            try await connection.checkedQuery("""
-                UPDATE deltasnap_collections
-                SET head = \(version), checksum = \(Int64(bitPattern: target.state.checksum.value)), visible = \(Int64(target.state.count)),
-                    digest = \(digestBytes), published = \(sequence)
-                WHERE cid = \(target.cid)
-                """, logger: logger)
-            try await noteAttachments(referenced, on: connection)
-            let alongside = try await importPartitions(publication.alongside, replace: false, on: connection)
-            try await connection.checkedQuery("SELECT pg_notify(\(Self.notificationChannel), \(Self.manyChangedPayload))", logger: logger)
-            let head = lockedHead(target, version: version, checksum: target.state.checksum, committedAt: committedAt)
-            let published = WriteResult(
-                collection: path, committed: true, head: head, upserted: target.state.upserted, hidden: target.state.hidden,
-                unchanged: target.state.unchanged)
-            return alongside + [published] + results
+        let locked = try await lockPartitions([path, source.path], digestInline: false, on: connection)
+        guard var target = locked[path], UInt64(target.head) == expected else { throw publication.moved(to: locked[path].map { UInt64($0.head) }) }
+        guard let from = locked[source.path], UInt64(from.head) == source.version else {
+            throw StoreError.busy("\"\(source.path)\" changed while \"\(path)\" was published from it")
         }
+        try await requireAttachments(referenced, on: connection)
+        for change in publication.changes {
+            let old = change.before.map { StateAccumulator.StoredValue(isHidden: false, hash: $0.hash, bytes: nil) }
+            target.state.put(change.after ?? Record.tombstone(id: change.id), replacing: old)
+        }
+        let committedAt = configuration.commitTime(after: target.row.previousCommit)
+        let version = target.head + 1
+        let sequence = try await publishCommit(at: committedAt, on: connection)
+
+        try await connection.checkedQuery("""
+            CREATE TEMP TABLE deltasnap_publishing(
+                id TEXT COLLATE "C" NOT NULL, replaced BOOLEAN NOT NULL, added BOOLEAN NOT NULL, removed BOOLEAN NOT NULL, tombstone BYTEA NOT NULL)
+            ON COMMIT DROP
+            """, logger: logger)
+        var rows = CopyRows()
+        try await copy(into: "deltasnap_publishing", columns: ["id", "replaced", "added", "removed", "tombstone"], on: connection) { emit in
+            for change in publication.changes {
+                rows.appendText(change.id)
+                rows.appendText(change.before != nil ? "t" : "f")
+                rows.appendText(change.before == nil ? "t" : "f")
+                rows.appendText(change.after == nil ? "t" : "f")
+                rows.appendBytes(change.after == nil ? Record.tombstone(id: change.id).bytes : [], last: true)
+                if rows.isFull { try await emit(&rows) }
+            }
+            try await emit(&rows)
+        }
+        try await connection.checkedQuery("ANALYZE deltasnap_publishing", logger: logger)
+        // The planner prices the per-id lookups far above their cost; compiling them would
+        // take longer than running them. The joins of 100,000 ids hash in memory rather than
+        // in eight batches on disk (an approval is rare; this memory is its own).
+        try await connection.checkedQuery("SET LOCAL jit = off", logger: logger)
+        try await connection.checkedQuery("SET LOCAL work_mem = '64MB'", logger: logger)
+
+        // The kept values first: the replaced ones are the published rows, before they go.
+        var results: [WriteResult] = []
+        for (name, values) in kept {
+            let replaced = name == publication.replaced
+            results.append(try await keep(
+                values, as: name, copiedFrom: replaced ? target.cid : from.cid, where: replaced ? "replaced" : "added",
+                committedAt: committedAt, sequence: sequence, on: connection))
+        }
+        try await connection.checkedQuery(
+            "DELETE FROM deltasnap_records r USING deltasnap_publishing s WHERE r.cid = \(target.cid) AND r.id = s.id", logger: logger)
+        let written = try await count(of: """
+            INSERT INTO deltasnap_records(cid, id, version, hidden, hash, body)
+            SELECT \(target.cid), s.id, \(version), FALSE, r.hash, r.body
+            FROM deltasnap_publishing s JOIN deltasnap_records r ON r.cid = \(from.cid) AND r.id = s.id AND NOT r.hidden
+            WHERE NOT s.removed
+            UNION ALL
+            SELECT \(target.cid), s.id, \(version), TRUE, 0, s.tombstone FROM deltasnap_publishing s WHERE s.removed
+            """, on: connection)
+        guard written == publication.changes.count else {
+            throw StoreError.busy("\"\(source.path)\" holds \(written) of the \(publication.changes.count) values \"\(path)\" was to get")
+        }
+        var digest = target.storedDigest
+        digest.add(await digestChange.value)
+        let digestBytes = ByteBuffer(bytes: digest.bytes)
+        try await connection.checkedQuery(
+            "INSERT INTO deltasnap_versions(cid, version, committed_at) VALUES (\(target.cid), \(version), \(committedAt))", logger: logger)
+        try await connection.checkedQuery("""
+            UPDATE deltasnap_collections
+            SET head = \(version), checksum = \(Int64(bitPattern: target.state.checksum.value)), visible = \(Int64(target.state.count)),
+                digest = \(digestBytes), published = \(sequence)
+            WHERE cid = \(target.cid)
+            """, logger: logger)
+        try await noteAttachments(referenced, on: connection)
+        let alongside = try await importPartitions(publication.alongside, replace: false, on: connection)
+        try await connection.checkedQuery("SELECT pg_notify(\(Self.notificationChannel), \(Self.manyChangedPayload))", logger: logger)
+        let head = lockedHead(target, version: version, checksum: target.state.checksum, committedAt: committedAt)
+        let published = WriteResult(
+            collection: path, committed: true, head: head, upserted: target.state.upserted, hidden: target.state.hidden,
+            unchanged: target.state.unchanged)
+        return alongside + [published] + results
     }
 
     /// A new partition `name` holding `values`, copied from the rows of collection `cid` the

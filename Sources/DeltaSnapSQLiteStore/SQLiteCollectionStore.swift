@@ -106,21 +106,6 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         try await reading { store in try store.read { try $0.publishedState(of: names, confirming: known, statedAt: statedAt) } }
     }
 
-    package func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
-        try await writing { store in try store.importPartitions(partitions, replace: replace, recording: position) }
-    }
-
-    package func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
-        try await writing { try $0.importTransactions(transactions) }
-    }
-
-    package func importStreams(
-        _ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?,
-        each: @escaping @Sendable (WriteResult) -> Void
-    ) async throws {
-        try await writing { try $0.importStreams(next, replace: replace, recording: position, each: each) }
-    }
-
     package func sourcePosition(of follower: String) async throws -> String? {
         // From the writer: a follower reads its own last commit, never a stale snapshot.
         try await writing { try $0.sourcePosition(of: follower) }
@@ -138,19 +123,8 @@ public final class SQLiteCollectionStore: CollectionStore, AttachmentFiles {
         try await writing { try $0.recordSourceLag(of: follower, bytes: bytes, at: at) }
     }
 
-    package func importRecords(
-        from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?
-    ) async throws -> WriteResult {
-        try await writing { store in
-            try Importer(store: store, collection: collection, replace: replace, progress: progress).run(stream: stream)
-        }
-    }
-
-    package func push(
-        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy,
-        attachments: AttachmentProof
-    ) async throws -> PushOutcome {
-        try await writing { try $0.push(mutations, from: client, user: user, to: collection, retention: retention, merge: merge, attachments: attachments) }
+    package func commit(_ write: StoreWrite, each: @escaping @Sendable (StoreWrite.Outcome) -> Void) async throws {
+        try await writing { try $0.commit(write, each: each) }
     }
 
     package func history(of id: String, in collection: String, limit: Int) async throws -> [HistoryEntry] {

@@ -5,51 +5,54 @@ import DeltaSnapTrust
 import Foundation
 
 extension SQLiteDatabase {
-    /// Every partition's records in one transaction, one version per partition that
-    /// changed: a hundred thousand small partitions commit at the cost of one. Partitions new
-    /// to the store — most of a first import — are written with three statements each (their
-    /// row, their version, their records) and one publication for them all; existing ones
-    /// merge as any write does (``CollectionWriter``).
-    package func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition? = nil) throws -> [WriteResult] {
+    /// Runs every step of `write` in one `IMMEDIATE` transaction, with its position: the one
+    /// write primitive (``DeltaSnapStore/StoreWriter/commit(_:each:)``). `each` is told what
+    /// every step wrote, before the commit.
+    ///
+    /// Held paths are written as a partitioned import writes them: partitions new to the
+    /// store — most of a first import — with three statements each (their row, their version,
+    /// their records) and one publication for them all, existing ones merged as any write
+    /// is (``CollectionWriter``): a hundred thousand small partitions commit at the cost of
+    /// one. Streamed paths go in runs of small paths written the same way, a large path
+    /// merged as an import merges it, in bounded memory either way (``DeltaSnapStore/PathBatches``).
+    package func commit(_ write: StoreWrite, each: (StoreWrite.Outcome) -> Void) throws {
+        guard !write.isEmpty else { return }
         try db.transaction(.immediate) {
-            if let position { try record(position) }
-            return try writePartitions(partitions, replace: replace)
-        }
-    }
-
-    /// Several source transactions in one SQLite transaction, each its own version of every
-    /// path it names (a path named again gets the next version), with the last position:
-    /// what a follower publishes at once when its source runs ahead of it.
-    package func importTransactions(_ transactions: [StoreTransaction]) throws -> [[WriteResult]] {
-        try db.transaction(.immediate) {
-            if let position = transactions.last(where: { $0.position != nil })?.position { try record(position) }
-            return try transactions.map { try writePartitions($0.partitions, replace: false) }
-        }
-    }
-
-    /// Paths streamed one after the other into one SQLite transaction, with the position: a
-    /// source transaction or a partitioned import too large to hold. Runs of small paths are
-    /// written as ``importPartitions(_:replace:recording:)`` writes partitions, a large path
-    /// is merged as an import merges it (``CollectionWriter``), in bounded memory either way
-    /// (``DeltaSnapStore/PathBatches``).
-    /// `each` gets every path's result as it is written.
-    package func importStreams(
-        _ next: @escaping () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?, each: (WriteResult) -> Void
-    ) throws {
-        try db.transaction(.immediate) {
-            if let position { try record(position) }
-            var batches = PathBatches(next)
-            while let piece = try batches.next() {
-                switch piece {
-                case .small(let partitions):
-                    for result in try writePartitions(partitions, replace: replace) { each(result) }
-                case .large(let part):
-                    try CollectionPath.validate(part.path)
-                    let writer = try CollectionWriter(db: db, statements: statements, collection: part.path, configuration: configuration, blobs: blobs)
-                    // No id held for a keyed source's rows: a million-row path costs no memory per row.
-                    try Importer.write(part.records, into: writer, replace: replace)
-                    each(try writer.commit())
+            if let position = write.position { try record(position) }
+            for (index, step) in write.steps.enumerated() {
+                switch step {
+                case .paths(let partitions, let replace):
+                    for result in try writePartitions(partitions, replace: replace) { each(.written(step: index, result)) }
+                case .streamedPaths(let next, let replace):
+                    try writeStreams(next, replace: replace) { each(.written(step: index, $0)) }
+                case .records(let stream, let collection, let replace, let progress):
+                    let result = try writeCollection(collection) { writer in
+                        try Importer.write(stream, into: writer, replace: replace, progress: progress)
+                    }
+                    each(.written(step: index, result))
+                case .push(let batch):
+                    each(.pushed(step: index, try push(batch)))
+                case .publish(let publication):
+                    // Checked under this transaction's write lock: nothing can move the path
+                    // between the check and the write.
+                    let version = try SQLiteReader(db: db).head(of: publication.path)?.version
+                    guard version == publication.expectedVersion else { throw publication.moved(to: version) }
+                    for result in try writePartitions(publication.partitions, replace: false) { each(.written(step: index, result)) }
                 }
+            }
+        }
+    }
+
+    /// Paths streamed one after the other, in the caller's transaction (see ``commit(_:each:)``).
+    private func writeStreams(_ next: @escaping () throws -> PathRecords?, replace: Bool, each: (WriteResult) -> Void) throws {
+        var batches = PathBatches(next)
+        while let piece = try batches.next() {
+            switch piece {
+            case .small(let partitions):
+                for result in try writePartitions(partitions, replace: replace) { each(result) }
+            case .large(let part):
+                // No id held for a keyed source's rows: a million-row path costs no memory per row.
+                each(try writeCollection(part.path) { try Importer.write(part.records, into: $0, replace: replace) })
             }
         }
     }

@@ -19,38 +19,45 @@ extension SQLiteDatabase {
         _ mutations: [ParsedMutation], from client: String, user: String? = nil, to collection: String, retention: PushRetention = PushRetention(),
         merge policy: MergePolicy = .fields, attachments proof: AttachmentProof = .unchecked
     ) throws -> PushOutcome {
+        let batch = PushBatch(mutations, from: client, user: user, to: collection, retention: retention, merge: policy, attachments: proof)
+        var pushed: PushOutcome?
+        try commit(StoreWrite([.push(batch)])) { if case .pushed(_, let outcome) = $0 { pushed = outcome } }
+        return pushed!
+    }
+
+    /// ``push(_:from:user:to:retention:merge:attachments:)`` in the caller's transaction.
+    func push(_ batch: PushBatch) throws -> PushOutcome {
+        let (mutations, client, user, collection, policy, proof) = (batch.mutations, batch.client, batch.user, batch.collection, batch.merge, batch.attachments)
         try CollectionPath.validate(collection)
-        return try db.transaction(.immediate) {
-            // Retention runs on the real clock: a fixed SOURCE_DATE_EPOCH is for reproducible
-            // bakes and must not make a server prune everything, or nothing.
-            let now = Int64(Date().timeIntervalSince1970)
-            let ledger = PushLedger(db: db, collection: collection, client: PushPlan.ledgerKey(client: client, user: user), displayName: client)
-            let lastSeq = try ledger.lastSeq()
-            let writer = try CollectionWriter(db: db, statements: statements, collection: collection, configuration: configuration, blobs: blobs)
-            let fork = policy == .fork
-                ? ForkCheck(client: client, epoch: writer.epoch, committedByThisClient: { try ledger.committed(version: $0) }) : nil
-            let plan = try PushPlan(
-                mutations, lastSeq: lastSeq, storedStatus: { try ledger.storedStatus(seq: $0) }, stored: { try writer.stored(id: $0) }, fork: fork,
-                attachmentSize: { sha256 in
-                    // What the writer did not prove counts only where this collection refers to it already.
-                    guard try proof.allows(sha256) || writer.refers(to: sha256) else { return nil }
-                    return blobs.size(of: sha256)
-                })
-            for (id, final) in plan.finalValues {
-                try writer.put(final ?? Record.tombstone(id: id))
-            }
-            let written = try writer.commit()
-            let results = plan.results(committedAs: written.head?.version ?? 0)
-            if written.committed, let head = written.head {
-                try ledger.recordHistory(plan.replacedValues, replacedIn: head.version, at: head.committedAt, keptAt: now)
-            }
-            try ledger.save(lastSeq: plan.newLastSeq, results: results.filter { $0.seq > lastSeq }, committed: written.committed, at: now)
-            try ledger.prune(resultsBefore: now - retention.results, historyBefore: now - retention.history)
-            let response = PushResponse(
-                collection: collection, client: client, lastSeq: plan.newLastSeq, committed: written.committed,
-                token: written.head?.token.description, results: results)
-            return PushOutcome(response: response, head: written.head)
+        // Retention runs on the real clock: a fixed SOURCE_DATE_EPOCH is for reproducible
+        // bakes and must not make a server prune everything, or nothing.
+        let now = Int64(Date().timeIntervalSince1970)
+        let ledger = PushLedger(db: db, collection: collection, client: PushPlan.ledgerKey(client: client, user: user), displayName: client)
+        let lastSeq = try ledger.lastSeq()
+        let writer = try CollectionWriter(db: db, statements: statements, collection: collection, configuration: configuration, blobs: blobs)
+        let fork = policy == .fork
+            ? ForkCheck(client: client, epoch: writer.epoch, committedByThisClient: { try ledger.committed(version: $0) }) : nil
+        let plan = try PushPlan(
+            mutations, lastSeq: lastSeq, storedStatus: { try ledger.storedStatus(seq: $0) }, stored: { try writer.stored(id: $0) }, fork: fork,
+            attachmentSize: { sha256 in
+                // What the writer did not prove counts only where this collection refers to it already.
+                guard try proof.allows(sha256) || writer.refers(to: sha256) else { return nil }
+                return blobs.size(of: sha256)
+            })
+        for (id, final) in plan.finalValues {
+            try writer.put(final ?? Record.tombstone(id: id))
         }
+        let written = try writer.commit()
+        let results = plan.results(committedAs: written.head?.version ?? 0)
+        if written.committed, let head = written.head {
+            try ledger.recordHistory(plan.replacedValues, replacedIn: head.version, at: head.committedAt, keptAt: now)
+        }
+        try ledger.save(lastSeq: plan.newLastSeq, results: results.filter { $0.seq > lastSeq }, committed: written.committed, at: now)
+        try ledger.prune(resultsBefore: now - batch.retention.results, historyBefore: now - batch.retention.history)
+        let response = PushResponse(
+            collection: collection, client: client, lastSeq: plan.newLastSeq, committed: written.committed,
+            token: written.head?.token.description, results: results)
+        return PushOutcome(response: response, head: written.head)
     }
 
     /// The values writes replaced in record `id`, newest first.

@@ -235,12 +235,15 @@ package final class SQLiteDatabase {
     /// when nothing changed (no version is created) or when `body` throws (rolled back).
     /// The collection is created by its first commit.
     package func write(to collection: String, _ body: (CollectionWriter) throws -> Void) throws -> WriteResult {
+        try db.transaction(.immediate) { try writeCollection(collection, body) }
+    }
+
+    /// ``write(to:_:)`` in the caller's transaction.
+    func writeCollection(_ collection: String, _ body: (CollectionWriter) throws -> Void) throws -> WriteResult {
         try CollectionPath.validate(collection)
-        return try db.transaction(.immediate) {
-            let writer = try CollectionWriter(db: db, statements: statements, collection: collection, configuration: configuration, blobs: blobs)
-            try body(writer)
-            return try writer.commit()
-        }
+        let writer = try CollectionWriter(db: db, statements: statements, collection: collection, configuration: configuration, blobs: blobs)
+        try body(writer)
+        return try writer.commit()
     }
 
     /// Opens a read transaction that stays open until ``endRead()``: for a body streamed

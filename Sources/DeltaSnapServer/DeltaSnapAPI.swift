@@ -112,7 +112,7 @@ public final class DeltaSnapAPI: Sendable {
             activeUploads: ActiveUploads(), metrics: metrics, connectionMetrics: connectionMetrics, access: configuration.access,
             maximumAttachmentBytes: configuration.maximumAttachmentBytes, uploadLifetime: configuration.uploadLifetime)
         writes = WritesController(
-            gate: gate, reviewRouting: reviewRouting, store: store, heads: heads, attachments: attachments, recentPushes: recentPushes,
+            gate: gate, store: reviewRouting.writer, heads: heads, attachments: attachments, recentPushes: recentPushes,
             keepsRecentPushes: configuration.console, maximumWriteBodyBytes: configuration.maximumWriteBodyBytes,
             maximumPushBodyBytes: configuration.maximumPushBodyBytes, pushRetention: configuration.pushRetention, forkCollections: configuration.forkCollections)
         review = ReviewController(gate: gate, store: store, heads: heads)

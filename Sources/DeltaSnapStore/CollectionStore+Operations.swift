@@ -49,15 +49,6 @@ extension StoreReader {
 }
 
 extension StoreWriter {
-    /// One store transaction per source transaction (stores that cannot do better).
-    package func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
-        var results: [[WriteResult]] = []
-        for transaction in transactions {
-            results.append(try await importPartitions(transaction.partitions, replace: false, recording: transaction.position))
-        }
-        return results
-    }
-
     /// Imports NDJSON or a JSON array held in memory (a write API body) as one version.
     package func importBatch(_ body: [UInt8], into collection: String, replace: Bool = false) async throws -> WriteResult {
         try await importRecords(from: RecordStream(source: ChunkSources.bytes(body), name: "body"), into: collection, replace: replace, progress: nil)

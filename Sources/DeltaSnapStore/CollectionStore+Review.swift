@@ -44,8 +44,7 @@ package enum ReviewError: Error, Equatable, Sendable, CustomStringConvertible {
 /// per path while a step runs).
 ///
 /// ```swift
-/// let target = try await store.writeTarget(for: "catalogue", settings: settings)   // its workspace
-/// try await store.write(records, to: target)
+/// try await ReviewRoutedStore(store, settings: settings).write(records, to: "catalogue")   // to its workspace
 /// try await store.requestReview(of: "catalogue", by: "alice", comment: "spring prices")
 /// try await store.approveReview(of: "catalogue", by: "bob", comment: nil)
 /// ```
@@ -61,13 +60,6 @@ extension CollectionStore {
         for name in held.keys where settings[name] == nil { records.append(Record.tombstone(id: name)) }
         if !records.isEmpty { _ = try await write(records, to: ReviewPaths.settings) }
         for name in settings.keys.sorted() where CollectionPath(name) != nil { _ = try await prepareWorkspace(of: name) }
-    }
-
-    /// Where a write to `path` goes: the workspace of a reviewed collection (prepared on first
-    /// use), else `path` itself.
-    package func writeTarget(for path: String, settings: [String: ReviewSettings]) async throws -> String {
-        guard ReviewPaths.target(of: path, settings: settings) != path else { return path }
-        return try await prepareWorkspace(of: path)
     }
 
     /// The workspace of `path`, created as a copy of what is published when it does not exist.

@@ -102,61 +102,25 @@ package protocol StoreReader: Sendable {
     func watchForChanges(every interval: Duration, onChange: @escaping @Sendable ([CollectionHead]) -> Void) async
 }
 
-/// What writes a store, each a whole transaction: an import (of one collection, of several
-/// paths, of a source's transactions, of streamed paths), a client's push, a compaction, a
-/// review's publication. A writer reads too, as GRDB's `DatabaseWriter` is a reader.
+/// What writes a store: one transaction primitive, ``commit(_:each:)``, of which an import (of
+/// one collection, of several paths, of a source's transactions, of streamed paths), a
+/// client's push and a review's publication are conveniences (`StoreWrite.swift`); and a
+/// compaction. A writer reads too, as GRDB's `DatabaseWriter` is a reader.
 package protocol StoreWriter: StoreReader {
-    /// Imports every record `stream` yields into `collection` as one new version (none when
-    /// nothing changed): only records whose canonical bytes change are written; a hidden
-    /// record hides; with `replace`, records the input does not mention are hidden. Any bad
-    /// record aborts the whole import (``ImportError`` naming its line): nothing is committed.
-    func importRecords(
-        from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?
-    ) async throws -> WriteResult
-    /// Imports several partitions (held whole; ``importStreams(_:replace:recording:)`` streams them)
-    /// or collections, one version per path that changed, all in one transaction: a bad record
-    /// commits nothing. `position`, when given, is recorded in that same transaction (a source
-    /// follower resumes exactly after what it committed, whenever it stops).
-    func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult]
-    /// Several transactions of a source, in order: each is one version of every path it
-    /// names, as ``importPartitions(_:replace:recording:)`` would write it, with its
-    /// position. A store may commit them together (SQLite does: one commit for many small
-    /// source transactions) or one by one (the default); a follower that stops at any moment
-    /// finds the position of exactly what was committed.
-    func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]]
-    /// Collections or partitions too large to hold in memory — a source transaction of a
-    /// million rows — each read once from the stream `next` hands over (nil: no more), in
-    /// one transaction: one version per path that changed, `position` recorded with them,
-    /// and a bad record commits nothing. With `replace`, each path's records its stream does
-    /// not list are hidden. `next` is called from the store's writer (for SQLite, its own
-    /// thread), one path after the other, once the previous path's records were all read.
-    /// `each` is told every path's result as it is written, on the writer and before the
-    /// commit (when the call throws, none of them was committed): a million partitions need
-    /// not be held as a million results (the convenience without it collects them).
+    /// Runs every step of `write` in order in one transaction and commits them with its
+    /// position, or — when a step throws (a bad record names its line, ``ImportError``) —
+    /// commits nothing. `each` is told what every step wrote as it is written, on the store's
+    /// writer and before the commit.
     ///
     /// ```swift
-    /// try await store.importStreams(spill.streams(), replace: false, recording: position) { result in
-    ///     if result.committed { print("\(result.collection): version \(result.head!.version)") }
+    /// try await store.commit(StoreWrite([.paths(partitions, replace: false)], recording: position)) { outcome in
+    ///     if case .written(_, let result) = outcome, result.committed { print(result.collection) }
     /// }
     /// ```
-    func importStreams(
-        _ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?,
-        each: @escaping @Sendable (WriteResult) -> Void
-    ) async throws
-    /// One client's batch of offline writes (two-way sync), idempotent by sequence number,
-    /// merged by `merge` (``MergePolicy/fork``: conflict copies). A write whose value names
-    /// a blob that `attachments` does not prove and that `collection`'s records do not
-    /// already refer to is refused `missing_attachment`, as one the store does not hold.
-    func push(
-        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy,
-        attachments: AttachmentProof
-    ) async throws -> PushOutcome
+    func commit(_ write: StoreWrite, each: @escaping @Sendable (StoreWrite.Outcome) -> Void) async throws
     /// Deletes tombstones of versions up to `version` (at most the head) and raises the
     /// floor to it; a raised floor is published under a new sequence. Returns how many went.
     func compact(_ collection: String, throughVersion version: UInt64) async throws -> Int
-    /// Writes one publication of review before publish in one transaction (see
-    /// ``ReviewPublication``); by default with ``importPartitions(_:replace:recording:)``.
-    func publish(_ publication: ReviewPublication) async throws -> [WriteResult]
 }
 
 /// Attachments and resumable uploads (docs/PROTOCOL.md §12): blobs kept once per store,
@@ -290,18 +254,4 @@ package protocol AttachmentFiles: Sendable {
     /// Where the file of the attachment `sha256` is when the store holds it (nil for a name
     /// that is no SHA-256). Not checked: opening it tells, in the same system call.
     func attachmentFile(_ sha256: String) -> String?
-}
-
-extension StoreWriter {
-    /// ``importStreams(_:replace:recording:each:)`` returning every path's result, in the
-    /// order the paths came.
-    ///
-    /// ```swift
-    /// let results = try await store.importStreams(spill.streams(), replace: false, recording: position)
-    /// ```
-    package func importStreams(_ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
-        let results = LockedValue<[WriteResult]>([])
-        try await importStreams(next, replace: replace, recording: position) { result in results.withLock { $0.append(result) } }
-        return results.withLock { $0 }
-    }
 }

@@ -1,7 +1,7 @@
 import DeltaSnapCore
 
 /// One publication of review before publish (`CollectionStore+Review.swift`): changes read
-/// from a published path and what it becomes, written by ``CollectionStore/publish(_:)`` in
+/// from a published path and what it becomes, written by ``StoreWrite/Step/publish(_:)`` in
 /// one transaction as
 /// - one new version of ``path`` (each change's ``RecordChange/after``, or a tombstone);
 /// - a new partition ``replaced`` with each value a change replaced (its ``RecordChange/before``,
@@ -61,22 +61,17 @@ package struct ReviewPublication: Sendable {
     }
 }
 
-extension StoreWriter {
-    /// Writes `publication` with `importPartitions`, in one transaction: what any store can do.
-    package func publish(_ publication: ReviewPublication) async throws -> [WriteResult] {
-        try await publishByImport(publication)
-    }
-
-    /// ``publish(_:)`` by `importPartitions` (a store's own `publish` falls back to it).
-    package func publishByImport(_ publication: ReviewPublication) async throws -> [WriteResult] {
-        let version = try await head(of: publication.path)?.version
-        guard version == publication.expectedVersion else { throw publication.moved(to: version) }
-        var parts = publication.alongside
-        guard !publication.changes.isEmpty else { return try await importPartitions(parts, replace: false) }
-        parts.append(PartitionRecords(path: publication.path, records: publication.values))
-        for (path, records) in [(publication.replaced, publication.replacedValues), (publication.added, publication.addedValues)] where !records.isEmpty {
+extension ReviewPublication {
+    /// What a store writes for this publication when it does not copy from ``source``, as one
+    /// ``StoreWrite/Step/paths(_:replace:)`` would: ``alongside``, then (with changes) ``path``,
+    /// ``replaced`` and ``added`` where they get records.
+    package var partitions: [PartitionRecords] {
+        var parts = alongside
+        guard !changes.isEmpty else { return parts }
+        parts.append(PartitionRecords(path: path, records: values))
+        for (path, records) in [(replaced, replacedValues), (added, addedValues)] where !records.isEmpty {
             parts.append(PartitionRecords(path: path, records: records))
         }
-        return try await importPartitions(parts, replace: false)
+        return parts
     }
 }

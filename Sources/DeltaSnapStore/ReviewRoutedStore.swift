@@ -8,7 +8,7 @@ import DeltaSnapTrust
 ///
 /// ```swift
 /// let routed = try await ReviewRoutedStore.wrapping(store)   // the store itself when nothing is reviewed
-/// try await routed.importPartitions(partitions, replace: false, recording: position)
+/// try await routed.importPartitions(partitions, replace: false, recording: position)   // into workspaces
 /// ```
 package struct ReviewRoutedStore: CollectionStore {
     package let base: any CollectionStore
@@ -79,49 +79,34 @@ package struct ReviewRoutedStore: CollectionStore {
         }
     }
 
-    package func importRecords(from stream: RecordStream, into collection: String, replace: Bool, progress: (@Sendable (Int) -> Void)?) async throws -> WriteResult {
-        let into = try await prepare([collection])[0]
-        return try await base.importRecords(from: stream, into: into, replace: replace, progress: progress)
-    }
-
-    package func importPartitions(_ partitions: [PartitionRecords], replace: Bool, recording position: SourcePosition?) async throws -> [WriteResult] {
-        try await base.importPartitions(try await routed(partitions), replace: replace, recording: position)
-    }
-
-    /// Review's own writes name the paths they mean: none is routed.
-    package func publish(_ publication: ReviewPublication) async throws -> [WriteResult] {
-        try await base.publish(publication)
-    }
-
-    package func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
-        var routedTransactions: [StoreTransaction] = []
-        for transaction in transactions {
-            routedTransactions.append(StoreTransaction(partitions: try await routed(transaction.partitions), position: transaction.position))
+    /// Every write routed here, once: held paths, a collection's import and a push go to
+    /// their workspaces (prepared first); streamed paths are renamed as they are read — their
+    /// workspaces must exist already (``prepare(_:)``): a stream is read on the store's
+    /// writer, where nothing can be waited for. Review's own publications name the paths
+    /// they mean: none is routed.
+    package func commit(_ write: StoreWrite, each: @escaping @Sendable (StoreWrite.Outcome) -> Void) async throws {
+        var routedWrite = StoreWrite([], recording: write.position)
+        for step in write.steps {
+            switch step {
+            case .paths(let partitions, let replace):
+                routedWrite.steps.append(.paths(try await routed(partitions), replace: replace))
+            case .streamedPaths(let next, let replace):
+                let settings = settings
+                routedWrite.steps.append(.streamedPaths({
+                    guard var part = try next() else { return nil }
+                    part.path = ReviewPaths.target(of: part.path, settings: settings)
+                    return part
+                }, replace: replace))
+            case .records(let stream, let collection, let replace, let progress):
+                routedWrite.steps.append(.records(stream, into: try await prepare([collection])[0], replace: replace, progress: progress))
+            case .push(var batch):
+                batch.collection = try await prepare([batch.collection])[0]
+                routedWrite.steps.append(.push(batch))
+            case .publish:
+                routedWrite.steps.append(step)
+            }
         }
-        return try await base.importTransactions(routedTransactions)
-    }
-
-    /// Streams are renamed as they are read; their workspaces must exist already (``prepare(_:)``):
-    /// a stream is read on the store's writer, where nothing can be waited for.
-    package func importStreams(
-        _ next: @escaping @Sendable () throws -> PathRecords?, replace: Bool, recording position: SourcePosition?,
-        each: @escaping @Sendable (WriteResult) -> Void
-    ) async throws {
-        let settings = settings
-        let routed = { @Sendable () throws -> PathRecords? in
-            guard var part = try next() else { return nil }
-            part.path = ReviewPaths.target(of: part.path, settings: settings)
-            return part
-        }
-        try await base.importStreams(routed, replace: replace, recording: position, each: each)
-    }
-
-    package func push(
-        _ mutations: [ParsedMutation], from client: String, user: String?, to collection: String, retention: PushRetention, merge: MergePolicy,
-        attachments: AttachmentProof
-    ) async throws -> PushOutcome {
-        let into = try await prepare([collection])[0]
-        return try await base.push(mutations, from: client, user: user, to: into, retention: retention, merge: merge, attachments: attachments)
+        try await base.commit(routedWrite, each: each)
     }
 
     private func routed(_ partitions: [PartitionRecords]) async throws -> [PartitionRecords] {

@@ -84,13 +84,14 @@ struct ImportCommand: AsyncParsableCommand {
             }
             let (result, target) = try await StoreLocation.withStore(db) { store in
                 // A reviewed collection's import goes to its workspace (docs/PROTOCOL.md §13).
-                let target = try await store.writeTarget(for: collection, settings: try await store.reviewSettings())
+                let writer = try await ReviewRoutedStore.wrapping(store)
                 // Sorted by id first, in bounded memory: the store then appends instead of
                 // writing random pages, and keeps no id to refuse a repeat.
                 let input = RecordStream(source: try openSource(), name: name)
                 let sorted = try RecordSorter.sorted(input, progress: progress)
                 if !quiet, input.count >= 100_000 { printError("import: \(input.count) records read and sorted by id; writing") }
-                return (try await store.importRecords(from: sorted, into: target, replace: replace, progress: written), target)
+                let result = try await writer.importRecords(from: sorted, into: collection, replace: replace, progress: written)
+                return (result, result.collection)
             }
             let total = result.upserted + result.hidden + result.unchanged
             let into = target == collection ? collection : "\(collection) (its workspace, for review)"

@@ -174,3 +174,14 @@ import Testing
         }
     }
 }
+
+extension PostgresDatabase {
+    /// One collection's import through the write primitive, as the store's `importRecords` makes it.
+    fileprivate func importRecords(from stream: RecordStream, into collection: String, replace: Bool = false) async throws -> WriteResult {
+        var written: WriteResult?
+        try await commit(StoreWrite([.records(stream, into: collection, replace: replace, progress: nil)])) {
+            if case .written(_, let result) = $0 { written = result }
+        }
+        return try #require(written)
+    }
+}

@@ -448,3 +448,70 @@ extension StoreContractTests {
         }
     }
 }
+
+/// The one write primitive (`StoreWriter.commit`): steps of every kind in one transaction.
+extension StoreContractTests {
+    /// Two collections' imports, two pushes, held and streamed paths and a position commit
+    /// together, each step's outcome told with its index; the same write with a bad record in
+    /// its last step commits nothing — not the paths, not the pushes' ledgers, not the position.
+    @Test(arguments: TestBackend.allCases)
+    func oneWriteOfEveryKindOfStepCommitsTogetherOrNotAtAll(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            let store = database.store
+            func stream(_ text: String, _ name: String) -> RecordStream {
+                RecordStream(source: ChunkSources.bytes(Array(text.utf8)), name: name)
+            }
+            func pushBatch(_ body: String, to collection: String) throws -> PushBatch {
+                let (client, mutations) = try PushRequest.parse(Array(body.utf8))
+                return PushBatch(mutations, from: client, to: collection)
+            }
+            func streamed(_ path: String, _ text: String) -> @Sendable () throws -> PathRecords? {
+                let given = Locked(false)
+                return {
+                    try given.withLock { given in
+                        defer { given = true }
+                        return given ? nil : PathRecords(path: path, records: RecordStream(source: ChunkSources.bytes(Array(text.utf8)), name: path))
+                    }
+                }
+            }
+            func write(last lastLine: String, position: String) throws -> StoreWrite {
+                StoreWrite([
+                    .paths([PartitionRecords(path: "scores/alice", records: [try Record(json: Array(#"{"id":"s","v":1}"#.utf8))])], replace: false),
+                    .records(stream(Fixtures.ndjson(0..<3), "items"), into: "items", replace: false, progress: nil),
+                    .push(try pushBatch(#"{"client":"phone","mutations":[{"id":"n1","op":"insert","seq":1,"value":{"t":"a"}}]}"#, to: "notes")),
+                    .push(try pushBatch(#"{"client":"phone","mutations":[{"id":"m1","op":"insert","seq":1,"value":{"t":"b"}}]}"#, to: "memos")),
+                    .streamedPaths(streamed("scores/bob", #"{"id":"s","v":2}"#), replace: false),
+                    .records(stream(#"{"id":"x"}"# + "\n" + lastLine, "more"), into: "more", replace: false, progress: nil),
+                ], recording: SourcePosition(follower: "tool", position: position))
+            }
+
+            await #expect(throws: ImportError.self) { try await store.commit(try write(last: #"{"no id":1}"#, position: "bad")) }
+            for path in ["scores/alice", "items", "notes", "memos", "scores/bob", "more"] { #expect(try await store.head(of: path) == nil, "\(path)") }
+            #expect(try await store.sourcePosition(of: "tool") == nil)
+
+            let outcomes = try await store.commit(try write(last: #"{"id":"y"}"#, position: "good"))
+            var steps: [Int] = []
+            for outcome in outcomes {
+                switch outcome {
+                case .written(let step, let result):
+                    steps.append(step)
+                    #expect(result.committed && result.head?.version == 1, "\(result.collection)")
+                case .pushed(let step, let pushed):
+                    steps.append(step)
+                    #expect(pushed.response.committed && pushed.response.lastSeq == 1)
+                }
+            }
+            #expect(steps == [0, 1, 2, 3, 4, 5])
+            #expect(try await database.export("more") == #"{"id":"x"}"# + "\n" + #"{"id":"y"}"# + "\n")
+            #expect(try await database.export("memos") == #"{"id":"m1","t":"b"}"# + "\n")
+            #expect(try await store.head(of: "items")?.count == 3)
+            #expect(try await store.sourcePosition(of: "tool") == "good")
+            // The pushes' ledgers were committed with them: the same writes again are not applied twice.
+            let again = try await store.push(
+                try pushBatch(#"{"client":"phone","mutations":[{"id":"n1","op":"insert","seq":1,"value":{"t":"a"}}]}"#, to: "notes").mutations,
+                from: "phone", user: nil, to: "notes", retention: PushRetention(), merge: .fields)
+            #expect(!again.response.committed)
+            #expect(try await store.head(of: "notes")?.version == 1)
+        }
+    }
+}

@@ -6,7 +6,7 @@ import Hummingbird
 /// every controller: writes to its workspace, a preview device's reads from it.
 ///
 /// ```swift
-/// let target = try await reviewRouting.writeTarget("catalog")   // "deltasnap-review-workspace/catalog" when reviewed
+/// try await reviewRouting.writer.write([record], to: "catalog")   // into its workspace when reviewed
 /// ```
 struct ReviewRouting: Sendable {
     let gate: Gate
@@ -16,11 +16,11 @@ struct ReviewRouting: Sendable {
     /// push asks).
     let reviewed: [String: ReviewSettings]
 
-    /// Where a write to `path` goes: a reviewed collection's workspace (prepared on first
-    /// use), else `path` itself.
-    func writeTarget(_ path: String) async throws -> String {
-        guard !reviewed.isEmpty else { return path }
-        return try await store.writeTarget(for: path, settings: reviewed)
+    /// What every write goes through: the store routed by ``DeltaSnapStore/ReviewRoutedStore``
+    /// (a reviewed collection's write to its workspace, prepared on first use), or the store
+    /// itself when nothing is reviewed.
+    var writer: any StoreWriter {
+        reviewed.isEmpty ? store : ReviewRoutedStore(store, settings: reviewed)
     }
 
     /// The workspace a preview device reads instead of `path` (PROTOCOL.md §13.6): the token's

@@ -6,14 +6,16 @@ import NIOCore
 
 /// Writes (docs/PROTOCOL.md §5): the data owner's `PUT`/`DELETE` of one record and `POST` of
 /// a batch, and every client's `POST …/mutations` push of offline writes — each committed as
-/// one version, a reviewed collection's to its workspace (``ReviewRouting``).
+/// one version, a reviewed collection's to its workspace (its writer is a
+/// ``DeltaSnapStore/ReviewRoutedStore`` then: routing is decided where every write is).
 ///
 /// ```swift
 /// routes.addRoutes(writes.routes(context: BasicRequestContext.self))
 /// ```
 struct WritesController: GatedController {
     let gate: Gate
-    let reviewRouting: ReviewRouting
+    /// Every write goes here: the store, or the store routed to the workspaces when a
+    /// collection is reviewed (``ReviewRouting/writer``).
     let store: any StoreWriter
     let heads: HeadCache
     /// The proof a push's file references need.
@@ -69,7 +71,7 @@ struct WritesController: GatedController {
         let proof = try await attachments.attachmentProof(for: mutations, writing: try collectionPath(context), as: principal)
         // Write numbers are per client *of a user*: one user cannot advance another's.
         let outcome = try await store.push(
-            mutations, from: client, user: principal.isAdmin ? nil : principal.subject, to: try await reviewRouting.writeTarget(name), retention: pushRetention,
+            mutations, from: client, user: principal.isAdmin ? nil : principal.subject, to: name, retention: pushRetention,
             merge: forkCollections.contains(CollectionPath(name)?.name ?? name) ? .fork : .fields, attachments: proof)
         if let head = outcome.head { heads.update(head) }
         var response = outcome.response
@@ -167,7 +169,7 @@ struct WritesController: GatedController {
         let replace = request.uri.queryParameters.get("replace").map { $0 == "true" || $0 == "1" } ?? false
         if holdsMemberships(name) { try Self.checkMemberships(in: body) }
         do {
-            return written(try await store.importBatch(body, into: try await reviewRouting.writeTarget(name), replace: replace), to: name)
+            return written(try await store.importBatch(body, into: name, replace: replace), to: name)
         } catch let error as ImportError where error.isEmptyReplace {
             // A dropped body must not read as "the collection is now empty" and hide everything.
             throw APIError(.badRequest, "empty_batch", "a ?replace=true batch with no records would hide every record; send at least one, or hide them explicitly")
@@ -209,7 +211,7 @@ struct WritesController: GatedController {
 
     private func commit(_ record: Record, to name: String) async throws -> Response {
         do {
-            return written(try await store.write([record], to: try await reviewRouting.writeTarget(name)), to: name)
+            return written(try await store.write([record], to: name), to: name)
         } catch let error as ImportError {
             throw APIError(error, batch: false)
         }

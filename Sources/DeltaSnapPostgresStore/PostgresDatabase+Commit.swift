@@ -1,0 +1,112 @@
+import DeltaSnapCore
+import DeltaSnapStore
+import Foundation
+import PostgresNIO
+
+extension PostgresDatabase {
+    /// The staging tables a step may leave in its transaction (each `ON COMMIT DROP`): dropped
+    /// between steps, so the next step can make its own.
+    private static let stagingTables =
+        "deltasnap_incoming, deltasnap_new_partitions, deltasnap_new_records, deltasnap_merging, deltasnap_merged, deltasnap_publishing"
+
+    /// Runs every step of `write` in one PostgreSQL transaction on the primary, with its
+    /// position: the one write primitive (``DeltaSnapStore/StoreWriter/commit(_:each:)``).
+    /// `each` is told what every step wrote, before the commit.
+    ///
+    /// - A follower's source transactions (``DeltaSnapStore/StoreWrite/isSourceTransactions``)
+    ///   are merged set-based whatever their number (``mergeTransactions(_:on:)``) when every
+    ///   path exists and no record refers to an attachment; else, as any held paths, by
+    ///   ``importPartitions(_:replace:on:)``.
+    /// - Streamed paths go in runs of small paths written set-based, a large path merged as an
+    ///   import merges a collection (``merge(_:into:replace:progress:on:)``: `COPY` into a
+    ///   staging table, then set-based), in bounded memory either way (``DeltaSnapStore/PathBatches``).
+    /// - An approval (a publication from a frozen request) is copied inside PostgreSQL
+    ///   (``publishCopying(_:on:)``); any other publication is written as held paths once its
+    ///   path's row is locked at the expected version.
+    package func commit(_ write: StoreWrite, each: (StoreWrite.Outcome) -> Void) async throws {
+        guard !write.isEmpty else { return }
+        for step in write.steps {
+            if case .paths(let partitions, _) = step { for partition in partitions { try CollectionPath.validate(partition.path) } }
+        }
+        try await transaction { connection in
+            if let position = write.position { try await record(position, on: connection) }
+            if write.isSourceTransactions, let merged = try await mergeTransactions(write.sourceTransactions, on: connection) {
+                for (index, results) in merged.enumerated() {
+                    for result in results { each(.written(step: index, result)) }
+                }
+                return
+            }
+            for (index, step) in write.steps.enumerated() {
+                if index > 0 { try await connection.checkedQuery("DROP TABLE IF EXISTS \(unescaped: Self.stagingTables)", logger: logger) }
+                try await run(step, on: connection) { each($0.outcome(of: index)) }
+            }
+        }
+    }
+
+    /// What one step wrote: a path's result or a push's outcome.
+    private enum StepOutcome {
+        case written(WriteResult)
+        case pushed(PushOutcome)
+
+        func outcome(of step: Int) -> StoreWrite.Outcome {
+            switch self {
+            case .written(let result): .written(step: step, result)
+            case .pushed(let outcome): .pushed(step: step, outcome)
+            }
+        }
+    }
+
+    /// One step of ``commit(_:each:)``, in the caller's transaction.
+    private func run(_ step: StoreWrite.Step, on connection: PostgresConnection, each: (StepOutcome) -> Void) async throws {
+        switch step {
+        case .paths(let partitions, let replace):
+            for result in try await importPartitions(partitions, replace: replace, on: connection) { each(.written(result)) }
+        case .streamedPaths(let next, let replace):
+            var batches = PathBatches(next)
+            while let piece = try batches.next() {
+                switch piece {
+                case .small(let partitions):
+                    for partition in partitions { try CollectionPath.validate(partition.path) }
+                    for result in try await importPartitions(partitions, replace: replace, on: connection) { each(.written(result)) }
+                    // Their staging tables go now rather than at the commit: the next run makes its own.
+                    try await connection.checkedQuery(
+                        "DROP TABLE IF EXISTS deltasnap_new_partitions, deltasnap_new_records, deltasnap_merging, deltasnap_merged", logger: logger)
+                case .large(let part):
+                    try CollectionPath.validate(part.path)
+                    let locked = try await lock(part.path, on: connection)
+                    each(.written(try await merge(part.records, into: locked, replace: replace, progress: nil, on: connection)))
+                    try await connection.checkedQuery("DROP TABLE deltasnap_incoming", logger: logger)
+                }
+            }
+        case .records(let stream, let collection, let replace, let progress):
+            try CollectionPath.validate(collection)
+            let locked = try await lock(collection, on: connection)
+            each(.written(try await merge(stream, into: locked, replace: replace, progress: progress, on: connection)))
+        case .push(let batch):
+            each(.pushed(try await push(batch, on: connection)))
+        case .publish(let publication):
+            if publication.source != nil, publication.expectedVersion != nil, !publication.changes.isEmpty {
+                for result in try await publishCopying(publication, on: connection) { each(.written(result)) }
+                return
+            }
+            for name in publication.partitions.map(\.path) { try CollectionPath.validate(name) }
+            // The path's row stays locked to the commit: nothing moves it between the check and the write.
+            var version: UInt64?
+            for try await head in try await connection.checkedQuery(
+                "SELECT head FROM deltasnap_collections WHERE name = \(publication.path) FOR UPDATE", logger: logger
+            ).decode(Int64.self) where head > 0 { version = UInt64(head) }
+            guard version == publication.expectedVersion else { throw publication.moved(to: version) }
+            for result in try await importPartitions(publication.partitions, replace: false, on: connection) { each(.written(result)) }
+        }
+    }
+}
+
+extension StoreWrite {
+    /// The held steps of a follower's write as the source transactions they are.
+    fileprivate var sourceTransactions: [StoreTransaction] {
+        steps.map { step in
+            guard case .paths(let partitions, _) = step else { preconditionFailure("only held paths are source transactions") }
+            return StoreTransaction(partitions: partitions, position: nil)
+        }
+    }
+}

@@ -36,9 +36,12 @@ extension PostgresDatabase {
                 }
                 return
             }
+            var staged = false
             for (index, step) in write.steps.enumerated() {
-                if index > 0 { try await connection.checkedQuery("DROP TABLE IF EXISTS \(unescaped: Self.stagingTables)", logger: logger) }
+                if staged { try await connection.checkedQuery("DROP TABLE IF EXISTS \(unescaped: Self.stagingTables)", logger: logger) }
                 try await run(step, on: connection) { each($0.outcome(of: index)) }
+                if case .expect = step { continue }
+                staged = true
             }
         }
     }
@@ -90,14 +93,23 @@ extension PostgresDatabase {
                 return
             }
             for name in publication.partitions.map(\.path) { try CollectionPath.validate(name) }
-            // The path's row stays locked to the commit: nothing moves it between the check and the write.
-            var version: UInt64?
-            for try await head in try await connection.checkedQuery(
-                "SELECT head FROM deltasnap_collections WHERE name = \(publication.path) FOR UPDATE", logger: logger
-            ).decode(Int64.self) where head > 0 { version = UInt64(head) }
+            let version = try await lockedVersion(of: publication.path, on: connection)
             guard version == publication.expectedVersion else { throw publication.moved(to: version) }
             for result in try await importPartitions(publication.partitions, replace: false, on: connection) { each(.written(result)) }
+        case .expect(let path, let expected):
+            let version = try await lockedVersion(of: path, on: connection)
+            guard version == expected else { throw StoreWrite.moved(path, to: version, expected: expected) }
         }
+    }
+
+    /// `path`'s version (nil: it has none), its row locked to the commit: nothing moves it
+    /// between this check and the transaction's writes.
+    private func lockedVersion(of path: String, on connection: PostgresConnection) async throws -> UInt64? {
+        var version: UInt64?
+        for try await head in try await connection.checkedQuery(
+            "SELECT head FROM deltasnap_collections WHERE name = \(path) FOR UPDATE", logger: logger
+        ).decode(Int64.self) where head > 0 { version = UInt64(head) }
+        return version
     }
 }
 

@@ -38,6 +38,9 @@ extension SQLiteDatabase {
                     let version = try SQLiteReader(db: db).head(of: publication.path)?.version
                     guard version == publication.expectedVersion else { throw publication.moved(to: version) }
                     for result in try writePartitions(publication.partitions, replace: false) { each(.written(step: index, result)) }
+                case .expect(let path, let expected):
+                    let version = try SQLiteReader(db: db).head(of: path)?.version
+                    guard version == expected else { throw StoreWrite.moved(path, to: version, expected: expected) }
                 }
             }
         }

@@ -79,18 +79,20 @@ extension CollectionStore {
         let state = try await reviewState(of: path)
         if let pending = state.pending { throw ReviewError.pending(path: path, sequence: pending.sequence) }
         let workspace = try await prepareWorkspace(of: path)
+        // Read first: the write below is refused if an import reached the workspace meanwhile,
+        // so the entry's version and count describe exactly the state that is frozen.
+        let version = try await head(of: workspace)?.version
         let changes = try await changes(from: path, to: workspace).changes
         guard !changes.isEmpty else { throw ReviewError.nothingToReview(path) }
         let entry = ReviewLogEntry(
-            sequence: state.nextSequence, step: .request, by: who, at: now, comment: comment,
-            version: try await head(of: workspace)?.version, changes: changes.count)
+            sequence: state.nextSequence, step: .request, by: who, at: now, comment: comment, version: version, changes: changes.count)
         let frozen = try await stateChange(of: ReviewPaths.request(of: path), toMatch: workspace)
         var parts = [
             PartitionRecords(path: ReviewPaths.log(of: path), records: [try entry.record()]),
             PartitionRecords(path: ReviewPaths.queue, records: [try entry.record(id: path)]),
         ]
         if !frozen.isEmpty { parts.append(PartitionRecords(path: ReviewPaths.request(of: path), records: frozen)) }
-        _ = try await importPartitions(parts, replace: false)
+        _ = try await commit(StoreWrite([.expect(workspace, atVersion: version), .paths(parts, replace: false)]))
         return entry
     }
 

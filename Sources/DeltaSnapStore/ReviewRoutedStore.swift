@@ -82,8 +82,9 @@ package struct ReviewRoutedStore: CollectionStore {
     /// Every write routed here, once: held paths, a collection's import and a push go to
     /// their workspaces (prepared first); streamed paths are renamed as they are read — their
     /// workspaces must exist already (``prepare(_:)``): a stream is read on the store's
-    /// writer, where nothing can be waited for. Review's own publications name the paths
-    /// they mean: none is routed.
+    /// writer, where nothing can be waited for. An expected version is of the path this
+    /// writer reads (its workspace). Review's own publications name the paths they mean: none
+    /// is routed.
     package func commit(_ write: StoreWrite, each: @escaping @Sendable (StoreWrite.Outcome) -> Void) async throws {
         var routedWrite = StoreWrite([], recording: write.position)
         for step in write.steps {
@@ -104,6 +105,9 @@ package struct ReviewRoutedStore: CollectionStore {
                 routedWrite.steps.append(.push(batch))
             case .publish:
                 routedWrite.steps.append(step)
+            case .expect(let path, let version):
+                // As this writer reads it: a reviewed collection's path is its workspace.
+                routedWrite.steps.append(.expect(target(path), atVersion: version))
             }
         }
         try await base.commit(routedWrite, each: each)

@@ -36,6 +36,16 @@ package struct StoreWrite: Sendable {
         /// One publication of review before publish: refused ``StoreError/busy(_:)`` unless its
         /// path is still at the version its changes were read against, checked in this transaction.
         case publish(ReviewPublication)
+        /// Writes nothing; refuses the whole write (``StoreError/busy(_:)``, ``moved(_:to:expected:)``)
+        /// unless `path` is at `version` (nil: it has none) — what was read from it before the
+        /// write is still what it holds. Until the commit nothing moves it: SQLite's write lock
+        /// holds every path, PostgreSQL locks the path's row.
+        case expect(String, atVersion: UInt64?)
+    }
+
+    /// The refusal of an ``Step/expect(_:atVersion:)`` step: `path` is at `version`, not `expected`.
+    package static func moved(_ path: String, to version: UInt64?, expected: UInt64?) -> StoreError {
+        .busy("\"\(path)\" was written while this write was prepared (version \(version ?? 0), not \(expected ?? 0))")
     }
 
     /// What one step wrote, told as it is written and before the commit: when the commit

@@ -515,3 +515,32 @@ extension StoreContractTests {
         }
     }
 }
+
+extension StoreContractTests {
+    /// An expected version writes nothing itself: met, the write commits; missed (the path
+    /// moved since it was read), the whole write is refused `busy` and nothing of it stays.
+    @Test(arguments: TestBackend.allCases)
+    func anExpectedVersionRefusesTheWholeWriteWhenThePathMoved(_ backend: TestBackend) async throws {
+        try await withDatabase(backend) { database in
+            let store = database.store
+            try await database.importText(#"{"id":"a"}"#, collection: "items")
+            func write(expecting version: UInt64?) throws -> StoreWrite {
+                StoreWrite([
+                    .expect("items", atVersion: version),
+                    .paths([PartitionRecords(path: "log", records: [try Record(json: Array(#"{"id":"entry"}"#.utf8))])], replace: false),
+                ], recording: SourcePosition(follower: "tool", position: "p\(version ?? 0)"))
+            }
+            let error = await #expect(throws: StoreError.self) { try await store.commit(try write(expecting: 2)) }
+            #expect(error?.code == .busy && "\(error!)".contains("version 1, not 2"), "\(String(describing: error))")
+            await #expect(throws: StoreError.self) { try await store.commit(try write(expecting: nil)) }
+            #expect(try await store.head(of: "log") == nil)
+            #expect(try await store.sourcePosition(of: "tool") == nil)
+            let outcomes = try await store.commit(try write(expecting: 1))
+            #expect(outcomes.count == 1)
+            #expect(try await store.head(of: "log")?.version == 1)
+            #expect(try await store.sourcePosition(of: "tool") == "p1")
+            // A path that does not exist is expected at no version.
+            _ = try await store.commit(StoreWrite([.expect("nothing", atVersion: nil)]))
+        }
+    }
+}

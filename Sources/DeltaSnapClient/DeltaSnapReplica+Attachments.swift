@@ -311,7 +311,7 @@ extension DeltaSnapReplica {
                 try attachments.setUploadLocation(nil, of: sha256)
                 throw AttachmentError.failed("the upload of \(sha256) expired; it begins again")
             case 400:
-                let refusal = Self.readBody(answer)
+                let refusal = answer.body
                 guard ServerErrorBody(refusal)?.code == "attachment_mismatch" else {
                     throw Self.uploadFailure(status: answer.status, body: refusal, "appending at \(offset)")
                 }
@@ -438,19 +438,28 @@ extension DeltaSnapReplica {
         return headers
     }
 
-    private func send(_ request: SyncRequest) async throws -> SyncResponse {
+    /// Sends one step of an upload. Its answer's body is read here, and its temporary file
+    /// removed: every upload answer is small, and a finished upload's `200` carries the
+    /// file's reference — left to the callers, each uploaded file left one file behind in
+    /// the app's temporary directory.
+    private func send(_ request: SyncRequest) async throws -> UploadAnswer {
+        let response: SyncResponse
         do {
-            let response = try await transport.fetch(request)
-            return response
+            response = try await transport.fetch(request)
         } catch {
             throw AttachmentError.failed(Self.describe(error))
         }
+        return UploadAnswer(status: response.status, headers: response.headers, body: Self.readBody(response, atMost: Self.uploadAnswerBytes))
     }
+
+    /// What an upload answer is read up to: an error's reason needs no more, and a proxy's
+    /// page may be large.
+    private static let uploadAnswerBytes = 64 << 10
 
     /// What an unexpected upload answer means: a `4xx` other than `408`/`429` is the
     /// server's refusal (an over-limit file), anything else is worth trying again.
-    private static func uploadFailure(_ response: SyncResponse, _ step: String) -> AttachmentError {
-        uploadFailure(status: response.status, body: readBody(response), step)
+    private static func uploadFailure(_ answer: UploadAnswer, _ step: String) -> AttachmentError {
+        uploadFailure(status: answer.status, body: answer.body, step)
     }
 
     private static func uploadFailure(status: Int, body: [UInt8], _ step: String) -> AttachmentError {
@@ -458,6 +467,16 @@ extension DeltaSnapReplica {
         return (400...499).contains(status) && ![408, 429].contains(status) ? .refused(why) : .failed(why)
     }
 
+}
+
+/// One upload step's answer, its body already read (and its file gone).
+private struct UploadAnswer {
+    var status: Int
+    /// Header fields by lowercased name, as ``SyncResponse/headers``.
+    var headers: [String: String]
+    var body: [UInt8]
+
+    func header(_ name: String) -> String? { headers[name.lowercased()] }
 }
 
 extension ReplicaStorage {

@@ -30,7 +30,7 @@ extension PostgresDatabase {
         }
         try await transaction { connection in
             if let position = write.position { try await record(position, on: connection) }
-            if write.isSourceTransactions, let merged = try await mergeTransactions(write.sourceTransactions, on: connection) {
+            if let transactions = write.sourceTransactions, let merged = try await mergeTransactions(transactions, on: connection) {
                 for (index, results) in merged.enumerated() {
                     for result in results { each(.written(step: index, result)) }
                 }
@@ -38,7 +38,7 @@ extension PostgresDatabase {
             }
             var staged = false
             for (index, step) in write.steps.enumerated() {
-                if staged { try await connection.checkedQuery("DROP TABLE IF EXISTS \(unescaped: Self.stagingTables)", logger: logger) }
+                if staged { try await dropStagingTables(on: connection) }
                 try await run(step, on: connection) { each($0.outcome(of: index)) }
                 if case .expect = step { continue }
                 staged = true
@@ -59,6 +59,11 @@ extension PostgresDatabase {
         }
     }
 
+    /// Drops what ``stagingTables`` a step left, so the next step can make its own.
+    private func dropStagingTables(on connection: PostgresConnection) async throws {
+        try await connection.checkedQuery("DROP TABLE IF EXISTS \(unescaped: Self.stagingTables)", logger: logger)
+    }
+
     /// One step of ``commit(_:each:)``, in the caller's transaction.
     private func run(_ step: StoreWrite.Step, on connection: PostgresConnection, each: (StepOutcome) -> Void) async throws {
         switch step {
@@ -72,13 +77,12 @@ extension PostgresDatabase {
                     for partition in partitions { try CollectionPath.validate(partition.path) }
                     for result in try await importPartitions(partitions, replace: replace, on: connection) { each(.written(result)) }
                     // Their staging tables go now rather than at the commit: the next run makes its own.
-                    try await connection.checkedQuery(
-                        "DROP TABLE IF EXISTS deltasnap_new_partitions, deltasnap_new_records, deltasnap_merging, deltasnap_merged", logger: logger)
+                    try await dropStagingTables(on: connection)
                 case .large(let part):
                     try CollectionPath.validate(part.path)
                     let locked = try await lock(part.path, on: connection)
                     each(.written(try await merge(part.records, into: locked, replace: replace, progress: nil, on: connection)))
-                    try await connection.checkedQuery("DROP TABLE deltasnap_incoming", logger: logger)
+                    try await dropStagingTables(on: connection)
                 }
             }
         case .records(let stream, let collection, let replace, let progress):
@@ -114,11 +118,15 @@ extension PostgresDatabase {
 }
 
 extension StoreWrite {
-    /// The held steps of a follower's write as the source transactions they are.
-    fileprivate var sourceTransactions: [StoreTransaction] {
-        steps.map { step in
-            guard case .paths(let partitions, _) = step else { preconditionFailure("only held paths are source transactions") }
-            return StoreTransaction(partitions: partitions, position: nil)
+    /// A follower's write as the source transactions it holds; nil when it is not one (or
+    /// a step was added that is not a transaction's held paths).
+    fileprivate var sourceTransactions: [StoreTransaction]? {
+        guard isSourceTransactions else { return nil }
+        var transactions: [StoreTransaction] = []
+        for step in steps {
+            guard case .paths(let partitions, replace: false) = step else { return nil }
+            transactions.append(StoreTransaction(partitions: partitions, position: nil))
         }
+        return transactions
     }
 }

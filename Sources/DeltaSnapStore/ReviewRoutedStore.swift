@@ -86,7 +86,8 @@ package struct ReviewRoutedStore: CollectionStore {
     /// writer reads (its workspace). Review's own publications name the paths they mean: none
     /// is routed.
     package func commit(_ write: StoreWrite, each: @escaping @Sendable (StoreWrite.Outcome) -> Void) async throws {
-        var routedWrite = StoreWrite([], recording: write.position)
+        var routedWrite = write
+        routedWrite.steps = []
         for step in write.steps {
             switch step {
             case .paths(let partitions, let replace):

@@ -60,21 +60,26 @@ package struct StoreWrite: Sendable {
     package var steps: [Step]
     /// Where a source follower stands once this commits, recorded in the same transaction.
     package var position: SourcePosition?
+    /// Whether every step is one of a follower's source transactions (held paths that
+    /// replace nothing, ``init(sourceTransactions:)``): small, their paths mostly existing,
+    /// which a store may merge set-based whatever their number — PostgreSQL does.
+    package private(set) var isSourceTransactions = false
 
     package init(_ steps: [Step], recording position: SourcePosition? = nil) {
         self.steps = steps
         self.position = position
     }
 
+    /// A follower's source transactions, in order, each one held step, with the last
+    /// position among them.
+    package init(sourceTransactions transactions: [StoreTransaction]) {
+        self.init(transactions.map { .paths($0.partitions, replace: false) }, recording: transactions.last(where: { $0.position != nil })?.position)
+        isSourceTransactions = true
+    }
+
     /// Whether there is nothing to commit: no position, and no step but empty held paths.
     package var isEmpty: Bool {
         position == nil && steps.allSatisfy { if case .paths(let partitions, _) = $0 { partitions.isEmpty } else { false } }
-    }
-
-    /// Whether a store may merge this write's held paths as a follower's source transactions
-    /// (small, their paths mostly existing): a position is recorded and no step replaces.
-    package var isSourceTransactions: Bool {
-        position != nil && steps.allSatisfy { if case .paths(_, false) = $0 { true } else { false } }
     }
 }
 
@@ -153,8 +158,7 @@ extension StoreWriter {
     /// position — a follower that stops at any moment finds the position of exactly what
     /// was committed.
     package func importTransactions(_ transactions: [StoreTransaction]) async throws -> [[WriteResult]] {
-        let write = StoreWrite(
-            transactions.map { .paths($0.partitions, replace: false) }, recording: transactions.last(where: { $0.position != nil })?.position)
+        let write = StoreWrite(sourceTransactions: transactions)
         var results = transactions.map { _ in [WriteResult]() }
         for case .written(let step, let result) in try await commit(write) { results[step].append(result) }
         return results

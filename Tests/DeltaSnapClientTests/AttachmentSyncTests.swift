@@ -52,7 +52,14 @@ import Testing
 
     @Test func aFileAttachedOfflineTravelsWithItsRecordAndReachesOtherDevices() async throws {
         try await withWorld { world in
-            let phone = try world.replica("phone")
+            // Each device's answers land in a directory of its own, which every sync must
+            // leave empty: a finished upload's answer used to stay there, one file per upload.
+            let temporary = (phone: world.dir.file("phone-tmp"), tablet: world.dir.file("tablet-tmp"))
+            for path in [temporary.phone, temporary.tablet] { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
+            func leftBehind() throws -> [String] {
+                try [temporary.phone, temporary.tablet].flatMap { try FileManager.default.contentsOfDirectory(atPath: $0) }
+            }
+            let phone = try world.replica("phone", transport: URLSessionTransport(temporaryDirectory: URL(fileURLWithPath: temporary.phone)))
             let bytes = Self.photo(300_000)
             let reference = try await attach(bytes, to: phone, in: world.dir)
             try await phone.put(id: "n1", json: #"{"title":"Beach","photo":\#(reference)}"#)
@@ -66,7 +73,7 @@ import Testing
             #expect(try Fixtures.export(world.store, "notes").contains(reference.sha256))
 
             // Another device, eager by default: the sync brings the record and its file.
-            let tablet = try world.replica("tablet")
+            let tablet = try world.replica("tablet", transport: URLSessionTransport(temporaryDirectory: URL(fileURLWithPath: temporary.tablet)))
             await tablet.sync(ignoringBackoff: true)
             let downloaded = await tablet.lastAttachmentReport
             #expect(downloaded.downloaded == 1 && downloaded.downloadedBytes == 300_000, "\(downloaded)")
@@ -82,6 +89,7 @@ import Testing
             await tablet.sync(ignoringBackoff: true)
             #expect(try await tablet.attachmentStatuses().isEmpty)
             #expect(!FileManager.default.fileExists(atPath: file.path), "a deleted record's file stayed")
+            #expect(try leftBehind() == [], "answers' temporary files left behind")
         }
     }
 

@@ -50,4 +50,17 @@ import Testing
         #expect(try JSONReader(bytes: Array("[1]".utf8)).member("set") == nil)
         #expect(throws: JSONParseError.self) { try JSONReader(bytes: Array(#"{"a" 1}"#.utf8)).member("b") }
     }
+
+    /// Keys are compared as their bytes with escapes decoded, whole: not a prefix, not a
+    /// longer key, and an escaped key is the key it spells.
+    @Test func keysAreComparedWholeWithTheirEscapesDecoded() throws {
+        let text = #"{"se":1,"sets":2,"s\u0065t":"escaped","\u00e9t\u00e9":"summer","a\"b":3}"#
+        #expect(try JSONReader(bytes: Array(text.utf8)).member("set") == .string("escaped"))
+        #expect(try JSONReader(bytes: Array(text.utf8)).member("été") == .string("summer"))
+        #expect(try JSONReader(bytes: Array(text.utf8)).member("a\"b") == JSONReader(bytes: Array("3".utf8)).readValue())
+        #expect(try JSONReader(bytes: Array(text.utf8)).member("s") == nil)
+        #expect(try JSONReader(bytes: Array(text.utf8)).member("setss") == nil)
+        #expect(try JSONReader(bytes: Array(#"{"set\u0000":1}"#.utf8)).member("set") == nil)
+        #expect(throws: JSONParseError.self) { try JSONReader(bytes: Array(#"{"se"#.utf8)).member("set") }
+    }
 }
